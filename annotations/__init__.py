@@ -1,0 +1,1 @@
+"""Vendor profiles (the rules each vendor supports), installed as ``byoc.annotations``."""

@@ -1,0 +1,122 @@
+"""Rules of the ``c_source`` vendor: what the reference C kernels support.
+
+float32 only, static shapes, NCHW/OIHW layouts. Patterns come before the
+single-op rules they contain, so conv2d + bias + relu is taken whole.
+"""
+
+from __future__ import annotations
+
+from byoc.checks import all_of, calls_of, dtypes, static_shape, static_shapes
+from byoc.codegens.c_source import CSourceCodegen
+from byoc.registry import register_vendor
+from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+
+NAME = "c_source"
+
+_base = all_of(dtypes("float32"), static_shapes(8))
+
+
+def _conv_layouts(match: Match):
+    for call in calls_of(match, "relax.nn.conv2d"):
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
+        if a.out_dtype not in ("", "void", "float32", None) and str(a.out_dtype) not in ("", "void", "float32"):
+            return f"out_dtype {a.out_dtype} not supported"
+        if len(static_shape(call.args[0]) or ()) != 4:
+            return "conv2d input must be 4-D"
+    return SUPPORTED
+
+
+def _per_channel_bias(match: Match):
+    bias = match.annotated["bias"]
+    conv = match.annotated["conv"]
+    channels = static_shape(conv)[1]
+    if static_shape(bias) not in ((1, channels, 1, 1), (channels, 1, 1)):
+        return f"bias shape {static_shape(bias)} is not per-channel (1, {channels}, 1, 1)"
+    return SUPPORTED
+
+
+def _pool_layout(match: Match):
+    for call in match.calls:
+        if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
+            return f"layout {call.attrs.layout} not supported (NCHW only)"
+    return SUPPORTED
+
+
+def _avg_pool_limits(match: Match):
+    for call in match.calls:
+        if tuple(call.attrs.dilation) != (1, 1):
+            return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
+        if call.attrs.ceil_mode:
+            return "ceil_mode=1 not supported for average pooling"
+    return SUPPORTED
+
+
+def _matmul_ranks(match: Match):
+    for call in calls_of(match, "relax.matmul"):
+        ranks = [len(static_shape(a) or ()) for a in call.args]
+        if min(ranks) < 1:
+            return "matmul of a scalar not supported"
+    return SUPPORTED
+
+
+def _conv_pattern(bias: bool, relu: bool):
+    def build():
+        from tvm.relax.dpl import is_const, is_op, wildcard
+
+        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        out, annotations = conv, {"conv": conv}
+        if bias:
+            b = is_const()
+            out = is_op("relax.add")(out, b)
+            annotations["bias"] = b
+        if relu:
+            out = is_op("relax.nn.relu")(out)
+        return out, annotations
+
+    return build
+
+
+def _matmul_bias_pattern():
+    from tvm.relax.dpl import is_op, wildcard
+
+    matmul = is_op("relax.matmul")(wildcard(), wildcard())
+    return is_op("relax.add")(matmul, wildcard()), {"matmul": matmul}
+
+
+_conv_check = all_of(_base, _conv_layouts)
+_conv_bias_check = all_of(_conv_check, _per_channel_bias)
+
+RULES = (
+    PatternRule(f"{NAME}.conv2d_bias_relu", _conv_pattern(True, True), _conv_bias_check),
+    PatternRule(f"{NAME}.conv2d_bias", _conv_pattern(True, False), _conv_bias_check),
+    PatternRule(f"{NAME}.conv2d_relu", _conv_pattern(False, True), _conv_check),
+    OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", _conv_check),
+    PatternRule(f"{NAME}.matmul_bias", _matmul_bias_pattern, all_of(_base, _matmul_ranks)),
+    OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
+    OpRule(f"{NAME}.add", "relax.add", _base),
+    OpRule(f"{NAME}.subtract", "relax.subtract", _base),
+    OpRule(f"{NAME}.multiply", "relax.multiply", _base),
+    OpRule(f"{NAME}.divide", "relax.divide", _base),
+    OpRule(f"{NAME}.relu", "relax.nn.relu", _base),
+    OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
+    OpRule(f"{NAME}.tanh", "relax.tanh", _base),
+    OpRule(f"{NAME}.clip", "relax.clip", _base),
+    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, _pool_layout)),
+    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, _pool_layout, _avg_pool_limits)),
+    OpRule(f"{NAME}.mean", "relax.mean", _base),
+    OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
+    OpRule(f"{NAME}.reshape", "relax.reshape", _base),
+    OpRule(f"{NAME}.concat", "relax.concat", _base),
+    OpRule(f"{NAME}.transpose", "relax.permute_dims", _base),
+)
+
+VENDOR = register_vendor(
+    Vendor(
+        NAME,
+        RULES,
+        CSourceCodegen(),
+        description="Reference C kernels compiled into the artifact (float32, NCHW)",
+    )
+)

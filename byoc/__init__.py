@@ -1,0 +1,38 @@
+"""byoc: bring your own codegen to Apache TVM.
+
+An ONNX model is imported into Relax, each vendor's rules mark what its
+hardware supports, partitions are cut out, vendor codegens compile them, and
+TVM's LLVM target builds the rest.
+
+    import byoc
+    artifact = byoc.compile("model.onnx", vendors=["c_source"], target="x86_64")
+    outputs = artifact.run({"input": x})
+    print(artifact.plan.partitions)
+
+Public API: :func:`compile`, :func:`partition`, :func:`annotate`,
+:func:`build`, :func:`load`, :func:`import_model`, and the vendor registry
+(:func:`register_vendor`, :func:`list_vendors`, :func:`get_vendor`).
+
+``byoc.partition`` is both the function and the module behind
+``python -m byoc.partition``: the module object is callable, so neither
+import order nor running the CLI can make one shadow the other.
+"""
+
+__version__ = "0.1.0"
+
+from .errors import *  # noqa: F401,F403 - the typed errors are public API
+from .frontend import ImportedModel, TensorSpec, import_model, load_model
+from .vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+from .registry import get_vendor, list_vendors, register_vendor, unregister_vendor
+from .annotator import Annotation, Decision, annotate
+from .partitioner import Partition, PartitionPlan
+from .artifact import Artifact, load
+from .builder import build, compile  # noqa: A004
+from . import partition  # noqa: E402 - the callable module, see the docstring
+
+__all__ = [
+    "Annotation", "Artifact", "Decision", "ImportedModel", "Match", "OpRule", "Partition",
+    "PartitionPlan", "PatternRule", "SUPPORTED", "TensorSpec", "Vendor", "annotate", "build",
+    "compile", "get_vendor", "import_model", "list_vendors", "load", "load_model", "partition",
+    "register_vendor", "unregister_vendor",
+]

@@ -1,0 +1,89 @@
+"""TVM's ONNX importer, extended to remember which ONNX node made which binding.
+
+TVM's converters return expressions that are bound either at once or later,
+when the next node's expression is normalized. So provenance is found after
+the import, by identity: the value (or var) a converter returned belongs to
+its node, and helper bindings a converter emitted on the way belong to the
+node that consumes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from tvm import relax
+from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
+
+from ._tvm import const_array, is_tensor_const
+from .frontend import OnnxNode
+
+
+class ProvenanceImporter(ONNXGraphImporter):
+    """ONNXGraphImporter that records the ONNX node of each converted expression."""
+
+    def __init__(self, shape_dict, dtype_dict):
+        super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
+        self._owner: dict[object, OnnxNode] = {}
+        self.current_node: OnnxNode | None = None
+
+    def _convert_operator(self, op_name, inputs, attrs, opset):
+        node = OnnxNode(attrs["tvm_custom"]["name"], op_name)
+        self.current_node = node
+        if op_name == "Clip":
+            sym = self._convert_clip(inputs, attrs, opset)
+        else:
+            sym = None
+        if sym is None:
+            sym = super()._convert_operator(op_name, inputs, attrs, opset)
+        self._owner[sym] = node
+        if isinstance(sym, relax.Tuple):
+            for item in sym.fields:
+                self._owner.setdefault(item, node)
+        return sym
+
+    def _convert_clip(self, inputs, attrs, opset):
+        """Clip with constant bounds as ``relax.clip`` (TVM emits opaque call_tir).
+
+        Returns None when a bound is not a constant, to fall back to TVM.
+        """
+        if opset < 11:
+            low, high = attrs.get("min", -math.inf), attrs.get("max", math.inf)
+        else:
+            bounds = []
+            for index, default in ((1, -math.inf), (2, math.inf)):
+                bound = inputs[index] if len(inputs) > index else None
+                if bound is None:
+                    bounds.append(default)
+                elif is_tensor_const(bound) and const_array(bound).size == 1:
+                    value = float(const_array(bound).reshape(()))
+                    bounds.append(default if np.isnan(value) else value)  # ONNX: NaN = unbounded
+                else:
+                    return None
+            low, high = bounds
+        x = inputs[0]
+        if not isinstance(x.ty, relax.TensorType) or not str(x.ty.dtype).startswith("float"):
+            return None
+        return self.bb.normalize(relax.op.clip(x, relax.prim_value(float(low)), relax.prim_value(float(high))))
+
+    def binding_provenance(self, main: relax.Function) -> dict[str, OnnxNode]:
+        """Map each binding name in ``main`` to the ONNX node that produced it."""
+        bindings = [b for block in main.body.blocks for b in block.bindings]
+        owner: dict[relax.Var, OnnxNode] = {}
+        for binding in bindings:
+            node = self._owner.get(binding.value) or self._owner.get(binding.var)
+            if node is not None:
+                owner[binding.var] = node
+        direct = set(owner)
+        bound = {b.var for b in bindings}
+        # A helper binding belongs to its earliest consumer. Walking backwards,
+        # every consumer is final before its producers are reached, and the
+        # earliest consumer writes last.
+        for binding in reversed(bindings):
+            node = owner.get(binding.var)
+            if node is None:
+                continue
+            for var in relax.analysis.free_vars(binding.value):
+                if var in bound and var not in direct:
+                    owner[var] = node
+        return {var.name: node for var, node in owner.items()}

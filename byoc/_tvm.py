@@ -1,0 +1,29 @@
+"""Small helpers over TVM 0.27's Relax object model, kept in one place.
+
+TVM 0.27 renamed much of Relax (``ty`` for struct info, ``GenericConst`` for
+constants, prim values as plain ``IntImm``/``FloatImm``); code elsewhere asks
+these helpers instead of spelling the class names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_tensor_const(expr) -> bool:
+    """A Relax tensor constant (a weight)."""
+    from tvm.ir.expr import GenericConst
+
+    return isinstance(expr, GenericConst)
+
+
+def const_array(expr) -> np.ndarray:
+    """The numpy value of a tensor constant."""
+    return expr.value.numpy()
+
+
+def is_prim_value(expr) -> bool:
+    """A scalar prim value argument (IntImm/FloatImm), as clip's bounds."""
+    from tvm.ir.prim.expr import FloatImm, IntImm
+
+    return isinstance(expr, (IntImm, FloatImm))

@@ -1,0 +1,259 @@
+"""byoc.annotate: decide, for every op call, which vendor takes it or why none does.
+
+Matching is TVM's ``FuseOpsByPattern`` (``annotate_codegen=False``), fed with
+every vendor's rules in priority order: vendor order first, then each
+vendor's rule order. Around each rule's check byoc adds what TVM lacks:
+
+* every rejection is recorded with its reason, per vendor, per binding;
+* policies (``keep_on_host``, demotions from ``min_ops``) reject with a reason;
+* a match whose intermediate value is also used outside it is rejected
+  (offloading it would need a second output);
+* each accepted match tags its composite function with the names of the
+  bindings it took (attribute ``byoc.bindings``), so decisions are read from
+  what TVM actually fused, not from what the checks were told.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Union
+
+from .errors import ByocError
+from .frontend import ImportedModel, OnnxNode
+from .registry import resolve_vendors
+from .vendor import SUPPORTED, Match, Vendor
+
+BINDINGS_ATTR = "byoc.bindings"
+HOST = "host"
+
+
+class PolicyError(ByocError):
+    """A partitioning policy names something that is not in the model."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one op call goes and why.
+
+    ``vendor``/``rule`` are set when the op is offloaded; otherwise ``vendor``
+    is None and ``reasons`` holds one reason per vendor that was asked. An
+    offloaded op also lists the reasons of higher-priority vendors that
+    declined it.
+    """
+
+    binding: str
+    op: str
+    node: Optional[OnnxNode]
+    vendor: Optional[str] = None
+    rule: Optional[str] = None
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        return self.vendor or HOST
+
+    @property
+    def on_host(self) -> bool:
+        return self.vendor is None
+
+
+@dataclass
+class Annotation:
+    """The result of :func:`annotate`: decisions plus the fused module."""
+
+    decisions: dict[str, Decision]
+    fused: object  # tvm.IRModule with one composite function per accepted match
+    vendors: list[Vendor]
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    vendor: str
+    rule: str
+    size: int
+    reason: Optional[str]
+
+
+def op_calls(main) -> list[tuple[str, str]]:
+    """``(binding name, op name)`` for every op call in ``main``, in order."""
+    from tvm import ir, relax
+
+    calls = []
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, ir.Op):
+                name = value.op.name
+                if name == "relax.call_tir":
+                    name = f"call_tir({value.args[0].name_hint})"
+                calls.append((binding.var.name, name))
+    return calls
+
+
+def _keep_set(imported: ImportedModel, keep_on_host: Iterable[str]) -> dict[str, str]:
+    """binding name -> the keep_on_host entry that pins it."""
+    keep = list(keep_on_host or ())
+    pinned: dict[str, str] = {}
+    used = set()
+    for binding, node in imported.node_of.items():
+        for entry in keep:
+            if entry in (node.name, node.op_type):
+                pinned.setdefault(binding, entry)
+                used.add(entry)
+    unknown = [e for e in keep if e not in used]
+    if unknown:
+        raise PolicyError(
+            f"keep_on_host entries {unknown} match no ONNX node name or op type in the model"
+        )
+    return pinned
+
+
+class _RuleChecker:
+    """Wraps one rule's check for FuseOpsByPattern and records what happened."""
+
+    def __init__(self, vendor: Vendor, rule, state: "_State"):
+        self.vendor, self.rule, self.state = vendor, rule, state
+
+    def check(self, ctx) -> bool:
+        matched = {var: value for var, value in ctx.matched_bindings.items()}
+        names = [var.name for var in matched]
+        root_var = ctx.value_to_bound_var.get(ctx.matched_expr)
+        reason = self._policy_reason(ctx, matched, root_var)
+        if reason is None:
+            reason = self._vendor_reason(ctx, matched)
+        for name in names:
+            self.state.attempts.setdefault(name, []).append(
+                _Attempt(self.vendor.name, self.rule.name, len(names), reason)
+            )
+        if reason is not None:
+            return False
+        self.state.pending = ",".join(names)
+        return True
+
+    def attrs(self, _annotated) -> dict:
+        return {BINDINGS_ATTR: self.state.pending}
+
+    def _policy_reason(self, ctx, matched, root_var) -> Optional[str]:
+        for var in matched:
+            entry = self.state.pinned.get(var.name)
+            if entry is not None:
+                return f"kept on host by keep_on_host={entry!r}"
+            demoted = self.state.demoted.get((self.vendor.name, var.name))
+            if demoted is not None:
+                return demoted
+        from tvm import relax
+
+        for var in matched:
+            if root_var is not None and var.same_as(root_var):
+                continue
+            if not isinstance(var, relax.DataflowVar):
+                return f"intermediate result of {self.rule.name} is also a function output"
+            users = ctx.var_usages.get(var, [])
+            if any(user not in matched for user in users):
+                return f"intermediate result of {self.rule.name} is also used outside the pattern"
+        return None
+
+    def _vendor_reason(self, ctx, matched) -> Optional[str]:
+        from tvm import ir, relax
+
+        calls = tuple(
+            v for v in matched.values() if isinstance(v, relax.Call) and isinstance(v.op, ir.Op)
+        )
+        match = Match(
+            rule=self.rule.name,
+            root=ctx.matched_expr,
+            annotated=dict(ctx.annotated_expr.items()),
+            calls=calls,
+            options=self.vendor.options,
+        )
+        try:
+            result = self.rule.check(match)
+        except Exception as err:  # a vendor bug must not take the pipeline down
+            return f"check of {self.rule.name} raised {type(err).__name__}: {err}"
+        if result is SUPPORTED:
+            return None
+        if isinstance(result, str) and result:
+            return result
+        return f"check of {self.rule.name} returned {result!r}, not SUPPORTED or a reason string"
+
+
+@dataclass
+class _State:
+    pinned: dict[str, str]
+    demoted: Mapping[tuple[str, str], str]
+    attempts: dict[str, list[_Attempt]] = field(default_factory=dict)
+    pending: str = ""
+
+
+def _fusion_patterns(vendors: list[Vendor], state: _State):
+    from tvm.relax.transform import FusionPattern
+
+    patterns = []
+    for vendor in vendors:
+        for rule in vendor.rules:
+            pattern, annotations = rule.dataflow_pattern()
+            annotations = {k: (pattern if v is None else v) for k, v in annotations.items()}
+            checker = _RuleChecker(vendor, rule, state)
+            patterns.append(FusionPattern(rule.name, pattern, annotations, checker.check, checker.attrs))
+    return patterns
+
+
+def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt]) -> str:
+    mine = [a for a in attempts if a.vendor == vendor.name and a.reason]
+    if not mine:
+        return f"no {vendor.name} rule for {op}"
+    return min(mine, key=lambda a: a.size).reason  # the most specific rule speaks
+
+
+def annotate(
+    model: Union[ImportedModel, object],
+    vendors: Iterable,
+    keep_on_host: Iterable[str] = (),
+    demoted: Mapping[tuple[str, str], str] | None = None,
+) -> Annotation:
+    """Give every op call of ``model`` a :class:`Decision`.
+
+    ``model`` is an :class:`ImportedModel` (or anything ``import_model``
+    takes). ``vendors`` are names or :class:`Vendor` objects; earlier ones win
+    when several claim an op. ``keep_on_host`` holds ONNX node names or op
+    types that must stay on the host. ``demoted`` maps ``(vendor, binding)``
+    to a reason that vendor may not take that binding (used by min_ops).
+    """
+    from tvm.relax.transform import FuseOpsByPattern
+
+    from .frontend import import_model
+
+    imported = import_model(model)
+    vendor_list = resolve_vendors(vendors)
+    main = imported.mod["main"]
+    calls = op_calls(main)
+    names = [b.var.name for block in main.body.blocks for b in block.bindings]
+    if len(names) != len(set(names)):
+        raise ByocError("internal error: binding names in main are not unique")
+
+    state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}))
+    fused = FuseOpsByPattern(
+        _fusion_patterns(vendor_list, state), bind_constants=True, annotate_codegen=False
+    )(imported.mod)
+
+    taken: dict[str, str] = {}
+    for _, func in fused.functions_items():
+        attrs = func.attrs
+        if attrs is not None and "Composite" in attrs and BINDINGS_ATTR in attrs:
+            for binding in str(attrs[BINDINGS_ATTR]).split(","):
+                taken[binding] = str(attrs["Composite"])
+
+    decisions: dict[str, Decision] = {}
+    for binding, op in calls:
+        attempts = state.attempts.get(binding, [])
+        node = imported.node_of.get(binding)
+        rule = taken.get(binding)
+        if rule is not None:
+            vendor_name = rule.split(".", 1)[0]
+            earlier = vendor_list[: [v.name for v in vendor_list].index(vendor_name)]
+            reasons = {v.name: _reason_for(v, op, attempts) for v in earlier}
+            decisions[binding] = Decision(binding, op, node, vendor_name, rule, reasons)
+        else:
+            reasons = {v.name: _reason_for(v, op, attempts) for v in vendor_list}
+            decisions[binding] = Decision(binding, op, node, None, None, reasons)
+    return Annotation(decisions, fused, vendor_list)

@@ -1,0 +1,191 @@
+"""Artifact: a built model that runs, exports to a shared library, and loads back.
+
+An exported ``.so`` carries its own description (inputs, outputs, target,
+partitions) as a Relax function named ``byoc_metadata``, so ``byoc.load``
+needs nothing but the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .errors import ArtifactLoadError, BuildError, InputError, TargetError
+from .frontend import TensorSpec
+from .targets import TargetPreset, resolve_target
+
+METADATA_FUNCTION = "byoc_metadata"
+
+Inputs = Union[Mapping[str, np.ndarray], Sequence[np.ndarray], np.ndarray]
+
+
+def _specs(rows) -> list[TensorSpec]:
+    return [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in rows]
+
+
+class Artifact:
+    """A compiled model.
+
+    ``plan`` is the :class:`~byoc.partitioner.PartitionPlan` it was built
+    from (None for an artifact loaded from disk). ``inputs``/``outputs``
+    describe the ONNX model's tensors, in ONNX order.
+    """
+
+    def __init__(self, executable, metadata: dict, plan=None, target: Optional[TargetPreset] = None,
+                 library=None):
+        self.executable = executable
+        self.metadata = metadata
+        self.plan = plan
+        self.target = target or resolve_target(metadata["target"], metadata.get("mcpu"))
+        self.inputs = _specs(metadata["inputs"])
+        self.outputs = _specs(metadata["outputs"])
+        self._library = library
+        self._library_lock = threading.Lock()
+        self._local = threading.local()
+        self._tmpdir: Optional[str] = None
+
+    # -- export -----------------------------------------------------------------------
+    def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
+        """Write the artifact as a shared library for its target; returns the path.
+
+        An existing file is kept unless ``overwrite=True``.
+        """
+        if self.executable is None:
+            raise BuildError("this artifact was loaded from a file; copy that file instead of exporting")
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise BuildError(f"{str(path)!r} already exists; choose another path or pass overwrite=True")
+        if not path.parent.is_dir():
+            raise BuildError(f"folder {str(path.parent)!r} does not exist")
+        cc = self.target.compiler()
+        # Link into a temporary file first so a failure never leaves a broken file behind.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent, prefix=".byoc-")
+        os.close(fd)
+        try:
+            self.executable.export_library(tmp, cc=cc)
+            os.replace(tmp, path)
+        except Exception as err:
+            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise BuildError(f"exporting for {self.target.name} with {cc} failed: {first}") from err
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    # -- running ----------------------------------------------------------------------
+    def _loaded_library(self):
+        with self._library_lock:
+            if self._library is None:
+                if not self.target.is_host:
+                    raise TargetError(
+                        f"this artifact is built for {self.target.name} and cannot run on this "
+                        f"host; export it, or use run_emulated()"
+                    )
+                self._tmpdir = tempfile.mkdtemp(prefix="byoc-artifact-")
+                weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
+                self._library = _load_library(self.export(Path(self._tmpdir) / "model.so"))
+            return self._library
+
+    def _vm(self):
+        # A VirtualMachine keeps per-call state: one per thread.
+        vm = getattr(self._local, "vm", None)
+        if vm is None:
+            import tvm
+            from tvm import relax
+
+            vm = relax.VirtualMachine(self._loaded_library(), tvm.cpu())
+            self._local.vm = vm
+        return vm
+
+    def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
+        """Inputs as arrays in ONNX order, or an InputError that names the problem."""
+        specs = self.inputs
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        if isinstance(inputs, Mapping):
+            names = [s.name for s in specs]
+            missing = [n for n in names if n not in inputs]
+            unknown = [n for n in inputs if n not in names]
+            if missing or unknown:
+                raise InputError(
+                    f"inputs do not match the model: missing {missing}, unknown {unknown}; "
+                    f"the model's inputs are {names}"
+                )
+            arrays = [inputs[n] for n in names]
+        else:
+            arrays = list(inputs)
+            if len(arrays) != len(specs):
+                raise InputError(
+                    f"the model takes {len(specs)} input(s) ({[s.name for s in specs]}), got {len(arrays)}"
+                )
+        checked = []
+        for spec, value in zip(specs, arrays):
+            array = np.asarray(value)
+            if array.dtype != np.dtype(spec.dtype):
+                raise InputError(
+                    f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}; "
+                    f"convert it with .astype(np.{spec.dtype})"
+                )
+            if tuple(array.shape) != spec.shape:
+                raise InputError(
+                    f"input {spec.name!r} has shape {tuple(array.shape)}, expected {spec.shape}"
+                )
+            checked.append(np.ascontiguousarray(array))
+        return checked
+
+    def run(self, inputs: Inputs) -> list[np.ndarray]:
+        """Run the model; returns numpy arrays in ONNX output order."""
+        import tvm
+
+        arrays = self.check_inputs(inputs)
+        vm = self._vm()
+        result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+        outputs = _flatten(result)
+        return [np.asarray(o.numpy()) for o in outputs]
+
+
+def _flatten(result) -> list:
+    if hasattr(result, "numpy"):
+        return [result]
+    flat = []
+    for item in result:
+        flat.extend(_flatten(item))
+    return flat
+
+
+def _load_library(path: Path):
+    import tvm
+
+    try:
+        return tvm.runtime.load_module(str(path))
+    except Exception as err:
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
+
+
+def load(path: Union[str, os.PathLike]) -> Artifact:
+    """Load an artifact written by :meth:`Artifact.export` (works in a fresh process)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactLoadError(f"artifact not found: {str(path)!r}")
+    library = _load_library(path)
+    try:
+        import tvm
+        from tvm import relax
+
+        vm = relax.VirtualMachine(library, tvm.cpu())
+        metadata = json.loads(str(vm[METADATA_FUNCTION]()))
+    except Exception:
+        raise ArtifactLoadError(
+            f"{str(path)!r} is a TVM library but not a byoc artifact (no {METADATA_FUNCTION}); "
+            "export it with byoc"
+        ) from None
+    return Artifact(None, metadata, plan=None, library=library)

@@ -1,0 +1,139 @@
+"""byoc.build: run each vendor's codegen on its partitions, then build the rest with LLVM.
+
+byoc calls the codegens itself, before TVM's ``RunCodegen``, so that a
+failing codegen is reported with the vendor's name (and, later, so its
+partitions can go back to the host). The ``relax.ext.<vendor>`` global that
+``RunCodegen`` looks up is registered by the library and only hands back
+the modules already built; vendors never touch TVM globals.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Iterable, Mapping, Optional, Sequence, Union
+
+from . import __version__
+from .artifact import METADATA_FUNCTION, Artifact
+from .errors import BuildError, ByocError, CodegenError
+from .graph import UnsupportedConstruct, partition_graph
+from .partitioner import PartitionPlan, partition
+from .targets import TargetPreset, resolve_target
+from .vendor import Vendor
+
+_codegen_lock = threading.Lock()
+_pending_modules: dict[str, list] = {}
+_registered_ext: set[str] = set()
+
+
+def _ensure_ext_registered(vendor: str) -> None:
+    """Register ``relax.ext.<vendor>`` once; it returns the modules built for this build."""
+    import tvm_ffi
+
+    if vendor in _registered_ext:
+        return
+
+    def ext(functions, options, constant_names):
+        return _pending_modules.get(vendor, [])
+
+    tvm_ffi.register_global_func(f"relax.ext.{vendor}", ext, override=True)
+    _registered_ext.add(vendor)
+
+
+def run_codegen(plan: PartitionPlan, vendor: Vendor) -> list:
+    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``."""
+    parts = [p for p in plan.partitions if p.vendor == vendor.name]
+    if not parts:
+        return []
+    try:
+        graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
+    except UnsupportedConstruct as err:
+        raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
+    try:
+        modules = list(vendor.codegen.compile(graphs, dict(vendor.options)))
+    except ByocError:
+        raise
+    except Exception as err:
+        raise CodegenError(
+            f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}: "
+            f"{type(err).__name__}: {err}"
+        ) from err
+    return modules
+
+
+def _metadata(plan: PartitionPlan, target: TargetPreset) -> str:
+    return json.dumps(
+        {
+            "schema": 1,
+            "byoc_version": __version__,
+            "target": target.name,
+            "mcpu": target.mcpu,
+            "inputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.inputs],
+            "outputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.outputs],
+            "partitions": [[p.name, p.vendor] for p in plan.partitions],
+        },
+        sort_keys=True,
+    )
+
+
+def _with_metadata(mod, text: str):
+    import tvm
+    from tvm import relax
+
+    value = tvm.ir.expr.StringImm(text)
+    mod[METADATA_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol", METADATA_FUNCTION)
+    return mod
+
+
+def build(
+    plan_or_model: Union[PartitionPlan, object],
+    vendors: Optional[Iterable] = None,
+    target: Union[str, TargetPreset] = "x86_64",
+    **partition_options,
+) -> Artifact:
+    """Compile a :class:`PartitionPlan` (or a model, partitioned first) into an :class:`Artifact`.
+
+    ``vendors`` is used only when a model is given (default ``["c_source"]``).
+    ``partition_options`` (``min_ops``, ``keep_on_host``, ``input_shapes``)
+    are passed to :func:`byoc.partition` in that case.
+    """
+    import tvm
+    from tvm import relax
+
+    preset = resolve_target(target)
+    if isinstance(plan_or_model, PartitionPlan):
+        if vendors is not None or partition_options:
+            raise ByocError("build() got a PartitionPlan: vendors and partition options were already applied")
+        plan = plan_or_model
+    else:
+        plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), **partition_options)
+    with _codegen_lock:
+        _pending_modules.clear()
+        for vendor in plan.vendors:
+            _ensure_ext_registered(vendor.name)
+            _pending_modules[vendor.name] = run_codegen(plan, vendor)
+        try:
+            mod = relax.transform.RunCodegen()(plan.mod)
+        finally:
+            _pending_modules.clear()
+    mod = _with_metadata(mod, _metadata(plan, preset))
+    try:
+        executable = tvm.compile(mod, target=preset.tvm_target())
+    except Exception as err:  # TVM raises many error types from deep inside
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
+    return Artifact(executable, json.loads(_metadata(plan, preset)), plan=plan, target=preset)
+
+
+def compile(  # noqa: A001 - the public name the product promises
+    model,
+    vendors: Sequence = ("c_source",),
+    target: Union[str, TargetPreset] = "x86_64",
+    *,
+    min_ops: int = 1,
+    keep_on_host: Sequence[str] = (),
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+) -> Artifact:
+    """Partition and build ``model`` in one call; ``artifact.plan`` is the plan."""
+    plan = partition(model, vendors, min_ops=min_ops, keep_on_host=keep_on_host, input_shapes=input_shapes)
+    return build(plan, target=target)

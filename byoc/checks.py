@@ -1,0 +1,114 @@
+"""Building blocks for rule checks, in the spirit of torch.fx's operator_support.
+
+A check takes a :class:`~byoc.vendor.Match` and returns ``SUPPORTED`` or a
+reason. The helpers here read types and attributes off Relax expressions,
+and :func:`all_of` chains checks so the first reason wins.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from .vendor import SUPPORTED, Check, CheckResult, Match
+
+
+def tensor_type(expr):
+    """The Relax TensorType of ``expr``, or None for non-tensors."""
+    from tvm import relax
+
+    ty = getattr(expr, "ty", None)
+    return ty if isinstance(ty, relax.TensorType) else None
+
+
+def static_shape(expr) -> Optional[tuple[int, ...]]:
+    """The static shape of a tensor expression, or None if any dim is symbolic."""
+    ty = tensor_type(expr)
+    if ty is None or ty.shape is None:
+        return None
+    dims = []
+    for d in ty.shape.values:
+        if not isinstance(getattr(d, "value", None), int):
+            return None
+        dims.append(int(d.value))
+    return tuple(dims)
+
+
+def _tensors(expr) -> Iterable:
+    from tvm import relax
+
+    if isinstance(expr, relax.Tuple):
+        for item in expr.fields:
+            yield from _tensors(item)
+    elif tensor_type(expr) is not None:
+        yield expr
+
+
+def match_tensors(match: Match) -> list:
+    """Every tensor argument and result of every call in the match."""
+    out = []
+    for call in match.calls:
+        for arg in call.args:
+            out.extend(_tensors(arg))
+        out.extend(_tensors(call))
+    return out
+
+
+def dtypes(*allowed: str) -> Check:
+    """All tensors of the match have one of ``allowed`` dtypes."""
+
+    def check(match: Match) -> CheckResult:
+        for t in match_tensors(match):
+            dtype = str(tensor_type(t).dtype)
+            if dtype not in allowed:
+                return f"dtype {dtype} not supported ({'/'.join(allowed)} only)"
+        return SUPPORTED
+
+    return check
+
+
+def static_shapes(max_rank: int = 8) -> Check:
+    """All tensors of the match have static shapes of rank <= ``max_rank``."""
+
+    def check(match: Match) -> CheckResult:
+        for t in match_tensors(match):
+            shape = static_shape(t)
+            if shape is None:
+                return "dynamic shape not supported (static shapes only)"
+            if len(shape) > max_rank:
+                return f"rank {len(shape)} > {max_rank} not supported"
+        return SUPPORTED
+
+    return check
+
+
+def attr_equals(op: str, name: str, allowed, what: str = "") -> Check:
+    """Every call to ``op`` in the match has attribute ``name`` in ``allowed``."""
+    allowed = allowed if isinstance(allowed, (tuple, list, set, frozenset)) else (allowed,)
+
+    def check(match: Match) -> CheckResult:
+        for call in calls_of(match, op):
+            value = getattr(call.attrs, name)
+            if value not in allowed:
+                label = what or name
+                return f"{label}={value} not supported"
+        return SUPPORTED
+
+    return check
+
+
+def calls_of(match: Match, op: str) -> list:
+    """The calls in the match whose op is ``op``."""
+    return [c for c in match.calls if c.op.name == op]
+
+
+def all_of(*checks: Check) -> Check:
+    """A check that passes when every check passes; the first reason wins."""
+
+    def check(match: Match) -> CheckResult:
+        for item in checks:
+            result = item(match)
+            if result is not SUPPORTED:
+                return result
+        return SUPPORTED
+
+    return check

@@ -1,0 +1,331 @@
+"""Load an ONNX model, check it, and import it into Relax.
+
+The import keeps what TVM's importer drops: a map from every Relax binding in
+``main`` to the ONNX node (name and op_type) that produced it, so that every
+report can use the user's own node names.
+
+Entry points: :func:`load_model` (bytes/path/ModelProto -> checked ModelProto)
+and :func:`import_model` (-> :class:`ImportedModel`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, shape_inference
+
+from .errors import (
+    DynamicShapeError,
+    ExternalDataError,
+    InvalidModelError,
+    ModelLoadError,
+    ModelNotFoundError,
+    NotOnnxError,
+    TruncatedModelError,
+    UnsupportedOpsError,
+)
+
+ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and dtype of a model input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class OnnxNode:
+    """The ONNX node a Relax binding came from."""
+
+    name: str
+    op_type: str
+
+
+@dataclass
+class ImportedModel:
+    """A model imported into Relax, with the provenance of every binding.
+
+    ``node_of`` maps the name of each binding in ``mod["main"]`` to the ONNX
+    node that produced it. ``model`` is byoc's own checked, shape-inferred copy
+    of the user's model (the user's object is never modified).
+    """
+
+    mod: object  # tvm.IRModule
+    model: onnx.ModelProto
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    node_of: dict[str, OnnxNode] = field(default_factory=dict)
+
+
+# -- loading ------------------------------------------------------------------------
+def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """Read ``source`` into a new ModelProto with external data resolved.
+
+    ``source`` is a path, the serialized bytes, or a ``ModelProto`` (copied,
+    never modified). ``base_dir`` is where external data files live; it
+    defaults to the model file's folder. Raises a :class:`ModelLoadError`
+    subclass that says what is wrong and what to do.
+    """
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)
+        origin = "the given ModelProto"
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        model = _parse(bytes(source), "the given bytes")
+        origin = "the given bytes"
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise ModelNotFoundError(
+                f"model file not found: {str(path)!r}; check the path (it must be an .onnx file)"
+            )
+        origin = str(path)
+        model = _parse(path.read_bytes(), origin)
+        if base_dir is None:
+            base_dir = path.resolve().parent
+    else:
+        raise TypeError(
+            f"expected a path, bytes or onnx.ModelProto, got {type(source).__name__}"
+        )
+    _resolve_external_data(model, base_dir, origin)
+    return model
+
+
+def _parse(data: bytes, origin: str) -> onnx.ModelProto:
+    if not data:
+        raise NotOnnxError(f"{origin} is empty (0 bytes); expected an ONNX model file")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except DecodeError as err:
+        if _looks_like_onnx(data):
+            raise TruncatedModelError(
+                f"{origin} starts like an ONNX model but cannot be parsed ({err}); "
+                "the file is truncated or corrupt: copy or export it again"
+            ) from None
+        raise NotOnnxError(
+            f"{origin} is not an ONNX protobuf ({err}); expected a model saved with onnx.save"
+        ) from None
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise NotOnnxError(
+            f"{origin} is not an ONNX model (no ir_version or graph); "
+            "expected a model saved with onnx.save"
+        )
+    if not model.graph.output:
+        raise TruncatedModelError(
+            f"{origin} has a graph with no outputs; the file is probably truncated: "
+            "copy or export it again"
+        )
+    return model
+
+
+def _looks_like_onnx(data: bytes) -> bool:
+    """ModelProto serializes ir_version (field 1, varint) first: tag 0x08."""
+    return len(data) >= 2 and data[0] == 0x08 and 1 <= data[1] <= 64
+
+
+def _external_tensors(model: onnx.ModelProto):
+    for tensor in external_data_helper._get_all_tensors(model):  # noqa: SLF001 - public in practice
+        if external_data_helper.uses_external_data(tensor):
+            yield tensor
+
+
+def _resolve_external_data(model: onnx.ModelProto, base_dir, origin: str) -> None:
+    tensors = list(_external_tensors(model))
+    if not tensors:
+        return
+    if base_dir is None:
+        raise ExternalDataError(
+            f"{origin} stores weights in external data files; pass base_dir= "
+            "(the folder that holds them) or load the model from its path"
+        )
+    root = Path(base_dir).resolve()
+    for tensor in tensors:
+        location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+        target = (root / location).resolve()
+        if Path(location).is_absolute() or not target.is_relative_to(root):
+            raise ExternalDataError(
+                f"tensor {tensor.name!r} points to external data {location!r} outside the "
+                f"model folder {str(root)!r}; refused for safety: move the data file next "
+                "to the model and re-save it with a relative location"
+            )
+        if not target.is_file():
+            raise ExternalDataError(
+                f"external data file {location!r} for tensor {tensor.name!r} is missing "
+                f"(looked in {str(root)!r}); copy it next to the model"
+            )
+    try:
+        external_data_helper.load_external_data_for_model(model, str(root))
+    except (OSError, ValueError) as err:
+        raise ExternalDataError(f"cannot read external data: {err}") from None
+
+
+# -- checking -----------------------------------------------------------------------
+def _name_nodes(graph: onnx.GraphProto) -> None:
+    """Give every node a unique, non-empty name (reports are keyed by it)."""
+    seen: set[str] = set()
+    for index, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        unique, k = name, 2
+        while unique in seen:
+            unique, k = f"{name}#{k}", k + 1
+        node.name = unique
+        seen.add(unique)
+
+
+def _graph_inputs(graph: onnx.GraphProto):
+    initializers = {t.name for t in graph.initializer}
+    return [vi for vi in graph.input if vi.name not in initializers]
+
+
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+    inputs = {vi.name: vi for vi in _graph_inputs(model.graph)}
+    unknown = sorted(set(input_shapes) - set(inputs))
+    if unknown:
+        raise DynamicShapeError(
+            f"input_shapes names {unknown}, which are not model inputs; inputs are {sorted(inputs)}"
+        )
+    for name, shape in input_shapes.items():
+        dims = inputs[name].type.tensor_type.shape
+        dims.ClearField("dim")
+        for extent in shape:
+            if int(extent) <= 0:
+                raise DynamicShapeError(f"input_shapes[{name!r}] has a non-positive extent: {shape}")
+            dims.dim.add().dim_value = int(extent)
+
+
+def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
+    specs, dynamic = [], []
+    for vi in _graph_inputs(model.graph):
+        ttype = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
+        if not ttype.HasField("shape") or any(not isinstance(d, int) or d <= 0 for d in dims):
+            dynamic.append(f"{vi.name}{dims if ttype.HasField('shape') else ' (unknown rank)'}")
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
+        specs.append(TensorSpec(vi.name, tuple(int(d) for d in dims), dtype))
+    if dynamic:
+        raise DynamicShapeError(
+            "inputs without a static shape: " + ", ".join(dynamic)
+            + "; give their shapes, e.g. input_shapes={'x': [1, 3, 224, 224]} "
+            "(CLI: --input-shape x=1,3,224,224)"
+        )
+    return specs
+
+
+def _check(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InvalidModelError(f"onnx.checker rejected the model: {first}") from None
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as err:  # onnx raises several private error types here
+        first = str(err).strip().splitlines()[0]
+        raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
+
+
+def _check_supported_ops(graph: onnx.GraphProto) -> None:
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    known = set(_get_convert_map()) | {"If", "Constant"}
+    missing = [
+        (n.name, n.op_type, n.domain)
+        for n in graph.node
+        if n.domain not in ("", "ai.onnx") or n.op_type not in known
+    ]
+    if missing:
+        listing = ", ".join(
+            f"{name} ({op}{' in domain ' + dom if dom else ''})" for name, op, dom in missing
+        )
+        kinds = sorted({op for _, op, _ in missing})
+        raise UnsupportedOpsError(
+            f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
+            f"Unsupported op types: {', '.join(kinds)}; replace them in the exporter, "
+            "or decompose them with onnx tools before compiling",
+            missing,
+        )
+
+
+# -- importing ------------------------------------------------------------------------
+def import_model(
+    source: ModelSource,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> ImportedModel:
+    """Load, check and import ``source`` into Relax with weights as constants."""
+    if isinstance(source, ImportedModel):
+        return source
+    model = load_model(source, base_dir)
+    _name_nodes(model.graph)
+    if input_shapes:
+        _apply_input_shapes(model, input_shapes)
+    model = _check(model)
+    inputs = _static_inputs(model)
+    _check_supported_ops(model.graph)
+    mod, node_of = _to_relax(model, inputs)
+    return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of)
+
+
+def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
+    from tvm import relax
+
+    ret = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].body.ty
+    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    specs = []
+    for vi, ty in zip(model.graph.output, fields):
+        shape = tuple(int(d) for d in ty.shape.values) if ty.shape is not None else ()
+        specs.append(TensorSpec(vi.name, shape, str(ty.dtype)))
+    return specs
+
+
+def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
+    import tvm
+    from tvm import relax
+
+    from ._importer import ProvenanceImporter
+
+    opset = next(
+        (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1
+    )
+    importer = ProvenanceImporter(
+        {s.name: list(s.shape) for s in inputs}, {s.name: s.dtype for s in inputs}
+    )
+    try:
+        # TVM's importer prints and warns on its own; a library must not.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            mod = importer.from_onnx(model.graph, opset)
+            node_of = importer.binding_provenance(mod["main"])
+            mod = relax.transform.FoldConstant()(mod)
+    except ModelLoadError:
+        raise
+    except (tvm.error.TVMError, ValueError, TypeError, KeyError, AttributeError,
+            NotImplementedError, IndexError, AssertionError) as err:
+        node = importer.current_node
+        where = f" at node {node.name!r} ({node.op_type})" if node else ""
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(
+            f"TVM could not import the model{where}: {first}; "
+            "this op or attribute combination is not supported by TVM's ONNX importer"
+        ) from None
+    kept = {b.var.name for block in mod["main"].body.blocks for b in block.bindings}
+    return mod, {name: node for name, node in node_of.items() if name in kept}

@@ -1,0 +1,196 @@
+"""A plain-Python view of one partition, for codegens.
+
+TVM hands a codegen a Relax function whose body calls composite functions,
+which in turn call ops. Codegens want something flatter: a list of op calls
+in execution order, each with its input and output tensors, its attributes
+as Python values, and the rule that took it. :func:`partition_graph` builds
+that view; both reference codegens (C source and JSON runtime) use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from ._tvm import const_array, is_prim_value, is_tensor_const
+
+
+@dataclass
+class Tensor:
+    """A value in the partition: an input, a constant, or an op result."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # "input" | "const" | "op"
+    data: Optional[np.ndarray] = field(default=None, repr=False)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass
+class OpCall:
+    """One op call: ``op`` is the Relax op name (``"relax.nn.conv2d"``).
+
+    ``attrs`` holds the op's attributes plus its non-tensor arguments under
+    their argument names (``min``/``max`` of clip, ``shape`` of reshape).
+    ``rule`` is the vendor rule that took this op and ``group`` numbers the
+    composite (pattern match) it belongs to.
+    """
+
+    op: str
+    inputs: list[Tensor]
+    output: Tensor
+    attrs: dict[str, Any]
+    rule: str
+    group: int
+
+
+@dataclass
+class PartitionGraph:
+    """A partition as a flat graph: ``symbol`` is the function to export."""
+
+    symbol: str
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    ops: list[OpCall]
+    function: Any = field(repr=False, default=None)
+
+    @property
+    def constants(self) -> list[Tensor]:
+        seen: dict[int, Tensor] = {}
+        for call in self.ops:
+            for t in call.inputs:
+                if t.kind == "const":
+                    seen.setdefault(t.id, t)
+        return list(seen.values())
+
+
+class UnsupportedConstruct(Exception):
+    """The partition holds a construct the flat view cannot express."""
+
+
+def _python_value(value):
+    """TVM attribute values (IntImm, FloatImm, arrays, strings) as Python values."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(getattr(value, "value", None), (int, float)):
+        return value.value
+    if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
+        return tuple(_python_value(v) for v in value)
+    return str(value)
+
+
+def attrs_dict(attrs) -> dict[str, Any]:
+    """An op's attribute node as a dict of Python values."""
+    if attrs is None:
+        return {}
+    out = {}
+    for key in dir(attrs):
+        if key.startswith("_") or key in ("id_",):
+            continue
+        value = getattr(attrs, key)
+        if callable(value):
+            continue
+        out[key] = _python_value(value)
+    return out
+
+
+def _static_shape(ty) -> tuple[int, ...]:
+    if ty.shape is None:
+        raise UnsupportedConstruct("a tensor of unknown rank")
+    dims = []
+    for d in ty.shape.values:
+        if not hasattr(d, "value"):
+            raise UnsupportedConstruct(f"a symbolic dimension {d}")
+        dims.append(int(d.value))
+    return tuple(dims)
+
+
+class _Builder:
+    def __init__(self):
+        self.next_id = 0
+        self.const_ids: dict[Any, Tensor] = {}
+
+    def tensor(self, ty, kind, data=None) -> Tensor:
+        t = Tensor(self.next_id, _static_shape(ty), str(ty.dtype), kind, data)
+        self.next_id += 1
+        return t
+
+    def constant(self, const) -> Tensor:
+        if const not in self.const_ids:
+            self.const_ids[const] = self.tensor(const.ty, "const", const_array(const))
+        return self.const_ids[const]
+
+
+def partition_graph(func, symbol: str) -> PartitionGraph:
+    """Flatten a merged partition function (as given to ``relax.ext.*``)."""
+    from tvm import ir, relax
+
+    builder = _Builder()
+    env: dict[Any, Any] = {}
+    inputs = []
+    for param in func.params:
+        t = builder.tensor(param.ty, "input")
+        env[param] = t
+        inputs.append(t)
+    ops: list[OpCall] = []
+    group = 0
+
+    def value_of(expr, local_env):
+        if is_tensor_const(expr):
+            return builder.constant(expr)
+        if isinstance(expr, relax.Var):
+            if expr not in local_env:
+                raise UnsupportedConstruct(f"an unbound variable {expr.name}")
+            return local_env[expr]
+        if isinstance(expr, relax.Tuple):
+            return [value_of(f, local_env) for f in expr.fields]
+        if isinstance(expr, relax.TupleGetItem):
+            return value_of(expr.tuple_value, local_env)[expr.index]
+        raise UnsupportedConstruct(f"an expression of type {type(expr).__name__}")
+
+    def run_body(seq, local_env, rule):
+        for block in seq.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Function):
+                    local_env[binding.var] = value
+                elif isinstance(value, relax.Call) and isinstance(value.op, ir.Op):
+                    local_env[binding.var] = emit_op(value, binding.var, local_env, rule)
+                elif isinstance(value, relax.Call) and value.op in local_env:
+                    local_env[binding.var] = call_composite(local_env[value.op], value.args, local_env)
+                else:
+                    local_env[binding.var] = value_of(value, local_env)
+        return value_of(seq.body, local_env)
+
+    def emit_op(call, var, local_env, rule):
+        tensors, attrs = [], attrs_dict(call.attrs)
+        names = [a.name for a in call.op.arguments]
+        for index, arg in enumerate(call.args):
+            if is_prim_value(arg) or isinstance(arg, relax.ShapeExpr):
+                key = names[index] if index < len(names) else f"arg{index}"
+                attrs[key] = _python_value(arg.values if isinstance(arg, relax.ShapeExpr) else arg)
+            else:
+                value = value_of(arg, local_env)
+                tensors.extend(value if isinstance(value, list) else [value])
+        if isinstance(var.ty, relax.TupleType):
+            raise UnsupportedConstruct(f"{call.op.name} with several results")
+        out = builder.tensor(var.ty, "op")
+        ops.append(OpCall(call.op.name, tensors, out, attrs, rule, group))
+        return out
+
+    def call_composite(composite, args, local_env):
+        nonlocal group
+        local = {p: value_of(a, local_env) for p, a in zip(composite.params, args)}
+        result = run_body(composite.body, local, str(composite.attrs["Composite"]))
+        group += 1
+        return result
+
+    result = run_body(func.body, env, rule="")
+    outputs = result if isinstance(result, list) else [result]
+    return PartitionGraph(symbol, inputs, outputs, ops, func)

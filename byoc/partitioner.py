@@ -1,0 +1,221 @@
+"""Merge per-op decisions into partitions and apply the policies.
+
+``MergeCompositeFunctions`` (TVM, cycle-safe) groups each vendor's composite
+functions into regions. byoc then applies ``min_ops``: a region with fewer
+op calls goes back to the host with the reason "below min_ops", and the
+whole annotate+merge runs again (another vendor may now claim those ops)
+until no region is too small. Every pass only adds demotions, so it ends.
+
+Partitions are named ``<vendor>_<index>`` in the order the host program
+calls them; that name is also the exported symbol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional, Sequence
+
+from ._tvm import const_array, is_tensor_const
+from .annotator import BINDINGS_ATTR, Annotation, Decision, annotate
+from .errors import ByocError
+from .frontend import ImportedModel, TensorSpec, import_model
+from .vendor import Vendor
+
+
+@dataclass(frozen=True)
+class BoundaryTensor:
+    """A tensor crossing a partition boundary; ``source`` names its producer.
+
+    ``source`` is an ONNX graph input name, or the name of the ONNX node whose
+    result it is.
+    """
+
+    source: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return TensorSpec(self.source, self.shape, self.dtype).nbytes
+
+
+@dataclass
+class Partition:
+    """One subgraph handed to one vendor."""
+
+    name: str
+    vendor: str
+    bindings: list[str]
+    onnx_nodes: list[str]
+    ops: list[str]
+    rules: list[str]
+    inputs: list[BoundaryTensor]
+    outputs: list[BoundaryTensor]
+    constant_bytes: int
+    global_var: object = field(repr=False, default=None)
+
+    @property
+    def boundary_bytes(self) -> int:
+        """Bytes that cross the boundary per call (inputs plus outputs)."""
+        return sum(t.nbytes for t in self.inputs) + sum(t.nbytes for t in self.outputs)
+
+
+@dataclass
+class PartitionPlan:
+    """The result of :func:`partition`: where every op goes, and the cut module."""
+
+    imported: ImportedModel
+    vendors: list[Vendor]
+    partitions: list[Partition]
+    decisions: dict[str, Decision]
+    mod: object  # tvm.IRModule: host ops in main, one Codegen function per partition
+    min_ops: int = 1
+    keep_on_host: tuple = ()
+
+    @property
+    def host_ops(self) -> list[Decision]:
+        return [d for d in self.decisions.values() if d.on_host]
+
+    @property
+    def offloaded_ops(self) -> int:
+        return sum(1 for d in self.decisions.values() if not d.on_host)
+
+    def partition(self, name: str) -> Partition:
+        for part in self.partitions:
+            if part.name == name:
+                return part
+        raise KeyError(f"no partition named {name!r}; partitions: {[p.name for p in self.partitions]}")
+
+
+def _region_bindings(func) -> list[str]:
+    """Names of the original bindings inside one merged (Codegen) function."""
+    from tvm import relax
+
+    names: list[str] = []
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function) and value.attrs is not None and BINDINGS_ATTR in value.attrs:
+                names.extend(str(value.attrs[BINDINGS_ATTR]).split(","))
+    return names
+
+
+def _constant_bytes(func) -> int:
+    from tvm import relax
+
+    seen: dict = {}
+
+    def visit(expr):
+        if is_tensor_const(expr):
+            seen[expr] = const_array(expr).nbytes
+
+    relax.analysis.post_order_visit(func, visit)
+    return sum(seen.values())
+
+
+def _tensor_types(ty) -> list:
+    from tvm import relax
+
+    if isinstance(ty, relax.TupleType):
+        return [f for field_ty in ty.fields for f in _tensor_types(field_ty)]
+    return [ty]
+
+
+def _shape_of(ty) -> tuple[int, ...]:
+    return tuple(int(d) for d in ty.shape.values)
+
+
+def _merged_regions(mod) -> list[tuple[object, object]]:
+    """``(call binding, GlobalVar)`` per Codegen function, in call order."""
+    from tvm import relax
+
+    regions = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
+                func = mod[value.op]
+                if func.attrs is not None and "Codegen" in func.attrs:
+                    regions.append((binding, value.op))
+    return regions
+
+
+def _source_names(imported: ImportedModel, main) -> dict[str, str]:
+    """Main var name -> ONNX input name or producing node name."""
+    names = {p.name: spec.name for p, spec in zip(main.params, imported.inputs)}
+    names.update({b: n.name for b, n in imported.node_of.items()})
+    return names
+
+
+def partition(
+    model,
+    vendors: Iterable = ("c_source",),
+    *,
+    min_ops: int = 1,
+    keep_on_host: Sequence[str] = (),
+    input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+) -> PartitionPlan:
+    """Annotate ``model`` for ``vendors`` and cut it into partitions.
+
+    ``model`` is a path, bytes, ``ModelProto`` or :class:`ImportedModel`.
+    ``vendors`` are in priority order. ``min_ops`` is the smallest number of
+    op calls a partition may have; ``keep_on_host`` lists ONNX node names or
+    op types that stay on the host.
+    """
+    from tvm.relax.transform import MergeCompositeFunctions
+
+    if int(min_ops) < 1:
+        raise ByocError(f"min_ops must be at least 1, got {min_ops}")
+    imported = import_model(model, input_shapes=input_shapes)
+    demoted: dict[tuple[str, str], str] = {}
+    while True:
+        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted)
+        merged = MergeCompositeFunctions()(annotation.fused)
+        too_small = []
+        for _, gvar in _merged_regions(merged):
+            func = merged[gvar]
+            bindings = [b for b in _region_bindings(func) if b in annotation.decisions]
+            if len(bindings) < min_ops:
+                too_small.append((str(func.attrs["Codegen"]), bindings))
+        if not too_small:
+            break
+        for vendor, bindings in too_small:
+            reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
+            for binding in bindings:
+                demoted[(vendor, binding)] = reason
+    return _plan(imported, annotation, merged, min_ops, tuple(keep_on_host))
+
+
+def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
+    sources = _source_names(imported, imported.mod["main"])
+    counters: dict[str, int] = {}
+    partitions = []
+    for binding, gvar in _merged_regions(merged):
+        func = merged[gvar]
+        vendor = str(func.attrs["Codegen"])
+        index = counters.get(vendor, 0)
+        counters[vendor] = index + 1
+        name = f"{vendor}_{index}"
+        merged.update_func(gvar, func.with_attr("global_symbol", name))
+        inside = set(_region_bindings(func))
+        bindings = [b for b in annotation.decisions if b in inside]  # program order
+        decisions = [annotation.decisions[b] for b in bindings]
+        nodes = list(dict.fromkeys(d.node.name for d in decisions if d.node is not None))
+        inputs = [
+            BoundaryTensor(sources.get(arg.name, arg.name), _shape_of(ty), str(ty.dtype))
+            for arg in binding.value.args
+            for ty in _tensor_types(arg.ty)
+        ]
+        out_name = sources.get(binding.var.name, name)
+        outputs = [
+            BoundaryTensor(out_name if len(_tensor_types(func.ret_ty)) == 1 else f"{name}:{i}",
+                           _shape_of(ty), str(ty.dtype))
+            for i, ty in enumerate(_tensor_types(func.ret_ty))
+        ]
+        partitions.append(Partition(
+            name=name, vendor=vendor, bindings=bindings, onnx_nodes=nodes,
+            ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),
+            inputs=inputs, outputs=outputs, constant_bytes=_constant_bytes(func), global_var=gvar,
+        ))
+    return PartitionPlan(imported, annotation.vendors, partitions, annotation.decisions, merged,
+                         min_ops, keep_on_host)

@@ -1,0 +1,1 @@
+"""Reference external codegens, installed as ``byoc.codegens``."""

@@ -1,0 +1,35 @@
+"""The C-source codegen: partitions become plain C compiled into the artifact.
+
+The emitted C is packaged with ``runtime.CSourceModuleCreate`` so TVM's
+``export_library`` compiles it with the host or cross C compiler, next to the
+host kernels. See :mod:`.emitter` for the layout of the source.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .emitter import OP_EMITTERS, OpEmitter, emit_source, float_literal, kernels_source
+
+__all__ = ["CSourceCodegen", "OP_EMITTERS", "emit_source", "float_literal", "kernels_source"]
+
+
+class CSourceCodegen:
+    """Codegen that emits one C source module for all of a vendor's partitions.
+
+    Subclasses may extend :attr:`emitters` (Relax op name -> emitter) to add
+    ops; the rules decide what is offloaded, the emitters only how.
+    """
+
+    emitters: Mapping[str, OpEmitter] = OP_EMITTERS
+
+    def source(self, partitions: Sequence) -> str:
+        """The C source for ``partitions`` (``byoc.graph.PartitionGraph``)."""
+        return emit_source(partitions, dict(self.emitters))
+
+    def compile(self, partitions: Sequence, options: Mapping) -> list:
+        import tvm
+
+        create = tvm.get_global_func("runtime.CSourceModuleCreate")
+        code = self.source(partitions)
+        return [create(code, "c", [p.symbol for p in partitions], [])]

@@ -1,0 +1,403 @@
+"""Emit one C99 translation unit for a vendor's partitions.
+
+Layout of the emitted source:
+
+1. the reference kernels (``byoc_kernels.h``, pasted so the source needs no
+   include path, which matters for cross compilers);
+2. the few tvm-ffi ABI structs the entry points read (DLPack and TVMFFIAny
+   are ABI-stable, so they are declared here rather than included);
+3. constants as decimal float literals (``%.9g`` round-trips float32 and is
+   the same text on little- and big-endian targets);
+4. per partition, a body function over raw float pointers, and an entry
+   point ``__tvm_ffi_<symbol>`` (tvm-ffi safe-call ABI, ``extern "C"``)
+   that checks every argument before calling the body.
+
+Identifiers are generated from counters; no model name reaches the source.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+from typing import Callable, Sequence
+
+import numpy as np
+
+from byoc.graph import OpCall, PartitionGraph, Tensor
+
+_ABI = r"""
+/* tvm-ffi safe-call ABI (tvm/ffi/c_api.h, dlpack.h): only what is read here. */
+typedef struct { int32_t device_type; int32_t device_id; } byoc_device;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } byoc_dtype;
+typedef struct {
+  void* data; byoc_device device; int32_t ndim; byoc_dtype dtype;
+  int64_t* shape; int64_t* strides; uint64_t byte_offset;
+} byoc_dltensor;
+typedef struct { int32_t type_index; uint32_t zero_padding; union { int64_t v_int64; void* v_ptr; } v; } byoc_any;
+#define BYOC_FFI_DLTENSOR_PTR 7
+#define BYOC_FFI_TENSOR 70
+#define BYOC_FFI_OBJECT_HEADER 24 /* sizeof(TVMFFIObject) on every 64-bit target */
+#ifdef __cplusplus
+extern "C" {
+#endif
+void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n);
+#ifdef __cplusplus
+}
+#endif
+
+static int byoc_fail(const char* kind, const char* symbol, const char* what) {
+  const char* parts[3];
+  parts[0] = symbol; parts[1] = ": "; parts[2] = what;
+  TVMFFIErrorSetRaisedFromCStrParts(kind, parts, 3);
+  return -1;
+}
+
+/* The float32 data of argument `i`, checked against the expected shape. */
+static float* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndim,
+                       const char* symbol, int* error) {
+  const byoc_dltensor* t = NULL;
+  int d;
+  int64_t expect = 1;
+  if (args[i].type_index == BYOC_FFI_DLTENSOR_PTR) {
+    t = (const byoc_dltensor*)args[i].v.v_ptr;
+  } else if (args[i].type_index == BYOC_FFI_TENSOR) {
+    t = (const byoc_dltensor*)((const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER);
+  }
+  if (t == NULL) { *error = byoc_fail("TypeError", symbol, "an argument is not a tensor"); return NULL; }
+  if (t->device.device_type != 1) { *error = byoc_fail("ValueError", symbol, "a tensor is not on the CPU"); return NULL; }
+  if (t->dtype.code != 2 || t->dtype.bits != 32 || t->dtype.lanes != 1) {
+    *error = byoc_fail("TypeError", symbol, "a tensor is not float32"); return NULL;
+  }
+  if (t->ndim != ndim) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong rank"); return NULL; }
+  for (d = ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != shape[d]) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong shape"); return NULL; }
+    if (t->strides != NULL && t->shape[d] != 1 && t->strides[d] != expect) {
+      *error = byoc_fail("ValueError", symbol, "a tensor is not contiguous"); return NULL;
+    }
+    expect *= shape[d];
+  }
+  return (float*)((char*)t->data + t->byte_offset);
+}
+"""
+
+
+def kernels_source() -> str:
+    """The text of the reference kernel header."""
+    return resources.files(__package__).joinpath("byoc_kernels.h").read_text()
+
+
+def float_literal(value: float) -> str:
+    """A C float literal with the exact float32 value, for any byte order."""
+    value = float(value)
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    text = f"{np.float32(value):.9g}"
+    if not any(c in text for c in ".en"):
+        text += ".0"
+    return text + "f"
+
+
+def _int_list(values: Sequence[int]) -> str:
+    return ", ".join(str(int(v)) for v in values) or "0"
+
+
+class _Unit:
+    """Accumulates one source file: constants, shapes, and functions."""
+
+    def __init__(self):
+        self.decls: list[str] = []
+        self.counter = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def shape(self, shape: Sequence[int]) -> str:
+        name = self.fresh("byoc_shape")
+        self.decls.append(f"static const int64_t {name}[] = {{{_int_list(shape)}}};")
+        return name
+
+    def constant(self, tensor: Tensor) -> str:
+        name = self.fresh("byoc_const")
+        flat = np.asarray(tensor.data, dtype=np.float32).reshape(-1)
+        rows = [", ".join(float_literal(v) for v in flat[i : i + 8]) for i in range(0, flat.size, 8)]
+        body = ",\n  ".join(rows) if rows else "0.0f"
+        self.decls.append(f"static const float {name}[{max(flat.size, 1)}] = {{\n  {body}\n}};")
+        return name
+
+
+OpEmitter = Callable[["_Body", OpCall], None]
+
+
+class _Body:
+    """Emits the statements of one partition body."""
+
+    def __init__(self, unit: _Unit, graph: PartitionGraph, names: dict[int, str]):
+        self.unit, self.graph, self.names = unit, graph, names
+        self.lines: list[str] = []
+        self.skip: set[int] = set()
+        self.referenced: set[str] = set()
+
+    def ref(self, tensor: Tensor) -> str:
+        name = self.names[tensor.id]
+        self.referenced.add(name)
+        return name
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+
+def _unary(kind: str, low="0.0f", high="0.0f"):
+    def emit(body: _Body, call: OpCall) -> None:
+        lo = float_literal(call.attrs["min"]) if "min" in call.attrs else low
+        hi = float_literal(call.attrs["max"]) if "max" in call.attrs else high
+        body.emit(f"byoc_k_unary({kind}, {body.ref(call.inputs[0])}, {body.ref(call.output)}, "
+                  f"{call.output.size}, {lo}, {hi});")
+    return emit
+
+
+def _binary(kind: str):
+    def emit(body: _Body, call: OpCall) -> None:
+        a, b, out = call.inputs[0], call.inputs[1], call.output
+        body.emit(
+            f"byoc_k_binary({kind}, {body.ref(a)}, {body.unit.shape(a.shape)}, {len(a.shape)}, "
+            f"{body.ref(b)}, {body.unit.shape(b.shape)}, {len(b.shape)}, {body.ref(out)}, "
+            f"{body.unit.shape(out.shape)}, {len(out.shape)});"
+        )
+    return emit
+
+
+def _matmul(body: _Body, call: OpCall) -> None:
+    a, b, out = call.inputs[0], call.inputs[1], call.output
+    body.emit(
+        f"byoc_k_matmul({body.ref(a)}, {body.unit.shape(a.shape)}, {len(a.shape)}, {body.ref(b)}, "
+        f"{body.unit.shape(b.shape)}, {len(b.shape)}, {body.ref(out)}, {body.unit.shape(out.shape)}, "
+        f"{len(out.shape)});"
+    )
+
+
+def _fusable_tail(body: _Body, index: int, conv: OpCall) -> tuple[str, int, Tensor]:
+    """Bias and relu that directly follow a conv in the same composite."""
+    ops, bias, relu, current = body.graph.ops, "NULL", 0, conv.output
+    nxt = index + 1
+    if nxt < len(ops) and ops[nxt].group == conv.group and ops[nxt].op == "relax.add":
+        add = ops[nxt]
+        other = [t for t in add.inputs if t.id != current.id]
+        if len(other) == 1 and other[0].kind == "const" and other[0].size == conv.output.shape[1] \
+                and add.output.shape == conv.output.shape and current.id in [t.id for t in add.inputs]:
+            bias, current = body.ref(other[0]), add.output
+            body.skip.add(nxt)
+            nxt += 1
+    if nxt < len(ops) and ops[nxt].group == conv.group and ops[nxt].op == "relax.nn.relu" \
+            and ops[nxt].inputs[0].id == current.id:
+        relu, current = 1, ops[nxt].output
+        body.skip.add(nxt)
+    return bias, relu, current
+
+
+def _conv2d(body: _Body, call: OpCall, index: int) -> None:
+    x, w = call.inputs[0], call.inputs[1]
+    bias, relu, out = _fusable_tail(body, index, call)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    _, _, oh, ow = call.output.shape
+    a = call.attrs
+    sh, sw = a["strides"]
+    pt, pl = a["padding"][0], a["padding"][1]
+    dh, dw = a["dilation"]
+    body.emit(
+        f"byoc_k_conv2d({body.ref(x)}, {body.ref(w)}, {bias}, {body.ref(out)}, {n}, {c}, {h}, {wd}, "
+        f"{o}, {kh}, {kw}, {oh}, {ow}, {sh}, {sw}, {pt}, {pl}, {dh}, {dw}, {a['groups']}, {relu});"
+    )
+
+
+def _pool(kind: str):
+    def emit(body: _Body, call: OpCall) -> None:
+        x, out, a = call.inputs[0], call.output, call.attrs
+        n, c, h, wd = x.shape
+        oh, ow = out.shape[2], out.shape[3]
+        kh, kw = a["pool_size"]
+        sh, sw = a["strides"]
+        pt, pl, pb, pr = a["padding"]
+        if kind == "max":
+            dh, dw = a["dilation"]
+            body.emit(f"byoc_k_maxpool2d({body.ref(x)}, {body.ref(out)}, {n}, {c}, {h}, {wd}, {oh}, {ow}, "
+                      f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {dh}, {dw});")
+        else:
+            body.emit(f"byoc_k_avgpool2d({body.ref(x)}, {body.ref(out)}, {n}, {c}, {h}, {wd}, {oh}, {ow}, "
+                      f"{kh}, {kw}, {sh}, {sw}, {pt}, {pl}, {pb}, {pr}, {int(bool(a['count_include_pad']))});")
+    return emit
+
+
+def _axis(axis: int, ndim: int) -> int:
+    return axis + ndim if axis < 0 else axis
+
+
+def _mean(body: _Body, call: OpCall) -> None:
+    x = call.inputs[0]
+    ndim = len(x.shape)
+    axes = call.attrs.get("axis")
+    reduce = [1] * ndim if axes is None else [0] * ndim
+    for axis in axes or ():
+        reduce[_axis(axis, ndim)] = 1
+    flags = body.unit.fresh("byoc_axes")
+    body.unit.decls.append(f"static const int {flags}[] = {{{_int_list(reduce)}}};")
+    body.emit(f"byoc_k_mean({body.ref(x)}, {body.unit.shape(x.shape)}, {ndim}, {flags}, {body.ref(call.output)});")
+
+
+def _outer_inner(shape: Sequence[int], axis: int) -> tuple[int, int]:
+    return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis + 1 :], dtype=np.int64))
+
+
+def _softmax(body: _Body, call: OpCall) -> None:
+    x = call.inputs[0]
+    axis = _axis(call.attrs["axis"], len(x.shape))
+    outer, inner = _outer_inner(x.shape, axis)
+    body.emit(f"byoc_k_softmax({body.ref(x)}, {body.ref(call.output)}, {outer}, {x.shape[axis]}, {inner});")
+
+
+def _copy(body: _Body, call: OpCall) -> None:
+    body.emit(f"memcpy({body.ref(call.output)}, {body.ref(call.inputs[0])}, "
+              f"sizeof(float) * (size_t){call.output.size});")
+
+
+def _concat(body: _Body, call: OpCall) -> None:
+    out = call.output
+    axis = _axis(call.attrs["axis"], len(out.shape))
+    outer, inner = _outer_inner(out.shape, axis)
+    srcs = body.unit.fresh("byoc_srcs")
+    lens = body.unit.shape([t.shape[axis] for t in call.inputs])
+    body.emit(f"{{ const float* {srcs}[{len(call.inputs)}];")
+    for i, t in enumerate(call.inputs):
+        body.emit(f"  {srcs}[{i}] = {body.ref(t)};")
+    body.emit(f"  byoc_k_concat({srcs}, {lens}, {len(call.inputs)}, {body.ref(out)}, {outer}, {inner}); }}")
+
+
+def _transpose(body: _Body, call: OpCall) -> None:
+    x = call.inputs[0]
+    axes = call.attrs.get("axes")
+    perm = list(reversed(range(len(x.shape)))) if axes is None else [_axis(a, len(x.shape)) for a in axes]
+    body.emit(f"byoc_k_transpose({body.ref(x)}, {body.unit.shape(x.shape)}, {len(x.shape)}, "
+              f"{body.unit.shape(perm)}, {body.ref(call.output)});")
+
+
+#: Relax op name -> emitter. A vendor codegen built on this one may extend it.
+OP_EMITTERS: dict[str, OpEmitter] = {
+    "relax.add": _binary("BYOC_ADD"),
+    "relax.subtract": _binary("BYOC_SUB"),
+    "relax.multiply": _binary("BYOC_MUL"),
+    "relax.divide": _binary("BYOC_DIV"),
+    "relax.nn.relu": _unary("BYOC_RELU"),
+    "relax.sigmoid": _unary("BYOC_SIGMOID"),
+    "relax.tanh": _unary("BYOC_TANH"),
+    "relax.clip": _unary("BYOC_CLIP"),
+    "relax.matmul": _matmul,
+    "relax.nn.max_pool2d": _pool("max"),
+    "relax.nn.avg_pool2d": _pool("avg"),
+    "relax.mean": _mean,
+    "relax.nn.softmax": _softmax,
+    "relax.reshape": _copy,
+    "relax.concat": _concat,
+    "relax.permute_dims": _transpose,
+}
+
+
+class UnsupportedOp(Exception):
+    """The emitter has no C for this op (a rule offloaded what it cannot emit)."""
+
+
+def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter]) -> str:
+    fn = unit.fresh("byoc_body")
+    names: dict[int, str] = {}
+    for i, t in enumerate(graph.inputs):
+        names[t.id] = f"in[{i}]"
+    for t in graph.constants:
+        names[t.id] = f"(float*){unit.constant(t)}"
+    outputs_by_id: dict[int, int] = {}
+    for i, t in enumerate(graph.outputs):
+        outputs_by_id.setdefault(t.id, i)
+    temps = []
+    for call in graph.ops:
+        if call.output.id in outputs_by_id:
+            names[call.output.id] = f"out[{outputs_by_id[call.output.id]}]"
+        else:
+            temp = unit.fresh("t")
+            names[call.output.id] = temp
+            temps.append((temp, call.output.size))
+    body = _Body(unit, graph, names)
+    for index, call in enumerate(graph.ops):
+        if index in body.skip:
+            continue
+        if call.op == "relax.nn.conv2d":
+            _conv2d(body, call, index)
+        elif call.op in emitters:
+            emitters[call.op](body, call)
+        else:
+            raise UnsupportedOp(f"no C emitter for {call.op} (rule {call.rule})")
+    # Outputs that are not produced by an op here (an input passed through,
+    # or one tensor returned twice) are copied.
+    for i, t in enumerate(graph.outputs):
+        if names.get(t.id) != f"out[{i}]":
+            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof(float) * (size_t){t.size});")
+    # Fused ops leave some temporaries unused: allocate only the ones written.
+    used = [(t, size) for t, size in temps if t in body.referenced]
+    lines = [f"static int {fn}(float* const* in, float* const* out) {{", "  int status = 0;"]
+    lines += [f"  float* {t} = (float*)malloc(sizeof(float) * (size_t){max(size, 1)});" for t, size in used]
+    if used:
+        lines.append("  if (" + " || ".join(f"!{t}" for t, _ in used) + ") { status = -2; goto done; }")
+    lines += body.lines
+    if used:
+        lines.append("done:")
+    lines += [f"  free({t});" for t, _ in used]
+    lines += ["  return status;", "}"]
+    unit.decls.append("\n".join(lines))
+    return fn
+
+
+def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
+    symbol = graph.symbol
+    tensors = list(graph.inputs) + list(graph.outputs)
+    sym_lit = unit.fresh("byoc_symbol")
+    unit.decls.append(f'static const char {sym_lit}[] = "{symbol}";')
+    shapes = [unit.shape(t.shape) for t in tensors]
+    lines = [
+        f"int __tvm_ffi_{symbol}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
+        f"  float* in[{max(len(graph.inputs), 1)}];",
+        f"  float* out[{max(len(graph.outputs), 1)}];",
+        "  int error = 0;",
+        "  int status;",
+        "  (void)self; (void)result;",
+        f"  if (num_args != {len(tensors)}) return byoc_fail(\"TypeError\", {sym_lit}, "
+        f"\"expected {len(graph.inputs)} input and {len(graph.outputs)} output tensors\");",
+    ]
+    for i, t in enumerate(tensors):
+        slot = f"in[{i}]" if i < len(graph.inputs) else f"out[{i - len(graph.inputs)}]"
+        lines.append(f"  {slot} = byoc_arg(args, {i}, {shapes[i]}, {len(t.shape)}, {sym_lit}, &error);")
+        lines.append("  if (error) return error;")
+    lines += [
+        f"  status = {body_fn}(in, out);",
+        f"  if (status == -2) return byoc_fail(\"MemoryError\", {sym_lit}, \"out of memory for intermediate tensors\");",
+        "  return status;",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def emit_source(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter] | None = None) -> str:
+    """One C source holding every partition in ``graphs``."""
+    emitters = OP_EMITTERS if emitters is None else emitters
+    unit = _Unit()
+    entries = [_entry(unit, g, _partition(unit, g, emitters)) for g in graphs]
+    parts = [
+        "/* Generated by byoc's c_source codegen. Do not edit. */",
+        kernels_source(),
+        _ABI,
+        *unit.decls,
+        '#ifdef __cplusplus\nextern "C" {\n#endif',
+        *entries,
+        "#ifdef __cplusplus\n}\n#endif",
+        "",
+    ]
+    return "\n\n".join(parts)
