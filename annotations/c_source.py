@@ -21,10 +21,6 @@ def _conv_layouts(match: Match):
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
             return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
-        if a.out_dtype not in ("", "void", "float32", None) and str(a.out_dtype) not in ("", "void", "float32"):
-            return f"out_dtype {a.out_dtype} not supported"
-        if len(static_shape(call.args[0]) or ()) != 4:
-            return "conv2d input must be 4-D"
     return SUPPORTED
 
 
@@ -50,14 +46,6 @@ def _avg_pool_limits(match: Match):
             return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
         if call.attrs.ceil_mode:
             return "ceil_mode=1 not supported for average pooling"
-    return SUPPORTED
-
-
-def _matmul_ranks(match: Match):
-    for call in calls_of(match, "relax.matmul"):
-        ranks = [len(static_shape(a) or ()) for a in call.args]
-        if min(ranks) < 1:
-            return "matmul of a scalar not supported"
     return SUPPORTED
 
 
@@ -93,8 +81,8 @@ RULES = (
     PatternRule(f"{NAME}.conv2d_bias", _conv_pattern(True, False), _conv_bias_check),
     PatternRule(f"{NAME}.conv2d_relu", _conv_pattern(False, True), _conv_check),
     OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", _conv_check),
-    PatternRule(f"{NAME}.matmul_bias", _matmul_bias_pattern, all_of(_base, _matmul_ranks)),
-    OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
+    PatternRule(f"{NAME}.matmul_bias", _matmul_bias_pattern, _base),
+    OpRule(f"{NAME}.matmul", "relax.matmul", _base),
     OpRule(f"{NAME}.add", "relax.add", _base),
     OpRule(f"{NAME}.subtract", "relax.subtract", _base),
     OpRule(f"{NAME}.multiply", "relax.multiply", _base),

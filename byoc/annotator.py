@@ -47,6 +47,7 @@ class Decision:
     vendor: Optional[str] = None
     rule: Optional[str] = None
     reasons: Mapping[str, str] = field(default_factory=dict)
+    rejections: tuple = ()  # every (rule, reason) that declined a match holding this op
 
     @property
     def target(self) -> str:
@@ -246,14 +247,15 @@ def annotate(
     decisions: dict[str, Decision] = {}
     for binding, op in calls:
         attempts = state.attempts.get(binding, [])
+        rejections = tuple((a.rule, a.reason) for a in attempts if a.reason)
         node = imported.node_of.get(binding)
         rule = taken.get(binding)
         if rule is not None:
             vendor_name = rule.split(".", 1)[0]
             earlier = vendor_list[: [v.name for v in vendor_list].index(vendor_name)]
             reasons = {v.name: _reason_for(v, op, attempts) for v in earlier}
-            decisions[binding] = Decision(binding, op, node, vendor_name, rule, reasons)
+            decisions[binding] = Decision(binding, op, node, vendor_name, rule, reasons, rejections)
         else:
             reasons = {v.name: _reason_for(v, op, attempts) for v in vendor_list}
-            decisions[binding] = Decision(binding, op, node, None, None, reasons)
+            decisions[binding] = Decision(binding, op, node, None, None, reasons, rejections)
     return Annotation(decisions, fused, vendor_list)

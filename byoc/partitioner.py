@@ -4,7 +4,8 @@
 functions into regions. byoc then applies ``min_ops``: a region with fewer
 op calls goes back to the host with the reason "below min_ops", and the
 whole annotate+merge runs again (another vendor may now claim those ops)
-until no region is too small. Every pass only adds demotions, so it ends.
+until no region is too small. Each round demotes the small regions of the
+highest-priority vendor that has any; every round adds demotions, so it ends.
 
 Partitions are named ``<vendor>_<index>`` in the order the host program
 calls them; that name is also the exported symbol.
@@ -179,24 +180,76 @@ def partition(
                 too_small.append((str(func.attrs["Codegen"]), bindings))
         if not too_small:
             break
+        # Demote only the highest-priority vendor's small regions this round:
+        # the ops it gives up may let a lower-priority vendor form a region
+        # that is large enough.
+        priority = [v.name for v in annotation.vendors]
+        first = min(priority.index(vendor) for vendor, _ in too_small)
         for vendor, bindings in too_small:
+            if priority.index(vendor) != first:
+                continue
             reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
     return _plan(imported, annotation, merged, min_ops, tuple(keep_on_host))
 
 
+def _rename_regions(mod):
+    """Name each Codegen function ``<vendor>_<index>`` in call order (GlobalVar and symbol)."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr import _update_type
+
+    counters: dict[str, int] = {}
+    renamed: dict[object, object] = {}
+    for _, gvar in _merged_regions(mod):
+        vendor = str(mod[gvar].attrs["Codegen"])
+        index = counters.get(vendor, 0)
+        counters[vendor] = index + 1
+        new = tvm.ir.GlobalVar(f"{vendor}_{index}")
+        _update_type(new, gvar.ty)
+        renamed[gvar] = new
+
+    @relax.expr_functor.mutator
+    class _Renamer(relax.expr_functor.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op in renamed:
+                return relax.Call(renamed[call.op], call.args, call.attrs, call.ty_args)
+            return call
+
+    functions = {}
+    for gvar, func in mod.functions_items():
+        if gvar in renamed:
+            functions[renamed[gvar]] = func.with_attr("global_symbol", renamed[gvar].name_hint)
+        elif gvar.name_hint == "main":
+            functions[gvar] = _Renamer(mod).visit_expr(func)
+        else:
+            functions[gvar] = func
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def _escaping(main, region: set[str]) -> list[str]:
+    """Bindings of ``region`` whose values are used outside it, in program order."""
+    from tvm import relax
+
+    used_outside: set[str] = {v.name for v in relax.analysis.free_vars(main.body.body)}
+    for block in main.body.blocks:
+        for b in block.bindings:
+            if b.var.name not in region:
+                used_outside.update(v.name for v in relax.analysis.free_vars(b.value))
+    return [b.var.name for block in main.body.blocks for b in block.bindings
+            if b.var.name in region and b.var.name in used_outside]
+
+
 def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
     sources = _source_names(imported, imported.mod["main"])
-    counters: dict[str, int] = {}
+    merged = _rename_regions(merged)
     partitions = []
     for binding, gvar in _merged_regions(merged):
         func = merged[gvar]
         vendor = str(func.attrs["Codegen"])
-        index = counters.get(vendor, 0)
-        counters[vendor] = index + 1
-        name = f"{vendor}_{index}"
-        merged.update_func(gvar, func.with_attr("global_symbol", name))
+        name = gvar.name_hint
         inside = set(_region_bindings(func))
         bindings = [b for b in annotation.decisions if b in inside]  # program order
         decisions = [annotation.decisions[b] for b in bindings]
@@ -206,12 +259,11 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
             for arg in binding.value.args
             for ty in _tensor_types(arg.ty)
         ]
-        out_name = sources.get(binding.var.name, name)
-        outputs = [
-            BoundaryTensor(out_name if len(_tensor_types(func.ret_ty)) == 1 else f"{name}:{i}",
-                           _shape_of(ty), str(ty.dtype))
-            for i, ty in enumerate(_tensor_types(func.ret_ty))
-        ]
+        out_types = _tensor_types(func.ret_ty)
+        escaping = _escaping(imported.mod["main"], set(bindings))
+        labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
+            [f"{name}:{i}" for i in range(len(out_types))]
+        outputs = [BoundaryTensor(label, _shape_of(ty), str(ty.dtype)) for label, ty in zip(labels, out_types)]
         partitions.append(Partition(
             name=name, vendor=vendor, bindings=bindings, onnx_nodes=nodes,
             ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),

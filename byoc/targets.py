@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Union
 
 from .errors import TargetError
@@ -25,6 +26,10 @@ class TargetPreset:
     qemu: Optional[str]  # user-mode emulator, None for the build host
     sysroot: Optional[str]
     mcpu: Optional[str] = None
+    # The C library headers and static archives the cross compiler needs:
+    # ``--no-install-recommends gcc-<triple>`` does not pull them in.
+    libc_package: str = "libc6-dev"
+    qemu_package: str = "qemu-user"
 
     def tvm_target(self):
         import tvm
@@ -38,23 +43,73 @@ class TargetPreset:
     def is_host(self) -> bool:
         return self.name == host_name()
 
+    @property
+    def debian_packages(self) -> tuple[str, ...]:
+        """Every Debian package needed to build and run programs for this target here."""
+        run = (self.qemu_package,) if self.qemu else ()
+        return (self.debian_package, self.libc_package) + run
+
     def compiler(self) -> str:
         """Path of ``cc``, or a TargetError naming the package to install."""
         found = shutil.which(self.cc)
         if found is None:
             raise TargetError(
                 f"the C compiler for {self.name} ({self.cc}) is not installed; install it with "
-                f"`apt-get install -y --no-install-recommends {self.debian_package}`"
+                f"`apt-get install -y --no-install-recommends {self.debian_package} {self.libc_package}`"
             )
         return found
+
+    def static_libc(self) -> str:
+        """Path of the target's static C library (standalone programs link statically).
+
+        Raises TargetError naming the package that provides it.
+        """
+        folder = f"{self.sysroot}/lib" if self.sysroot else f"/usr/lib/{self.triple}"
+        path = Path(folder) / "libc.a"
+        if not path.is_file():
+            raise TargetError(
+                f"the static C library for {self.name} ({path}) is not installed; install it with "
+                f"`apt-get install -y --no-install-recommends {self.libc_package}`"
+            )
+        return str(path)
+
+    def runner(self) -> list[str]:
+        """The command prefix that runs a program built for this target on this machine.
+
+        Empty for the build host; ``[qemu-<arch>, -cpu, <model>]`` otherwise.
+        Raises TargetError naming the package when the emulator is missing.
+        """
+        if self.is_host:
+            return []
+        if self.qemu is None:
+            raise TargetError(f"there is no emulator for {self.name} on this host")
+        found = shutil.which(self.qemu)
+        if found is None:
+            raise TargetError(
+                f"the emulator for {self.name} ({self.qemu}) is not installed; install it with "
+                f"`apt-get install -y --no-install-recommends {self.qemu_package}`"
+            )
+        cpu = _QEMU_CPUS.get((self.name, self.mcpu))
+        return [found] + (["-cpu", cpu] if cpu else [])
 
 
 PRESETS = {
     "x86_64": TargetPreset("x86_64", "x86_64-linux-gnu", "gcc", "gcc", None, None),
     "ppc64le": TargetPreset("ppc64le", "powerpc64le-linux-gnu", "powerpc64le-linux-gnu-gcc",
-                            "gcc-powerpc64le-linux-gnu", "qemu-ppc64le", "/usr/powerpc64le-linux-gnu"),
+                            "gcc-powerpc64le-linux-gnu", "qemu-ppc64le", "/usr/powerpc64le-linux-gnu",
+                            libc_package="libc6-dev-ppc64el-cross"),
     "s390x": TargetPreset("s390x", "s390x-ibm-linux", "s390x-linux-gnu-gcc",
-                          "gcc-s390x-linux-gnu", "qemu-s390x", "/usr/s390x-linux-gnu"),
+                          "gcc-s390x-linux-gnu", "qemu-s390x", "/usr/s390x-linux-gnu",
+                          libc_package="libc6-dev-s390x-cross"),
+}
+
+# qemu's CPU model must offer the instructions LLVM may emit for ``mcpu``;
+# qemu's default s390x model runs z13..z15 code, z16 needs "max".
+_QEMU_CPUS = {
+    ("ppc64le", "pwr8"): "power8",
+    ("ppc64le", "pwr9"): "power9",
+    ("ppc64le", "pwr10"): "power10",
+    ("s390x", "z16"): "max",
 }
 
 _MCPUS = {

@@ -1,0 +1,180 @@
+"""Activation memory of a partitioned model: what TVM plans, and the lower bound.
+
+Both numbers are read from the same program: the host program of the
+artifact, lowered by the passes ``tvm.compile`` runs for a CPU (LLVM) target
+(``tvm.relax.backend.cpu_generic``), with every partition replaced by the
+``call_dps_packed`` that ``RunCodegen`` would put there. Counted are the
+tensors the artifact allocates (intermediate results and model outputs);
+model inputs belong to the caller, weights are constants, and memory inside
+a vendor's kernels is the vendor's own.
+
+* **planned**: after TVM's ``StaticPlanBlockMemory``, the sum of every
+  ``relax.memory.alloc_storage`` plus every ``relax.builtin.alloc_tensor``
+  left unplanned (the outputs), i.e. what the VM holds at its peak.
+* **lower bound** (as in the ONNC paper): the largest total size of tensors
+  live at the same time, in the executed order. A tensor is live from the
+  call that writes it to the last call that reads it (model outputs until
+  the end); views (reshape, tuple items) share their source's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .partitioner import PartitionPlan
+from .targets import resolve_target
+
+PLANNED_SOURCE = "TVM StaticPlanBlockMemory (alloc_storage + unplanned alloc_tensor) on the host program"
+LOWER_BOUND_SOURCE = "max total size of tensors live at once, in executed order (ONNC)"
+SCOPE = "host activations: intermediate and output tensors; inputs, weights and vendor-internal memory excluded"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Activation bytes planned by TVM next to the lower bound for the same call order."""
+
+    planned_bytes: int
+    lower_bound_bytes: int
+    steps: int  # calls in the executed order (host kernels and partitions)
+
+    def as_dict(self) -> dict:
+        return {
+            "planned_bytes": self.planned_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes,
+            "steps": self.steps,
+            "planned_source": PLANNED_SOURCE,
+            "lower_bound_source": LOWER_BOUND_SOURCE,
+            "scope": SCOPE,
+        }
+
+
+def estimate_memory(plan: PartitionPlan, target="x86_64") -> MemoryEstimate:
+    """Planned activation bytes and the ONNC lower bound of ``plan``'s host program."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline
+
+    tvm_target = resolve_target(target).tvm_target()
+    host = tvm.IRModule({"main": _externalize_partitions(plan.mod)})
+    with tvm_target:
+        lowered = tvm.transform.Sequential(
+            pipeline.library_dispatch_passes(tvm_target)
+            + pipeline.legalize_passes(tvm_target)
+            + pipeline.dataflow_lower_passes(tvm_target)
+        )(host)
+        planned = relax.transform.StaticPlanBlockMemory()(lowered)
+    bound, steps = _lower_bound(lowered["main"])
+    return MemoryEstimate(_planned_bytes(planned["main"]), bound, steps)
+
+
+def _externalize_partitions(mod):
+    """``main`` with each partition call replaced by the ``call_dps_packed`` RunCodegen makes.
+
+    Done here rather than with RunCodegen so that estimating memory needs no
+    codegen run (and no ``relax.ext.*`` global).
+    """
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class _Externalize(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if isinstance(call.op, relax.GlobalVar):
+                func = mod[call.op]
+                if func.attrs is not None and "Codegen" in func.attrs:
+                    symbol = relax.ExternFunc(str(func.attrs["global_symbol"]))
+                    return relax.call_dps_packed(symbol, relax.Tuple(list(call.args)), func.ret_ty)
+            return call
+
+    return _Externalize(mod).visit_expr(mod["main"])
+
+
+def _static_extent(shape_expr) -> int | None:
+    """Product of a ShapeExpr's extents, or None when one is symbolic."""
+    total = 1
+    for extent in shape_expr.values:
+        if not hasattr(extent, "value"):
+            return None
+        total *= int(extent.value)
+    return total
+
+
+def _alloc_bytes(call) -> int | None:
+    """Bytes allocated by an alloc_storage/builtin.alloc_tensor call, None if not static.
+
+    Argument positions follow TVM's op definitions (and its estimate_memory_usage):
+    ``alloc_storage(size_in_bytes, ...)``, ``builtin.alloc_tensor(shape, dtype, ...)``.
+    """
+    import tvm
+
+    if call.op.name == "relax.memory.alloc_storage":
+        return _static_extent(call.args[0])
+    extent = _static_extent(call.args[0])
+    if extent is None:
+        return None
+    dtype = tvm.DataType(str(call.args[1].value))
+    return extent * ((dtype.bits + 7) // 8) * dtype.lanes
+
+
+def _bindings(func):
+    for block in func.body.blocks:
+        yield from block.bindings
+
+
+def _planned_bytes(func) -> int:
+    from tvm import ir, relax
+
+    total = 0
+    for binding in _bindings(func):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name in (
+            "relax.memory.alloc_storage", "relax.builtin.alloc_tensor"
+        ):
+            total += _alloc_bytes(value) or 0
+    return total
+
+
+def _lower_bound(func) -> tuple[int, int]:
+    """ONNC lower bound over the lowered (pre-planning) ``main``; also the number of steps."""
+    from tvm import ir, relax
+
+    buffers: dict = {}  # relax var -> frozenset of buffer ids it may refer to
+    sizes: list[int] = []
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    step = 0
+
+    def refs(expr) -> frozenset:
+        if isinstance(expr, relax.Var):
+            return buffers.get(expr, frozenset())
+        if isinstance(expr, relax.Tuple):
+            return frozenset().union(*[refs(f) for f in expr.fields]) if expr.fields else frozenset()
+        if isinstance(expr, relax.TupleGetItem):
+            return refs(expr.tuple_value)
+        return frozenset()
+
+    def use(ids, at):
+        for i in ids:
+            first.setdefault(i, at)
+            last[i] = max(last.get(i, at), at)
+
+    for binding in _bindings(func):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name == "relax.builtin.alloc_tensor":
+            sizes.append(_alloc_bytes(value) or 0)
+            buffers[binding.var] = frozenset([len(sizes) - 1])
+        elif isinstance(value, relax.Call):
+            # A kernel or partition call (a step), or a view such as reshape,
+            # whose result aliases its arguments.
+            ids = frozenset().union(*[refs(a) for a in value.args]) if value.args else frozenset()
+            use(ids, step)
+            buffers[binding.var] = ids
+            step += 1
+        else:
+            buffers[binding.var] = refs(value)
+    use(refs(func.body.body), step)  # outputs stay live to the end
+    peak = 0
+    for at in range(step + 1):
+        peak = max(peak, sum(sizes[i] for i in first if first[i] <= at <= last[i]))
+    return peak, step

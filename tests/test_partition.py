@@ -1,0 +1,145 @@
+"""The partitioner: cycles, diamonds, vendor priority, min_ops and keep_on_host."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import byoc
+from byoc.annotator import PolicyError
+from byoc.codegens.c_source import CSourceCodegen
+from byoc.vendor import OpRule, Vendor
+
+from models import model, onnxruntime_outputs, random_inputs, small_cnn, tensor
+
+
+def _vendor(name: str, ops: dict[str, str]) -> Vendor:
+    """A test vendor on the C-source codegen that takes only ``ops`` (rule -> relax op)."""
+    return Vendor(name, tuple(OpRule(f"{name}.{rule}", op) for rule, op in ops.items()), CSourceCodegen())
+
+
+def _matches_onnxruntime(m, plan):
+    inputs = random_inputs(m)
+    for got, want in zip(byoc.build(plan).run(inputs), onnxruntime_outputs(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _assert_acyclic(plan):
+    """Every partition's inputs are computed before it is called (the module is well formed)."""
+    from tvm import relax
+
+    relax.analysis.well_formed(plan.mod)  # raises on an ill-formed module (e.g. a use before def)
+
+
+def _cycle_model():
+    # relu -> exp (host) -> add(exp, relu): merging relu and add would need exp inside and outside.
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Exp", ["r"], ["e"], name="exp"),
+             helper.make_node("Add", ["e", "r"], ["y"], name="add")]
+    return model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+
+
+def test_no_cycle_through_a_host_op():
+    m = _cycle_model()
+    plan = byoc.partition(m, ["c_source"])
+    assert [p.onnx_nodes for p in plan.partitions] == [["relu"], ["add"]]
+    assert [d.node.name for d in plan.host_ops] == ["exp"]
+    _assert_acyclic(plan)
+    _matches_onnxruntime(m, plan)
+
+
+def test_diamond_is_one_partition():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="top"),
+             helper.make_node("Sigmoid", ["r"], ["s"], name="left"),
+             helper.make_node("Tanh", ["r"], ["t"], name="right"),
+             helper.make_node("Add", ["s", "t"], ["y"], name="bottom")]
+    m = model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    plan = byoc.partition(m, ["c_source"])
+    assert [p.onnx_nodes for p in plan.partitions] == [["top", "left", "right", "bottom"]]
+    _matches_onnxruntime(m, plan)
+
+
+def test_diamond_with_a_host_branch():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="top"),
+             helper.make_node("Exp", ["r"], ["s"], name="left"),
+             helper.make_node("Tanh", ["r"], ["t"], name="right"),
+             helper.make_node("Add", ["s", "t"], ["y"], name="bottom")]
+    m = model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    plan = byoc.partition(m, ["c_source"])
+    assert [d.node.name for d in plan.host_ops] == ["left"]
+    assert sorted(n for p in plan.partitions for n in p.onnx_nodes) == ["bottom", "right", "top"]
+    _assert_acyclic(plan)
+    _matches_onnxruntime(m, plan)
+
+
+def test_vendor_priority_is_the_given_order():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Tanh", ["r"], ["y"], name="tanh")]
+    m = model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    a = _vendor("vendor_a", {"relu": "relax.nn.relu"})
+    b = _vendor("vendor_b", {"relu": "relax.nn.relu", "tanh": "relax.tanh"})
+
+    plan = byoc.partition(m, [a, b])
+    assert {d.node.name: d.vendor for d in plan.decisions.values()} == {"relu": "vendor_a", "tanh": "vendor_b"}
+    assert [p.name for p in plan.partitions] == ["vendor_a_0", "vendor_b_0"]
+    tanh = next(d for d in plan.decisions.values() if d.node.name == "tanh")
+    assert tanh.reasons == {"vendor_a": "no vendor_a rule for relax.tanh"}
+    _matches_onnxruntime(m, plan)
+
+    plan = byoc.partition(m, [b, a])
+    assert {d.vendor for d in plan.decisions.values()} == {"vendor_b"}
+    _matches_onnxruntime(m, plan)
+
+
+def test_min_ops_sends_small_partitions_home():
+    m = _cycle_model()
+    plan = byoc.partition(m, ["c_source"], min_ops=2)
+    assert plan.partitions == []
+    assert {d.reasons["c_source"] for d in plan.host_ops if d.node.name != "exp"} == {
+        "below min_ops: its partition would have 1 op(s) < 2"}
+    _matches_onnxruntime(m, plan)
+
+
+def test_min_ops_lets_a_lower_priority_vendor_take_over():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Tanh", ["r"], ["y"], name="tanh")]
+    m = model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    small = _vendor("vendor_small", {"relu": "relax.nn.relu"})
+    plan = byoc.partition(m, [small, "c_source"], min_ops=2)
+    assert [(p.name, p.onnx_nodes) for p in plan.partitions] == [("c_source_0", ["relu", "tanh"])]
+    relu = next(d for d in plan.decisions.values() if d.node.name == "relu")
+    assert relu.reasons["vendor_small"].startswith("below min_ops")
+
+
+def test_min_ops_must_be_positive():
+    with pytest.raises(byoc.ByocError, match="min_ops"):
+        byoc.partition(_cycle_model(), ["c_source"], min_ops=0)
+
+
+def test_keep_on_host_by_node_name_and_op_type():
+    m = small_cnn()
+    plan = byoc.partition(m, ["c_source"], keep_on_host=["conv2", "Gemm"])
+    host_nodes = {d.node.name for d in plan.host_ops}
+    assert {"conv2", "fc", "bn1"} <= host_nodes
+    conv2 = next(d for d in plan.host_ops if d.node.name == "conv2")
+    assert conv2.reasons["c_source"] == "kept on host by keep_on_host='conv2'"
+    _matches_onnxruntime(m, plan)
+
+
+def test_keep_on_host_unknown_entry_is_an_error():
+    with pytest.raises(PolicyError, match="no_such_node"):
+        byoc.partition(small_cnn(), ["c_source"], keep_on_host=["no_such_node"])
+
+
+def test_plan_describes_partitions():
+    plan = byoc.partition(small_cnn(), ["c_source"])
+    assert [p.name for p in plan.partitions] == ["c_source_0", "c_source_1"]
+    first, second = plan.partitions
+    assert first.onnx_nodes == ["conv1"]
+    assert first.inputs[0].source == "input" and first.inputs[0].shape == (1, 3, 16, 16)
+    assert first.constant_bytes == (8 * 3 * 3 * 3 + 8) * 4
+    assert second.onnx_nodes == ["relu1", "pool1", "conv2", "relu2", "gap", "flatten", "fc"]
+    assert second.outputs[0].shape == (1, 10)
+    assert plan.offloaded_ops + len(plan.host_ops) == len(plan.decisions)
+    assert byoc.partition(small_cnn(), ["c_source"]).partitions[1].bindings == second.bindings  # deterministic
