@@ -1,0 +1,93 @@
+"""Whole pipeline against onnxruntime: the small CNN and MLP, export/load, run-time input checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+import byoc
+from byoc.errors import ArtifactLoadError, BuildError, InputError
+
+from models import onnxruntime_outputs, random_inputs, small_cnn, small_mlp
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+@pytest.fixture(scope="module")
+def cnn_artifact():
+    return byoc.compile(small_cnn(), vendors=["c_source"], target="x86_64")
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_mlp])
+def test_matches_onnxruntime(make):
+    m = make()
+    artifact = byoc.compile(m, vendors=["c_source"], target="x86_64")
+    assert artifact.plan.partitions, "the model must actually be partitioned"
+    for seed in range(3):
+        inputs = random_inputs(m, seed)
+        for got, want in zip(artifact.run(inputs), onnxruntime_outputs(m, inputs)):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_partition_function_and_cli_module_are_one_object():
+    import importlib
+
+    module = importlib.import_module("byoc.partition")
+    assert module is byoc.partition and callable(byoc.partition)
+    assert byoc.partition(small_mlp()).partitions
+
+
+def test_export_then_load_in_a_fresh_process(cnn_artifact, tmp_path):
+    m = small_cnn()
+    inputs = random_inputs(m, 7)
+    path = cnn_artifact.export(tmp_path / "cnn.so")
+    np.savez(tmp_path / "in.npz", **inputs)
+    script = (
+        "import sys, numpy as np, byoc\n"
+        "a = byoc.load(sys.argv[1])\n"
+        "x = dict(np.load(sys.argv[2]))\n"
+        "np.save(sys.argv[3], a.run(x)[0])\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "in.npz"), str(tmp_path / "out.npy")],
+                   check=True, timeout=300)
+    got = np.load(tmp_path / "out.npy")
+    np.testing.assert_allclose(got, onnxruntime_outputs(m, inputs)[0], rtol=RTOL, atol=ATOL)
+    np.testing.assert_array_equal(got, cnn_artifact.run(inputs)[0])
+
+
+def test_export_never_overwrites(cnn_artifact, tmp_path):
+    target = tmp_path / "model.onnx"
+    onnx.save(small_cnn(), target)
+    before = target.read_bytes()
+    with pytest.raises(BuildError, match="already exists"):
+        cnn_artifact.export(target)
+    assert target.read_bytes() == before
+
+
+def test_load_rejects_what_is_not_an_artifact(tmp_path):
+    with pytest.raises(ArtifactLoadError, match="not found"):
+        byoc.load(tmp_path / "missing.so")
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF not really")
+    with pytest.raises(ArtifactLoadError):
+        byoc.load(junk)
+
+
+def test_inputs_as_list_and_as_dict(cnn_artifact):
+    x = random_inputs(small_cnn())["input"]
+    np.testing.assert_array_equal(cnn_artifact.run([x])[0], cnn_artifact.run({"input": x})[0])
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"wrong_name": np.zeros((1, 3, 16, 16), np.float32)}, "missing \\['input'\\]"),
+    ({"input": np.zeros((1, 3, 8, 8), np.float32)}, "shape"),
+    ({"input": np.zeros((1, 3, 16, 16), np.float64)}, "dtype float64"),
+    ([np.zeros((1, 3, 16, 16), np.float32)] * 2, "takes 1 input"),
+])
+def test_bad_run_inputs(cnn_artifact, bad, match):
+    with pytest.raises(InputError, match=match):
+        cnn_artifact.run(bad)
