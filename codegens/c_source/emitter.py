@@ -158,24 +158,14 @@ def _unary(kind: str, low="0.0f", high="0.0f"):
     return emit
 
 
-def _binary(kind: str):
+def _shaped(kernel: str, *leading: str):
+    """An emitter for kernels taking (a, a_shape, a_ndim, b, b_shape, b_ndim, out, out_shape, out_ndim)."""
     def emit(body: _Body, call: OpCall) -> None:
-        a, b, out = call.inputs[0], call.inputs[1], call.output
-        body.emit(
-            f"byoc_k_binary({kind}, {body.ref(a)}, {body.unit.shape(a.shape)}, {len(a.shape)}, "
-            f"{body.ref(b)}, {body.unit.shape(b.shape)}, {len(b.shape)}, {body.ref(out)}, "
-            f"{body.unit.shape(out.shape)}, {len(out.shape)});"
-        )
+        args = list(leading)
+        for t in (call.inputs[0], call.inputs[1], call.output):
+            args += [body.ref(t), body.unit.shape(t.shape), str(len(t.shape))]
+        body.emit(f"{kernel}({', '.join(args)});")
     return emit
-
-
-def _matmul(body: _Body, call: OpCall) -> None:
-    a, b, out = call.inputs[0], call.inputs[1], call.output
-    body.emit(
-        f"byoc_k_matmul({body.ref(a)}, {body.unit.shape(a.shape)}, {len(a.shape)}, {body.ref(b)}, "
-        f"{body.unit.shape(b.shape)}, {len(b.shape)}, {body.ref(out)}, {body.unit.shape(out.shape)}, "
-        f"{len(out.shape)});"
-    )
 
 
 def _fusable_tail(body: _Body, index: int, conv: OpCall) -> tuple[str, int, Tensor]:
@@ -285,15 +275,15 @@ def _transpose(body: _Body, call: OpCall) -> None:
 
 #: Relax op name -> emitter. A vendor codegen built on this one may extend it.
 OP_EMITTERS: dict[str, OpEmitter] = {
-    "relax.add": _binary("BYOC_ADD"),
-    "relax.subtract": _binary("BYOC_SUB"),
-    "relax.multiply": _binary("BYOC_MUL"),
-    "relax.divide": _binary("BYOC_DIV"),
+    "relax.add": _shaped("byoc_k_binary", "BYOC_ADD"),
+    "relax.subtract": _shaped("byoc_k_binary", "BYOC_SUB"),
+    "relax.multiply": _shaped("byoc_k_binary", "BYOC_MUL"),
+    "relax.divide": _shaped("byoc_k_binary", "BYOC_DIV"),
     "relax.nn.relu": _unary("BYOC_RELU"),
     "relax.sigmoid": _unary("BYOC_SIGMOID"),
     "relax.tanh": _unary("BYOC_TANH"),
     "relax.clip": _unary("BYOC_CLIP"),
-    "relax.matmul": _matmul,
+    "relax.matmul": _shaped("byoc_k_matmul"),
     "relax.nn.max_pool2d": _pool("max"),
     "relax.nn.avg_pool2d": _pool("avg"),
     "relax.mean": _mean,
