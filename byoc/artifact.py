@@ -141,6 +141,24 @@ class Artifact:
             checked.append(np.ascontiguousarray(array))
         return checked
 
+    def export_standalone(self, directory: Union[str, os.PathLike]) -> Path:
+        """Write a standalone C program (no TVM runtime) for this artifact's target.
+
+        See :mod:`byoc.standalone` for what it covers and the I/O file format.
+        """
+        from .standalone import export_standalone
+
+        return export_standalone(self, directory)
+
+    def run_emulated(self, inputs: Inputs) -> list[np.ndarray]:
+        """Build the standalone program for this artifact's target and run it.
+
+        Natively on x86_64, under qemu for ppc64le and s390x; outputs in ONNX order.
+        """
+        from .standalone import run_emulated
+
+        return run_emulated(self, inputs)
+
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run the model; returns numpy arrays in ONNX output order."""
         import tvm

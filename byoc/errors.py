@@ -71,6 +71,10 @@ class BuildError(ByocError):
     """TVM could not build or export the partitioned module."""
 
 
+class StandaloneError(BuildError):
+    """The artifact cannot become a standalone program, or the program failed."""
+
+
 class TargetError(ByocError):
     """The target is unknown, or its toolchain is missing."""
 
