@@ -84,7 +84,9 @@ def _externalize_partitions(mod):
                 func = mod[call.op]
                 if func.attrs is not None and "Codegen" in func.attrs:
                     symbol = relax.ExternFunc(str(func.attrs["global_symbol"]))
-                    return relax.call_dps_packed(symbol, relax.Tuple(list(call.args)), func.ret_ty)
+                    ret = func.ret_ty
+                    out_types = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+                    return relax.call_dps_packed(symbol, relax.Tuple(list(call.args)), out_types)
             return call
 
     return _Externalize(mod).visit_expr(mod["main"])

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
 import byoc
 from byoc import standalone, toolchain
-from byoc.artifact import Artifact
 from byoc.errors import TargetError
 from byoc.targets import resolve_target
 
@@ -38,17 +39,6 @@ MODELS = {
 
 # ELF e_machine and byte order (EI_DATA: 1 little, 2 big) each target must produce.
 ELF = {"x86_64": (62, 1), "ppc64le": (21, 1), "s390x": (22, 2)}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def standalone_methods():
-    """Artifact.export_standalone / run_emulated, until artifact.py grows them."""
-    patch = pytest.MonkeyPatch()
-    if not hasattr(Artifact, "run_emulated"):
-        patch.setattr(Artifact, "export_standalone", standalone.export_standalone, raising=False)
-        patch.setattr(Artifact, "run_emulated", standalone.run_emulated, raising=False)
-    yield
-    patch.undo()
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +177,14 @@ def test_unknown_target_and_mcpu_are_refused():
         resolve_target("riscv64")
     with pytest.raises(TargetError, match="z13, z14, z15, z16"):
         resolve_target("s390x:pwr9")
+
+
+def test_cli_verify_runs_a_foreign_target_under_qemu(toolchains, tmp_path):
+    """--verify on s390x builds the standalone program, runs it under qemu, compares with onnxruntime."""
+    toolchains("s390x")
+    path = tmp_path / "mlp.onnx"
+    onnx.save(mlp(), path)
+    run = subprocess.run([sys.executable, "-m", "byoc.partition", str(path), "--target", "s390x", "--verify"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "Verification: ok" in run.stdout

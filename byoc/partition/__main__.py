@@ -1,0 +1,182 @@
+"""``python -m byoc.partition``: which ONNX node went where, and why.
+
+A thin layer over the library: import, partition, estimate memory, and
+optionally export a partitioned ONNX file and verify against onnxruntime;
+then print the report as text, JSON, DOT or HTML.
+
+Exit codes: 0 ok, 1 verification mismatch, 2 usage or input error. Errors
+are one line (``--debug`` adds the traceback); progress goes to stderr, one
+line per phase (``--quiet`` silences it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+PROG = "python -m byoc.partition"
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    """A command-line mistake; reported as one line with exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of argparse's usage block
+        raise _UsageError(f"{message} (see --help)")
+
+
+def _input_shape(text: str) -> tuple[str, list[int]]:
+    name, sep, dims = text.partition("=")
+    try:
+        shape = [int(d) for d in dims.split(",")] if dims else []
+    except ValueError:
+        shape = []
+    if not sep or not name or not shape:
+        raise argparse.ArgumentTypeError(f"expected NAME=D1,D2,..., e.g. input=1,3,224,224; got {text!r}")
+    return name, shape
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    from ..report import FORMATS
+
+    parser = _Parser(
+        prog=PROG,
+        description="Partition an ONNX model for accelerator vendors and report which node went where, "
+                    "and why.",
+        epilog="exit codes: 0 ok, 1 verification mismatch, 2 usage or input error",
+    )
+    parser.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model")
+    parser.add_argument("--vendor", nargs="+", action="extend", metavar="NAME",
+                        help="vendors in priority order (default: c_source); see --list-vendors")
+    parser.add_argument("--min-ops", type=int, default=1, metavar="N",
+                        help="smallest number of ops a partition may have (default 1)")
+    parser.add_argument("--keep-on-host", nargs="+", action="extend", default=[], metavar="NODE|OPTYPE",
+                        help="ONNX node names or op types that stay on the host")
+    parser.add_argument("--target", default="x86_64", metavar="T",
+                        help="x86_64, ppc64le or s390x, optionally NAME:MCPU (default x86_64)")
+    parser.add_argument("--input-shape", type=_input_shape, action="append", default=[],
+                        metavar="NAME=D1,D2,...", help="static shape for a dynamic input (repeatable)")
+    parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
+    parser.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT instead of stdout")
+    parser.add_argument("--export-onnx", metavar="OUT.onnx",
+                        help="write the model with each partition as one node (domain byoc.<vendor>)")
+    parser.add_argument("--verify", action="store_true",
+                        help="build, run and compare every output with onnxruntime; on a mismatch, "
+                             "name the partition that causes it")
+    parser.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random, seed 0)")
+    parser.add_argument("--list-vendors", action="store_true", help="list registered vendors and exit")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    return parser
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def _check_paths(args) -> None:
+    for flag, path in (("-o", args.output), ("--export-onnx", args.export_onnx)):
+        if path and _same_file(path, args.model):
+            raise _UsageError(f"{flag} {path!r} is the input model; refusing to overwrite it")
+        if path and not Path(path).resolve().parent.is_dir():
+            raise _UsageError(f"{flag} {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist")
+    if args.output and args.export_onnx and _same_file(args.output, args.export_onnx):
+        raise _UsageError("-o and --export-onnx name the same file")
+    if args.inputs and not args.verify:
+        raise _UsageError("--inputs is only used with --verify")
+
+
+def _list_vendors() -> str:
+    from ..registry import get_vendor, list_vendors
+
+    names = list_vendors()
+    width = max((len(n) for n in names), default=0)
+    return "".join(f"{n.ljust(width)}  {get_vendor(n).description}".rstrip() + "\n" for n in names)
+
+
+def _run(args, say) -> int:
+    from ..frontend import import_model
+    from ..memory import estimate_memory
+    from ..onnx_export import export_onnx
+    from ..partitioner import partition
+    from ..registry import resolve_vendors
+    from ..report import build_report, render
+    from ..targets import resolve_target
+    from ..verify import load_inputs, verify
+
+    if args.list_vendors:
+        sys.stdout.write(_list_vendors())
+        return EXIT_OK
+    if not args.model:
+        raise _UsageError("MODEL.onnx is required (or use --list-vendors)")
+    _check_paths(args)
+    vendors = resolve_vendors(args.vendor or ["c_source"])
+    target = resolve_target(args.target)
+    shapes = dict(args.input_shape)
+
+    say(f"importing {args.model}")
+    imported = import_model(args.model, input_shapes=shapes or None)
+    say(f"partitioning for {', '.join(v.name for v in vendors)}")
+    plan = partition(imported, vendors, min_ops=args.min_ops, keep_on_host=args.keep_on_host)
+    say("planning memory")
+    memory = estimate_memory(plan, target)
+    if args.export_onnx:
+        say(f"exporting partitioned ONNX to {args.export_onnx}")
+        export_onnx(plan, args.export_onnx)
+    verification = None
+    if args.verify:
+        inputs = load_inputs(args.inputs) if args.inputs else None
+        verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
+                              progress=say)
+    report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
+                          verification.as_dict() if verification else None)
+    text = render(report, args.format)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        say(f"wrote {args.format} report to {args.output}")
+    else:
+        sys.stdout.write(text)
+    if verification is not None and not verification.ok:
+        named = ", ".join(verification.culprits) or "no single partition"
+        print(f"{PROG}: verification failed: outputs differ from onnxruntime; caused by {named}",
+              file=sys.stderr)
+        return EXIT_MISMATCH
+    return EXIT_OK
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+
+    def fail(message: str) -> int:
+        if debug:
+            traceback.print_exc()
+        print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from ..errors import ByocError
+
+    try:
+        args = build_parser().parse_args(argv)
+        say = (lambda _: None) if args.quiet else (lambda m: print(f"byoc: {m}", file=sys.stderr, flush=True))
+        return _run(args, say)
+    except (_UsageError, ByocError) as err:
+        return fail(str(err))
+    except OSError as err:  # e.g. -o into a read-only folder
+        return fail(f"{err.strerror or err}: {err.filename}" if err.filename else str(err))
+    except Exception as err:  # a bug: still one line, the traceback with --debug
+        return fail(f"internal error {type(err).__name__}: {err} (rerun with --debug for the traceback)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

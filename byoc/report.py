@@ -1,0 +1,561 @@
+"""The partition report: which ONNX node went where, and why, as data and as text/JSON/DOT/HTML.
+
+:func:`build_report` turns a :class:`~byoc.partitioner.PartitionPlan` into a
+plain dict (the JSON format, schema :data:`REPORT_SCHEMA`, version
+:data:`SCHEMA_VERSION`); :func:`render` draws that dict in one of
+:data:`FORMATS`. Everything is keyed by ONNX node names and op types, never
+by Relax binding names, and ordered by the model's own order so that output
+is stable from run to run.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from typing import Mapping, Optional
+
+from .errors import ByocError
+from .partitioner import PartitionPlan
+
+SCHEMA_VERSION = 1
+FORMATS = ("text", "json", "dot", "html")
+HOST = "host"
+NO_OP = "none"  # an ONNX node that left no op to run (folded or removed at import)
+
+_PALETTE = ("#8ecae6", "#ffb703", "#90be6d", "#f28482", "#cdb4db", "#a3c4bc", "#f4a261", "#b5e48c")
+_HOST_COLOUR = "#d9d9d9"
+_NO_OP_COLOUR = "#ffffff"
+
+_TENSOR = {
+    "type": "object",
+    "required": ["name", "shape", "dtype", "bytes"],
+    "properties": {
+        "name": {"type": "string"},
+        "shape": {"type": "array", "items": {"type": "integer"}},
+        "dtype": {"type": "string"},
+        "bytes": {"type": "integer"},
+    },
+}
+_REASONS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+REPORT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "byoc partition report",
+    "type": "object",
+    "required": ["schema_version", "model", "vendors", "target", "policies", "summary",
+                 "partitions", "host_ops", "nodes", "inputs", "outputs"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "model": {"type": "string"},
+        "vendors": {"type": "array", "items": {"type": "string"}},
+        "target": {"type": "string"},
+        "policies": {
+            "type": "object",
+            "required": ["min_ops", "keep_on_host"],
+            "properties": {"min_ops": {"type": "integer"},
+                           "keep_on_host": {"type": "array", "items": {"type": "string"}}},
+        },
+        "summary": {
+            "type": "object",
+            "required": ["onnx_nodes", "total_ops", "offloaded_ops", "host_ops", "partitions"],
+            "properties": {
+                "onnx_nodes": {"type": "integer"},
+                "total_ops": {"type": "integer"},
+                "offloaded_ops": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "host_ops": {"type": "integer"},
+                "partitions": {"type": "object", "additionalProperties": {"type": "integer"}},
+            },
+        },
+        "partitions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "vendor", "onnx_nodes", "ops", "rules", "inputs", "outputs",
+                             "constant_bytes", "boundary_bytes"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "vendor": {"type": "string"},
+                    "onnx_nodes": {"type": "array", "items": {"type": "string"}},
+                    "ops": {"type": "integer"},
+                    "rules": {"type": "array", "items": {"type": "string"}},
+                    "inputs": {"type": "array", "items": _TENSOR},
+                    "outputs": {"type": "array", "items": _TENSOR},
+                    "constant_bytes": {"type": "integer"},
+                    "boundary_bytes": {"type": "integer"},
+                },
+            },
+        },
+        "host_ops": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["op_type", "nodes", "ops", "reasons"],
+                "properties": {
+                    "op_type": {"type": "string"},
+                    "nodes": {"type": "array", "items": {"type": "string"}},
+                    "ops": {"type": "integer"},
+                    "reasons": _REASONS,
+                },
+            },
+        },
+        "nodes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "op_type", "placement", "inputs", "outputs", "detail"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "op_type": {"type": "string"},
+                    "placement": {"type": "string"},
+                    "vendor": {"type": ["string", "null"]},
+                    "inputs": {"type": "array", "items": {"type": "string"}},
+                    "outputs": {"type": "array", "items": {"type": "string"}},
+                    "detail": {"type": "string"},
+                },
+            },
+        },
+        "inputs": {"type": "array", "items": _TENSOR},
+        "outputs": {"type": "array", "items": _TENSOR},
+        "memory": {
+            "type": "object",
+            "required": ["planned_bytes", "lower_bound_bytes", "planned_source", "lower_bound_source", "scope"],
+        },
+        "verify": {"type": "object", "required": ["status"]},
+    },
+}
+
+
+# -- building the report dict --------------------------------------------------------
+def node_targets(plan: PartitionPlan) -> dict[str, list[str]]:
+    """ONNX node name -> where its ops went (partition names or ``"host"``), in op order."""
+    part_of = {b: p.name for p in plan.partitions for b in p.bindings}
+    targets: dict[str, list[str]] = defaultdict(list)
+    for binding, decision in plan.decisions.items():
+        if decision.node is not None:
+            where = part_of.get(binding, HOST)
+            if where not in targets[decision.node.name]:
+                targets[decision.node.name].append(where)
+    return dict(targets)
+
+
+def _tensor(name: str, shape, dtype: str, nbytes: int) -> dict:
+    return {"name": name, "shape": [int(d) for d in shape], "dtype": str(dtype), "bytes": int(nbytes)}
+
+
+def _reasons_text(reasons: Mapping[str, str]) -> str:
+    return "; ".join(f"{vendor}: {reason}" for vendor, reason in reasons.items())
+
+
+def _node_detail(decisions: list, where: list[str]) -> str:
+    """Hover text for one ONNX node: where its ops went, by which rule, or why not."""
+    if not where:
+        return "no op left to run after import (folded or removed)"
+    lines = []
+    for decision in decisions:
+        if decision.on_host:
+            lines.append(f"{decision.op} on host: {_reasons_text(decision.reasons)}")
+        else:
+            declined = f" ({_reasons_text(decision.reasons)})" if decision.reasons else ""
+            lines.append(f"{decision.op} -> {decision.vendor} by {decision.rule}{declined}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _host_groups(plan: PartitionPlan) -> list[dict]:
+    groups: dict[tuple, dict] = {}
+    for decision in plan.host_ops:
+        op_type = decision.node.op_type if decision.node is not None else decision.op
+        key = (op_type, tuple(decision.reasons.items()))
+        group = groups.setdefault(key, {"op_type": op_type, "nodes": [], "ops": 0,
+                                        "reasons": dict(decision.reasons)})
+        group["ops"] += 1
+        node = decision.node.name if decision.node is not None else "(no ONNX node)"
+        if node not in group["nodes"]:
+            group["nodes"].append(node)
+    return list(groups.values())
+
+
+def _nodes(plan: PartitionPlan) -> list[dict]:
+    graph = plan.imported.model.graph
+    initializers = {t.name for t in graph.initializer}
+    targets = node_targets(plan)
+    vendor_of = {p.name: p.vendor for p in plan.partitions}
+    decisions_of: dict[str, list] = defaultdict(list)
+    for decision in plan.decisions.values():
+        if decision.node is not None:
+            decisions_of[decision.node.name].append(decision)
+    nodes = []
+    for node in graph.node:
+        where = targets.get(node.name, [])
+        placement = where[0] if where else NO_OP
+        nodes.append({
+            "name": node.name,
+            "op_type": node.op_type,
+            "placement": "+".join(where) if len(where) > 1 else placement,
+            "vendor": vendor_of.get(placement),
+            "inputs": [n for n in node.input if n and n not in initializers],
+            "outputs": [n for n in node.output if n],
+            "detail": _node_detail(decisions_of[node.name], where),
+        })
+    return nodes
+
+
+def build_report(
+    plan: PartitionPlan,
+    model_name: str,
+    target: str = "x86_64",
+    memory: Optional[Mapping] = None,
+    verification: Optional[Mapping] = None,
+) -> dict:
+    """The report of ``plan`` as a JSON-ready dict (see :data:`REPORT_SCHEMA`).
+
+    ``model_name`` is how the model is named in the report (a file name, not
+    a path, so reports compare equal across machines); ``memory`` is
+    :meth:`byoc.memory.MemoryEstimate.as_dict` and ``verification`` what
+    :mod:`byoc.verify` found, when they were computed.
+    """
+    vendors = [v.name for v in plan.vendors]
+    offloaded = {v: 0 for v in vendors}
+    per_vendor = {v: 0 for v in vendors}
+    for decision in plan.decisions.values():
+        if not decision.on_host:
+            offloaded[decision.vendor] = offloaded.get(decision.vendor, 0) + 1
+    for part in plan.partitions:
+        per_vendor[part.vendor] = per_vendor.get(part.vendor, 0) + 1
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "model": model_name,
+        "vendors": vendors,
+        "target": str(target),
+        "policies": {"min_ops": plan.min_ops, "keep_on_host": list(plan.keep_on_host)},
+        "summary": {
+            "onnx_nodes": len(plan.imported.model.graph.node),
+            "total_ops": len(plan.decisions),
+            "offloaded_ops": offloaded,
+            "host_ops": len(plan.host_ops),
+            "partitions": per_vendor,
+        },
+        "partitions": [
+            {
+                "name": p.name,
+                "vendor": p.vendor,
+                "onnx_nodes": list(p.onnx_nodes),
+                "ops": len(p.ops),
+                "rules": list(p.rules),
+                "inputs": [_tensor(t.source, t.shape, t.dtype, t.nbytes) for t in p.inputs],
+                "outputs": [_tensor(t.source, t.shape, t.dtype, t.nbytes) for t in p.outputs],
+                "constant_bytes": int(p.constant_bytes),
+                "boundary_bytes": int(p.boundary_bytes),
+            }
+            for p in plan.partitions
+        ],
+        "host_ops": _host_groups(plan),
+        "nodes": _nodes(plan),
+        "inputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.inputs],
+        "outputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.outputs],
+    }
+    if memory is not None:
+        report["memory"] = dict(memory)
+    if verification is not None:
+        report["verify"] = dict(verification)
+    return report
+
+
+# -- rendering ---------------------------------------------------------------------------
+def render(report: Mapping, fmt: str) -> str:
+    """``report`` drawn as ``fmt`` (one of :data:`FORMATS`); text ends with a newline."""
+    renderers = {"text": render_text, "json": render_json, "dot": render_dot, "html": render_html}
+    if fmt not in renderers:
+        raise ByocError(f"unknown report format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return renderers[fmt](report)
+
+
+def render_json(report: Mapping) -> str:
+    """Stable JSON: keys in schema order, two-space indent."""
+    return json.dumps(report, indent=2) + "\n"
+
+
+def _shape(t: Mapping) -> str:
+    return "x".join(str(d) for d in t["shape"]) or "scalar"
+
+
+def _tensors(tensors) -> str:
+    return ", ".join(f"{t['name']} {_shape(t)} {t['dtype']}" for t in tensors) or "-"
+
+
+def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = []
+    for row in [header] + rows:
+        cells = [str(c).ljust(w) for c, w in zip(row, widths)]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _counts(mapping: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in mapping.items())
+
+
+def render_text(report: Mapping) -> str:
+    """The human report: summary, partition table, host ops by reason, memory, verification."""
+    s = report["summary"]
+    pol = report["policies"]
+    lines = [
+        f"byoc partition report: {report['model']}",
+        f"vendors: {', '.join(report['vendors']) or '-'}   target: {report['target']}   "
+        f"min_ops: {pol['min_ops']}   keep_on_host: {', '.join(pol['keep_on_host']) or '-'}",
+        "",
+        "Summary",
+        *_table(["", ""], [
+            ["ONNX nodes", str(s["onnx_nodes"])],
+            ["total ops", str(s["total_ops"])],
+            ["offloaded ops", f"{sum(s['offloaded_ops'].values())}"
+                              + (f"  ({_counts(s['offloaded_ops'])})" if s["offloaded_ops"] else "")],
+            ["host ops", str(s["host_ops"])],
+            ["partitions", f"{sum(s['partitions'].values())}"
+                           + (f"  ({_counts(s['partitions'])})" if s["partitions"] else "")],
+        ])[1:],
+        "",
+        "Partitions",
+    ]
+    parts = report["partitions"]
+    if parts:
+        lines += _table(
+            ["name", "vendor", "nodes", "ops", "inputs", "outputs", "const bytes", "boundary bytes"],
+            [[p["name"], p["vendor"], str(len(p["onnx_nodes"])), str(p["ops"]), _tensors(p["inputs"]),
+              _tensors(p["outputs"]), str(p["constant_bytes"]), str(p["boundary_bytes"])] for p in parts],
+        )
+        lines.append("")
+        lines += [f"  {p['name']} nodes: {', '.join(p['onnx_nodes'])}" for p in parts]
+    else:
+        lines.append("  none: every op runs on the host")
+    lines += ["", "Host ops (grouped by reason)"]
+    if report["host_ops"]:
+        for group in report["host_ops"]:
+            count = len(group["nodes"])
+            lines.append(f"  {group['op_type']}: {count} node{'s' if count != 1 else ''} — "
+                         f"{_reasons_text(group['reasons']) or 'no vendor asked'}")
+            lines.append(f"      {', '.join(group['nodes'])}")
+    else:
+        lines.append("  none: every op is offloaded")
+    memory = report.get("memory")
+    if memory:
+        lines += [
+            "",
+            "Memory (activations)",
+            *_table(["", "", ""], [
+                ["planned", f"{memory['planned_bytes']} bytes", memory["planned_source"]],
+                ["lower bound", f"{memory['lower_bound_bytes']} bytes", memory["lower_bound_source"]],
+            ])[1:],
+            f"  scope: {memory['scope']}",
+        ]
+    verify = report.get("verify")
+    if verify:
+        lines += ["", f"Verification: {verify['status']}"]
+        lines += [f"  {line}" for line in verify.get("lines", [])]
+    return "\n".join(lines) + "\n"
+
+
+def _colours(report: Mapping) -> dict[str, str]:
+    colours = {v: _PALETTE[i % len(_PALETTE)] for i, v in enumerate(report["vendors"])}
+    colours[HOST] = _HOST_COLOUR
+    colours[NO_OP] = _NO_OP_COLOUR
+    return colours
+
+
+def _node_colour(node: Mapping, colours: Mapping[str, str]) -> str:
+    if node["vendor"]:
+        return colours[node["vendor"]]
+    return colours[HOST] if node["placement"].startswith(HOST) else colours[NO_OP]
+
+
+def _dot_str(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _edges(report: Mapping) -> list[tuple[str, str, str]]:
+    """(from id, to id, tensor) for every data edge, inputs and outputs included."""
+    producer = {t["name"]: f"in:{t['name']}" for t in report["inputs"]}
+    for node in report["nodes"]:
+        for name in node["outputs"]:
+            producer[name] = f"n:{node['name']}"
+    edges = []
+    for node in report["nodes"]:
+        for name in dict.fromkeys(node["inputs"]):
+            if name in producer:
+                edges.append((producer[name], f"n:{node['name']}", name))
+    for t in report["outputs"]:
+        if t["name"] in producer:
+            edges.append((producer[t["name"]], f"out:{t['name']}", t["name"]))
+    return edges
+
+
+def render_dot(report: Mapping) -> str:
+    """Graphviz DOT: one cluster per partition, nodes filled by vendor, tooltips with the reason."""
+    colours = _colours(report)
+    lines = [
+        "digraph byoc {",
+        f"  label={_dot_str('byoc partitions: ' + report['model'])};",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
+        '  edge [fontname="Helvetica", fontsize=8];',
+    ]
+    for t in report["inputs"]:
+        lines.append(f"  {_dot_str('in:' + t['name'])} [shape=ellipse, fillcolor=\"#ffffff\", "
+                     f"label={_dot_str(t['name'] + chr(10) + _shape(t) + ' ' + t['dtype'])}];")
+    by_placement: dict[str, list[Mapping]] = defaultdict(list)
+    for node in report["nodes"]:
+        by_placement[node["placement"]].append(node)
+
+    def node_line(node, indent):
+        label = f"{node['name']}\n{node['op_type']}"
+        tooltip = f"{node['name']} ({node['op_type']}): {node['placement']}\n{node['detail']}"
+        return (f"{indent}{_dot_str('n:' + node['name'])} [label={_dot_str(label)}, "
+                f"fillcolor=\"{_node_colour(node, colours)}\", tooltip={_dot_str(tooltip)}];")
+
+    for part in report["partitions"]:
+        lines.append(f"  subgraph {_dot_str('cluster_' + part['name'])} {{")
+        lines.append(f"    label={_dot_str(part['name'] + ' (' + part['vendor'] + ')')}; style=dashed;")
+        lines += [node_line(n, "    ") for n in by_placement.get(part["name"], [])]
+        lines.append("  }")
+    parts = {p["name"] for p in report["partitions"]}
+    lines += [node_line(n, "  ") for n in report["nodes"] if n["placement"] not in parts]
+    for t in report["outputs"]:
+        lines.append(f"  {_dot_str('out:' + t['name'])} [shape=ellipse, fillcolor=\"#ffffff\", "
+                     f"label={_dot_str(t['name'] + chr(10) + _shape(t) + ' ' + t['dtype'])}];")
+    for src, dst, tensor in _edges(report):
+        lines.append(f"  {_dot_str(src)} -> {_dot_str(dst)} [tooltip={_dot_str(tensor)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML: a self-contained page with an inline SVG drawn here ---------------------------------
+_BOX_W, _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 160, 40, 24, 44, 20
+
+
+def _layout(report: Mapping) -> tuple[dict[str, tuple[float, float]], int, int]:
+    """Layered layout: depth = longest path from an input; order in a layer by parents' mean x."""
+    edges = _edges(report)
+    parents: dict[str, list[str]] = defaultdict(list)
+    for src, dst, _ in edges:
+        parents[dst].append(src)
+    ids = ([f"in:{t['name']}" for t in report["inputs"]] + [f"n:{n['name']}" for n in report["nodes"]]
+           + [f"out:{t['name']}" for t in report["outputs"]])
+    depth: dict[str, int] = {}
+    for ident in ids:  # ONNX nodes are topologically sorted, so one pass suffices
+        depth[ident] = 1 + max((depth.get(p, 0) for p in parents[ident]), default=-1)
+    layers: dict[int, list[str]] = defaultdict(list)
+    for ident in ids:
+        layers[depth[ident]].append(ident)
+    position: dict[str, tuple[float, float]] = {}
+    for level in sorted(layers):
+        members = layers[level]
+        order = {ident: i for i, ident in enumerate(members)}
+        members.sort(key=lambda i: (sum(position[p][0] for p in parents[i]) / len(parents[i])
+                                    if parents[i] else -1.0, order[i]))
+        for index, ident in enumerate(members):
+            position[ident] = (_MARGIN + index * (_BOX_W + _GAP_X), _MARGIN + level * (_BOX_H + _GAP_Y))
+    width = _MARGIN * 2 + max(len(m) for m in layers.values()) * (_BOX_W + _GAP_X) if layers else 100
+    height = _MARGIN * 2 + len(layers) * (_BOX_H + _GAP_Y)
+    return position, width, height
+
+
+def _svg(report: Mapping) -> str:
+    colours = _colours(report)
+    position, width, height = _layout(report)
+    esc = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="graph" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="11">']
+    for src, dst, tensor in _edges(report):
+        (x1, y1), (x2, y2) = position[src], position[dst]
+        x1, y1, x2 = x1 + _BOX_W / 2, y1 + _BOX_H, x2 + _BOX_W / 2
+        mid = (y1 + y2) / 2
+        out.append(f'<path class="edge" d="M{x1:.0f},{y1:.0f} C{x1:.0f},{mid:.0f} {x2:.0f},{mid:.0f} '
+                   f'{x2:.0f},{y2:.0f}" fill="none" stroke="#888"><title>{esc(tensor)}</title></path>')
+    for prefix, tensors in (("in:", report["inputs"]), ("out:", report["outputs"])):
+        for t in tensors:
+            x, y = position[prefix + t["name"]]
+            out.append(f'<g class="tensor" data-name="{esc(t["name"])}"><title>{esc(t["name"])} '
+                       f'{esc(_shape(t))} {esc(t["dtype"])}</title>'
+                       f'<ellipse cx="{x + _BOX_W / 2:.0f}" cy="{y + _BOX_H / 2:.0f}" rx="{_BOX_W / 2:.0f}" '
+                       f'ry="{_BOX_H / 2:.0f}" fill="#fff" stroke="#555"/>'
+                       f'<text x="{x + _BOX_W / 2:.0f}" y="{y + _BOX_H / 2 + 4:.0f}" text-anchor="middle">'
+                       f'{esc(t["name"])}</text></g>')
+    for node in report["nodes"]:
+        x, y = position[f"n:{node['name']}"]
+        title = f"{node['name']} ({node['op_type']}): {node['placement']}\n{node['detail']}"
+        dashed = ' stroke-dasharray="4 3"' if node["placement"] == NO_OP else ""
+        out.append(
+            f'<g class="node" data-name="{esc(node["name"])}" data-placement="{esc(node["placement"])}">'
+            f'<title>{esc(title)}</title>'
+            f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" '
+            f'fill="{_node_colour(node, colours)}" stroke="#333"{dashed}/>'
+            f'<text x="{x + _BOX_W / 2}" y="{y + 16}" text-anchor="middle" font-weight="bold">'
+            f'{esc(node["name"][:24])}</text>'
+            f'<text x="{x + _BOX_W / 2}" y="{y + 31}" text-anchor="middle">'
+            f'{esc(node["op_type"])} · {esc(node["placement"][:16])}</text></g>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(report: Mapping) -> str:
+    """A self-contained page (no network): legend, graph as inline SVG, and the report's tables."""
+    esc = html.escape
+    colours = _colours(report)
+    legend = "".join(
+        f'<span class="key"><span class="swatch" style="background:{colour}"></span>{esc(name)}</span>'
+        for name, colour in colours.items()
+    )
+    s = report["summary"]
+    summary = _html_table(["", ""], [
+        ["ONNX nodes", s["onnx_nodes"]], ["total ops", s["total_ops"]],
+        ["offloaded ops", _counts(s["offloaded_ops"]) or "0"], ["host ops", s["host_ops"]],
+        ["partitions", _counts(s["partitions"]) or "0"],
+    ])
+    partitions = _html_table(
+        ["name", "vendor", "ONNX nodes", "ops", "inputs", "outputs", "const bytes", "boundary bytes"],
+        [[p["name"], p["vendor"], ", ".join(p["onnx_nodes"]), p["ops"], _tensors(p["inputs"]),
+          _tensors(p["outputs"]), p["constant_bytes"], p["boundary_bytes"]] for p in report["partitions"]],
+    )
+    host = _html_table(
+        ["op type", "nodes", "reasons"],
+        [[g["op_type"], ", ".join(g["nodes"]), _reasons_text(g["reasons"])] for g in report["host_ops"]],
+    )
+    sections = [
+        f"<h1>byoc partitions: {esc(report['model'])}</h1>",
+        f"<p>vendors: {esc(', '.join(report['vendors']) or '-')} · target: {esc(report['target'])} · "
+        f"hover a node for where it went and why.</p>",
+        f'<div class="legend">{legend}</div>',
+        f'<div class="graph">{_svg(report)}</div>',
+        "<h2>Summary</h2>", summary, "<h2>Partitions</h2>", partitions,
+        "<h2>Host ops (grouped by reason)</h2>", host,
+    ]
+    memory = report.get("memory")
+    if memory:
+        sections += ["<h2>Memory (activations)</h2>", _html_table(["", "bytes", "how"], [
+            ["planned", memory["planned_bytes"], memory["planned_source"]],
+            ["lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"]],
+        ]), f"<p>{esc(memory['scope'])}</p>"]
+    verify = report.get("verify")
+    if verify:
+        sections += [f"<h2>Verification: {esc(verify['status'])}</h2>",
+                     "<pre>" + esc("\n".join(verify.get("lines", []))) + "</pre>"]
+    style = (
+        "body{font-family:Helvetica,Arial,sans-serif;margin:16px;color:#222}"
+        "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:left;font-size:13px}.graph{overflow:auto;border:1px solid #eee}"
+        ".legend{margin:8px 0}.key{margin-right:14px}.swatch{display:inline-block;width:12px;height:12px;"
+        "border:1px solid #333;margin-right:4px;vertical-align:middle}"
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>byoc partitions: {esc(report['model'])}</title>\n<style>{style}</style>\n</head>\n<body>\n"
+        + "\n".join(sections) + "\n</body>\n</html>\n"
+    )

@@ -1,0 +1,232 @@
+"""Check a partitioned build against onnxruntime, and find the partition that breaks it.
+
+:func:`verify` builds the plan, runs it and onnxruntime on the same inputs
+(random with a fixed seed, or the user's), and compares every output. On a
+mismatch it rebuilds with each partition in turn moved back to the host
+(its ONNX nodes added to ``keep_on_host``) and names the partitions whose
+removal makes the outputs match. When no single partition explains it, it
+offloads the partitions one more at a time, in call order, and names the
+first whose addition breaks the result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .builder import build
+from .errors import ByocError, InputError
+from .frontend import TensorSpec
+from .partitioner import PartitionPlan, partition
+from .targets import resolve_target
+
+SEED = 0
+# Vendor kernels may sum in another order than onnxruntime: per-dtype tolerance (rtol, atol).
+TOLERANCE = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float32": (1e-3, 1e-4), "float64": (1e-7, 1e-9)}
+
+Progress = Optional[Callable[[str], None]]
+
+
+@dataclass
+class OutputCheck:
+    """How one model output compares with onnxruntime."""
+
+    name: str
+    ok: bool
+    max_abs_diff: float
+    note: str = ""
+
+
+@dataclass
+class Verification:
+    """The result of :func:`verify`.
+
+    ``status`` is ``"ok"`` or ``"mismatch"``; ``culprits`` names the
+    partitions found to cause a mismatch (empty when none could be named);
+    ``lines`` explains the result for people.
+    """
+
+    status: str
+    inputs: str
+    outputs: list[OutputCheck]
+    culprits: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "inputs": self.inputs,
+            "outputs": [{"name": o.name, "ok": o.ok, "max_abs_diff": o.max_abs_diff, "note": o.note}
+                        for o in self.outputs],
+            "culprits": list(self.culprits),
+            "lines": list(self.lines),
+        }
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED) -> dict[str, np.ndarray]:
+    """Reproducible inputs: normal floats, small non-negative integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            arrays[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+        elif dtype.kind in "iu":
+            arrays[spec.name] = rng.integers(0, 4, size=spec.shape).astype(dtype)
+        elif dtype.kind == "b":
+            arrays[spec.name] = rng.random(spec.shape) < 0.5
+        else:
+            raise InputError(f"cannot make random values for input {spec.name!r} of dtype {spec.dtype}; "
+                             "pass --inputs FILE.npz")
+    return arrays
+
+
+def load_inputs(path: Union[str, os.PathLike]) -> dict[str, np.ndarray]:
+    """Arrays from an ``.npz`` file, keyed by model input name."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise InputError(f"inputs file not found: {str(path)!r}") from None
+    except (OSError, ValueError) as err:
+        raise InputError(
+            f"cannot read {str(path)!r} as .npz ({err}); save inputs with "
+            "numpy.savez(path, input_name=array, ...)"
+        ) from None
+
+
+def reference_outputs(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime's outputs for the model of ``plan`` (its checked copy, shapes applied)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # onnxruntime warnings would break the one-line-per-phase output
+    session = ort.InferenceSession(plan.imported.model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, dict(inputs))
+
+
+def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> list[OutputCheck]:
+    """Per-output comparison with the per-dtype :data:`TOLERANCE` (exact for other dtypes)."""
+    checks = []
+    for name, a, b in zip(names, got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            checks.append(OutputCheck(name, False, float("inf"),
+                                      f"got {a.dtype}{list(a.shape)}, onnxruntime gives {b.dtype}{list(b.shape)}"))
+            continue
+        if a.size == 0:
+            checks.append(OutputCheck(name, True, 0.0))
+            continue
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        rtol, atol = TOLERANCE.get(str(a.dtype), (0.0, 0.0))
+        ok = bool(np.all(diff <= atol + rtol * np.abs(b.astype(np.float64)))
+                  and np.array_equal(np.isnan(a), np.isnan(b)))
+        checks.append(OutputCheck(name, ok, float(np.nanmax(diff)) if diff.size else 0.0))
+    return checks
+
+
+def _run(plan: PartitionPlan, target, inputs, want) -> list[OutputCheck]:
+    artifact = build(plan, target=target)
+    # Foreign targets run as the standalone program (under qemu); see byoc.standalone.
+    got = artifact.run(inputs) if artifact.target.is_host else artifact.run_emulated(inputs)
+    return compare([s.name for s in plan.imported.outputs], got, want)
+
+
+def verify(
+    plan: PartitionPlan,
+    target="x86_64",
+    inputs: Optional[Mapping[str, np.ndarray]] = None,
+    inputs_label: Optional[str] = None,
+    progress: Progress = None,
+) -> Verification:
+    """Build ``plan``, compare it with onnxruntime, and bisect a mismatch to a partition.
+
+    ``inputs`` default to :func:`random_inputs`; ``inputs_label`` says in the
+    result where they came from. Rebuilds for the bisection use the plan's
+    own vendors, ``min_ops`` and ``keep_on_host``.
+    """
+    say = progress or (lambda _: None)
+    preset = resolve_target(target)
+    label = inputs_label or f"random (seed {SEED})"
+    if inputs is None:
+        inputs = random_inputs(plan.imported.inputs)
+    say("verify: running onnxruntime")
+    want = reference_outputs(plan, _checked(plan, inputs))
+    say(f"verify: building and running {len(plan.partitions)} partition(s)")
+    checks = _run(plan, preset, inputs, want)
+    if all(c.ok for c in checks):
+        return Verification("ok", label, checks, lines=[
+            f"all {len(checks)} output(s) match onnxruntime on {label} inputs"])
+    lines = [f"output {c.name!r} differs from onnxruntime (max abs diff {c.max_abs_diff:.3g})"
+             + (f": {c.note}" if c.note else "") for c in checks if not c.ok]
+    culprits, more = _bisect(plan, preset, inputs, want, say)
+    return Verification("mismatch", label, checks, culprits, lines + more)
+
+
+def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [s.name for s in plan.imported.inputs]
+    missing = [n for n in names if n not in inputs]
+    unknown = [n for n in inputs if n not in names]
+    if missing or unknown:
+        raise InputError(f"inputs do not match the model: missing {missing}, unknown {unknown}; "
+                         f"the model's inputs are {names}")
+    for spec in plan.imported.inputs:
+        array = inputs[spec.name]
+        if tuple(array.shape) != spec.shape or array.dtype != np.dtype(spec.dtype):
+            raise InputError(f"input {spec.name!r} is {array.dtype}{list(array.shape)}, "
+                             f"the model expects {spec.dtype}{list(spec.shape)}")
+    return {n: inputs[n] for n in names}
+
+
+def _replan(plan: PartitionPlan, on_host: Sequence[str]) -> PartitionPlan:
+    keep = list(dict.fromkeys([*plan.keep_on_host, *on_host]))
+    return partition(plan.imported, plan.vendors, min_ops=plan.min_ops, keep_on_host=keep)
+
+
+def _matches(plan, on_host, preset, inputs, want) -> Optional[bool]:
+    """Whether the build with ``on_host`` nodes kept on the host matches; None if it cannot build."""
+    try:
+        return all(c.ok for c in _run(_replan(plan, on_host), preset, inputs, want))
+    except ByocError:
+        return None
+
+
+def _bisect(plan, preset, inputs, want, say) -> tuple[list[str], list[str]]:
+    parts = plan.partitions
+    culprits, lines = [], []
+    for part in parts:
+        say(f"verify: rebuilding with {part.name} on the host")
+        result = _matches(plan, part.onnx_nodes, preset, inputs, want)
+        if result:
+            culprits.append(part.name)
+            lines.append(f"moving {part.name} ({part.vendor}: {', '.join(part.onnx_nodes)}) back to "
+                         "the host makes every output match: it causes the mismatch")
+        elif result is None:
+            lines.append(f"could not rebuild with {part.name} on the host; it stays a suspect")
+    if culprits:
+        return culprits, lines
+    all_nodes = [n for p in parts for n in p.onnx_nodes]
+    say("verify: rebuilding with every partition on the host")
+    if not _matches(plan, all_nodes, preset, inputs, want):
+        lines.append("the mismatch remains with every partition on the host: "
+                     "it does not come from a vendor partition")
+        return [], lines
+    # Several partitions are wrong together: offload them one more at a time.
+    for count in range(1, len(parts) + 1):
+        rest = [n for p in parts[count:] for n in p.onnx_nodes]
+        say(f"verify: rebuilding with only the first {count} partition(s) offloaded")
+        if _matches(plan, rest, preset, inputs, want) is False:
+            culprit = parts[count - 1]
+            lines.append(f"no single partition explains it; offloading partitions in call order, "
+                         f"the mismatch starts with {culprit.name} ({culprit.vendor})")
+            return [culprit.name], lines
+    lines.append("no partition could be named: the mismatch depends on partitions working together")
+    return [], lines

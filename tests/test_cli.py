@@ -1,0 +1,285 @@
+"""``python -m byoc.partition``: goldens of every format, exit codes, export, verify, HTML in chromium.
+
+Goldens live in tests/golden/; rewrite them with ``BYOC_UPDATE_GOLDEN=1``.
+Numerics are checked against onnxruntime, the HTML page in headless chromium.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import byoc
+from byoc.annotations.c_source import RULES as C_SOURCE_RULES
+from byoc.codegens.c_source import OP_EMITTERS, CSourceCodegen
+from byoc.partition.__main__ import main
+
+from cli_models import save, small_cnn, small_mlp
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("BYOC_UPDATE_GOLDEN") == "1"
+MODELS = {"small_cnn": small_cnn, "small_mlp": small_mlp}
+SUFFIX = {"text": "txt", "json": "json", "dot": "dot", "html": "html"}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    for name, build in MODELS.items():
+        save(build(), folder / f"{name}.onnx")  # fixed file names: reports name the model by them
+    return folder
+
+
+def run_cli(*argv) -> tuple[int, str, str]:
+    """The CLI in this process (so test-registered vendors are visible)."""
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_module(*argv, cwd=None) -> subprocess.CompletedProcess:
+    """The CLI as users run it: ``python -m byoc.partition``."""
+    return subprocess.run([sys.executable, "-m", "byoc.partition", *map(str, argv)],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"golden {path} is missing; create it with BYOC_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"output differs from golden {path}; if the change is intended, rerun with BYOC_UPDATE_GOLDEN=1"
+    )
+
+
+# -- goldens ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", list(SUFFIX))
+@pytest.mark.parametrize("model", list(MODELS))
+def test_golden(model_dir, model, fmt):
+    code, out, _ = run_cli(model_dir / f"{model}.onnx", "--format", fmt, "-q")
+    assert code == 0
+    assert str(model_dir) not in out  # no absolute paths in reports
+    check_golden(f"{model}.{SUFFIX[fmt]}", out)
+
+
+def test_golden_with_policies(model_dir):
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--keep-on-host", "Relu", "--min-ops", "2", "-q")
+    assert code == 0
+    check_golden("small_cnn_policies.txt", out)
+
+
+def test_text_has_the_three_parts_and_memory(model_dir):
+    _, out, _ = run_cli(model_dir / "small_cnn.onnx", "-q")
+    for heading in ("Summary", "Partitions", "Host ops (grouped by reason)", "Memory (activations)"):
+        assert f"\n{heading}\n" in out
+    assert "BatchNormalization: 1 node — c_source: no c_source rule for relax.nn.batch_norm" in out
+
+
+def test_output_file_and_progress_on_stderr(model_dir, tmp_path):
+    out_path = tmp_path / "report.json"
+    code, out, err = run_cli(model_dir / "small_mlp.onnx", "--format", "json", "-o", out_path)
+    assert code == 0 and out == ""
+    assert json.loads(out_path.read_text())["schema_version"] == 1
+    assert all(line.startswith("byoc: ") for line in err.splitlines()) and len(err.splitlines()) >= 3
+
+
+def test_list_vendors():
+    code, out, _ = run_cli("--list-vendors")
+    assert code == 0
+    assert any(line.split()[0] == "c_source" for line in out.splitlines())
+
+
+# -- exit codes --------------------------------------------------------------------------------
+def test_exit_0_as_a_module(model_dir):
+    done = run_module(model_dir / "small_cnn.onnx", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["partitions"]
+    assert "byoc: partitioning" in done.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["missing.onnx"], "model file not found"),
+    (["{cnn}", "--vendor", "nope"], "unknown vendor 'nope'"),
+    (["{cnn}", "--keep-on-host", "NoSuchNode"], "match no ONNX node name or op type"),
+    (["{cnn}", "--min-ops", "0"], "min_ops must be at least 1"),
+    (["{cnn}", "--format", "yaml"], "invalid choice"),
+    (["{cnn}", "--input-shape", "x"], "expected NAME=D1,D2"),
+    (["{cnn}", "--inputs", "a.npz"], "only used with --verify"),
+    (["{cnn}", "--verify", "--inputs", "missing.npz"], "inputs file not found"),
+    (["{cnn}", "--target", "sparc"], "unknown target 'sparc'"),
+    (["{cnn}", "-o", "{cnn}"], "refusing to overwrite"),
+    (["{cnn}", "--export-onnx", "{cnn}"], "refusing to overwrite"),
+    ([], "MODEL.onnx is required"),
+])
+def test_exit_2_with_one_line(model_dir, argv, message):
+    argv = [a.format(cnn=model_dir / "small_cnn.onnx") for a in argv]
+    before = (model_dir / "small_cnn.onnx").read_bytes()
+    code, out, err = run_cli(*argv, "-q")
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert message in err and "Traceback" not in err
+    assert (model_dir / "small_cnn.onnx").read_bytes() == before
+
+
+def test_exit_2_as_a_module_and_debug_traceback(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    done = run_module(bad, "-q")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "not an ONNX protobuf" in done.stderr
+    done = run_module(bad, "-q", "--debug")
+    assert done.returncode == 2 and "Traceback" in done.stderr
+
+
+# -- export ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model", list(MODELS))
+def test_export_onnx_checks_and_runs_the_same(model_dir, tmp_path, model):
+    src = model_dir / f"{model}.onnx"
+    out = tmp_path / "partitioned.onnx"
+    code, _, err = run_cli(src, "--export-onnx", out, "-q")
+    assert code == 0, err
+    exported = onnx.load(str(out))
+    onnx.checker.check_model(exported, full_check=True)
+    calls = [n for n in exported.graph.node if n.domain == "byoc.c_source"]
+    assert calls and len(exported.functions) == len(calls)
+    original = onnx.load(str(src))
+    name = original.graph.input[0].name
+    shape = [d.dim_value for d in original.graph.input[0].type.tensor_type.shape.dim]
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {name: x})
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {name: x})
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+# -- verify ------------------------------------------------------------------------------------
+def test_verify_ok_with_inputs_file(model_dir, tmp_path):
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, x=np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32))
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--verify", "--inputs", inputs, "-q")
+    assert code == 0
+    assert "Verification: ok" in out and "inputs.npz" in out
+
+
+def test_verify_inputs_with_wrong_name_is_exit_2(model_dir, tmp_path):
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, image=np.zeros((1, 3, 8, 8), np.float32))
+    code, _, err = run_cli(model_dir / "small_cnn.onnx", "--verify", "--inputs", inputs, "-q")
+    assert code == 2 and "missing ['x']" in err
+
+
+class _WrongReluCodegen(CSourceCodegen):
+    """c_source, except that a standalone relu is emitted as a copy (a deliberate bug)."""
+
+    emitters = {**OP_EMITTERS, "relax.nn.relu": OP_EMITTERS["relax.reshape"]}
+
+
+@pytest.fixture
+def broken_vendor():
+    rules = tuple(dataclasses.replace(r, name="broken." + r.name.split(".", 1)[1]) for r in C_SOURCE_RULES)
+    vendor = byoc.register_vendor(byoc.Vendor("broken", rules, _WrongReluCodegen()))
+    yield vendor
+    byoc.unregister_vendor("broken")
+
+
+def test_verify_names_the_broken_partition(model_dir, broken_vendor):
+    # In small_cnn, relu1 is fused into conv1's kernel (correct); relu2 stands
+    # alone at the start of the second partition, broken_1, and is miscompiled.
+    code, out, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "broken", "--verify")
+    assert code == 1
+    assert "Verification: mismatch" in out
+    assert "moving broken_1 (broken: relu2, pool1, flatten1, fc1) back to the host" in out
+    assert "broken_0 " not in out.split("Verification")[1]
+    assert err.strip().splitlines()[-1].endswith("caused by broken_1")
+
+
+def test_verify_json_names_the_culprit(model_dir, broken_vendor):
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--vendor", "broken", "--verify", "--format", "json", "-q")
+    assert code == 1
+    verify = json.loads(out)["verify"]
+    assert verify["status"] == "mismatch" and verify["culprits"] == ["broken_1"]
+
+
+# -- HTML in a real browser ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def chromium():
+    found = shutil.which("chromium")
+    if found is None:
+        if shutil.which("apt-get") is None:
+            pytest.skip("chromium is not installed and apt-get is unavailable to install it")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update"], check=True, capture_output=True, env=env, timeout=900)
+        subprocess.run(["apt-get", "install", "-y", "chromium"], check=True, capture_output=True, env=env,
+                       timeout=1800)
+        found = shutil.which("chromium")
+        assert found, "apt-get install chromium did not provide /usr/bin/chromium"
+    return found
+
+
+def _headless(chromium_path: str, *args: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [chromium_path, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+             *args],
+            capture_output=True, text=True, timeout=300,
+        )
+
+
+_PROBE = """<script>
+// Test-only probe: where did the browser draw each node, and is it what a pointer finds there?
+const rows = [];
+for (const g of document.querySelectorAll("g.node")) {
+  const r = g.getBoundingClientRect();
+  const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+  const fill = getComputedStyle(g.querySelector("rect")).fill;
+  rows.push([g.dataset.name, Math.round(r.width), Math.round(r.height), !!hit && g.contains(hit), fill,
+             g.querySelector("title").textContent.replace(/\\n/g, " / ")].join("|"));
+}
+const pre = document.createElement("pre");
+pre.id = "probe";
+pre.textContent = rows.join("\\n");
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_html_renders_in_headless_chromium(model_dir, tmp_path, chromium):
+    page = tmp_path / "report.html"
+    code, _, _ = run_cli(model_dir / "small_cnn.onnx", "--format", "html", "-o", page, "-q")
+    assert code == 0
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    dom = _headless(chromium, "--window-size=1000,1400", "--dump-dom", probed.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    probe = dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0]
+    drawn = {}
+    for row in probe.split("\n"):
+        name, width, height, on_top, fill, title = row.split("|", 5)
+        drawn[name] = (int(width), int(height), on_top == "true", fill, title)
+    assert set(drawn) == {n.name for n in small_cnn().graph.node}
+    for name, (width, height, on_top, _, _) in drawn.items():
+        assert width > 50 and height > 20 and on_top, (name, drawn[name])
+    assert drawn["conv1"][3] == "rgb(142, 202, 230)"  # c_source colour
+    assert drawn["bn1"][3] == "rgb(217, 217, 217)"  # host colour
+    assert "no c_source rule for relax.nn.batch_norm" in drawn["bn1"][4]  # the hover text
+    shot = tmp_path / "report.png"
+    done = _headless(chromium, "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri())
+    assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

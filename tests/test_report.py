@@ -1,0 +1,111 @@
+"""byoc.report, byoc.memory and byoc.onnx_export on the small CLI models.
+
+References are independent of byoc: the JSON Schema validator, onnx.checker,
+onnxruntime, and sizes worked out by hand from the model definitions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import byoc
+from byoc.memory import estimate_memory
+from byoc.onnx_export import partitioned_model
+from byoc.report import FORMATS, REPORT_SCHEMA, SCHEMA_VERSION, build_report, render
+
+from cli_models import small_cnn, small_mlp
+
+
+@pytest.fixture(scope="module")
+def cnn_plan():
+    return byoc.partition(small_cnn(), ["c_source"])
+
+
+def _report(plan, **kwargs):
+    return build_report(plan, "model.onnx", memory=estimate_memory(plan).as_dict(), **kwargs)
+
+
+def test_json_matches_schema_and_version(cnn_plan):
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the report schema")
+    report = json.loads(render(_report(cnn_plan), "json"))
+    jsonschema.validate(report, REPORT_SCHEMA)
+    assert report["schema_version"] == SCHEMA_VERSION
+
+
+def test_summary_counts_onnx_nodes_and_ops(cnn_plan):
+    summary = _report(cnn_plan)["summary"]
+    # 8 ONNX nodes; Conv and Gemm each import as two ops (conv/matmul + add).
+    assert summary["onnx_nodes"] == 8
+    assert summary["total_ops"] == 11
+    assert summary["host_ops"] == 1
+    assert summary["offloaded_ops"] == {"c_source": 10}
+
+
+def test_host_ops_grouped_by_op_type_and_reason():
+    plan = byoc.partition(small_cnn(), ["c_source"], keep_on_host=["Relu"])
+    groups = _report(plan)["host_ops"]
+    relu = [g for g in groups if g["op_type"] == "Relu"]
+    assert len(relu) == 1 and relu[0]["nodes"] == ["relu1", "relu2"]
+    assert "keep_on_host='Relu'" in relu[0]["reasons"]["c_source"]
+    text = render(_report(plan), "text")
+    assert "Relu: 2 nodes — c_source: kept on host by keep_on_host='Relu'" in text
+
+
+def test_reports_use_onnx_names_not_relax_bindings(cnn_plan):
+    report = _report(cnn_plan)
+    bindings = {b for b in cnn_plan.decisions} - {n.name for n in small_cnn().graph.node}
+    for fmt in FORMATS:
+        out = render(report, fmt)
+        for binding in bindings:
+            assert f"'{binding}'" not in out and f'"{binding}"' not in out, (fmt, binding)
+
+
+def test_memory_lower_bound_by_hand(cnn_plan):
+    estimate = estimate_memory(cnn_plan)
+    # Host program: c_source_0 -> batch_norm -> c_source_1. At batch_norm both its
+    # input and output (1x8x8x8 float32 each) are live; nothing else is.
+    assert estimate.lower_bound_bytes == 2 * 8 * 8 * 8 * 4
+    assert estimate.planned_bytes >= estimate.lower_bound_bytes
+
+
+def test_memory_all_on_host_is_at_least_the_bound():
+    plan = byoc.partition(small_mlp(), [])
+    estimate = estimate_memory(plan)
+    assert 0 < estimate.lower_bound_bytes <= estimate.planned_bytes
+
+
+@pytest.mark.parametrize("build, keep", [(small_cnn, []), (small_cnn, ["bn1", "relu1"]), (small_mlp, ["act1"])])
+def test_exported_onnx_checks_and_matches_onnxruntime(build, keep):
+    model = build()
+    plan = byoc.partition(model, ["c_source"], keep_on_host=keep)
+    exported = partitioned_model(plan)
+    onnx.checker.check_model(exported, full_check=True)
+    calls = [n for n in exported.graph.node if n.domain.startswith("byoc.")]
+    assert [n.op_type for n in calls] == [p.name for p in plan.partitions]
+    assert {f.name for f in exported.functions} == {p.name for p in plan.partitions}
+    assert all(n.domain == "byoc.c_source" for n in calls)
+    spec = plan.imported.inputs[0]
+    x = np.random.default_rng(3).standard_normal(spec.shape).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {spec.name: x})
+    got = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {spec.name: x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_html_escapes_names():
+    model = small_mlp()
+    model.graph.node[2].name = "<act&1>"
+    plan = byoc.partition(model, ["c_source"])
+    page = render(_report(plan), "html")
+    assert "<act&1>" not in page and "&lt;act&amp;1&gt;" in page
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert "https://" not in page
+
+
+def test_unknown_format_is_a_byoc_error(cnn_plan):
+    with pytest.raises(byoc.ByocError, match="choose one of"):
+        render(_report(cnn_plan), "yaml")
