@@ -182,6 +182,9 @@ def _flatten(result) -> list:
 def _load_library(path: Path):
     import tvm
 
+    from .registry import list_vendors
+
+    list_vendors()  # importing the vendor modules registers their runtime loaders (json_runtime)
     try:
         return tvm.runtime.load_module(str(path))
     except Exception as err:

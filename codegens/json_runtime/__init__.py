@@ -1,0 +1,40 @@
+"""The JSON-runtime codegen: partitions become JSON graphs run by byoc's own runtime module.
+
+Each partition is serialized by :mod:`.serializer` and wrapped, with its
+constants, in a ``byoc_json_runtime`` module (the C++ in
+``runtime/json_runtime.cc``). That module executes the graph with the same
+reference kernels as the C-source codegen, saves itself into an exported
+library (``SaveToBytes``) and loads back in a fresh process once
+:func:`.runtime.load_runtime` has run there.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from .runtime import FACTORY, load_runtime
+from .serializer import FORMAT, SCHEMA_VERSION, SerializedGraph, serialize
+
+__all__ = ["FORMAT", "JsonRuntimeCodegen", "SCHEMA_VERSION", "SerializedGraph", "load_runtime", "serialize"]
+
+
+class JsonRuntimeCodegen:
+    """Codegen that makes one runtime module per partition."""
+
+    def serialize(self, partition) -> SerializedGraph:
+        """The JSON graph and constants of ``partition`` (a ``byoc.graph.PartitionGraph``)."""
+        return serialize(partition)
+
+    def compile(self, partitions: Sequence, options: Mapping) -> list:
+        import tvm
+        import tvm_ffi
+
+        load_runtime()
+        create = tvm_ffi.get_global_func(FACTORY)
+        modules = []
+        for partition in partitions:
+            graph = self.serialize(partition)
+            names = sorted(graph.constants)
+            tensors = [tvm.runtime.tensor(graph.constants[n]) for n in names]
+            modules.append(create(graph.symbol, graph.json, names, tensors))
+        return modules

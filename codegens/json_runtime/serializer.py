@@ -1,0 +1,180 @@
+"""Serialize a partition (:class:`byoc.graph.PartitionGraph`) to a JSON graph.
+
+Schema ``byoc.json_runtime.graph``, version 1 (:data:`SCHEMA_VERSION`)::
+
+    {
+      "format": "byoc.json_runtime.graph",
+      "version": 1,
+      "symbol": "json_runtime_0",              # the function the runtime exports
+      "tensors": [                             # every value, declared once
+        {"name": "input0", "kind": "input", "shape": [1, 3, 8, 8], "dtype": "float32"},
+        {"name": "const0", "kind": "const", "shape": [4, 3, 3, 3], "dtype": "float32"},
+        {"name": "t3",     "kind": "op",    "shape": [1, 4, 8, 8], "dtype": "float32"}
+      ],
+      "inputs":    ["input0"],                 # call order of the inputs
+      "constants": ["const0"],                 # weights, by name; their bytes travel
+                                               # next to the JSON, never inside it
+      "outputs":   ["t3"],                     # call order of the outputs
+      "nodes": [                               # execution order
+        {
+          "op": "json_runtime.conv2d_bias_relu",   # the vendor rule that took the node
+          "inputs": ["input0", "const0", "const1"],  # tensors read from outside the node
+          "outputs": ["t3"],                       # tensors the node hands on
+          "body": [                                # the primitive ops of the rule's match
+            {"kernel": "relax.nn.conv2d", "inputs": ["input0", "const0"], "output": "t1",
+             "attrs": {"strides": {"type": "int[]", "value": [1, 1]}, ...}},
+            ...
+          ]
+        }
+      ]
+    }
+
+A graph-level driver dispatches on ``op`` (one node per rule match, as TVM's
+own JSON runtimes do); the reference runtime executes ``body``, whose
+``kernel`` is the Relax op name. Attribute values are typed:
+``{"type": T, "value": V}`` with T one of ``none``, ``bool``, ``int``,
+``float``, ``str``, ``int[]``, ``float[]``, ``str[]``. Floats are JSON numbers
+except non-finite ones, written as the strings ``"inf"``, ``"-inf"``,
+``"nan"`` so the JSON stays strict. Tensor names are generated (``inputN``,
+``constN``, ``tN``), never taken from the model.
+
+The text is deterministic: keys are sorted, separators fixed, names come
+from counters, so the same partition gives byte-identical JSON in every
+process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from byoc.errors import CodegenError
+from byoc.graph import PartitionGraph, Tensor
+
+FORMAT = "byoc.json_runtime.graph"
+SCHEMA_VERSION = 1
+DTYPES = ("float32",)
+
+
+@dataclass(frozen=True)
+class SerializedGraph:
+    """A partition as the runtime takes it: JSON text plus named constant arrays."""
+
+    symbol: str
+    json: str
+    constants: dict[str, np.ndarray]
+
+
+def _float(value: float):
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return float(value)
+
+
+def typed_attr(value: Any, where: str) -> dict:
+    """``value`` as ``{"type": ..., "value": ...}``."""
+    if value is None:
+        return {"type": "none", "value": None}
+    if isinstance(value, bool):
+        return {"type": "bool", "value": value}
+    if isinstance(value, int):
+        return {"type": "int", "value": value}
+    if isinstance(value, float):
+        return {"type": "float", "value": _float(value)}
+    if isinstance(value, str):
+        return {"type": "str", "value": value}
+    if isinstance(value, (tuple, list)):
+        items = list(value)
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            return {"type": "int[]", "value": items}
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items):
+            return {"type": "float[]", "value": [_float(float(v)) for v in items]}
+        if all(isinstance(v, str) for v in items):
+            return {"type": "str[]", "value": items}
+    raise CodegenError(f"{where}: attribute value {value!r} has no JSON type; the json_runtime schema "
+                       "takes none, bool, int, float, str and lists of int, float or str")
+
+
+class _Names:
+    """Generated tensor names: inputN, constN, tN."""
+
+    def __init__(self, graph: PartitionGraph):
+        self.names: dict[int, str] = {}
+        for i, t in enumerate(graph.inputs):
+            self.names[t.id] = f"input{i}"
+        for i, t in enumerate(graph.constants):
+            self.names[t.id] = f"const{i}"
+
+    def __call__(self, t: Tensor) -> str:
+        return self.names.setdefault(t.id, f"t{t.id}")
+
+
+def _tensor_entry(t: Tensor, name: str, where: str) -> dict:
+    if t.dtype not in DTYPES:
+        raise CodegenError(f"{where}: tensor of dtype {t.dtype}; the json_runtime kernels take {'/'.join(DTYPES)} only")
+    return {"name": name, "kind": t.kind, "shape": [int(d) for d in t.shape], "dtype": t.dtype}
+
+
+def serialize(graph: PartitionGraph) -> SerializedGraph:
+    """The JSON graph and constants of one partition (schema in the module docstring)."""
+    name = _Names(graph)
+    where = f"partition {graph.symbol}"
+    tensors: dict[str, dict] = {}
+
+    def declare(t: Tensor) -> str:
+        n = name(t)
+        tensors.setdefault(n, _tensor_entry(t, n, where))
+        return n
+
+    for t in graph.inputs:
+        declare(t)
+    for t in graph.constants:
+        declare(t)
+
+    # One node per rule match: consecutive ops that share a composite group.
+    groups: list[list] = []
+    for call in graph.ops:
+        if groups and groups[-1][0].group == call.group:
+            groups[-1].append(call)
+        else:
+            groups.append([call])
+    read_later: set[int] = {t.id for t in graph.outputs}
+    group_reads = [{t.id for call in calls for t in call.inputs} for calls in groups]
+
+    nodes = []
+    for index, calls in enumerate(groups):
+        made = {call.output.id for call in calls}
+        later = read_later | {i for reads in group_reads[index + 1 :] for i in reads}
+        body, node_inputs = [], []
+        for call in calls:
+            op_where = f"{where}, {call.op}"
+            ins = []
+            for t in call.inputs:
+                n = declare(t)
+                ins.append(n)
+                if t.id not in made and n not in node_inputs:
+                    node_inputs.append(n)
+            attrs = {key: typed_attr(value, f"{op_where} attribute {key!r}") for key, value in call.attrs.items()}
+            body.append({"kernel": call.op, "inputs": ins, "output": declare(call.output), "attrs": attrs})
+        outputs = [name(call.output) for call in calls if call.output.id in later]
+        nodes.append({"op": calls[0].rule or calls[0].op, "inputs": node_inputs, "outputs": outputs, "body": body})
+
+    document = {
+        "format": FORMAT,
+        "version": SCHEMA_VERSION,
+        "symbol": graph.symbol,
+        "tensors": list(tensors.values()),
+        "inputs": [name(t) for t in graph.inputs],
+        "constants": [name(t) for t in graph.constants],
+        "outputs": [declare(t) for t in graph.outputs],
+        "nodes": nodes,
+    }
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    constants = {name(t): np.ascontiguousarray(t.data, dtype=np.float32) for t in graph.constants}
+    return SerializedGraph(graph.symbol, text, constants)
