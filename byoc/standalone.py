@@ -67,6 +67,7 @@ from typing import Union
 
 import numpy as np
 
+from .codegens.c_source.emitter import FFI_TYPES
 from .errors import StandaloneError
 from .targets import TargetPreset
 
@@ -393,18 +394,7 @@ def _flatten(value) -> list:
     raise StandaloneError("the model returns something other than tensors and tuples of tensors")
 
 
-_RUNTIME = r"""
-/* tvm-ffi / DLPack ABI (only what is used here; both are ABI-stable). */
-typedef struct { int32_t device_type; int32_t device_id; } byoc_device;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } byoc_dtype;
-typedef struct {
-  void* data; byoc_device device; int32_t ndim; byoc_dtype dtype;
-  int64_t* shape; int64_t* strides; uint64_t byte_offset;
-} byoc_dltensor;
-typedef struct {
-  int32_t type_index; uint32_t zero_padding;
-  union { int64_t v_int64; double v_float64; void* v_ptr; } v;
-} byoc_any;
+_RUNTIME = FFI_TYPES + r"""
 enum { BYOC_FFI_INT = 1, BYOC_FFI_FLOAT = 3, BYOC_FFI_DLTENSOR_PTR = 7 };
 
 static byoc_any byoc_result;

@@ -25,15 +25,23 @@ import numpy as np
 
 from byoc.graph import OpCall, PartitionGraph, Tensor
 
-_ABI = r"""
-/* tvm-ffi safe-call ABI (tvm/ffi/c_api.h, dlpack.h): only what is read here. */
+#: The tvm-ffi safe-call ABI types (tvm/ffi/c_api.h, dlpack.h) that generated C
+#: reads; both are ABI-stable, so they are declared rather than included.
+FFI_TYPES = r"""
+/* tvm-ffi / DLPack ABI (only what is used here; both are ABI-stable). */
 typedef struct { int32_t device_type; int32_t device_id; } byoc_device;
 typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } byoc_dtype;
 typedef struct {
   void* data; byoc_device device; int32_t ndim; byoc_dtype dtype;
   int64_t* shape; int64_t* strides; uint64_t byte_offset;
 } byoc_dltensor;
-typedef struct { int32_t type_index; uint32_t zero_padding; union { int64_t v_int64; void* v_ptr; } v; } byoc_any;
+typedef struct {
+  int32_t type_index; uint32_t zero_padding;
+  union { int64_t v_int64; double v_float64; void* v_ptr; } v;
+} byoc_any;
+"""
+
+_ABI = FFI_TYPES + r"""
 #define BYOC_FFI_DLTENSOR_PTR 7
 #define BYOC_FFI_TENSOR 70
 #define BYOC_FFI_OBJECT_HEADER 24 /* sizeof(TVMFFIObject) on every 64-bit target */
