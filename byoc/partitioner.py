@@ -243,31 +243,56 @@ def _escaping(main, region: set[str]) -> list[str]:
 
 
 def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
+    from tvm import relax
+
     sources = _source_names(imported, imported.mod["main"])
     merged = _rename_regions(merged)
+    main = merged["main"]
+    # Label every value of the partitioned main by what produced it, walking in
+    # order: merging creates new variables whose names may collide with the
+    # original bindings', so only host bindings are looked up by name.
+    label: dict = {param: spec.name for param, spec in zip(main.params, imported.inputs)}
     partitions = []
-    for binding, gvar in _merged_regions(merged):
-        func = merged[gvar]
-        vendor = str(func.attrs["Codegen"])
-        name = gvar.name_hint
-        inside = set(_region_bindings(func))
-        bindings = [b for b in annotation.decisions if b in inside]  # program order
-        decisions = [annotation.decisions[b] for b in bindings]
-        nodes = list(dict.fromkeys(d.node.name for d in decisions if d.node is not None))
-        inputs = [
-            BoundaryTensor(sources.get(arg.name, arg.name), _shape_of(ty), str(ty.dtype))
-            for arg in binding.value.args
-            for ty in _tensor_types(arg.ty)
-        ]
-        out_types = _tensor_types(func.ret_ty)
-        escaping = _escaping(imported.mod["main"], set(bindings))
-        labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
-            [f"{name}:{i}" for i in range(len(out_types))]
-        outputs = [BoundaryTensor(label, _shape_of(ty), str(ty.dtype)) for label, ty in zip(labels, out_types)]
-        partitions.append(Partition(
-            name=name, vendor=vendor, bindings=bindings, onnx_nodes=nodes,
-            ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),
-            inputs=inputs, outputs=outputs, constant_bytes=_constant_bytes(func), global_var=gvar,
-        ))
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.TupleGetItem) and isinstance(label.get(value.tuple_value), list):
+                label[binding.var] = label[value.tuple_value][value.index]
+                continue
+            if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)
+                    and "Codegen" in (merged[value.op].attrs or {})):
+                label[binding.var] = sources.get(binding.var.name, binding.var.name)
+                continue
+            part = _partition_of(imported, annotation, merged, value, label)
+            partitions.append(part)
+            names = [t.source for t in part.outputs]
+            label[binding.var] = names[0] if len(names) == 1 else names
     return PartitionPlan(imported, annotation.vendors, partitions, annotation.decisions, merged,
                          min_ops, keep_on_host)
+
+
+def _partition_of(imported, annotation, merged, call, label) -> Partition:
+    """The Partition for one call of a Codegen function in the partitioned main."""
+    gvar = call.op
+    func = merged[gvar]
+    name = gvar.name_hint
+    inside = set(_region_bindings(func))
+    bindings = [b for b in annotation.decisions if b in inside]  # program order
+    decisions = [annotation.decisions[b] for b in bindings]
+    nodes = list(dict.fromkeys(d.node.name for d in decisions if d.node is not None))
+    inputs = []
+    for arg in call.args:
+        names = label.get(arg, arg.name)
+        for i, ty in enumerate(_tensor_types(arg.ty)):
+            inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, _shape_of(ty), str(ty.dtype)))
+    out_types = _tensor_types(func.ret_ty)
+    sources = _source_names(imported, imported.mod["main"])
+    escaping = _escaping(imported.mod["main"], set(bindings))
+    labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
+        [f"{name}:{i}" for i in range(len(out_types))]
+    outputs = [BoundaryTensor(lbl, _shape_of(ty), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
+    return Partition(
+        name=name, vendor=str(func.attrs["Codegen"]), bindings=bindings, onnx_nodes=nodes,
+        ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),
+        inputs=inputs, outputs=outputs, constant_bytes=_constant_bytes(func), global_var=gvar,
+    )
