@@ -17,6 +17,7 @@ _base = all_of(dtypes("float32"), static_shapes(8))
 
 
 def _conv_layouts(match: Match):
+    """NCHW/OIHW layouts only."""
     for call in calls_of(match, "relax.nn.conv2d"):
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
@@ -25,6 +26,7 @@ def _conv_layouts(match: Match):
 
 
 def _per_channel_bias(match: Match):
+    """bias is a per-channel constant."""
     bias = match.annotated["bias"]
     conv = match.annotated["conv"]
     channels = static_shape(conv)[1]
@@ -34,6 +36,7 @@ def _per_channel_bias(match: Match):
 
 
 def _pool_layout(match: Match):
+    """NCHW layout only."""
     for call in match.calls:
         if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
             return f"layout {call.attrs.layout} not supported (NCHW only)"
@@ -41,6 +44,7 @@ def _pool_layout(match: Match):
 
 
 def _avg_pool_limits(match: Match):
+    """no dilation, no ceil_mode."""
     for call in match.calls:
         if tuple(call.attrs.dilation) != (1, 1):
             return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"

@@ -1,0 +1,135 @@
+"""The supported-op table of each vendor, generated from its registered rules.
+
+``python -m byoc.optable [--vendor NAME ...]`` prints, per vendor, every rule
+with the Relax op or pattern it takes and the constraints its check enforces.
+Nothing is written by hand: the ops come from the rules and the patterns they
+build, the constraints from the checks, read in this order:
+
+1. a ``doc`` attribute on the check function;
+2. the check combinators of :mod:`byoc.checks` (``all_of``, ``dtypes``,
+   ``static_shapes``, ``attr_equals``), read from their closures;
+3. the first line of the check's docstring;
+4. the check's function name.
+
+The project README embeds the output between ``<!-- optable:begin -->`` and
+``<!-- optable:end -->``; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from typing import Iterable, Sequence
+
+from .registry import get_vendor, list_vendors
+from .vendor import OpRule, Vendor, always
+
+
+def describe_pattern(pattern) -> str:
+    """A DFPattern as nested calls: ``relax.nn.relu(relax.add(relax.nn.conv2d(*, *), const))``."""
+    from tvm import ir
+    from tvm.relax import dpl
+
+    if isinstance(pattern, dpl.CallPattern):
+        op = pattern.op
+        name = op.expr.name if isinstance(op, dpl.ExprPattern) and isinstance(op.expr, ir.Op) else describe_pattern(op)
+        return f"{name}({', '.join(describe_pattern(arg) for arg in pattern.args)})"
+    if isinstance(pattern, dpl.ConstantPattern):
+        return "const"
+    if isinstance(pattern, dpl.WildcardPattern):
+        return "*"
+    return type(pattern).__name__
+
+
+def _closure(fn) -> dict:
+    return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
+
+
+def _factory(fn) -> str:
+    """``dtypes`` for a check built by ``byoc.checks.dtypes``, else ''."""
+    parts = getattr(fn, "__qualname__", "").split(".<locals>.")
+    return parts[0] if getattr(fn, "__module__", None) == "byoc.checks" and len(parts) == 2 else ""
+
+
+def constraints(check) -> list[str]:
+    """What ``check`` requires, as short phrases in the order it tests them."""
+    if check is always:
+        return []
+    doc = getattr(check, "doc", None)
+    if isinstance(doc, str) and doc.strip():
+        return [doc.strip()]
+    factory = _factory(check)
+    if factory:
+        env = _closure(check)
+        if factory == "all_of":
+            phrases: list[str] = []
+            for item in env["checks"]:
+                phrases += [p for p in constraints(item) if p not in phrases]
+            return phrases
+        if factory == "dtypes":
+            return ["/".join(env["allowed"]) + " only"]
+        if factory == "static_shapes":
+            return [f"static shapes of rank <= {env['max_rank']}"]
+        if factory == "attr_equals":
+            return [f"{env['what'] or env['name']} in {', '.join(map(str, env['allowed']))}"]
+    text = inspect.getdoc(check)
+    if text:
+        return [text.splitlines()[0].rstrip(".")]
+    return [getattr(check, "__name__", type(check).__name__).strip("_").replace("_", " ")]
+
+
+def rule_rows(vendor: Vendor) -> list[tuple[str, str, str]]:
+    """(rule, Relax op or pattern, constraints) for each of ``vendor``'s rules, in priority order."""
+    rows = []
+    for rule in vendor.rules:
+        what = rule.op if isinstance(rule, OpRule) else describe_pattern(rule.dataflow_pattern()[0])
+        rows.append((rule.name, what, "; ".join(constraints(rule.check)) or "-"))
+    return rows
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(vendors: Iterable[str] | None = None) -> str:
+    """The table as Markdown, one section per vendor (all registered vendors by default).
+
+    A vendor whose rules equal an earlier one's (up to the rule-name prefix)
+    gets one line pointing to it instead of a second identical table.
+    """
+    names = list(vendors) if vendors is not None else list_vendors()
+    seen: dict[tuple, str] = {}
+    out: list[str] = []
+    for name in names:
+        vendor = get_vendor(name)
+        rows = rule_rows(vendor)
+        key = tuple((rule.split(".", 1)[1], what, cons) for rule, what, cons in rows)
+        out.append(f"#### `{vendor.name}`" + (f" — {vendor.description}" if vendor.description else ""))
+        out.append("")
+        if key in seen:
+            out.append(f"Same rules, ops and constraints as `{seen[key]}` (rule names `{vendor.name}.*`).")
+        else:
+            seen[key] = vendor.name
+            out += ["| rule | Relax op or pattern | constraints |", "|---|---|---|"]
+            out += [f"| `{rule}` | `{_cell(what)}` | {_cell(cons)} |" for rule, what, cons in rows]
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m byoc.optable", description=__doc__.splitlines()[0])
+    parser.add_argument("--vendor", nargs="+", metavar="NAME", help="vendors to list (default: all registered)")
+    args = parser.parse_args(argv)
+    from .errors import ByocError
+
+    try:
+        sys.stdout.write(markdown(args.vendor))
+    except ByocError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

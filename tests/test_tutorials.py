@@ -1,0 +1,231 @@
+"""The tutorials run as written, and the README's op table is the generated one.
+
+Each tutorial README is executed block by block in a fresh folder:
+
+- ```` ```console ````: every ``$ command`` runs in bash; its stdout must equal
+  the lines that follow it (stderr, where byoc writes progress, is ignored);
+- ```` ```python run ````: runs as a script in its own process; a
+  ```` ```text ```` block right after it is its expected stdout;
+- ```` ```LANG excerpt=PATH ````: must appear verbatim in PATH, so quoted code
+  cannot drift from the vendor's real code;
+- ```` ```sh ````: install/uninstall/count commands, checked against what the
+  fixtures do rather than run blindly.
+
+Numbers are checked against onnxruntime by the tutorials themselves (their
+outputs print whether they match), never against byoc.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import byoc
+from byoc import optable
+
+REPO = Path(__file__).resolve().parent.parent
+TUTORIAL_1 = REPO / "tutorials" / "01_new_vendor"
+TUTORIAL_2 = REPO / "tutorials" / "02_deploy_s390x"
+TOY_PACKAGE = TUTORIAL_1 / "toy_npu"
+TOY_SOURCES = TOY_PACKAGE / "src" / "toy_npu"
+TOY_DIST = "byoc-toy-npu"
+MAX_VENDOR_LINES = 300
+COMMAND_TIMEOUT = 900  # a hang fails the test instead of blocking CI; not a timing assertion
+
+_BLOCK = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def blocks(readme: Path) -> list[tuple[str, str]]:
+    """(info string, body) of every fenced block in ``readme``, in order."""
+    return [(info.strip(), body) for info, body in _BLOCK.findall(readme.read_text())]
+
+
+def _env() -> dict:
+    # `python` in the README must be this interpreter.
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _run(command, cwd: Path, shell: bool = False) -> str:
+    proc = subprocess.run(command, cwd=cwd, shell=shell, executable="/bin/bash" if shell else None,
+                          capture_output=True, text=True, env=_env(), timeout=COMMAND_TIMEOUT)
+    assert proc.returncode == 0, f"{command} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def _console(body: str) -> list[tuple[str, str]]:
+    """(command, expected stdout) pairs of a console block."""
+    steps: list[tuple[str, list[str]]] = []
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            steps.append((line[2:], []))
+        else:
+            assert steps, f"console block output before any command: {line!r}"
+            steps[-1][1].append(line)
+    return [(command, "".join(f"{line}\n" for line in out)) for command, out in steps]
+
+
+def _repo_paths(command: str) -> str:
+    """Commands run from the repository root in the README; here they run in a scratch folder."""
+    return re.sub(r"(?<![\w/.])tutorials/", f"{REPO}/tutorials/", command)
+
+
+def run_tutorial(readme: Path, workdir: Path, sh_allowed: set[str]) -> None:
+    """Execute ``readme``'s blocks in ``workdir`` as the module docstring describes."""
+    items = blocks(readme)
+    for index, (info, body) in enumerate(items):
+        if info == "console":
+            for command, expected in _console(body):
+                assert _run(_repo_paths(command), workdir, shell=True) == expected, command
+        elif info == "python run":
+            script = workdir / f"step_{index}.py"
+            script.write_text(body)
+            out = _run([sys.executable, str(script)], workdir)
+            nxt = items[index + 1] if index + 1 < len(items) else None
+            if nxt is not None and nxt[0] == "text":
+                assert out == nxt[1]
+        elif " excerpt=" in info:
+            source = (readme.parent / info.split("=", 1)[1]).read_text()
+            assert body in source, f"README excerpt is not in {info.split('=', 1)[1]}:\n{body}"
+        elif info == "sh":
+            for line in body.strip().splitlines():
+                assert line in sh_allowed, f"unexpected sh command in {readme.name}: {line}"
+
+
+def _installed() -> bool:
+    try:
+        importlib.metadata.distribution(TOY_DIST)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _pip(*args: str) -> None:
+    _run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args], REPO)
+
+
+@pytest.fixture(scope="module")
+def toy_npu(request):
+    """The tutorial's package, pip-installed into this environment; the toy_npu module."""
+    was_installed = _installed()
+    _pip("install", "--no-deps", str(TOY_PACKAGE))
+    if not was_installed:
+        request.addfinalizer(lambda: _pip("uninstall", "-y", TOY_DIST))
+    importlib.invalidate_caches()
+    return importlib.import_module("toy_npu")
+
+
+# -- tutorial 1: a new vendor ------------------------------------------------------------------
+def test_toy_npu_is_under_300_lines():
+    files = sorted(TOY_SOURCES.glob("*.py"))
+    lines = sum(len(f.read_text().splitlines()) for f in files)
+    assert {f.name for f in files} == {"__init__.py", "rules.py", "codegen.py"}
+    assert lines < MAX_VENDOR_LINES, f"the toy NPU vendor has {lines} lines"
+
+
+def test_toy_npu_is_found_through_the_entry_point(toy_npu):
+    entries = [e for e in importlib.metadata.entry_points(group="byoc.vendors") if e.name == "toy_npu"]
+    assert [e.value for e in entries] == ["toy_npu:VENDOR"]
+    assert entries[0].load() is toy_npu.VENDOR
+
+
+def test_tutorial_01_runs_as_written(toy_npu, tmp_path):
+    sh = {f"pip install ./{TOY_PACKAGE.relative_to(REPO)}", f"pip uninstall -y {TOY_DIST}",
+          f"cat {TOY_SOURCES.relative_to(REPO)}/*.py | wc -l"}
+    run_tutorial(TUTORIAL_1 / "README.md", tmp_path, sh)
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _conv_model(kernel: int, in_ch: int, out_ch: int) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((out_ch, in_ch, kernel, kernel), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[kernel // 2] * 4)
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_ch, 8, 8])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_ch, 8, 8])], [w])
+
+
+def _matmul_model(k: int, dtype=np.float32) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    w = numpy_helper.from_array(np.ones((k, 4), dtype), "w")
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")
+    return _model([node], [helper.make_tensor_value_info("x", elem, [2, k])],
+                  [helper.make_tensor_value_info("y", elem, [2, 4])], [w])
+
+
+@pytest.mark.parametrize("model, node, reason", [
+    (_conv_model(7, 8, 8), "conv", "kernel 7x7 > 5x5"),
+    (_conv_model(3, 8, 12), "conv", "output channels 12 not a multiple of 8"),
+    (_conv_model(3, 4, 8), "conv", "input channels 4 not a multiple of 8"),
+    (_matmul_model(8192), "mm", "matmul K=8192 > 4096"),
+    (_matmul_model(16, np.float64), "mm", "dtype float64 not supported (float32 only)"),
+], ids=["kernel", "out-channels", "in-channels", "matmul-k", "float64"])
+def test_toy_npu_rejects_with_reasons(toy_npu, model, node, reason):
+    plan = byoc.partition(model, vendors=[toy_npu.VENDOR])
+    assert plan.partitions == []
+    assert {d.node.name: d.reasons["toy_npu"] for d in plan.host_ops} == {node: reason}
+
+
+@pytest.mark.parametrize("model, rules", [
+    (_conv_model(5, 8, 16), ["toy_npu.conv2d"]),
+    (_matmul_model(4096), ["toy_npu.matmul"]),
+], ids=["conv-5x5", "matmul-k-4096"])
+def test_toy_npu_takes_what_is_within_its_limits(toy_npu, model, rules):
+    plan = byoc.partition(model, vendors=[toy_npu.VENDOR])
+    assert [p.rules for p in plan.partitions] == [rules]
+    assert plan.host_ops == []
+
+
+# -- tutorial 2: deploy to s390x ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def s390x_toolchain():
+    from byoc.toolchain import AptUnavailable, install_missing
+
+    try:
+        return install_missing("s390x")
+    except AptUnavailable as err:
+        pytest.skip(str(err))
+
+
+def test_tutorial_02_runs_as_written(s390x_toolchain, tmp_path):
+    packages = " ".join(p for p in ("gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"))
+    sh = {f"sudo apt-get install -y --no-install-recommends {packages}"}
+    run_tutorial(TUTORIAL_2 / "README.md", tmp_path, sh)
+    assert (tmp_path / "small_cnn_s390x" / "model").exists()
+
+
+# -- the project README ------------------------------------------------------------------------
+OPTABLE_VENDORS = ("c_source", "json_runtime")
+
+
+def test_readme_op_table_is_generated():
+    text = (REPO / "README.md").read_text()
+    found = re.search(r"<!-- optable:begin -->\n(.*?)<!-- optable:end -->", text, re.S)
+    assert found, "README.md has no <!-- optable:begin --> ... <!-- optable:end --> section"
+    assert found.group(1) == optable.markdown(OPTABLE_VENDORS), (
+        "README.md's op table is stale; regenerate it with "
+        f"`python -m byoc.optable --vendor {' '.join(OPTABLE_VENDORS)}`"
+    )
+
+
+def test_optable_reads_constraints_from_checks(toy_npu):
+    rows = {rule: (what, constraints) for rule, what, constraints in optable.rule_rows(toy_npu.VENDOR)}
+    assert rows["toy_npu.matmul"] == ("relax.matmul", "float32 only; static shapes of rank <= 4; reduction dim K <= 4096")
+    assert rows["toy_npu.conv2d_bias_relu"][0] == "relax.nn.relu(relax.add(relax.nn.conv2d(*, *), const))"
+
+
+def test_readme_setup_commands_are_unchanged():
+    text = (REPO / "README.md").read_text()
+    assert "pip install . && python -m byoc.examples small_cnn.onnx && python -m byoc.partition small_cnn.onnx --verify" in text
+    assert 'pip install -e ".[test]" && python -m pytest -q' in text
