@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from ._tvm import const_array, is_tensor_const
@@ -66,8 +67,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             return None
         return self.bb.normalize(relax.op.clip(x, relax.prim_value(float(low)), relax.prim_value(float(high))))
 
-    def binding_provenance(self, main: relax.Function) -> dict[str, OnnxNode]:
-        """Map each binding name in ``main`` to the ONNX node that produced it."""
+    def binding_provenance(self, main: relax.Function) -> dict[relax.Var, OnnxNode]:
+        """Map each binding var in ``main`` to the ONNX node that produced it."""
         bindings = [b for block in main.body.blocks for b in block.bindings]
         owner: dict[relax.Var, OnnxNode] = {}
         for binding in bindings:
@@ -86,4 +87,47 @@ class ProvenanceImporter(ONNXGraphImporter):
             for var in relax.analysis.free_vars(binding.value):
                 if var in bound and var not in direct:
                     owner[var] = node
-        return {var.name: node for var, node in owner.items()}
+        return owner
+
+
+@mutator
+class _Renamer(PyExprMutator):
+    def __init__(self, names: dict):
+        super().__init__()
+        self.names = names
+
+    def visit_var_def_(self, var):
+        new = self.names.get(var)
+        if new is None:
+            return var
+        kind = relax.DataflowVar if isinstance(var, relax.DataflowVar) else relax.Var
+        return kind(new, var.ty)
+
+    def visit_dataflow_var_def_(self, var):
+        return self.visit_var_def_(var)
+
+
+def unique_binding_names(main: relax.Function) -> tuple[relax.Function, dict]:
+    """``main`` with every binding var uniquely named, and the map old var -> new var.
+
+    TVM's converters sometimes emit two bindings with the same name (``lv``);
+    byoc keys decisions and reports by binding name, so they must be unique.
+    """
+    seen: set[str] = {p.name for p in main.params}
+    names: dict = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            name = binding.var.name
+            if name in seen:
+                k = 1
+                while f"{name}_{k}" in seen:
+                    k += 1
+                name = names[binding.var] = f"{name}_{k}"
+            seen.add(name)
+    if not names:
+        return main, {}
+    renamer = _Renamer(names)
+    new = renamer.visit_expr(main)
+    old_vars = [b.var for block in main.body.blocks for b in block.bindings]
+    new_vars = [b.var for block in new.body.blocks for b in block.bindings]
+    return new, dict(zip(old_vars, new_vars))

@@ -138,7 +138,8 @@ class Artifact:
                 raise InputError(
                     f"input {spec.name!r} has shape {tuple(array.shape)}, expected {spec.shape}"
                 )
-            checked.append(np.ascontiguousarray(array))
+            # not np.ascontiguousarray: it turns a 0-d (scalar) input into shape (1,)
+            checked.append(np.require(array, requirements="C"))
         return checked
 
     def export_standalone(self, directory: Union[str, os.PathLike]) -> Path:

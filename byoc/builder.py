@@ -10,12 +10,14 @@ the modules already built; vendors never touch TVM globals.
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
+import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from . import __version__
 from .artifact import METADATA_FUNCTION, Artifact
-from .errors import BuildError, ByocError, CodegenError
+from .errors import BuildError, ByocError, CodegenError, TargetError
 from .graph import UnsupportedConstruct, partition_graph
 from .partitioner import PartitionPlan, partition
 from .targets import TargetPreset, resolve_target
@@ -40,8 +42,37 @@ def _ensure_ext_registered(vendor: str) -> None:
     _registered_ext.add(vendor)
 
 
-def run_codegen(plan: PartitionPlan, vendor: Vendor) -> list:
-    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``."""
+def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPreset]) -> None:
+    """Compile every C source module with the target's C compiler (syntax only).
+
+    A codegen that emits broken C is caught here, named, while its partitions
+    can still go back to the host, rather than later inside ``export_library``.
+    Without the target's compiler there is nothing to check with: export will
+    report the missing compiler anyway.
+    """
+    for module in modules:
+        if getattr(module, "kind", None) != "c" or target is None:
+            continue
+        try:
+            cc = target.compiler()
+        except TargetError:
+            return
+        proc = subprocess.run([cc, "-fsyntax-only", "-x", "c", "-"], input=module.inspect_source(),
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            errors = [line for line in proc.stderr.splitlines() if "error" in line]
+            first = (errors or proc.stderr.strip().splitlines() or ["(no message)"])[0]
+            raise CodegenError(
+                f"the {vendor.name!r} codegen emitted C that does not compile with {cc}: {first}"
+            )
+
+
+def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None) -> list:
+    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``.
+
+    With ``target``, C source modules are syntax-checked with its C compiler.
+    Raises :class:`CodegenError` naming the vendor when the codegen fails.
+    """
     parts = [p for p in plan.partitions if p.vendor == vendor.name]
     if not parts:
         return []
@@ -58,7 +89,38 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor) -> list:
             f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}: "
             f"{type(err).__name__}: {err}"
         ) from err
+    _check_c_sources(modules, vendor, target)
     return modules
+
+
+def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tuple[PartitionPlan, dict]:
+    """Run every vendor's codegen; a failing vendor's partitions go back to the host.
+
+    Returns the (possibly re-partitioned) plan and the modules per vendor.
+    With ``strict`` a failure raises its :class:`CodegenError` instead.
+    """
+    while True:
+        modules, failed = {}, None
+        for vendor in plan.vendors:
+            try:
+                modules[vendor.name] = run_codegen(plan, vendor, target)
+            except CodegenError as err:
+                if strict:
+                    raise
+                failed = (vendor, err)
+                break
+        if failed is None:
+            return plan, modules
+        vendor, err = failed
+        warnings.warn(
+            f"vendor {vendor.name!r} failed, its partitions run on the host instead: {err}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        # Re-partitioning without the vendor lets the others claim its ops; each
+        # round drops one vendor, so this ends.
+        plan = partition(plan.imported, [v for v in plan.vendors if v is not vendor],
+                         min_ops=plan.min_ops, keep_on_host=plan.keep_on_host)
 
 
 def _metadata(plan: PartitionPlan, target: TargetPreset) -> str:
@@ -89,6 +151,8 @@ def build(
     plan_or_model: Union[PartitionPlan, object],
     vendors: Optional[Iterable] = None,
     target: Union[str, TargetPreset] = "x86_64",
+    *,
+    strict: bool = False,
     **partition_options,
 ) -> Artifact:
     """Compile a :class:`PartitionPlan` (or a model, partitioned first) into an :class:`Artifact`.
@@ -96,6 +160,12 @@ def build(
     ``vendors`` is used only when a model is given (default ``["c_source"]``).
     ``partition_options`` (``min_ops``, ``keep_on_host``, ``input_shapes``)
     are passed to :func:`byoc.partition` in that case.
+
+    When a vendor's codegen raises or emits C that does not compile, its
+    partitions go back to the host (re-partitioned without it) with a
+    ``RuntimeWarning`` naming the vendor and the error; ``artifact.plan``
+    is then the plan actually built. With ``strict=True`` that is a
+    :class:`CodegenError` instead.
     """
     import tvm
     from tvm import relax
@@ -107,11 +177,12 @@ def build(
         plan = plan_or_model
     else:
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), **partition_options)
+    plan, modules = _codegen_all(plan, preset, strict)
     with _codegen_lock:
         _pending_modules.clear()
         for vendor in plan.vendors:
             _ensure_ext_registered(vendor.name)
-            _pending_modules[vendor.name] = run_codegen(plan, vendor)
+            _pending_modules[vendor.name] = modules[vendor.name]
         try:
             mod = relax.transform.RunCodegen()(plan.mod)
         finally:
@@ -133,7 +204,12 @@ def compile(  # noqa: A001 - the public name the product promises
     min_ops: int = 1,
     keep_on_host: Sequence[str] = (),
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    strict: bool = False,
 ) -> Artifact:
-    """Partition and build ``model`` in one call; ``artifact.plan`` is the plan."""
+    """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
+
+    ``strict`` is as in :func:`build`: a failing codegen raises instead of
+    sending its partitions back to the host.
+    """
     plan = partition(model, vendors, min_ops=min_ops, keep_on_host=keep_on_host, input_shapes=input_shapes)
-    return build(plan, target=target)
+    return build(plan, target=target, strict=strict)

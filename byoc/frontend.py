@@ -190,6 +190,81 @@ def _name_nodes(graph: onnx.GraphProto) -> None:
         seen.add(unique)
 
 
+def _sort_nodes(graph: onnx.GraphProto) -> None:
+    """Put the nodes in a topological order (stable), or name the nodes of a cycle.
+
+    onnx.checker only says "not topologically sorted"; exporters sometimes
+    write unsorted graphs that are fine, while a real cycle can never run.
+    """
+    nodes = list(graph.node)
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    parents = [sorted({producer[x] for x in node.input if x in producer and producer[x] != i})
+               for i, node in enumerate(nodes)]
+    self_loops = [nodes[i].name for i, node in enumerate(nodes) if any(producer.get(x) == i for x in node.input)]
+    if self_loops:
+        raise InvalidModelError(
+            f"the graph has a cycle: node {self_loops[0]!r} consumes its own output; an ONNX graph "
+            "must be acyclic: fix the exporter"
+        )
+    children: dict[int, list[int]] = {}
+    for i, ps in enumerate(parents):
+        for p in ps:
+            children.setdefault(p, []).append(i)
+    waiting = [len(ps) for ps in parents]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    order: list[int] = []
+    while ready:
+        i = min(ready)  # stable: keep the file's order where it already works
+        ready.remove(i)
+        order.append(i)
+        for c in children.get(i, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    if len(order) < len(nodes):
+        stuck = [i for i in range(len(nodes)) if waiting[i] > 0]
+        cycle, seen, i = [], set(), stuck[0]
+        while i not in seen:  # every stuck node has a stuck parent: walk up until a repeat
+            seen.add(i)
+            cycle.append(i)
+            i = next(p for p in parents[i] if waiting[p] > 0)
+        loop = cycle[cycle.index(i):][::-1]
+        path = " -> ".join(repr(nodes[k].name) for k in loop + loop[:1])
+        raise InvalidModelError(
+            f"the graph has a cycle: {path}; an ONNX graph must be acyclic: fix the exporter"
+        )
+    if order != list(range(len(nodes))):
+        graph.ClearField("node")
+        graph.node.extend(nodes[i] for i in order)
+
+
+#: Largest tensor byoc accepts: element counts and byte sizes must fit in int32
+#: (C kernels and many runtimes index with 32-bit sizes; such a tensor is a
+#: corrupt or hostile model far more often than a real one).
+MAX_TENSOR_BYTES = 2**31 - 1
+
+
+def _check_tensor_sizes(graph: onnx.GraphProto) -> None:
+    """Refuse any input, output, intermediate or weight of 2 GiB or more elements or bytes."""
+    def dims_of(vi):
+        return [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")]
+
+    typed = [(vi.name, dims_of(vi), vi.type.tensor_type.elem_type)
+             for vi in list(graph.input) + list(graph.value_info) + list(graph.output)]
+    typed += [(t.name, list(t.dims), t.data_type) for t in graph.initializer]
+    for name, dims, elem_type in typed:
+        count = int(np.prod(dims, dtype=object)) if dims else 1
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 1
+        if count > MAX_TENSOR_BYTES or count * itemsize > MAX_TENSOR_BYTES:
+            raise InvalidModelError(
+                f"tensor {name!r} has shape {dims} ({count * itemsize / 2**30:.1f} GiB); byoc refuses "
+                f"tensors of 2 GiB or more: check the model's shapes (or input_shapes=)"
+            )
+
+
 def _graph_inputs(graph: onnx.GraphProto):
     initializers = {t.name for t in graph.initializer}
     return [vi for vi in graph.input if vi.name not in initializers]
@@ -276,10 +351,12 @@ def import_model(
         return source
     model = load_model(source, base_dir)
     _name_nodes(model.graph)
+    _sort_nodes(model.graph)
     if input_shapes:
         _apply_input_shapes(model, input_shapes)
     model = _check(model)
     inputs = _static_inputs(model)
+    _check_tensor_sizes(model.graph)
     _check_supported_ops(model.graph)
     mod, node_of = _to_relax(model, inputs)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of)
@@ -298,10 +375,9 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
 
 
 def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
-    import tvm
     from tvm import relax
 
-    from ._importer import ProvenanceImporter
+    from ._importer import ProvenanceImporter, unique_binding_names
 
     opset = next(
         (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1
@@ -314,12 +390,13 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             mod = importer.from_onnx(model.graph, opset)
-            node_of = importer.binding_provenance(mod["main"])
+            owners = importer.binding_provenance(mod["main"])
             mod = relax.transform.FoldConstant()(mod)
+            main, renamed = unique_binding_names(mod["main"])
+            mod.update_func(mod.get_global_var("main"), main)
     except ModelLoadError:
         raise
-    except (tvm.error.TVMError, ValueError, TypeError, KeyError, AttributeError,
-            NotImplementedError, IndexError, AssertionError) as err:
+    except Exception as err:  # noqa: BLE001 - TVM's converters raise every kind of error
         node = importer.current_node
         where = f" at node {node.name!r} ({node.op_type})" if node else ""
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -327,5 +404,11 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
             f"TVM could not import the model{where}: {first}; "
             "this op or attribute combination is not supported by TVM's ONNX importer"
         ) from None
-    kept = {b.var.name for block in mod["main"].body.blocks for b in block.bindings}
-    return mod, {name: node for name, node in node_of.items() if name in kept}
+    # FoldConstant keeps the var of every binding it keeps; renaming maps old vars to new.
+    kept = {b.var for block in mod["main"].body.blocks for b in block.bindings}
+    node_of = {}
+    for var, node in owners.items():
+        var = renamed.get(var, var)
+        if var in kept:
+            node_of[var.name] = node
+    return mod, node_of

@@ -13,6 +13,7 @@ calls them; that name is also the exported symbol.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -171,7 +172,19 @@ def partition(
     demoted: dict[tuple[str, str], str] = {}
     while True:
         annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted)
-        merged = MergeCompositeFunctions()(annotation.fused)
+        if all(d.on_host for d in annotation.decisions.values()):
+            merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
+            break
+        try:
+            merged = MergeCompositeFunctions()(annotation.fused)
+        except Exception as err:  # TVM refuses e.g. match_cast or If bindings in main
+            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
+            warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
+            everything = {(v.name, b): reason for v in annotation.vendors for b in annotation.decisions}
+            annotation = annotate(imported, vendors, keep_on_host, everything)
+            merged = annotation.fused
+            break
         too_small = []
         for _, gvar in _merged_regions(merged):
             func = merged[gvar]

@@ -1,0 +1,338 @@
+"""Conformance: the ONNX backend node tests, built with plain TVM and with byoc.
+
+Each test case shipped in the ``onnx`` package (a one-node model plus input
+and expected output arrays) is
+
+* imported with :func:`byoc.import_model`;
+* built with plain TVM (``tvm.compile`` of the imported module, nothing
+  partitioned) and run;
+* partitioned for every registered vendor, built with :func:`byoc.build`
+  and run;
+
+and both results are compared with the expected outputs, at the case's own
+tolerances. A case that passes plain but fails byoc is a regression: byoc
+changed what the model computes. That list must be empty.
+
+Cases run in worker processes (one TVM per process) with a per-case
+timeout; a worker that hangs or crashes is replaced and its case is
+counted as failed for both builds.
+
+CLI::
+
+    python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence
+
+#: A case: (name, serialized model, data sets [(inputs, outputs)], rtol, atol).
+Case = tuple
+
+
+@dataclass
+class CaseResult:
+    """What happened to one case. ``plain``/``byoc`` are True when outputs matched."""
+
+    name: str
+    imported: bool = False
+    plain: bool = False
+    byoc: bool = False
+    partitions: int = 0
+    error: str = ""  # import error, or why plain failed
+    byoc_error: str = ""
+
+
+@dataclass
+class Summary:
+    """Counts over all cases, and the regressions (pass plain, fail byoc)."""
+
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.results)
+
+    @property
+    def imported(self) -> int:
+        return sum(r.imported for r in self.results)
+
+    @property
+    def passed_plain(self) -> int:
+        return sum(r.plain for r in self.results)
+
+    @property
+    def passed_byoc(self) -> int:
+        return sum(r.byoc for r in self.results)
+
+    @property
+    def offloaded(self) -> int:
+        """Cases whose byoc build has at least one partition."""
+        return sum(r.partitions > 0 for r in self.results)
+
+    @property
+    def regressions(self) -> list[CaseResult]:
+        return [r for r in self.results if r.plain and not r.byoc]
+
+    def table(self) -> str:
+        """The summary table, then one line per regression."""
+        rows = [
+            ("total", self.total),
+            ("imported", self.imported),
+            ("passed plain", self.passed_plain),
+            ("passed byoc", self.passed_byoc),
+            ("offloaded (>=1 partition)", self.offloaded),
+            ("pass plain, fail byoc", len(self.regressions)),
+        ]
+        width = max(len(label) for label, _ in rows)
+        lines = [f"{label:<{width}}  {value:>5}" for label, value in rows]
+        lines += [f"  REGRESSION {r.name}: {r.byoc_error}" for r in self.regressions]
+        return "\n".join(lines)
+
+
+# -- collecting -------------------------------------------------------------------------
+def collect_cases(names: Optional[Iterable[str]] = None) -> list[Case]:
+    """The ONNX backend node test cases, sorted by name (optionally only ``names``)."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():  # some case generators divide by zero on purpose
+        warnings.simplefilter("ignore")
+        cases = collect_testcases(None)
+    wanted = set(names) if names is not None else None
+    out = []
+    for case in sorted(cases, key=lambda c: c.name):
+        if wanted is not None and case.name not in wanted:
+            continue
+        data = [(list(inputs), list(outputs)) for inputs, outputs in case.data_sets]
+        out.append((case.name, case.model.SerializeToString(), data, case.rtol, case.atol))
+    return out
+
+
+# -- running one case (inside a worker) ------------------------------------------------------
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}"[:300]
+
+
+def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> Optional[str]:
+    import numpy as np
+
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        e = np.asarray(e)
+        a = np.asarray(a)
+        if a.shape != e.shape:
+            return f"output {index}: shape {a.shape}, expected {e.shape}"
+        if e.dtype.kind in "fc":
+            if not np.allclose(a.astype(e.dtype), e, rtol=rtol, atol=atol, equal_nan=True):
+                return f"output {index}: max abs error {np.nanmax(np.abs(a.astype(np.float64) - e)):.3g}"
+        elif e.dtype.kind in "iub" and a.dtype.kind in "iubf":
+            if not np.array_equal(a.astype(e.dtype), e):
+                return f"output {index}: values differ"
+        else:
+            return f"output {index}: dtype {a.dtype}, expected {e.dtype}"
+    return None
+
+
+def _flatten(result) -> list:
+    if hasattr(result, "numpy"):
+        return [result.numpy()]
+    flat = []
+    for item in result:
+        flat.extend(_flatten(item))
+    return flat
+
+
+def _run_vm(executable, inputs) -> list:
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return _flatten(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
+
+
+def run_case(case: Case) -> CaseResult:
+    """Import, build plain and byoc, run and compare one case (any error is a failure)."""
+    import warnings
+
+    import numpy as np
+    import tvm
+
+    import byoc
+
+    name, model_bytes, data_sets, rtol, atol = case
+    result = CaseResult(name)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            imported = byoc.import_model(model_bytes)
+    except Exception as err:  # noqa: BLE001 - any failure is a result here
+        result.error = "import: " + _first_line(err)
+        return result
+    result.imported = True
+    arrays = [[np.asarray(x) for x in inputs] for inputs, _ in data_sets]
+    if any(len(inputs) != len(imported.inputs) for inputs in arrays):
+        result.error = "inputs: the case feeds optional or sequence inputs the import dropped"
+        return result
+    try:
+        executable = tvm.compile(imported.mod, target=tvm.target.Target({"kind": "llvm"}))
+        for inputs, (_, expected) in zip(arrays, data_sets):
+            problem = _compare(_run_vm(executable, inputs), expected, rtol, atol)
+            if problem:
+                raise AssertionError(problem)
+        result.plain = True
+    except Exception as err:  # noqa: BLE001
+        result.error = "plain: " + _first_line(err)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plan = byoc.partition(imported, byoc.list_vendors())
+            artifact = byoc.build(plan, strict=True)
+        result.partitions = len(plan.partitions)
+        for inputs, (_, expected) in zip(arrays, data_sets):
+            problem = _compare(artifact.run(inputs), expected, rtol, atol)
+            if problem:
+                raise AssertionError(problem)
+        result.byoc = True
+    except Exception as err:  # noqa: BLE001
+        result.byoc_error = _first_line(err)
+    return result
+
+
+# -- the worker pool -------------------------------------------------------------------
+def _worker(conn) -> None:
+    while True:
+        case = conn.recv()
+        if case is None:
+            return
+        conn.send(run_case(case))
+
+
+class _Slot:
+    """One worker process and the case it is running."""
+
+    def __init__(self, ctx):
+        self.parent, child = ctx.Pipe()
+        self.process = ctx.Process(target=_worker, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.case: Optional[Case] = None
+        self.started = 0.0
+
+    def submit(self, case: Case) -> None:
+        self.case, self.started = case, time.monotonic()
+        self.parent.send(case)
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            try:
+                self.parent.send(None)
+            except OSError:
+                pass
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.parent.close()
+
+
+def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 60.0, progress=None) -> Summary:
+    """Run ``cases`` in ``jobs`` worker processes; a case over ``timeout`` seconds fails.
+
+    ``progress``, if given, is called with each :class:`CaseResult` as it finishes.
+    """
+    from multiprocessing.connection import wait
+
+    ctx = mp.get_context("spawn")  # TVM holds threads: never fork a process that imported it
+    pending = list(reversed(cases))
+    results: dict[str, CaseResult] = {}
+    slots = [_Slot(ctx) for _ in range(max(1, min(jobs, len(cases))))]
+
+    def feed(slot: _Slot) -> None:
+        if pending:
+            slot.submit(pending.pop())
+        else:
+            slot.case = None
+
+    def finish(result: CaseResult) -> None:
+        results[result.name] = result
+        if progress is not None:
+            progress(result)
+
+    for slot in slots:
+        feed(slot)
+    try:
+        while any(s.case is not None for s in slots):
+            busy = [s for s in slots if s.case is not None]
+            now = time.monotonic()
+            wait_for = max(0.05, min(s.started + timeout - now for s in busy))
+            ready = wait([s.parent for s in busy], timeout=wait_for)
+            for index, slot in enumerate(slots):
+                if slot.case is None:
+                    continue
+                if slot.parent in ready:
+                    try:
+                        finish(slot.parent.recv())
+                        feed(slot)
+                        continue
+                    except (EOFError, OSError):
+                        reason = f"worker died (exit code {slot.process.exitcode})"
+                elif time.monotonic() - slot.started > timeout:
+                    reason = f"timeout after {timeout:g} s"
+                else:
+                    continue
+                finish(CaseResult(slot.case[0], error=reason, byoc_error=reason))
+                slot.stop(kill=True)
+                slots[index] = _Slot(ctx)
+                feed(slots[index])
+    finally:
+        for slot in slots:
+            slot.stop(kill=slot.case is not None)
+    return Summary([results[c[0]] for c in cases if c[0] in results])
+
+
+# -- CLI ---------------------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the conformance suite; exit status 1 when a case passes plain but fails byoc."""
+    parser = argparse.ArgumentParser(prog="python -m byoc.conformance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--subset", type=int, default=None,
+                        help="run every k-th case so that about N cases run (deterministic)")
+    parser.add_argument("--match", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
+    parser.add_argument("--verbose", action="store_true", help="print every case as it finishes")
+    args = parser.parse_args(argv)
+
+    cases = collect_cases()
+    if args.match:
+        cases = [c for c in cases if args.match in c[0]]
+    if args.subset and args.subset < len(cases):
+        step = len(cases) / args.subset
+        cases = [cases[int(i * step)] for i in range(args.subset)]
+    start = time.monotonic()
+
+    def progress(result: CaseResult) -> None:
+        if args.verbose:
+            status = f"plain={'ok' if result.plain else 'FAIL'} byoc={'ok' if result.byoc else 'FAIL'}"
+            detail = result.error or result.byoc_error
+            print(f"{result.name:<60} {status} parts={result.partitions} {detail}", flush=True)
+
+    summary = run_cases(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
+    print(summary.table())
+    print(f"({len(cases)} cases, {args.jobs} jobs, {time.monotonic() - start:.0f} s)")
+    return 1 if summary.regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
