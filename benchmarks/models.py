@@ -1,0 +1,204 @@
+"""Benchmark models: ResNet-50, MobileNetV2 and a BERT-base encoder with random weights.
+
+The large models are small torch module definitions written here (no
+torchvision: there is no CPU build of it on this machine), exported to ONNX
+with ``torch==2.13.0`` (``pip install torch==2.13.0``: the CPU wheel on
+disk) and cached as ``<build>/<name>.onnx``; they are never committed.
+The tiny models (``tiny_cnn``, ``tiny_mlp``) are built with ``onnx.helper``
+and need no torch, so the smoke test runs without it.
+
+``python benchmarks/models.py [--build DIR] [NAME ...]`` builds the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import onnx
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_BUILD = HERE / "build"
+OPSET = 17
+IR_VERSION = 8  # onnxruntime 1.31 reads IR <= 13
+SEED = 20260207
+
+
+# -- torch module definitions (imported lazily: only the large models need torch) ----
+def _torch_modules():
+    import torch
+    from torch import nn
+
+    def conv_bn(cin, cout, k, stride=1, groups=1, act=nn.ReLU):
+        layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+        return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
+
+    class Bottleneck(nn.Module):
+        """ResNet v1.5 bottleneck: 1x1 -> 3x3 (stride) -> 1x1, projection shortcut when shapes change."""
+
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.body = nn.Sequential(conv_bn(cin, width, 1), conv_bn(width, width, 3, stride),
+                                      conv_bn(width, cout, 1, act=None))
+            self.short = conv_bn(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else nn.Identity()
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(self.body(x) + self.short(x))
+
+    class ResNet50(nn.Module):
+        def __init__(self, classes=1000):
+            super().__init__()
+            layers = [conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)]
+            cin = 64
+            for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+                for i in range(blocks):
+                    layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+                    cin = width * 4
+            self.features = nn.Sequential(*layers)
+            self.fc = nn.Linear(cin, classes)
+
+        def forward(self, x):
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin, cout, stride, expand):
+            super().__init__()
+            hidden = cin * expand
+            layers = [conv_bn(cin, hidden, 1, act=nn.ReLU6)] if expand != 1 else []
+            layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6),
+                       conv_bn(hidden, cout, 1, act=None)]
+            self.body = nn.Sequential(*layers)
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            return x + self.body(x) if self.residual else self.body(x)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self, classes=1000):
+            super().__init__()
+            layers = [conv_bn(3, 32, 3, 2, act=nn.ReLU6)]
+            cin = 32
+            for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                               (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+                for i in range(n):
+                    layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                    cin = c
+            layers.append(conv_bn(cin, 1280, 1, act=nn.ReLU6))
+            self.features = nn.Sequential(*layers)
+            self.classifier = nn.Linear(1280, classes)
+
+        def forward(self, x):
+            return self.classifier(torch.flatten(nn.functional.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+    class EncoderLayer(nn.Module):
+        """BERT post-LN layer written with plain matmul/softmax so it exports to basic ONNX ops."""
+
+        def __init__(self, hidden=768, heads=12, ffn=3072):
+            super().__init__()
+            self.heads, self.dim = heads, hidden // heads
+            self.qkv = nn.Linear(hidden, 3 * hidden)
+            self.out = nn.Linear(hidden, hidden)
+            self.ln1 = nn.LayerNorm(hidden, eps=1e-12)
+            self.ff1 = nn.Linear(hidden, ffn)
+            self.ff2 = nn.Linear(ffn, hidden)
+            self.ln2 = nn.LayerNorm(hidden, eps=1e-12)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.dim).permute(2, 0, 3, 1, 4)
+            att = torch.softmax(q @ k.transpose(-1, -2) / self.dim ** 0.5, dim=-1)
+            ctx = (att @ v).transpose(1, 2).reshape(b, s, h)
+            x = self.ln1(x + self.out(ctx))
+            return self.ln2(x + self.ff2(nn.functional.gelu(self.ff1(x))))
+
+    class BertEncoder(nn.Module):
+        """BERT-base encoder (12 layers, hidden 768): takes the embedded sequence as input."""
+
+        def __init__(self, layers=12):
+            super().__init__()
+            self.layers = nn.Sequential(*[EncoderLayer() for _ in range(layers)])
+
+        def forward(self, x):
+            return self.layers(x)
+
+    return {
+        "resnet50": (ResNet50, (1, 3, 224, 224)),
+        "mobilenetv2": (MobileNetV2, (1, 3, 224, 224)),
+        "bert": (BertEncoder, (1, 128, 768)),
+    }
+
+
+TORCH_MODELS = ("mobilenetv2", "resnet50", "bert")
+
+
+def _export_torch(name: str, path: Path) -> None:
+    import torch
+
+    cls, shape = _torch_modules()[name]
+    torch.manual_seed(SEED)
+    module = cls().eval()
+    # Random BatchNorm statistics, so folding them into the convs is not a no-op.
+    for m in module.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    tmp = path.with_suffix(".tmp.onnx")
+    with torch.no_grad():
+        # dynamo=False: the TorchScript exporter needs no onnxscript and folds BatchNorm.
+        torch.onnx.export(module, (torch.randn(*shape),), str(tmp), dynamo=False, opset_version=OPSET,
+                          input_names=["input"], output_names=["output"], do_constant_folding=True)
+    model = onnx.load(str(tmp))
+    model.ir_version = IR_VERSION
+    onnx.save(model, str(path))
+    tmp.unlink()
+
+
+# -- tiny models (onnx.helper, no torch) ----------------------------------------------
+def tiny_cnn() -> onnx.ModelProto:
+    from byoc.examples import small_cnn
+
+    return small_cnn()
+
+
+def tiny_mlp() -> onnx.ModelProto:
+    from byoc.examples import small_mlp
+
+    return small_mlp()
+
+
+TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp}
+ALL_MODELS = tuple(TINY_MODELS) + TORCH_MODELS
+
+
+def model_path(name: str, build: Path = DEFAULT_BUILD) -> Path:
+    """Path of ``name``'s ONNX file in the build folder, exporting it first if missing."""
+    build = Path(build)
+    build.mkdir(parents=True, exist_ok=True)
+    path = build / f"{name}.onnx"
+    if path.exists():
+        return path
+    if name in TINY_MODELS:
+        onnx.save(TINY_MODELS[name](), str(path))
+    elif name in TORCH_MODELS:
+        _export_torch(name, path)
+    else:
+        raise SystemExit(f"unknown model {name!r}; choose from {', '.join(ALL_MODELS)}")
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", default=list(TORCH_MODELS), help=f"models ({', '.join(ALL_MODELS)})")
+    parser.add_argument("--build", type=Path, default=DEFAULT_BUILD, help="cache folder (default benchmarks/build)")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        path = model_path(name, args.build)
+        print(f"{name}: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
