@@ -276,7 +276,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
                     and "Codegen" in (merged[value.op].attrs or {})):
                 label[binding.var] = sources.get(binding.var.name, binding.var.name)
                 continue
-            part = _partition_of(imported, annotation, merged, value, label)
+            part = _partition_of(imported, annotation, merged, value, label, sources)
             partitions.append(part)
             names = [t.source for t in part.outputs]
             label[binding.var] = names[0] if len(names) == 1 else names
@@ -284,7 +284,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
                          min_ops, keep_on_host)
 
 
-def _partition_of(imported, annotation, merged, call, label) -> Partition:
+def _partition_of(imported, annotation, merged, call, label, sources) -> Partition:
     """The Partition for one call of a Codegen function in the partitioned main."""
     gvar = call.op
     func = merged[gvar]
@@ -299,7 +299,6 @@ def _partition_of(imported, annotation, merged, call, label) -> Partition:
         for i, ty in enumerate(_tensor_types(arg.ty)):
             inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, _shape_of(ty), str(ty.dtype)))
     out_types = _tensor_types(func.ret_ty)
-    sources = _source_names(imported, imported.mod["main"])
     escaping = _escaping(imported.mod["main"], set(bindings))
     labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
         [f"{name}:{i}" for i in range(len(out_types))]

@@ -7,7 +7,6 @@ onnx.reference.ReferenceEvaluator cross-checks).
 """
 
 import ctypes
-import math
 import shutil
 import subprocess
 from pathlib import Path
