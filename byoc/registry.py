@@ -16,7 +16,7 @@ from .errors import UnknownVendorError, VendorError
 from .vendor import Vendor
 
 ENTRY_POINT_GROUP = "byoc.vendors"
-_BUILTIN_MODULES = ("byoc.annotations.c_source", "byoc.annotations.json_runtime")
+_BUILTIN_MODULES = ("byoc.annotations.c_source", "byoc.annotations.json_runtime", "byoc.annotations.dnnl")
 
 _vendors: dict[str, Vendor] = {}
 _discovered = False

@@ -12,14 +12,21 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .runtime import FACTORY, load_runtime
+from .runtime import JSON_RUNTIME, RuntimeLibrary, load_runtime
 from .serializer import FORMAT, SCHEMA_VERSION, SerializedGraph, serialize
 
 __all__ = ["FORMAT", "JsonRuntimeCodegen", "SCHEMA_VERSION", "SerializedGraph", "load_runtime", "serialize"]
 
 
 class JsonRuntimeCodegen:
-    """Codegen that makes one runtime module per partition."""
+    """Codegen that makes one runtime module per partition.
+
+    ``library`` is the graph runtime that executes the JSON: byoc's reference
+    kernels by default; the dnnl vendor passes its oneDNN runtime.
+    """
+
+    def __init__(self, library: RuntimeLibrary = JSON_RUNTIME):
+        self.library = library
 
     def serialize(self, partition) -> SerializedGraph:
         """The JSON graph and constants of ``partition`` (a ``byoc.graph.PartitionGraph``)."""
@@ -29,8 +36,8 @@ class JsonRuntimeCodegen:
         import tvm
         import tvm_ffi
 
-        load_runtime()
-        create = tvm_ffi.get_global_func(FACTORY)
+        self.library.load()
+        create = tvm_ffi.get_global_func(self.library.factory)
         modules = []
         for partition in partitions:
             graph = self.serialize(partition)

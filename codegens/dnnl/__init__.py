@@ -1,0 +1,67 @@
+"""The dnnl codegen: partitions as JSON graphs run by a oneDNN-backed runtime.
+
+The graph is the JSON-runtime's (same serializer, same module blob and
+loader machinery, :mod:`byoc.codegens.json_runtime`); the executor in
+``dnnl_runtime.cc`` creates oneDNN primitives and reorders weights once, when
+a module is created or loaded, and only binds buffers per call.
+
+oneDNN comes from the package extra ``byoc[dnnl]``: the PyPI wheels
+``onednn-cpu-gomp`` (the library, OpenMP threading) and
+``onednn-devel-cpu-gomp`` (its headers), both 2023.2.0 (oneDNN 3.2). The
+runtime library is compiled against them on first use and cached like the
+JSON runtime's.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+
+from byoc.codegens.json_runtime import JsonRuntimeCodegen
+from byoc.codegens.json_runtime.runtime import BuildFlags, RuntimeLibrary
+from byoc.errors import BuildError
+
+ONEDNN_VERSION = "2023.2.0"
+LIBRARY_DIST = "onednn-cpu-gomp"
+HEADERS_DIST = "onednn-devel-cpu-gomp"
+INSTALL_HINT = f'pip install "byoc[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION} {HEADERS_DIST}=={ONEDNN_VERSION})'
+
+__all__ = ["DNNL_RUNTIME", "DnnlCodegen", "onednn_flags"]
+
+
+def _located(dist_name: str, suffix: str) -> Path:
+    """The installed file of ``dist_name`` whose path ends with ``suffix``."""
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        raise BuildError(f"the dnnl vendor needs oneDNN, and {dist_name} is not installed; {INSTALL_HINT}") from None
+    if dist.version != ONEDNN_VERSION:
+        raise BuildError(f"the dnnl vendor is built for oneDNN {ONEDNN_VERSION} but {dist_name} {dist.version} is "
+                         f"installed (library and headers must match); {INSTALL_HINT}")
+    for file in dist.files or ():
+        if str(file).replace("\\", "/").endswith(suffix):
+            path = Path(dist.locate_file(file)).resolve()
+            if path.exists():
+                return path
+    raise BuildError(f"{dist_name} is installed but {suffix} is missing from it; reinstall it: {INSTALL_HINT}")
+
+
+def onednn_flags() -> BuildFlags:
+    """Compiler flags for oneDNN's headers and library, or a BuildError saying what to install."""
+    header = _located(HEADERS_DIST, "include/oneapi/dnnl/dnnl.hpp")
+    library = _located(LIBRARY_DIST, "libdnnl.so.3")
+    include = header.parents[2]  # .../include
+    return BuildFlags(
+        compile=(f"-I{include}",),
+        link=(str(library), f"-Wl,-rpath,{library.parent}"),
+    )
+
+
+DNNL_RUNTIME = RuntimeLibrary("dnnl", source=(__package__, "dnnl_runtime.cc"), flags=onednn_flags)
+
+
+class DnnlCodegen(JsonRuntimeCodegen):
+    """The JSON-runtime codegen, executed by the oneDNN runtime."""
+
+    def __init__(self):
+        super().__init__(DNNL_RUNTIME)

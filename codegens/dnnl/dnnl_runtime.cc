@@ -1,0 +1,765 @@
+/*
+ * dnnl_runtime.cc -- the dnnl vendor's runtime: a partition graph (the JSON of
+ * byoc/codegens/json_runtime/serializer.py) executed with oneDNN primitives.
+ *
+ * Everything is decided once, when the module is created or loaded:
+ *  - one primitive per node head (conv2d, matmul, pooling, ...), with the
+ *    node's bias, element-wise and residual-add ops folded in as post-ops;
+ *  - activation layouts chosen by oneDNN (format "any"), with a reorder only
+ *    where a consumer needs another layout or the caller needs a plain one;
+ *  - constant weights reordered once into the layout their primitive wants;
+ *  - a memory plan that packs intermediates into one arena by lifetime.
+ * A call binds the caller's input and output buffers (destination-passing:
+ * an output in plain layout is written in place) and executes the steps.
+ *
+ * Calls are thread safe: a call takes a Workspace (arena, scratchpad, memory
+ * objects, stream) from a pool and gives it back; a second thread running at
+ * the same time gets its own.
+ */
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+#include "graph_runtime.h"
+
+namespace byoc {
+namespace graph_runtime {
+const char* const kRuntimeName = "dnnl";
+}  // namespace graph_runtime
+
+namespace dnnl_runtime {
+
+using namespace byoc::graph_runtime;  // NOLINT: this file is one runtime built on it
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::post_ops;
+using dnnl::primitive_attr;
+using dnnl::prop_kind;
+using Desc = dnnl::memory::desc;
+using Dims = dnnl::memory::dims;
+
+dnnl::engine& Engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+constexpr size_t kAlign = 64;
+
+size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// oneDNN has no rank-0 tensors: a scalar is a 1-element vector.
+Dims DimsOf(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return {1};
+  return Dims(shape.begin(), shape.end());
+}
+
+// Row-major (the layout of every tensor the caller and TVM hand over); a
+// shape (scalars included) or oneDNN dims.
+Desc Plain(const std::vector<int64_t>& shape) {
+  Dims dims = DimsOf(shape);
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  for (size_t i = dims.size(); i > 0; --i) {
+    strides[i - 1] = stride;
+    stride *= dims[i - 1];
+  }
+  return Desc(dims, memory::data_type::f32, strides);
+}
+
+// `shape` with leading 1s up to `rank` (numpy broadcasting).
+Dims Padded(const std::vector<int64_t>& shape, size_t rank) {
+  Dims dims(rank, 1);
+  for (size_t i = 0; i < shape.size(); ++i) dims[rank - shape.size() + i] = shape[i];
+  return dims;
+}
+
+Desc Any(const Dims& dims) { return Desc(dims, memory::data_type::f32, memory::format_tag::any); }
+
+primitive_attr UserScratchpad(const post_ops& ops = post_ops()) {
+  primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+enum class Storage { kInput, kOutput, kConst, kTemp };
+
+// A buffer the steps read or write, in one memory layout.
+struct Value {
+  Desc desc;
+  Storage storage;
+  int slot;  // input / output index, index into consts_, or arena offset (temps)
+};
+
+struct Arg {
+  int key;    // DNNL_ARG_*
+  int value;  // index into values_
+  Desc desc;  // how the primitive sees the buffer (a value's desc, or a reshaped view of it)
+};
+
+struct Step {
+  dnnl::primitive primitive;
+  std::vector<Arg> args;
+  Desc scratchpad;
+};
+
+// One post-op: an element-wise function, or a binary op with a second tensor.
+struct PostOp {
+  algorithm alg;
+  float alpha = 0.0f, beta = 0.0f;
+  int tensor = -1;  // graph tensor of a binary post-op's second operand
+};
+
+// The ops of a node folded into its conv2d / matmul head.
+struct Fused {
+  std::vector<PostOp> post;
+  int bias = -1;  // graph tensor of a bias added by the primitive itself
+  int last;       // graph tensor the fused chain produces
+  size_t next;    // first op index after the chain
+};
+
+class DnnlExecutor {
+ public:
+  static constexpr const char* kName = "dnnl";
+  static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
+
+  explicit DnnlExecutor(const ParsedGraph& graph) : g_(graph), value_of_(graph.tensors().size(), -1) {
+    for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
+      int id = g_.inputs()[slot];
+      value_of_[id] = NewValue(Plain(g_.Shape(id)), Storage::kInput, static_cast<int>(slot));
+    }
+    for (size_t id = 0; id < g_.tensors().size(); ++id) {
+      if (g_.tensor(id).kind == Kind::kConst) {
+        const std::vector<float>& data = g_.const_data(static_cast<int>(id));
+        if (data.empty()) Fail("constant " + g_.tensor(id).name + " is empty (zero-sized tensors are not supported)");
+        Desc desc = Plain(g_.Shape(id));
+        consts_.push_back(memory(desc, Engine(), const_cast<float*>(data.data())));
+        value_of_[id] = NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+      }
+    }
+    const std::vector<BodyOp>& ops = g_.ops();
+    for (size_t k = 0; k < ops.size();) {
+      try {
+        k = CompileOp(k);
+      } catch (const dnnl::error& err) {
+        Fail(ops[k].where + ": oneDNN cannot run this op (" + err.what() + ")");
+      }
+    }
+    BindOutputs();
+    PlanArena();
+  }
+
+  void Run(float* const* in, float* const* out) const {
+    std::unique_ptr<Workspace> ws = Take();
+    for (auto& bound : ws->inputs) bound.second.set_data_handle(in[bound.first]);
+    for (auto& bound : ws->outputs) bound.second.set_data_handle(out[bound.first]);
+    for (size_t i = 0; i < steps_.size(); ++i) steps_[i].primitive.execute(ws->stream, ws->args[i]);
+    ws->stream.wait();
+    Give(std::move(ws));
+  }
+
+ private:
+  struct Workspace {
+    std::unique_ptr<char, decltype(&std::free)> arena{nullptr, &std::free};
+    std::vector<std::unordered_map<int, memory>> args;  // per step
+    std::vector<std::pair<int, memory>> inputs, outputs;  // (slot, memory) bound per call
+    dnnl::stream stream;
+  };
+
+  // -- values and steps ----------------------------------------------------------------
+  int NewValue(const Desc& desc, Storage storage, int slot = -1) {
+    values_.push_back({desc, storage, slot});
+    return static_cast<int>(values_.size() - 1);
+  }
+
+  // The value holding graph tensor `id` in layout `desc`, reordering once if needed.
+  int As(int id, const Desc& desc) {
+    int v = value_of_[id];
+    if (v < 0) Fail("tensor " + g_.tensor(id).name + " is read before it is computed");
+    if (values_[v].desc == desc) return v;
+    auto key = std::make_pair(id, DescKey(desc));
+    auto cached = reorders_.find(key);
+    if (cached != reorders_.end()) return cached->second;
+    int target;
+    if (values_[v].storage == Storage::kConst) {
+      target = ReorderConst(v, desc);
+    } else {
+      target = NewTemp(desc);
+      AddReorder(v, target);
+    }
+    reorders_[key] = target;
+    return target;
+  }
+
+  static std::string DescKey(const Desc& d) {
+    std::ostringstream os;
+    for (auto x : d.get_dims()) os << x << ',';
+    os << '|' << static_cast<int>(d.get_format_kind()) << '|';
+    if (d.get_format_kind() == memory::format_kind::blocked) {
+      for (auto x : d.get_strides()) os << x << ',';
+      os << '|';
+      for (auto x : d.get_inner_blks()) os << x << ',';
+      os << '|';
+      for (auto x : d.get_inner_idxs()) os << x << ',';
+    }
+    return os.str();
+  }
+
+  void AddReorder(int from, int to) {
+    dnnl::reorder::primitive_desc pd(Engine(), values_[from].desc, Engine(), values_[to].desc, UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, from, values_[from].desc}, {DNNL_ARG_TO, to, values_[to].desc}},
+            pd.scratchpad_desc());
+  }
+
+  void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad) {
+    for (const Arg& a : args) {
+      if (values_[a.value].storage != Storage::kTemp) continue;
+      int step = static_cast<int>(steps_.size());
+      auto& life = lifetimes_.at(a.value);
+      if (life.first < 0 || life.first > step) life.first = step;
+      life.second = std::max(life.second, step);
+    }
+    steps_.push_back({std::move(primitive), std::move(args), scratchpad});
+  }
+
+  int NewTemp(const Desc& desc) {
+    int v = NewValue(desc, Storage::kTemp);
+    lifetimes_[v] = {-1, -1};
+    return v;
+  }
+
+  // The output of op `id` becomes a temp value in the layout the primitive chose.
+  int Define(int id, const Desc& desc) {
+    value_of_[id] = NewTemp(desc);
+    return value_of_[id];
+  }
+
+  // -- ops -----------------------------------------------------------------------------
+  size_t CompileOp(size_t k) {
+    const BodyOp& op = g_.ops()[k];
+    Attrs a(op.attrs, op.where);
+    const std::string& kernel = op.kernel;
+    if (kernel == "relax.nn.conv2d") return Conv2d(k, a);
+    if (kernel == "relax.matmul") return Matmul(k);
+    if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
+    else if (kernel == "relax.mean") Mean(op, a);
+    else if (kernel == "relax.nn.softmax") Softmax(op, a);
+    else if (kernel == "relax.nn.layer_norm") LayerNorm(op, a);
+    else if (kernel == "relax.add") Binary(op, algorithm::binary_add, true);
+    else if (kernel == "relax.multiply") Binary(op, algorithm::binary_mul, true);
+    else if (kernel == "relax.subtract") Binary(op, algorithm::binary_sub, false);
+    else if (kernel == "relax.divide") Binary(op, algorithm::binary_div, false);
+    else {
+      float alpha = 0.0f, beta = 0.0f;
+      algorithm alg = EltwiseOf(op, &alpha, &beta);
+      Arity(op, 1);
+      int src = value_of_[op.inputs[0]];
+      SameShape(op, op.inputs[0]);
+      Desc desc = values_[src].desc;
+      dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
+                                               UserScratchpad());
+      int dst = Define(op.output, pd.dst_desc());
+      AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
+              pd.scratchpad_desc());
+    }
+    return k + 1;
+  }
+
+  // relu / clip / sigmoid / tanh as an oneDNN eltwise algorithm; Fail for anything else.
+  algorithm EltwiseOf(const BodyOp& op, float* alpha, float* beta) const {
+    *alpha = *beta = 0.0f;
+    if (op.kernel == "relax.nn.relu") return algorithm::eltwise_relu;
+    if (op.kernel == "relax.sigmoid") return algorithm::eltwise_logistic;
+    if (op.kernel == "relax.tanh") return algorithm::eltwise_tanh;
+    if (op.kernel == "relax.clip") {
+      Attrs a(op.attrs, op.where);
+      *alpha = static_cast<float>(a.Float("min"));
+      *beta = static_cast<float>(a.Float("max"));
+      return algorithm::eltwise_clip_v2;
+    }
+    Fail(op.where + ": no oneDNN primitive for " + op.kernel);
+  }
+
+  bool IsEltwise(const BodyOp& op) const {
+    return op.kernel == "relax.nn.relu" || op.kernel == "relax.sigmoid" || op.kernel == "relax.tanh" ||
+           op.kernel == "relax.clip";
+  }
+
+  // A scalar constant operand of `op` other than `x`, or NaN.
+  float ScalarOperand(const BodyOp& op, int x, bool* x_first) const {
+    if (op.inputs.size() != 2) return NAN;
+    int other = op.inputs[0] == x ? op.inputs[1] : op.inputs[1] == x ? op.inputs[0] : -1;
+    if (other < 0 || g_.tensor(other).kind != Kind::kConst || g_.tensor(other).numel != 1) return NAN;
+    *x_first = op.inputs[0] == x;
+    return g_.const_data(other)[0];
+  }
+
+  static bool Near(float value, double want) { return std::fabs(value - want) <= 1e-6 * std::fabs(want) + 1e-7; }
+
+  // x*0.5*(1+erf(x/sqrt(2))) spelled as five ops (the ONNX export of GELU): length of the match at j, or 0.
+  size_t GeluAt(size_t j, int x) const {
+    const std::vector<BodyOp>& ops = g_.ops();
+    if (j + 5 > ops.size() || ops[j + 4].node != ops[j].node) return 0;
+    const BodyOp &div = ops[j], &erf = ops[j + 1], &add = ops[j + 2], &mul = ops[j + 3], &half = ops[j + 4];
+    bool first = false;
+    if (div.kernel != "relax.divide" || !Near(ScalarOperand(div, x, &first), std::sqrt(2.0)) || !first) return 0;
+    if (erf.kernel != "relax.erf" || erf.inputs != std::vector<int>{div.output}) return 0;
+    if (add.kernel != "relax.add" || !Near(ScalarOperand(add, erf.output, &first), 1.0)) return 0;
+    if (mul.kernel != "relax.multiply" || mul.inputs.size() != 2) return 0;
+    if (!((mul.inputs[0] == x && mul.inputs[1] == add.output) || (mul.inputs[1] == x && mul.inputs[0] == add.output)))
+      return 0;
+    if (half.kernel != "relax.multiply" || !Near(ScalarOperand(half, mul.output, &first), 0.5)) return 0;
+    for (int t : {div.output, erf.output, add.output, mul.output})
+      if (g_.uses(t) != 1) return 0;
+    return 5;
+  }
+
+  // Folds the ops after the head at `k` (same node, single reader) into post-ops.
+  // `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  template <class BiasOk>
+  Fused FusePostOps(size_t k, BiasOk bias_ok) const {
+    const std::vector<BodyOp>& ops = g_.ops();
+    Fused f;
+    f.last = ops[k].output;
+    f.next = k + 1;
+    const std::vector<int64_t>& shape = g_.Shape(f.last);
+    while (f.next < ops.size() && ops[f.next].node == ops[k].node) {
+      const BodyOp& op = ops[f.next];
+      int x = f.last;
+      size_t length = 1;
+      if (g_.uses(x) == 2 && (length = GeluAt(f.next, x)) > 0) {
+        f.post.push_back({algorithm::eltwise_gelu_erf});
+      } else if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
+        break;
+      } else if (IsEltwise(op)) {
+        if (op.inputs[0] != x) break;
+        PostOp p;
+        p.alg = EltwiseOf(op, &p.alpha, &p.beta);
+        f.post.push_back(p);
+      } else if (op.inputs.size() == 2 && (op.inputs[0] == x || op.inputs[1] == x)) {
+        bool x_first = false;
+        float c = ScalarOperand(op, x, &x_first);
+        int other = op.inputs[0] == x ? op.inputs[1] : op.inputs[0];
+        const std::string& kernel = op.kernel;
+        if (kernel == "relax.add" && f.post.empty() && f.bias < 0 && bias_ok(other)) {
+          f.bias = other;
+        } else if (!std::isnan(c) && kernel == "relax.multiply") {
+          f.post.push_back({algorithm::eltwise_linear, c, 0.0f});
+        } else if (!std::isnan(c) && kernel == "relax.divide" && x_first) {
+          f.post.push_back({algorithm::eltwise_linear, 1.0f / c, 0.0f});
+        } else if (!std::isnan(c) && kernel == "relax.add") {
+          f.post.push_back({algorithm::eltwise_linear, 1.0f, c});
+        } else if (!std::isnan(c) && kernel == "relax.subtract") {
+          f.post.push_back({algorithm::eltwise_linear, x_first ? 1.0f : -1.0f, x_first ? -c : c});
+        } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || kernel == "relax.add" || kernel == "relax.multiply") &&
+                   Broadcasts(g_.Shape(other), shape)) {
+          PostOp p;
+          p.alg = *BinaryAlgorithm(kernel);
+          p.tensor = other;
+          f.post.push_back(p);
+        } else {
+          break;
+        }
+      } else {
+        break;
+      }
+      f.last = ops[f.next + length - 1].output;
+      f.next += length;
+    }
+    return f;
+  }
+
+  static const algorithm* BinaryAlgorithm(const std::string& kernel) {
+    static const std::map<std::string, algorithm> table = {{"relax.add", algorithm::binary_add},
+                                                           {"relax.multiply", algorithm::binary_mul},
+                                                           {"relax.subtract", algorithm::binary_sub},
+                                                           {"relax.divide", algorithm::binary_div}};
+    auto it = table.find(kernel);
+    return it == table.end() ? nullptr : &it->second;
+  }
+
+  // The post-ops with each full-shape binary operand read in layout `full` (the
+  // primitive's dst layout, once known), broadcast ones plain and rank-padded.
+  post_ops BuildPostOps(const Fused& f, const std::vector<int64_t>& shape, const Desc* full) const {
+    post_ops ops;
+    for (const PostOp& p : f.post) {
+      if (p.tensor < 0) ops.append_eltwise(p.alg, p.alpha, p.beta);
+      else ops.append_binary(p.alg, BinaryDesc(p.tensor, shape, full));
+    }
+    return ops;
+  }
+
+  Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const {
+    if (g_.Shape(id) == shape) return full ? *full : values_[value_of_[id]].desc;
+    return Plain(Padded(g_.Shape(id), std::max<size_t>(shape.size(), 1)));
+  }
+
+  // Creates the primitive desc, then again if a full-shape binary operand's layout
+  // differs from the dst layout oneDNN chose (the operand is then reordered to it).
+  template <class MakePd>
+  auto CreateWithPostOps(const Fused& f, const std::vector<int64_t>& shape, MakePd make) const {
+    auto pd = make(UserScratchpad(BuildPostOps(f, shape, nullptr)));
+    Desc dst = pd.dst_desc();
+    for (const PostOp& p : f.post) {
+      if (p.tensor >= 0 && g_.Shape(p.tensor) == shape && values_[value_of_[p.tensor]].desc != dst)
+        return make(UserScratchpad(BuildPostOps(f, shape, &dst)));
+    }
+    return pd;
+  }
+
+  void AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::vector<int64_t>& shape, const Desc& dst) {
+    for (size_t i = 0; i < f.post.size(); ++i) {
+      int t = f.post[i].tensor;
+      if (t < 0) continue;
+      Desc desc = BinaryDesc(t, shape, &dst);
+      int v = g_.Shape(t) == shape ? As(t, desc) : As(t, Plain(g_.Shape(t)));
+      args->push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, v, desc});
+    }
+  }
+
+  static bool Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+    if (from.size() > to.size()) return false;
+    for (size_t i = 0; i < from.size(); ++i) {
+      int64_t d = from[from.size() - 1 - i];
+      if (d != 1 && d != to[to.size() - 1 - i]) return false;
+    }
+    return true;
+  }
+
+  size_t Conv2d(size_t k, const Attrs& a) {
+    const BodyOp& op = g_.ops()[k];
+    Arity(op, 2);
+    if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "OIHW" || a.Str("out_layout") != "NCHW")
+      Fail(op.where + ": only NCHW/OIHW layouts are supported");
+    int x = op.inputs[0], w = op.inputs[1];
+    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+    if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4) Fail(op.where + ": conv2d tensors must be 4-D");
+    int64_t groups = a.Int("groups");
+    if (groups < 1 || xs[1] != ws[1] * groups || ws[0] % groups != 0 || ys[1] != ws[0] || ys[0] != xs[0])
+      Fail(op.where + ": channels of " + ShapeStr(xs) + " and weight " + ShapeStr(ws) + " do not match groups=" +
+           std::to_string(groups));
+    auto st = a.Ints("strides"), pad = a.Ints("padding"), dil = a.Ints("dilation");
+    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+    if (st.size() != 2 || dil.size() != 2 || pad.size() != 4) Fail(op.where + ": strides/dilation need 2 values and padding 4");
+    for (int d = 0; d < 2; ++d) {
+      int64_t span = dil[d] * (ws[2 + d] - 1) + 1;
+      if (st[d] < 1 || dil[d] < 1 || pad[d] < 0 || pad[d + 2] < 0 ||
+          ys[2 + d] != (xs[2 + d] + pad[d] + pad[d + 2] - span) / st[d] + 1)
+        Fail(op.where + ": output shape " + ShapeStr(ys) + " does not follow from the attributes");
+    }
+    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
+    int64_t channels = ys[1];
+    Fused f = FusePostOps(k, [&](int b) {
+      const TensorInfo& t = g_.tensor(b);
+      return t.kind == Kind::kConst &&
+             (t.shape == std::vector<int64_t>{1, channels, 1, 1} || t.shape == std::vector<int64_t>{channels, 1, 1});
+    });
+    Desc bias = Plain(Dims{channels});
+    auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
+      Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]},
+           pad_r = {pad[2], pad[3]};
+      if (f.bias >= 0)
+        return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                         algorithm::convolution_direct, Any(DimsOf(xs)), Any(wdims),
+                                                         bias, Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
+      return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                       algorithm::convolution_direct, Any(DimsOf(xs)), Any(wdims),
+                                                       Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
+    });
+    int src = As(x, pd.src_desc());
+    // The weights, viewed with the group dimension, reordered once into the primitive's layout.
+    int weights = ReorderConst(ConstView(value_of_[w], Plain(wdims)), pd.weights_desc());
+    std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
+    if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
+    AddBinaryArgs(f, &args, ys, pd.dst_desc());
+    args.push_back({DNNL_ARG_DST, Define(f.last, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
+    return f.next;
+  }
+
+  // The same constant bytes seen with other dims (a group axis, leading 1s).
+  int ConstView(int v, const Desc& desc) {
+    if (values_[v].desc == desc) return v;
+    consts_.push_back(memory(desc, Engine(), consts_[values_[v].slot].get_data_handle()));
+    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+  }
+
+  // A constant value in layout `desc` (reordered now, once, into memory the module owns).
+  int ReorderConst(int v, const Desc& desc) {
+    if (values_[v].desc == desc) return v;
+    memory converted(desc, Engine());
+    memory source = consts_[values_[v].slot];
+    dnnl::stream stream(Engine());
+    dnnl::reorder(source, converted).execute(stream, source, converted);
+    stream.wait();
+    consts_.push_back(converted);
+    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+  }
+
+  size_t Matmul(size_t k) {
+    const BodyOp& op = g_.ops()[k];
+    Arity(op, 2);
+    int a = op.inputs[0], b = op.inputs[1];
+    const auto &as = g_.Shape(a), &bs = g_.Shape(b), &ys = g_.Shape(op.output);
+    if (as.size() < 2 || bs.size() < 2) Fail(op.where + ": matmul of a vector is not supported (rank >= 2 only)");
+    if (as.back() != bs[bs.size() - 2] || ys.size() != std::max(as.size(), bs.size()) ||
+        ys[ys.size() - 2] != as[as.size() - 2] || ys.back() != bs.back())
+      Fail(op.where + ": shapes " + ShapeStr(as) + " x " + ShapeStr(bs) + " -> " + ShapeStr(ys) + " do not match");
+    size_t rank = ys.size();
+    int64_t n = ys.back();
+    Fused f = FusePostOps(k, [&](int bias) {
+      const TensorInfo& t = g_.tensor(bias);
+      if (t.kind != Kind::kConst || t.shape.empty() || t.shape.back() != n || t.shape.size() > rank) return false;
+      for (size_t i = 0; i + 1 < t.shape.size(); ++i)
+        if (t.shape[i] != 1) return false;
+      return true;
+    });
+    Desc src_desc = Plain(Padded(as, rank)), dst_desc = Plain(DimsOf(ys));
+    bool const_weights = g_.tensor(b).kind == Kind::kConst;
+    Desc wanted_weights = const_weights ? Any(Padded(bs, rank)) : Plain(Padded(bs, rank));
+    Desc bias_desc = Plain(Padded({n}, rank));
+    auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
+      if (f.bias >= 0) return dnnl::matmul::primitive_desc(Engine(), src_desc, wanted_weights, bias_desc, dst_desc, attr);
+      return dnnl::matmul::primitive_desc(Engine(), src_desc, wanted_weights, dst_desc, attr);
+    });
+    int src = As(a, Plain(as));
+    int weights = const_weights ? ReorderConst(ConstView(value_of_[b], Plain(Padded(bs, rank))), pd.weights_desc())
+                                : As(b, Plain(bs));
+    std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
+    if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias_desc});
+    AddBinaryArgs(f, &args, ys, dst_desc);
+    args.push_back({DNNL_ARG_DST, Define(f.last, dst_desc), dst_desc});
+    AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
+    return f.next;
+  }
+
+  void Pool(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    bool max = op.kernel == "relax.nn.max_pool2d";
+    if (a.Str("layout") != "NCHW" || a.Str("out_layout") != "NCHW") Fail(op.where + ": only NCHW is supported");
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    if (xs.size() != 4 || ys.size() != 4 || xs[0] != ys[0] || xs[1] != ys[1]) Fail(op.where + ": pooling needs 4-D NCHW tensors");
+    auto kernel = a.Ints("pool_size"), st = a.Ints("strides"), pad = a.Ints("padding"), dil = a.Ints("dilation");
+    if (kernel.size() != 2 || st.size() != 2 || pad.size() != 4 || dil.size() != 2)
+      Fail(op.where + ": pool_size/strides/dilation need 2 values and padding 4");
+    if (!max && (a.Bool("ceil_mode") || dil[0] != 1 || dil[1] != 1))
+      Fail(op.where + ": average pooling with ceil_mode or dilation is not supported");
+    Dims pad_r = {pad[2], pad[3]};
+    for (int d = 0; d < 2; ++d) {
+      if (kernel[d] < 1 || st[d] < 1 || dil[d] < 1 || pad[d] < 0 || pad[d + 2] < 0) Fail(op.where + ": invalid window");
+      int64_t span = dil[d] * (kernel[d] - 1) + 1;
+      // ceil_mode: pad the end just enough for oneDNN's floor formula to give the output size.
+      if ((xs[2 + d] + pad[d] + pad_r[d] - span) / st[d] + 1 != ys[2 + d]) pad_r[d] = (ys[2 + d] - 1) * st[d] + span - xs[2 + d] - pad[d];
+      if (pad_r[d] < 0 || (xs[2 + d] + pad[d] + pad_r[d] - span) / st[d] + 1 != ys[2 + d])
+        Fail(op.where + ": output shape " + ShapeStr(ys) + " does not follow from the attributes");
+    }
+    algorithm alg = max ? algorithm::pooling_max
+                        : a.Bool("count_include_pad") ? algorithm::pooling_avg_include_padding
+                                                      : algorithm::pooling_avg_exclude_padding;
+    int src = value_of_[op.inputs[0]];
+    dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
+                                             Any(DimsOf(ys)), {st[0], st[1]}, {kernel[0], kernel[1]},
+                                             {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]}, pad_r, UserScratchpad());
+    src = As(op.inputs[0], pd.src_desc());
+    int dst = Define(op.output, pd.dst_desc());
+    AddStep(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
+            pd.scratchpad_desc());
+  }
+
+  void Mean(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    const auto& xs = g_.Shape(op.inputs[0]);
+    if (xs.empty()) Fail(op.where + ": mean of a scalar is not supported");
+    Dims kept = DimsOf(xs);
+    if (a.IsNone("axis")) {
+      kept.assign(xs.size(), 1);
+    } else {
+      for (int64_t axis : a.Ints("axis")) kept[NormAxis(axis, xs.size(), op.where)] = 1;
+    }
+    int64_t numel = 1;
+    for (auto d : kept) numel *= d;
+    if (numel != g_.tensor(op.output).numel) Fail(op.where + ": output shape does not match the reduced axes");
+    int src = value_of_[op.inputs[0]];
+    // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
+    dnnl::reduction::primitive_desc pd(Engine(), algorithm::reduction_mean, values_[src].desc, Plain(kept), 0.0f,
+                                       0.0f, UserScratchpad());
+    int dst = Define(op.output, Plain(g_.Shape(op.output)));
+    AddStep(dnnl::reduction(pd), {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, dst, Plain(kept)}},
+            pd.scratchpad_desc());
+  }
+
+  void Softmax(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    SameShape(op, op.inputs[0]);
+    const auto& xs = g_.Shape(op.inputs[0]);
+    if (xs.empty()) Fail(op.where + ": softmax of a scalar is not supported");
+    int axis = static_cast<int>(NormAxis(a.Int("axis"), xs.size(), op.where));
+    Desc desc = Plain(xs);
+    dnnl::softmax_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, algorithm::softmax_accurate,
+                                             desc, desc, axis, UserScratchpad());
+    int src = As(op.inputs[0], desc);
+    int dst = Define(op.output, desc);
+    AddStep(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, desc}}, pd.scratchpad_desc());
+  }
+
+  void LayerNorm(const BodyOp& op, const Attrs& a) {
+    Arity(op, 3);
+    SameShape(op, op.inputs[0]);
+    const auto& xs = g_.Shape(op.inputs[0]);
+    auto axes = a.Ints("axes");
+    if (xs.size() < 2 || axes.size() != 1 || NormAxis(axes[0], xs.size(), op.where) != static_cast<int64_t>(xs.size() - 1))
+      Fail(op.where + ": layer norm over the last axis of a tensor of rank >= 2 only");
+    int64_t c = xs.back();
+    for (int p : {op.inputs[1], op.inputs[2]})
+      if (g_.tensor(p).numel != c) Fail(op.where + ": gamma and beta must have " + std::to_string(c) + " values");
+    auto flags = dnnl::normalization_flags::none;
+    if (a.Bool("scale")) flags |= dnnl::normalization_flags::use_scale;
+    if (a.Bool("center")) flags |= dnnl::normalization_flags::use_shift;
+    Desc desc = Plain(xs), param = Plain(Dims{c});
+    dnnl::layer_normalization_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, desc, desc,
+                                                         static_cast<float>(a.Float("epsilon")), flags, UserScratchpad());
+    int src = As(op.inputs[0], desc);
+    std::vector<Arg> args = {{DNNL_ARG_SRC, src, desc}};
+    if (a.Bool("scale")) args.push_back({DNNL_ARG_SCALE, As(op.inputs[1], Plain(g_.Shape(op.inputs[1]))), param});
+    if (a.Bool("center")) args.push_back({DNNL_ARG_SHIFT, As(op.inputs[2], Plain(g_.Shape(op.inputs[2]))), param});
+    args.push_back({DNNL_ARG_DST, Define(op.output, desc), desc});
+    AddStep(dnnl::layer_normalization_forward(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  void Binary(const BodyOp& op, algorithm alg, bool commutes) {
+    Arity(op, 2);
+    const auto& ys = g_.Shape(op.output);
+    int full = op.inputs[0], other = op.inputs[1];
+    if (g_.Shape(full) != ys && commutes) std::swap(full, other);
+    if (g_.Shape(full) != ys || !Broadcasts(g_.Shape(other), ys))
+      Fail(op.where + ": the first operand must have the output shape " + ShapeStr(ys) + " (oneDNN broadcasts the second only)");
+    Desc src0 = values_[value_of_[full]].desc;
+    if (g_.tensor(full).kind == Kind::kConst) src0 = Plain(ys);
+    Desc src1 = g_.Shape(other) == ys ? src0 : Plain(Padded(g_.Shape(other), std::max<size_t>(ys.size(), 1)));
+    dnnl::binary::primitive_desc pd(Engine(), alg, src0, src1, src0, UserScratchpad());
+    int a = As(full, src0);
+    int b = As(other, g_.Shape(other) == ys ? src1 : Plain(g_.Shape(other)));
+    int dst = Define(op.output, pd.dst_desc());
+    AddStep(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a, src0}, {DNNL_ARG_SRC_1, b, src1}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
+            pd.scratchpad_desc());
+  }
+
+  void Arity(const BodyOp& op, size_t n) const {
+    if (op.inputs.size() != n) Fail(op.where + " takes " + std::to_string(n) + " inputs, got " + std::to_string(op.inputs.size()));
+  }
+
+  void SameShape(const BodyOp& op, int input) const {
+    if (g_.Shape(input) != g_.Shape(op.output))
+      Fail(op.where + ": output shape " + ShapeStr(g_.Shape(op.output)) + " differs from " + ShapeStr(g_.Shape(input)));
+  }
+
+  // -- outputs, memory plan, workspaces --------------------------------------------------
+  // Each graph output is the caller's buffer: the op that computes it writes there
+  // directly when its layout is plain; otherwise (blocked, an input, a constant, a
+  // tensor listed twice) a final reorder converts into it.
+  void BindOutputs() {
+    std::vector<bool> taken(values_.size(), false);
+    for (size_t slot = 0; slot < g_.outputs().size(); ++slot) {
+      int id = g_.outputs()[slot];
+      Desc plain = Plain(g_.Shape(id));
+      int v = value_of_[id];
+      if (v < 0) Fail("graph output " + g_.tensor(id).name + " is never computed");
+      if (values_[v].storage == Storage::kTemp && values_[v].desc == plain && !taken[v]) {
+        values_[v].storage = Storage::kOutput;
+        values_[v].slot = static_cast<int>(slot);
+        lifetimes_.erase(v);
+        taken[v] = true;
+      } else {
+        int out = NewValue(plain, Storage::kOutput, static_cast<int>(slot));
+        AddReorder(v, out);
+      }
+    }
+  }
+
+  // Temps share one arena: greedy first fit, biggest first, by [first, last] step.
+  void PlanArena() {
+    std::vector<int> temps;
+    for (const auto& entry : lifetimes_) temps.push_back(entry.first);
+    std::sort(temps.begin(), temps.end(), [&](int a, int b) {
+      size_t sa = values_[a].desc.get_size(), sb = values_[b].desc.get_size();
+      return sa != sb ? sa > sb : a < b;
+    });
+    std::vector<std::pair<size_t, size_t>> placed;  // (offset, size) per entry of `temps` placed so far
+    for (size_t i = 0; i < temps.size(); ++i) {
+      size_t size = AlignUp(std::max<size_t>(values_[temps[i]].desc.get_size(), 1));
+      auto life = lifetimes_[temps[i]];
+      std::vector<std::pair<size_t, size_t>> busy;
+      for (size_t j = 0; j < i; ++j) {
+        auto other = lifetimes_[temps[j]];
+        if (other.first <= life.second && life.first <= other.second) busy.push_back(placed[j]);
+      }
+      std::sort(busy.begin(), busy.end());
+      size_t offset = 0;
+      for (const auto& b : busy) {
+        if (offset + size <= b.first) break;
+        offset = std::max(offset, b.first + b.second);
+      }
+      placed.emplace_back(offset, size);
+      values_[temps[i]].slot = static_cast<int>(offset);
+      arena_bytes_ = std::max(arena_bytes_, offset + size);
+    }
+    for (const Step& s : steps_) scratch_bytes_ = std::max(scratch_bytes_, AlignUp(s.scratchpad.get_size()));
+  }
+
+  std::unique_ptr<Workspace> Take() const {
+    {
+      std::lock_guard<std::mutex> lock(pool_mutex_);
+      if (!pool_.empty()) {
+        std::unique_ptr<Workspace> ws = std::move(pool_.back());
+        pool_.pop_back();
+        return ws;
+      }
+    }
+    auto ws = std::make_unique<Workspace>();
+    size_t bytes = arena_bytes_ + scratch_bytes_;
+    ws->arena.reset(static_cast<char*>(std::aligned_alloc(kAlign, AlignUp(std::max<size_t>(bytes, 1)))));
+    if (!ws->arena) TVM_FFI_THROW(RuntimeError) << "byoc dnnl: cannot allocate " << bytes << " bytes of workspace";
+    char* scratch = ws->arena.get() + arena_bytes_;
+    ws->stream = dnnl::stream(Engine());
+    ws->args.resize(steps_.size());
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      for (const Arg& arg : steps_[i].args) {
+        const Value& v = values_[arg.value];
+        void* handle = v.storage == Storage::kConst  ? consts_[v.slot].get_data_handle()
+                       : v.storage == Storage::kTemp ? static_cast<void*>(ws->arena.get() + v.slot)
+                                                     : DNNL_MEMORY_NONE;
+        memory m(arg.desc, Engine(), handle);
+        if (v.storage == Storage::kInput) ws->inputs.emplace_back(v.slot, m);
+        if (v.storage == Storage::kOutput) ws->outputs.emplace_back(v.slot, m);
+        ws->args[i][arg.key] = m;
+      }
+      if (steps_[i].scratchpad.get_size() > 0)
+        ws->args[i][DNNL_ARG_SCRATCHPAD] = memory(steps_[i].scratchpad, Engine(), scratch);
+    }
+    return ws;
+  }
+
+  void Give(std::unique_ptr<Workspace> ws) const {
+    std::lock_guard<std::mutex> lock(pool_mutex_);
+    pool_.push_back(std::move(ws));
+  }
+
+  const ParsedGraph& g_;
+  std::vector<int> value_of_;  // graph tensor -> its value as computed
+  std::vector<Value> values_;
+  std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
+  std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
+  std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
+  std::vector<Step> steps_;
+  size_t arena_bytes_ = 0, scratch_bytes_ = 0;
+  mutable std::mutex pool_mutex_;
+  mutable std::vector<std::unique_ptr<Workspace>> pool_;
+};
+
+TVM_FFI_STATIC_INIT_BLOCK() { RegisterGraphRuntime<DnnlExecutor>(); }
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
