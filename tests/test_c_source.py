@@ -1,7 +1,9 @@
 """The reference vendors: every op and pattern against onnxruntime, and every rejection.
 
 Op and pattern tests run for both reference codegens (c_source and json_runtime
-share their rules); rejection tests check the c_source reasons.
+share their rules), and for dnnl where its rules have the same names
+(``any_vendor``); dnnl's own cases are in test_dnnl.py. Rejection tests check
+the c_source reasons.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def _f(*shape, seed=3):
 
 @pytest.fixture(params=["c_source", "json_runtime"])
 def vendor(request):
+    return request.param
+
+
+@pytest.fixture(params=["c_source", "json_runtime", "dnnl"])
+def any_vendor(request):
     return request.param
 
 
@@ -56,12 +63,12 @@ def test_binary_broadcasting(op, a, b, out, vendor):
 
 
 @pytest.mark.parametrize("op,rule", [("Relu", "relu"), ("Sigmoid", "sigmoid"), ("Tanh", "tanh")])
-def test_unary(op, rule, vendor):
-    _check_offloaded(single_op(op, {"x": [2, 3, 5]}, [2, 3, 5]), [rule], vendor)
+def test_unary(op, rule, any_vendor):
+    _check_offloaded(single_op(op, {"x": [2, 3, 5]}, [2, 3, 5]), [rule], any_vendor)
 
 
 @pytest.mark.parametrize("bounds", [(-0.5, 0.7), (0.0, None), (None, 0.25)])
-def test_clip(bounds, vendor):
+def test_clip(bounds, any_vendor):
     low, high = bounds
     inits, names = [], ["x"]
     names.append("lo" if low is not None else "")
@@ -74,13 +81,13 @@ def test_clip(bounds, vendor):
         names.pop()
     node = helper.make_node("Clip", names, ["y"], name="clip")
     m = model([node], [tensor("x", [3, 4])], [tensor("y", [3, 4])], inits)
-    _check_offloaded(m, ["clip"], vendor)
+    _check_offloaded(m, ["clip"], any_vendor)
 
 
-def test_clip_opset6_attributes(vendor):
+def test_clip_opset6_attributes(any_vendor):
     node = helper.make_node("Clip", ["x"], ["y"], name="clip", min=-0.2, max=0.3)
     m = model([node], [tensor("x", [3, 4])], [tensor("y", [3, 4])], opset=6)
-    _check_offloaded(m, ["clip"], vendor)
+    _check_offloaded(m, ["clip"], any_vendor)
 
 
 @pytest.mark.parametrize("a,b,out", [([3, 4], [4, 5], [3, 5]), ([2, 3, 4], [4, 5], [2, 3, 5]),
@@ -104,11 +111,11 @@ def test_gemm_with_bias(attrs, vendor):
     ({"group": 2}, [6, 2, 3, 3], [1, 4, 7, 7]),
     ({"group": 4, "pads": [1, 1, 1, 1]}, [4, 1, 3, 3], [1, 4, 6, 6]),  # depthwise
 ])
-def test_conv2d_bias(attrs, w_shape, x_shape, vendor):
+def test_conv2d_bias(attrs, w_shape, x_shape, any_vendor):
     m = model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", **attrs)],
               [tensor("x", x_shape)], [tensor("y", _conv_out(x_shape, w_shape, attrs))],
               [const("w", _f(*w_shape)), const("b", _f(w_shape[0]))])
-    _check_offloaded(m, ["conv2d_bias"], vendor)
+    _check_offloaded(m, ["conv2d_bias"], any_vendor)
 
 
 def _conv_out(x_shape, w_shape, attrs):
@@ -120,20 +127,20 @@ def _conv_out(x_shape, w_shape, attrs):
 
 
 @pytest.mark.parametrize("bias,rule", [(True, "conv2d_bias_relu"), (False, "conv2d_relu")])
-def test_conv_relu_patterns(bias, rule, vendor):
+def test_conv_relu_patterns(bias, rule, any_vendor):
     inputs = ["x", "w", "b"] if bias else ["x", "w"]
     inits = [const("w", _f(4, 3, 3, 3)), const("b", _f(4))][: len(inputs) - 1]
     m = model([helper.make_node("Conv", inputs, ["c"], name="conv", pads=[1, 1, 1, 1]),
                helper.make_node("Relu", ["c"], ["y"], name="relu")],
               [tensor("x", [1, 3, 5, 5])], [tensor("y", [1, 4, 5, 5])], inits)
-    plan = _check_offloaded(m, [rule], vendor)
-    assert {d.rule for d in plan.decisions.values()} == {f"{vendor}.{rule}"}
+    plan = _check_offloaded(m, [rule], any_vendor)
+    assert {d.rule for d in plan.decisions.values()} == {f"{any_vendor}.{rule}"}
 
 
-def test_conv_without_bias(vendor):
+def test_conv_without_bias(any_vendor):
     m = model([helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
               [tensor("x", [1, 3, 5, 5])], [tensor("y", [1, 2, 3, 3])], [const("w", _f(2, 3, 3, 3))])
-    _check_offloaded(m, ["conv2d"], vendor)
+    _check_offloaded(m, ["conv2d"], any_vendor)
 
 
 @pytest.mark.parametrize("attrs,out", [
@@ -142,8 +149,8 @@ def test_conv_without_bias(vendor):
     ({"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}, [1, 2, 4, 4]),
     ({"kernel_shape": [2, 2], "dilations": [2, 2]}, [1, 2, 5, 5]),
 ])
-def test_max_pool(attrs, out, vendor):
-    _check_offloaded(single_op("MaxPool", {"x": [1, 2, 7, 7]}, out, attrs), ["max_pool2d"], vendor)
+def test_max_pool(attrs, out, any_vendor):
+    _check_offloaded(single_op("MaxPool", {"x": [1, 2, 7, 7]}, out, attrs), ["max_pool2d"], any_vendor)
 
 
 @pytest.mark.parametrize("attrs,out", [
@@ -151,17 +158,17 @@ def test_max_pool(attrs, out, vendor):
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}, [1, 2, 7, 7]),
     ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 0}, [1, 2, 7, 7]),
 ])
-def test_avg_pool(attrs, out, vendor):
-    _check_offloaded(single_op("AveragePool", {"x": [1, 2, 7, 7]}, out, attrs), ["avg_pool2d"], vendor)
+def test_avg_pool(attrs, out, any_vendor):
+    _check_offloaded(single_op("AveragePool", {"x": [1, 2, 7, 7]}, out, attrs), ["avg_pool2d"], any_vendor)
 
 
-def test_global_average_pool(vendor):
-    _check_offloaded(single_op("GlobalAveragePool", {"x": [2, 3, 5, 4]}, [2, 3, 1, 1]), ["mean"], vendor)
+def test_global_average_pool(any_vendor):
+    _check_offloaded(single_op("GlobalAveragePool", {"x": [2, 3, 5, 4]}, [2, 3, 1, 1]), ["mean"], any_vendor)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
-def test_softmax(axis, vendor):
-    _check_offloaded(single_op("Softmax", {"x": [2, 3, 4]}, [2, 3, 4], {"axis": axis}), ["softmax"], vendor)
+def test_softmax(axis, any_vendor):
+    _check_offloaded(single_op("Softmax", {"x": [2, 3, 4]}, [2, 3, 4], {"axis": axis}), ["softmax"], any_vendor)
 
 
 def test_reshape_and_flatten(vendor):
@@ -184,13 +191,13 @@ def test_transpose(perm, out, vendor):
     _check_offloaded(single_op("Transpose", {"x": [2, 3, 4]}, out, attrs), ["transpose"], vendor)
 
 
-def test_partition_with_several_inputs_and_outputs(vendor):
+def test_partition_with_several_inputs_and_outputs(any_vendor):
     nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="add"),
              helper.make_node("Relu", ["s"], ["y1"], name="relu"),
              helper.make_node("Mul", ["s", "c"], ["y2"], name="mul")]
     m = model(nodes, [tensor("a", [3, 4]), tensor("b", [3, 4]), tensor("c", [4])],
               [tensor("y1", [3, 4]), tensor("y2", [3, 4])])
-    plan = _check_offloaded(m, vendor=vendor)
+    plan = _check_offloaded(m, vendor=any_vendor)
     assert len(plan.partitions) == 1
     part = plan.partitions[0]
     assert len(part.inputs) == 3 and len(part.outputs) == 2

@@ -14,6 +14,7 @@ JSON runtime's.
 
 from __future__ import annotations
 
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -57,7 +58,21 @@ def onednn_flags() -> BuildFlags:
     )
 
 
-DNNL_RUNTIME = RuntimeLibrary("dnnl", source=(__package__, "dnnl_runtime.cc"), flags=onednn_flags)
+def prefer_passive_openmp() -> None:
+    """Make idle OpenMP threads sleep instead of spin, unless the user chose otherwise.
+
+    oneDNN runs on OpenMP threads that, by default, spin after every
+    primitive; between partitions the host code (TVM's own thread pool) then
+    competes with them for the cores. Measured on 2 cores with byoc[dnnl]:
+    BERT 82.8 -> 68.6 ms, MobileNetV2 10.2 -> 7.0 ms with OMP_WAIT_POLICY=PASSIVE.
+    libgomp reads the variable once, when it starts, so this only has an effect
+    if nothing in the process has started OpenMP yet; a value the user set wins.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+DNNL_RUNTIME = RuntimeLibrary("dnnl", source=(__package__, "dnnl_runtime.cc"), flags=onednn_flags,
+                              prepare=prefer_passive_openmp)
 
 
 class DnnlCodegen(JsonRuntimeCodegen):

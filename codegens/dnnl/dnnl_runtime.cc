@@ -243,6 +243,12 @@ class DnnlExecutor {
     const std::string& kernel = op.kernel;
     if (kernel == "relax.nn.conv2d") return Conv2d(k, a);
     if (kernel == "relax.matmul") return Matmul(k);
+    if (kernel == "relax.divide" && !op.inputs.empty()) {
+      if (size_t n = GeluAt(k, op.inputs[0])) {  // a GELU node on its own
+        Eltwise(op, algorithm::eltwise_gelu_erf, 0.0f, 0.0f, g_.ops()[k + n - 1].output);
+        return k + n;
+      }
+    }
     if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
     else if (kernel == "relax.mean") Mean(op, a);
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
@@ -255,16 +261,21 @@ class DnnlExecutor {
       float alpha = 0.0f, beta = 0.0f;
       algorithm alg = EltwiseOf(op, &alpha, &beta);
       Arity(op, 1);
-      int src = value_of_[op.inputs[0]];
-      SameShape(op, op.inputs[0]);
-      Desc desc = values_[src].desc;
-      dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
-                                               UserScratchpad());
-      int dst = Define(op.output, pd.dst_desc());
-      AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
-              pd.scratchpad_desc());
+      Eltwise(op, alg, alpha, beta, op.output);
     }
     return k + 1;
+  }
+
+  void Eltwise(const BodyOp& op, algorithm alg, float alpha, float beta, int output) {
+    if (g_.Shape(op.inputs[0]) != g_.Shape(output))
+      Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(op.inputs[0])));
+    int src = value_of_[op.inputs[0]];
+    Desc desc = values_[src].desc;
+    dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
+                                             UserScratchpad());
+    int dst = Define(output, pd.dst_desc());
+    AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
+            pd.scratchpad_desc());
   }
 
   // relu / clip / sigmoid / tanh as an oneDNN eltwise algorithm; Fail for anything else.

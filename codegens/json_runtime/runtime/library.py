@@ -36,6 +36,9 @@ from byoc.errors import BuildError
 
 HEADER_PACKAGE = __package__
 SHARED_HEADER = "graph_runtime.h"
+# Hidden visibility: several runtimes share graph_runtime.h and are loaded with
+# RTLD_GLOBAL; each must bind to its own copy of the shared code, not the first loaded.
+COMMON_FLAGS = ("-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 
 
 @dataclass(frozen=True)
@@ -51,13 +54,15 @@ class RuntimeLibrary:
     """One graph runtime: its C++ source, the headers it includes, and how it links.
 
     ``flags`` is called when the library is needed, so a missing optional
-    dependency (oneDNN) is reported as a BuildError at that moment, not at import.
+    dependency (oneDNN) is reported as a BuildError at that moment, not at
+    import. ``prepare`` runs just before the library is loaded into the process.
     """
 
     name: str  # "json_runtime": the cache folder, the error prefix and the global names
     source: tuple[str, str]  # (package, file)
     headers: tuple[tuple[str, str], ...] = ()  # (package, file), besides graph_runtime.h
     flags: Callable[[], BuildFlags] = BuildFlags
+    prepare: Callable[[], None] = lambda: None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loaded: Path | None = field(default=None, repr=False)
 
@@ -89,7 +94,7 @@ class RuntimeLibrary:
         flags = flags or self.flags()
         key = hashlib.sha256()
         parts = [*self._files().values(), tvm.__version__, tvm_ffi.__version__, os.environ.get("CXX") or "g++",
-                 os.uname().machine, *flags.compile, *flags.link]
+                 os.uname().machine, *COMMON_FLAGS, *flags.compile, *flags.link]
         for part in parts:
             key.update(part.encode())
             key.update(b"\0")
@@ -120,7 +125,7 @@ class RuntimeLibrary:
                 for name, text in self._files().items():
                     (build_dir / name).write_text(text)
                 command = [
-                    _compiler(self.name), "-std=c++17", "-O2", "-shared", "-fPIC", str(build_dir / self.source[1]),
+                    _compiler(self.name), *COMMON_FLAGS, str(build_dir / self.source[1]),
                     f"-I{build_dir}", f"-I{ffi_root / 'include'}", *flags.compile,
                     f"-L{ffi_root / 'lib'}", "-ltvm_ffi", f"-Wl,-rpath,{ffi_root / 'lib'}", *flags.link,
                     "-o", str(tmp),
@@ -145,6 +150,7 @@ class RuntimeLibrary:
                 return self._loaded
             path = self.build()
             if tvm_ffi.get_global_func(self.factory, allow_missing=True) is None:
+                self.prepare()
                 try:
                     ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
                 except OSError as err:
