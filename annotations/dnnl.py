@@ -74,16 +74,21 @@ def _conv_layout_and_weight(match: Match):
     return SUPPORTED
 
 
-def _conv_extras(match: Match):
-    """per-channel bias; residual of the conv's output shape."""
-    conv = match.annotated["conv"]
-    out = static_shape(conv)
-    bias = match.annotated.get("bias")
-    if bias is not None and static_shape(bias) not in ((1, out[1], 1, 1), (out[1], 1, 1)):
-        return f"bias shape {static_shape(bias)} is not per-channel (1, {out[1]}, 1, 1)"
-    residual = match.annotated.get("residual")
-    if residual is not None and static_shape(residual) != out:
-        return f"residual shape {static_shape(residual)} differs from the conv output {out}"
+def _conv_bias(match: Match):
+    """per-channel bias."""
+    channels = static_shape(match.annotated["conv"])[1]
+    bias = static_shape(match.annotated["bias"])
+    if bias not in ((1, channels, 1, 1), (channels, 1, 1)):
+        return f"bias shape {bias} is not per-channel (1, {channels}, 1, 1)"
+    return SUPPORTED
+
+
+def _conv_residual(match: Match):
+    """residual of the conv's output shape."""
+    out = static_shape(match.annotated["conv"])
+    residual = static_shape(match.annotated["residual"])
+    if residual != out:
+        return f"residual shape {residual} differs from the conv output {out}"
     return SUPPORTED
 
 
@@ -109,13 +114,14 @@ def _conv_pattern(bias: bool, residual: bool, act: str):
 
 
 def _conv_rules():
-    check = all_of(_base, _conv_layout_and_weight, _conv_extras)
     rules = []
     # Longest first, so conv + bias + residual + relu is taken whole.
     for bias, residual, act in sorted(itertools.product((True, False), (True, False), ("relu", "clip", "")),
                                       key=lambda c: -(c[0] + c[1] + bool(c[2]))):
         name = "conv2d" + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
         if bias or residual or act:
+            check = all_of(_base, _conv_layout_and_weight, *([_conv_bias] if bias else []),
+                           *([_conv_residual] if residual else []))
             rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(bias, residual, act), check))
     return rules
 
@@ -286,5 +292,6 @@ VENDOR = register_vendor(
         RULES,
         DnnlCodegen(),
         description="oneDNN 3.2 primitives (conv2d, matmul, pooling, softmax, layer norm, element-wise; float32)",
+        targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
     )
 )

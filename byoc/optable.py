@@ -39,6 +39,8 @@ def describe_pattern(pattern) -> str:
         return "const"
     if isinstance(pattern, dpl.WildcardPattern):
         return "*"
+    if isinstance(pattern, dpl.OrPattern):
+        return f"{describe_pattern(pattern.left)} | {describe_pattern(pattern.right)}"
     return type(pattern).__name__
 
 

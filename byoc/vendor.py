@@ -142,6 +142,9 @@ class Vendor:
     codegen: Codegen
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    # Target presets (``byoc.targets``) whose artifacts can run this vendor's
+    # modules; empty means every target.
+    targets: tuple = ()
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name or ""):

@@ -22,7 +22,7 @@ import pytest
 from onnx import helper
 
 import byoc
-from byoc.errors import BuildError, CodegenError
+from byoc.errors import BuildError, CodegenError, TargetError
 
 from models import const, model, onnxruntime_outputs, random_inputs, rng, single_op, tensor
 
@@ -441,3 +441,13 @@ def test_a_failing_dnnl_codegen_falls_back_to_the_host_or_raises_when_strict(mon
     np.testing.assert_allclose(artifact.run(inputs)[0], onnxruntime_outputs(m, inputs)[0], rtol=RTOL, atol=ATOL)
     with pytest.raises(CodegenError, match="could not create a primitive"):
         byoc.compile(m, vendors=["dnnl"], strict=True)
+
+
+@pytest.mark.parametrize("target", ["s390x", "ppc64le:pwr9"])
+def test_foreign_targets_are_refused_with_the_reason(target):
+    """The oneDNN wheel is x86_64 only: an s390x artifact with dnnl partitions could never run."""
+    with pytest.raises(TargetError, match=r"vendor 'dnnl' runs on x86_64 only, not (s390x|ppc64le)"):
+        byoc.compile(residual_block(), vendors=["dnnl"], target=target)
+    # Without dnnl partitions (everything rejected) the build goes ahead.
+    m = single_op("MatMul", {"a": [4], "b": [4, 5]}, [5])
+    assert byoc.compile(m, vendors=["dnnl"], target=target).plan.partitions == []

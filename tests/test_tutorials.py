@@ -206,7 +206,7 @@ def test_tutorial_02_runs_as_written(s390x_toolchain, tmp_path):
 
 
 # -- the project README ------------------------------------------------------------------------
-OPTABLE_VENDORS = ("c_source", "json_runtime")
+OPTABLE_VENDORS = ("c_source", "json_runtime", "dnnl")
 
 
 def test_readme_op_table_is_generated():
@@ -228,4 +228,4 @@ def test_optable_reads_constraints_from_checks(toy_npu):
 def test_readme_setup_commands_are_unchanged():
     text = (REPO / "README.md").read_text()
     assert "pip install . && python -m byoc.examples small_cnn.onnx && python -m byoc.partition small_cnn.onnx --verify" in text
-    assert 'pip install -e ".[test]" && python -m pytest -q' in text
+    assert 'pip install -e ".[test,dnnl]" && python -m pytest -q' in text
