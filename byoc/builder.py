@@ -93,6 +93,16 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     return modules
 
 
+def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
+    """A TargetError when a vendor with partitions cannot run on ``preset`` (its runtime would not load there)."""
+    for vendor in plan.vendors:
+        if vendor.targets and preset.name not in vendor.targets and any(p.vendor == vendor.name for p in plan.partitions):
+            raise TargetError(
+                f"vendor {vendor.name!r} runs on {', '.join(vendor.targets)} only, not {preset.name}; build for "
+                f"{vendor.targets[0]}, or leave {vendor.name!r} out of the vendors for {preset.name}"
+            )
+
+
 def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tuple[PartitionPlan, dict]:
     """Run every vendor's codegen; a failing vendor's partitions go back to the host.
 
@@ -177,6 +187,7 @@ def build(
         plan = plan_or_model
     else:
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), **partition_options)
+    _check_vendor_targets(plan, preset)
     plan, modules = _codegen_all(plan, preset, strict)
     with _codegen_lock:
         _pending_modules.clear()
