@@ -574,19 +574,20 @@ class GraphModuleObj : public ModuleObj {
   }
 
  private:
+  // Checked on every call, so nothing here allocates unless it fails.
   float* Arg(const PackedArgs& args, int i, const TensorInfo& t) const {
-    std::ostringstream where;
-    where << symbol_ << ": argument " << i;
+    auto where = [&]() { return symbol_ + ": argument " + std::to_string(i); };
     auto dl = args[i].try_cast<DLTensor*>();
-    if (!dl.has_value()) TVM_FFI_THROW(TypeError) << where.str() << " is not a tensor";
+    if (!dl.has_value()) TVM_FFI_THROW(TypeError) << where() << " is not a tensor";
     const DLTensor* x = *dl;
-    if (x->device.device_type != kDLCPU) TVM_FFI_THROW(ValueError) << where.str() << " is not on the CPU";
+    if (x->device.device_type != kDLCPU) TVM_FFI_THROW(ValueError) << where() << " is not on the CPU";
     if (x->dtype.code != kDLFloat || x->dtype.bits != 32 || x->dtype.lanes != 1)
-      TVM_FFI_THROW(TypeError) << where.str() << " is not float32";
-    std::vector<int64_t> shape(x->shape, x->shape + x->ndim);
-    if (shape != t.shape)
-      TVM_FFI_THROW(ValueError) << where.str() << " has shape " << ShapeStr(shape) << ", expected " << ShapeStr(t.shape);
-    if (!tvm::ffi::IsContiguous(*x)) TVM_FFI_THROW(ValueError) << where.str() << " is not contiguous";
+      TVM_FFI_THROW(TypeError) << where() << " is not float32";
+    if (static_cast<size_t>(x->ndim) != t.shape.size() || !std::equal(t.shape.begin(), t.shape.end(), x->shape)) {
+      std::vector<int64_t> shape(x->shape, x->shape + x->ndim);
+      TVM_FFI_THROW(ValueError) << where() << " has shape " << ShapeStr(shape) << ", expected " << ShapeStr(t.shape);
+    }
+    if (!tvm::ffi::IsContiguous(*x)) TVM_FFI_THROW(ValueError) << where() << " is not contiguous";
     return reinterpret_cast<float*>(static_cast<char*>(x->data) + x->byte_offset);
   }
 
@@ -596,11 +597,15 @@ class GraphModuleObj : public ModuleObj {
     if (static_cast<size_t>(args.size()) != ni + no)
       TVM_FFI_THROW(TypeError) << symbol_ << ": expected " << ni << " input and " << no << " output tensors, got "
                                << args.size() << " arguments";
-    std::vector<float*> in(ni), out(no);
-    for (size_t i = 0; i < ni; ++i) in[i] = Arg(args, static_cast<int>(i), graph_->tensor(graph_->inputs()[i]));
+    // Small partitions are the common case: keep their pointers on the stack.
+    constexpr size_t kOnStack = 16;
+    float* stack[kOnStack];
+    std::vector<float*> heap(ni + no > kOnStack ? ni + no : 0);
+    float** ptrs = ni + no > kOnStack ? heap.data() : stack;
+    for (size_t i = 0; i < ni; ++i) ptrs[i] = Arg(args, static_cast<int>(i), graph_->tensor(graph_->inputs()[i]));
     for (size_t i = 0; i < no; ++i)
-      out[i] = Arg(args, static_cast<int>(ni + i), graph_->tensor(graph_->outputs()[i]));
-    executor_->Run(in.data(), out.data());
+      ptrs[ni + i] = Arg(args, static_cast<int>(ni + i), graph_->tensor(graph_->outputs()[i]));
+    executor_->Run(ptrs, ptrs + ni);
   }
 
   const std::string symbol_;
