@@ -160,8 +160,11 @@ def _run_vm(executable, inputs) -> list:
     return _flatten(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
 
 
-def run_case(case: Case) -> CaseResult:
-    """Import, build plain and byoc, run and compare one case (any error is a failure)."""
+def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
+    """Import, build plain and byoc, run and compare one case (any error is a failure).
+
+    ``vendors`` in priority order; default every registered vendor.
+    """
     import warnings
 
     import numpy as np
@@ -195,7 +198,7 @@ def run_case(case: Case) -> CaseResult:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plan = byoc.partition(imported, byoc.list_vendors())
+            plan = byoc.partition(imported, list(vendors) if vendors else byoc.list_vendors())
             artifact = byoc.build(plan, strict=True)
         result.partitions = len(plan.partitions)
         for inputs, (_, expected) in zip(arrays, data_sets):
@@ -211,10 +214,10 @@ def run_case(case: Case) -> CaseResult:
 # -- the worker pool -------------------------------------------------------------------
 def _worker(conn) -> None:
     while True:
-        case = conn.recv()
-        if case is None:
+        job = conn.recv()
+        if job is None:
             return
-        conn.send(run_case(case))
+        conn.send(run_case(*job))
 
 
 class _Slot:
@@ -228,9 +231,9 @@ class _Slot:
         self.case: Optional[Case] = None
         self.started = 0.0
 
-    def submit(self, case: Case) -> None:
+    def submit(self, case: Case, vendors: Optional[Sequence[str]]) -> None:
         self.case, self.started = case, time.monotonic()
-        self.parent.send(case)
+        self.parent.send((case, vendors))
 
     def stop(self, kill: bool = False) -> None:
         if kill:
@@ -247,9 +250,11 @@ class _Slot:
         self.parent.close()
 
 
-def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 60.0, progress=None) -> Summary:
+def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 60.0, progress=None,
+              vendors: Optional[Sequence[str]] = None) -> Summary:
     """Run ``cases`` in ``jobs`` worker processes; a case over ``timeout`` seconds fails.
 
+    ``vendors`` as in :func:`run_case`.
     ``progress``, if given, is called with each :class:`CaseResult` as it finishes.
     """
     from multiprocessing.connection import wait
@@ -261,7 +266,7 @@ def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 60.0, progr
 
     def feed(slot: _Slot) -> None:
         if pending:
-            slot.submit(pending.pop())
+            slot.submit(pending.pop(), vendors)
         else:
             slot.case = None
 
@@ -312,7 +317,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--verbose", action="store_true", help="print every case as it finishes")
+    parser.add_argument("--vendors", default=None,
+                        help="comma-separated vendors in priority order (default: every registered vendor)")
     args = parser.parse_args(argv)
+    vendors = args.vendors.split(",") if args.vendors else None
 
     cases = collect_cases()
     if args.match:
@@ -328,7 +336,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             detail = result.error or result.byoc_error
             print(f"{result.name:<60} {status} parts={result.partitions} {detail}", flush=True)
 
-    summary = run_cases(cases, jobs=args.jobs, timeout=args.timeout, progress=progress)
+    summary = run_cases(cases, jobs=args.jobs, timeout=args.timeout, progress=progress, vendors=vendors)
     print(summary.table())
     print(f"({len(cases)} cases, {args.jobs} jobs, {time.monotonic() - start:.0f} s)")
     return 1 if summary.regressions else 0

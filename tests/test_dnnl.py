@@ -199,6 +199,18 @@ def test_mean_without_keepdims_feeding_matmul():
     assert _rules(_compile(m)) == {"dnnl.mean", "dnnl.matmul"}
 
 
+def test_integral_clip_bounds_and_hard_sigmoid():
+    """TVM keeps integral clip bounds as IntImm; the JSON carries them as int and they still work."""
+    artifact = _compile(single_op("HardSigmoid", {"x": [3, 8]}, [3, 8], {"alpha": 0.25, "beta": 0.5}))
+    assert "dnnl.clip" in _rules(artifact)
+
+
+def test_mean_of_one_input_is_a_copy():
+    """ONNX Mean of a single input reduces nothing; oneDNN has no such reduction, a reorder does it."""
+    m = single_op("Mean", {"x": [2, 3]}, [2, 3])  # TVM: stack([broadcast_to(x)]) then mean over axis 0
+    assert _rules(_compile(m, host_ops=["relax.broadcast_to", "relax.stack"])) == {"dnnl.mean"}
+
+
 def test_conv_output_used_twice_is_not_fused():
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),

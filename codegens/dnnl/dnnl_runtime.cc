@@ -594,6 +594,13 @@ class DnnlExecutor {
     for (auto d : kept) numel *= d;
     if (numel != g_.tensor(op.output).numel) Fail(op.where + ": output shape does not match the reduced axes");
     int src = value_of_[op.inputs[0]];
+    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean of one value is that value
+      int dst = Define(op.output, Plain(g_.Shape(op.output)));
+      dnnl::reorder::primitive_desc pd(Engine(), values_[src].desc, Engine(), Plain(kept), UserScratchpad());
+      AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, values_[src].desc}, {DNNL_ARG_TO, dst, Plain(kept)}},
+              pd.scratchpad_desc());
+      return;
+    }
     // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
     dnnl::reduction::primitive_desc pd(Engine(), algorithm::reduction_mean, values_[src].desc, Plain(kept), 0.0f,
                                        0.0f, UserScratchpad());

@@ -254,7 +254,10 @@ class Attrs {
     if (!b.has_value()) Fail(Where(key) + " must be true or false");
     return *b;
   }
-  double Float(const char* key) const { return AsFloat(Value(key, "float"), Where(key)); }
+  // An integer is a float too: TVM keeps integral bounds (clip's min/max) as IntImm.
+  double Float(const char* key) const {
+    return AsFloat(Value(key, Type(key) == "int" ? "int" : "float"), Where(key));
+  }
   std::string Str(const char* key) const { return AsString(Value(key, "str"), Where(key)); }
   std::vector<int64_t> Ints(const char* key) const { return AsInts(Value(key, "int[]"), Where(key)); }
 
