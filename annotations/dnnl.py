@@ -8,7 +8,8 @@ first:
   exports) | relu | a scalar scale];
 * max / average pooling, mean (global average pooling), softmax, layer norm
   over the last axis, GELU, and element-wise add / subtract / multiply /
-  divide, relu, clip, sigmoid, tanh, so the glue between heavy ops stays in
+  divide, relu, clip, sigmoid, tanh, and the layout ops reshape, squeeze,
+  expand_dims, flatten and transpose, so the glue between heavy ops stays in
   the same partition and activations keep oneDNN's blocked layouts.
 
 Every check enforces a limit of the runtime (``codegens/dnnl/dnnl_runtime.cc``)
@@ -279,6 +280,13 @@ RULES = (
     OpRule(f"{NAME}.clip", "relax.clip", _base),
     OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
     OpRule(f"{NAME}.tanh", "relax.tanh", _base),
+    # Layout ops, so the glue between heavy ops does not split a partition:
+    # reshapes are views of the same buffer, a transpose is one reorder.
+    OpRule(f"{NAME}.reshape", "relax.reshape", _base),
+    OpRule(f"{NAME}.squeeze", "relax.squeeze", _base),
+    OpRule(f"{NAME}.expand_dims", "relax.expand_dims", _base),
+    OpRule(f"{NAME}.flatten", "relax.flatten", _base),
+    OpRule(f"{NAME}.transpose", "relax.permute_dims", _base),
 )
 
 try:

@@ -90,7 +90,8 @@ enum class Storage { kInput, kOutput, kConst, kTemp };
 struct Value {
   Desc desc;
   Storage storage;
-  int slot;  // input / output index, index into consts_, or arena offset (temps)
+  int slot;       // input / output index, index into consts_, or arena offset (temps)
+  int base = -1;  // a view (reshape) of this value's buffer; storage and slot are the base's
 };
 
 struct Arg {
@@ -174,6 +175,16 @@ class DnnlExecutor {
     return static_cast<int>(values_.size() - 1);
   }
 
+  // The value that owns the buffer `v` reads: itself, or what it is a view of.
+  int Root(int v) const { return values_[v].base >= 0 ? values_[v].base : v; }
+  Storage StorageOf(int v) const { return values_[Root(v)].storage; }
+
+  // The buffer of `v` seen as `desc` (same bytes: a reshape).
+  int NewView(int v, const Desc& desc) {
+    values_.push_back({desc, Storage::kTemp, -1, Root(v)});
+    return static_cast<int>(values_.size() - 1);
+  }
+
   // The value holding graph tensor `id` in layout `desc`, reordering once if needed.
   int As(int id, const Desc& desc) {
     int v = value_of_[id];
@@ -183,7 +194,7 @@ class DnnlExecutor {
     auto cached = reorders_.find(key);
     if (cached != reorders_.end()) return cached->second;
     int target;
-    if (values_[v].storage == Storage::kConst) {
+    if (StorageOf(v) == Storage::kConst) {
       target = ReorderConst(v, desc);
     } else {
       target = NewTemp(desc);
@@ -215,9 +226,9 @@ class DnnlExecutor {
 
   void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad) {
     for (const Arg& a : args) {
-      if (values_[a.value].storage != Storage::kTemp) continue;
+      if (StorageOf(a.value) != Storage::kTemp) continue;
       int step = static_cast<int>(steps_.size());
-      auto& life = lifetimes_.at(a.value);
+      auto& life = lifetimes_.at(Root(a.value));
       if (life.first < 0 || life.first > step) life.first = step;
       life.second = std::max(life.second, step);
     }
@@ -249,7 +260,11 @@ class DnnlExecutor {
         return k + n;
       }
     }
-    if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
+    if (kernel == "relax.reshape" || kernel == "relax.squeeze" || kernel == "relax.expand_dims" ||
+        kernel == "relax.flatten")
+      Reshape(op);
+    else if (kernel == "relax.permute_dims") Transpose(op, a);
+    else if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
     else if (kernel == "relax.mean") Mean(op, a);
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
     else if (kernel == "relax.nn.layer_norm") LayerNorm(op, a);
@@ -492,17 +507,13 @@ class DnnlExecutor {
   }
 
   // The same constant bytes seen with other dims (a group axis, leading 1s).
-  int ConstView(int v, const Desc& desc) {
-    if (values_[v].desc == desc) return v;
-    consts_.push_back(memory(desc, Engine(), consts_[values_[v].slot].get_data_handle()));
-    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
-  }
+  int ConstView(int v, const Desc& desc) { return values_[v].desc == desc ? v : NewView(v, desc); }
 
   // A constant value in layout `desc` (reordered now, once, into memory the module owns).
   int ReorderConst(int v, const Desc& desc) {
     if (values_[v].desc == desc) return v;
     memory converted(desc, Engine());
-    memory source = consts_[values_[v].slot];
+    memory source(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle());
     dnnl::stream stream(Engine());
     dnnl::reorder(source, converted).execute(stream, source, converted);
     stream.wait();
@@ -545,6 +556,42 @@ class DnnlExecutor {
     args.push_back({DNNL_ARG_DST, Define(f.last, dst_desc), dst_desc});
     AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
     return f.next;
+  }
+
+  // Same bytes, other shape: a view of the input in plain layout, no step.
+  void Reshape(const BodyOp& op) {
+    Arity(op, 1);
+    if (g_.tensor(op.inputs[0]).numel != g_.tensor(op.output).numel)
+      Fail(op.where + ": " + ShapeStr(g_.Shape(op.inputs[0])) + " and " + ShapeStr(g_.Shape(op.output)) +
+           " have different sizes");
+    value_of_[op.output] = NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]))), Plain(g_.Shape(op.output)));
+  }
+
+  // A reorder from the input seen through permuted strides into a plain output.
+  void Transpose(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    std::vector<int64_t> perm;
+    if (a.IsNone("axes")) {
+      for (size_t d = xs.size(); d > 0; --d) perm.push_back(static_cast<int64_t>(d - 1));
+    } else {
+      for (int64_t axis : a.Ints("axes")) perm.push_back(NormAxis(axis, xs.size(), op.where));
+    }
+    std::vector<bool> seen(xs.size(), false);
+    if (perm.size() != xs.size()) Fail(op.where + ": axes is not a permutation");
+    Desc source = Plain(xs);
+    Dims dims = DimsOf(xs), strides = source.get_strides();
+    for (size_t i = 0; i < perm.size(); ++i) {
+      if (seen[perm[i]] || ys[i] != xs[perm[i]]) Fail(op.where + ": axes is not a permutation giving " + ShapeStr(ys));
+      seen[perm[i]] = true;
+      dims[i] = xs[perm[i]];
+      strides[i] = source.get_strides()[perm[i]];
+    }
+    Desc view(dims, memory::data_type::f32, strides);
+    int src = As(op.inputs[0], source);
+    int dst = Define(op.output, Plain(ys));
+    dnnl::reorder::primitive_desc pd(Engine(), view, Engine(), Plain(ys), UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, view}, {DNNL_ARG_TO, dst, Plain(ys)}}, pd.scratchpad_desc());
   }
 
   void Pool(const BodyOp& op, const Attrs& a) {
@@ -685,7 +732,7 @@ class DnnlExecutor {
       Desc plain = Plain(g_.Shape(id));
       int v = value_of_[id];
       if (v < 0) Fail("graph output " + g_.tensor(id).name + " is never computed");
-      if (values_[v].storage == Storage::kTemp && values_[v].desc == plain && !taken[v]) {
+      if (values_[v].storage == Storage::kTemp && values_[v].base < 0 && values_[v].desc == plain && !taken[v]) {
         values_[v].storage = Storage::kOutput;
         values_[v].slot = static_cast<int>(slot);
         lifetimes_.erase(v);
@@ -745,7 +792,7 @@ class DnnlExecutor {
     ws->args.resize(steps_.size());
     for (size_t i = 0; i < steps_.size(); ++i) {
       for (const Arg& arg : steps_[i].args) {
-        const Value& v = values_[arg.value];
+        const Value& v = values_[Root(arg.value)];
         void* handle = v.storage == Storage::kConst  ? consts_[v.slot].get_data_handle()
                        : v.storage == Storage::kTemp ? static_cast<void*>(ws->arena.get() + v.slot)
                                                      : DNNL_MEMORY_NONE;
