@@ -6,51 +6,14 @@ single-op rules they contain, so conv2d + bias + relu is taken whole.
 
 from __future__ import annotations
 
-from byoc.checks import all_of, calls_of, dtypes, static_shape, static_shapes
+from byoc.checks import all_of, avg_pool_plain, conv_layout_nchw, dtypes, per_channel_bias, pool_layout_nchw, static_shapes
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.registry import register_vendor
-from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+from byoc.vendor import OpRule, PatternRule, Vendor
 
 NAME = "c_source"
 
 _base = all_of(dtypes("float32"), static_shapes(8))
-
-
-def _conv_layouts(match: Match):
-    """NCHW/OIHW layouts only."""
-    for call in calls_of(match, "relax.nn.conv2d"):
-        a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
-    return SUPPORTED
-
-
-def _per_channel_bias(match: Match):
-    """bias is a per-channel constant."""
-    bias = match.annotated["bias"]
-    conv = match.annotated["conv"]
-    channels = static_shape(conv)[1]
-    if static_shape(bias) not in ((1, channels, 1, 1), (channels, 1, 1)):
-        return f"bias shape {static_shape(bias)} is not per-channel (1, {channels}, 1, 1)"
-    return SUPPORTED
-
-
-def _pool_layout(match: Match):
-    """NCHW layout only."""
-    for call in match.calls:
-        if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
-            return f"layout {call.attrs.layout} not supported (NCHW only)"
-    return SUPPORTED
-
-
-def _avg_pool_limits(match: Match):
-    """no dilation, no ceil_mode."""
-    for call in match.calls:
-        if tuple(call.attrs.dilation) != (1, 1):
-            return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
-        if call.attrs.ceil_mode:
-            return "ceil_mode=1 not supported for average pooling"
-    return SUPPORTED
 
 
 def _conv_pattern(bias: bool, relu: bool):
@@ -77,8 +40,8 @@ def _matmul_bias_pattern():
     return is_op("relax.add")(matmul, wildcard()), {"matmul": matmul}
 
 
-_conv_check = all_of(_base, _conv_layouts)
-_conv_bias_check = all_of(_conv_check, _per_channel_bias)
+_conv_check = all_of(_base, conv_layout_nchw)
+_conv_bias_check = all_of(_conv_check, per_channel_bias)
 
 RULES = (
     PatternRule(f"{NAME}.conv2d_bias_relu", _conv_pattern(True, True), _conv_bias_check),
@@ -95,8 +58,8 @@ RULES = (
     OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
     OpRule(f"{NAME}.tanh", "relax.tanh", _base),
     OpRule(f"{NAME}.clip", "relax.clip", _base),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, _pool_layout)),
-    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, _pool_layout, _avg_pool_limits)),
+    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
+    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
     OpRule(f"{NAME}.reshape", "relax.reshape", _base),

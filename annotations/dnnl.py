@@ -28,7 +28,8 @@ import itertools
 import math
 
 from byoc._tvm import const_array, is_tensor_const
-from byoc.checks import all_of, calls_of, dtypes, static_shape, static_shapes
+from byoc.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
+                         per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
 from byoc.codegens.dnnl import DNNL_RUNTIME, DnnlCodegen
 from byoc.errors import BuildError
 from byoc.registry import register_vendor
@@ -64,26 +65,6 @@ def _near(value, want: float) -> bool:
 
 
 # -- conv2d -----------------------------------------------------------------------------
-def _conv_layout_and_weight(match: Match):
-    """NCHW/OIHW, constant weight."""
-    for call in calls_of(match, "relax.nn.conv2d"):
-        a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
-        if not is_tensor_const(call.args[1]):
-            return "the weight is not a constant (oneDNN weights are reordered once, at load)"
-    return SUPPORTED
-
-
-def _conv_bias(match: Match):
-    """per-channel bias."""
-    channels = static_shape(match.annotated["conv"])[1]
-    bias = static_shape(match.annotated["bias"])
-    if bias not in ((1, channels, 1, 1), (channels, 1, 1)):
-        return f"bias shape {bias} is not per-channel (1, {channels}, 1, 1)"
-    return SUPPORTED
-
-
 def _conv_residual(match: Match):
     """residual of the conv's output shape."""
     out = static_shape(match.annotated["conv"])
@@ -121,7 +102,7 @@ def _conv_rules():
                                       key=lambda c: -(c[0] + c[1] + bool(c[2]))):
         name = "conv2d" + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
         if bias or residual or act:
-            check = all_of(_base, _conv_layout_and_weight, *([_conv_bias] if bias else []),
+            check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
                            *([_conv_residual] if residual else []))
             rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(bias, residual, act), check))
     return rules
@@ -215,24 +196,6 @@ def _matmul_rules():
 
 
 # -- the rest -----------------------------------------------------------------------------
-def _pool_layout(match: Match):
-    """NCHW layout only."""
-    for call in match.calls:
-        if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
-            return f"layout {call.attrs.layout} not supported (NCHW only)"
-    return SUPPORTED
-
-
-def _avg_pool_limits(match: Match):
-    """no dilation, no ceil_mode."""
-    for call in match.calls:
-        if tuple(call.attrs.dilation) != (1, 1):
-            return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
-        if call.attrs.ceil_mode:
-            return "ceil_mode=1 not supported for average pooling (oneDNN pads the end differently)"
-    return SUPPORTED
-
-
 def _layer_norm_last_axis(match: Match):
     """normalizes over the last axis of a tensor of rank >= 2."""
     call = match.root
@@ -263,12 +226,12 @@ _elementwise = all_of(_base, _broadcast_second)
 
 RULES = (
     *_conv_rules(),
-    OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", all_of(_base, _conv_layout_and_weight)),
+    OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", all_of(_base, conv_layout_nchw, constant_conv_weight)),
     *_matmul_rules(),
     OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
     PatternRule(f"{NAME}.gelu", _gelu_pattern, all_of(_base, _gelu_constants)),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, _pool_layout)),
-    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, _pool_layout, _avg_pool_limits)),
+    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
+    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
     OpRule(f"{NAME}.layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),

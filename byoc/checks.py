@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from ._tvm import is_tensor_const
 from .vendor import SUPPORTED, Check, CheckResult, Match
 
 
@@ -112,3 +113,51 @@ def all_of(*checks: Check) -> Check:
         return SUPPORTED
 
     return check
+
+
+# -- checks several vendors share (NCHW kernels) ------------------------------------
+def conv_layout_nchw(match: Match) -> CheckResult:
+    """NCHW/OIHW layouts only."""
+    for call in calls_of(match, "relax.nn.conv2d"):
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
+            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
+    return SUPPORTED
+
+
+def constant_conv_weight(match: Match) -> CheckResult:
+    """constant weight."""
+    for call in calls_of(match, "relax.nn.conv2d"):
+        if not is_tensor_const(call.args[1]):
+            return "the weight is not a constant (it is prepared once, at build or load time)"
+    return SUPPORTED
+
+
+def per_channel_bias(match: Match) -> CheckResult:
+    """bias is a per-channel constant.
+
+    Reads the pattern's annotations ``conv`` (the conv2d call) and ``bias``.
+    """
+    channels = static_shape(match.annotated["conv"])[1]
+    bias = static_shape(match.annotated["bias"])
+    if bias not in ((1, channels, 1, 1), (channels, 1, 1)):
+        return f"bias shape {bias} is not per-channel (1, {channels}, 1, 1)"
+    return SUPPORTED
+
+
+def pool_layout_nchw(match: Match) -> CheckResult:
+    """NCHW layout only."""
+    for call in match.calls:
+        if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
+            return f"layout {call.attrs.layout} not supported (NCHW only)"
+    return SUPPORTED
+
+
+def avg_pool_plain(match: Match) -> CheckResult:
+    """no dilation, no ceil_mode."""
+    for call in match.calls:
+        if tuple(call.attrs.dilation) != (1, 1):
+            return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
+        if call.attrs.ceil_mode:
+            return "ceil_mode=1 not supported for average pooling"
+    return SUPPORTED
