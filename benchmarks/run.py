@@ -2,30 +2,46 @@
 
 Run from the repo root::
 
-    python benchmarks/run.py                       # mobilenetv2, resnet50, bert; vendors c_source and json_runtime
-    python benchmarks/run.py --models mobilenetv2 --vendors c_source --json out.json
+    python benchmarks/run.py                       # mobilenetv2, resnet50, bert; vendors c_source, json_runtime, dnnl
+    python benchmarks/run.py --models mobilenetv2 --vendors dnnl --json out.json
     python benchmarks/run.py --quick               # tiny onnx.helper models, few repetitions (smoke run)
 
 Every compilation (plain TVM, byoc per vendor set) and every scaling point
 runs in its own subprocess with a time limit (``--timeout``): a configuration
-that does not finish in time is reported as skipped, never waited on. The
-compiled libraries are then loaded into this process and timed interleaved
-(one run of each configuration per round, so machine noise hits all alike);
-a latency is the median of ``--runs`` rounds after ``--warmup`` rounds, with
-numpy inputs converted and outputs read back in every case.
+that does not finish in time is reported as skipped, never waited on.
+
+Timing: each configuration runs in its own long-lived timing process, because
+in one process the thread pools of onnxruntime (spinning intra-op threads),
+oneDNN (OpenMP) and TVM fight for the cores (measured: byoc[dnnl] BERT 536 ms
+next to an onnxruntime session in the same process, 83 ms alone), which
+measures contention, not the runtimes. Each timing process loads its model or
+library once; the parent then runs rounds, asking one process at a time to run
+(line protocol on stdin/stdout: ``run N`` -> N elapsed seconds), so only one
+configuration works at a time and machine noise hits all alike. A latency is
+the median of ``--runs`` rounds after ``--warmup`` rounds, measured in the
+timing process around one call that includes converting the numpy inputs and
+reading the outputs back. At the end each process saves its outputs
+(``save`` -> ``np.savez``) and the parent compares them with onnxruntime's. A
+process that dies, or does not answer within ``--round-timeout``, is killed
+and reported as skipped with the reason.
 
 * onnxruntime: CPU provider, ``intra_op_num_threads=2``.
 * plain TVM: ``tvm.compile(byoc.import_model(model).mod)`` for the same host
   target byoc builds for.
 * byoc: ``byoc.partition`` + ``byoc.build`` per vendor set (``--vendors``,
-  repeatable, a set is comma-separated in priority order).
+  repeatable, a set is comma-separated in priority order). Some pairs are
+  skipped by default, with the reason (``DEFAULT_SKIPS``; ``--no-default-skips``).
 * memory: ``byoc.memory.estimate_memory(plan)``: TVM's planned activation
   bytes next to the ONNC lower bound.
 * scaling: ``byoc.partition`` (annotate + merge + plan) on synthetic Relax
   chains and DAGs against TVM's ``FuseOpsByPattern`` + ``MergeCompositeFunctions``
-  alone with the same patterns and checks.
+  alone with the same patterns and checks (``byoc.annotator.fusion_patterns``).
 * boundary: a chain alternating an offloaded Add with a host Neg, against the
   same chain all on the host; (difference of medians) / number of partitions.
+* goals: issue 7's goal figures, each for the vendor set that does best on it,
+  met or missed (printed, never asserted).
+
+Setting ``OMP_WAIT_POLICY=PASSIVE`` keeps idle OpenMP threads from spinning.
 """
 
 from __future__ import annotations
@@ -34,6 +50,7 @@ import argparse
 import json
 import os
 import platform
+import select
 import signal
 import statistics
 import subprocess
@@ -52,7 +69,14 @@ import models  # noqa: E402 - benchmarks/models.py, next to this file
 HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
 QUICK_MODELS = ("tiny_cnn", "tiny_mlp")
-DEFAULT_VENDOR_SETS = ("c_source", "json_runtime")
+DEFAULT_VENDOR_SETS = ("c_source", "json_runtime", "dnnl")
+# MODEL:VENDORSET pairs not built unless --no-default-skips, with the reason printed.
+DEFAULT_SKIPS = {
+    # Measured: build + export 17.6 min wall, gcc (cc1) peak RSS 10.3 GB, a 680 MB library.
+    "bert:c_source": "default skip: c_source writes the weights as C literals; for BERT's 340 MB of weights gcc "
+                     "needs about 10 GB and a quarter of an hour (--no-default-skips builds it)",
+}
+BOUNDARY_CALLS = 20  # calls per round in the boundary chain: a few us each, so one request runs several
 
 
 # -- workers: one subprocess per compilation / scaling point --------------------------
@@ -97,8 +121,10 @@ def _work_byoc(task: dict) -> dict:
 
 
 def synthetic_module(kind: str, ops: int):
-    """A Relax ``main`` of ``ops`` elementwise calls on (1, 16): a chain, or a DAG where each add reads two earlier values."""
-    import tvm
+    """A Relax ``main`` of ``ops`` elementwise calls on (1, 16).
+
+    A chain, or a DAG where each add reads two earlier values.
+    """
     from tvm import relax
 
     bb = relax.BlockBuilder()
@@ -125,7 +151,7 @@ def _work_scaling(task: dict) -> dict:
     from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
 
     import byoc
-    from byoc.annotator import _fusion_patterns, _State
+    from byoc.annotator import fusion_patterns
     from byoc.frontend import ImportedModel, TensorSpec
 
     vendors = byoc.registry.resolve_vendors(task["vendors"])
@@ -133,7 +159,7 @@ def _work_scaling(task: dict) -> dict:
     def tvm_alone(mod):
         # byoc's own FusionPatterns (same patterns and checks): without the checks TVM
         # matches differently (measured: only the adds of a chain), so it is not a like-for-like baseline.
-        patterns = _fusion_patterns(vendors, _State({}, {}))
+        patterns = fusion_patterns(vendors)
         MergeCompositeFunctions()(FuseOpsByPattern(patterns, bind_constants=True, annotate_codegen=False)(mod))
 
     def with_byoc(mod):
@@ -179,8 +205,9 @@ def run_worker(task: dict, timeout: float, tmp: Path) -> dict:
     return dict(json.loads(Path(task["result"]).read_text()), status="ok")
 
 
-# -- latency --------------------------------------------------------------------------
-def _random_inputs(path: Path) -> dict:
+# -- timing processes: one long-lived subprocess per configuration ---------------------
+def random_inputs(path: Path) -> dict:
+    """Seeded random arrays for the ONNX model's inputs, by name, in graph order."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
@@ -195,12 +222,12 @@ def _random_inputs(path: Path) -> dict:
     return inputs
 
 
-def _ort_runner(path: Path, inputs: dict):
+def _ort_runner(path: str, inputs: dict):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     return lambda: session.run(None, inputs)
 
 
@@ -226,17 +253,146 @@ def _byoc_runner(lib_path: str, inputs: dict):
     return lambda: artifact.run(inputs)
 
 
-def time_interleaved(runners: dict, runs: int, warmup: int) -> dict:
-    """Median seconds per runner, one call of each per round; also the outputs of the last call."""
-    times = {name: [] for name in runners}
-    outputs = {}
-    for round_ in range(warmup + runs):
-        for name, run in runners.items():
-            t = time.perf_counter()
-            outputs[name] = run()
-            if round_ >= warmup:
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}, outputs
+RUNNERS = {"onnxruntime": _ort_runner, "tvm": _tvm_runner, "byoc": _byoc_runner}
+
+
+def _timer_main(spec_file: str) -> int:
+    """Timing process: load once, then answer ``run N`` with N elapsed seconds and ``save`` with the outputs."""
+    spec = json.loads(Path(spec_file).read_text())
+    # The protocol owns the original stdout; whatever a library prints goes to stderr instead.
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    with np.load(spec["inputs"]) as saved:
+        inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(spec["input_names"])}
+    run = RUNNERS[spec["kind"]](spec["path"], inputs)
+    replies.write("ready\n")
+    outputs = None
+    for line in sys.stdin:
+        command, *arg = line.split()
+        if command == "run":
+            times = []
+            for _ in range(int(arg[0])):
+                t = time.perf_counter()
+                outputs = run()
+                times.append(time.perf_counter() - t)
+            replies.write(" ".join(repr(t) for t in times) + "\n")
+        elif command == "save":
+            np.savez(spec["outputs"], *[np.asarray(o) for o in outputs])
+            replies.write("saved\n")
+        else:
+            raise SystemExit(f"timing process: unknown command {line.strip()!r}")
+    return 0
+
+
+class TimingProcess:
+    """One configuration in its own process; ``why`` is set (and the process gone) once it failed."""
+
+    def __init__(self, name: str, spec: dict, tmp: Path):
+        self.name, self.spec = name, spec
+        self.status, self.why = "ok", None
+        slug = "".join(c if c.isalnum() else "-" for c in name) + f"-{time.monotonic_ns()}"
+        spec_file = tmp / f"timer-{slug}.json"
+        spec_file.write_text(json.dumps(spec))
+        self._stderr = open(tmp / f"timer-{slug}.err", "w+")
+        # Own session: a hung child and everything it started are killed together.
+        self.proc = subprocess.Popen([sys.executable, __file__, "--timer", str(spec_file)], start_new_session=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self._buffer = b""
+
+    def request(self, command: str, timeout: float, expect: str | None = None):
+        """Send one command and return the reply line, or None (and mark the process failed)."""
+        if self.why:
+            return None
+        try:
+            self.proc.stdin.write(command.encode() + b"\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return self._fail("error", f"died before {command!r}: {self._last_error()}")
+        return self.reply(command, timeout, expect)
+
+    def reply(self, what: str, timeout: float, expect: str | None = None):
+        """The next reply line within ``timeout`` seconds (``expect``: the only right answer), or None."""
+        if self.why:
+            return None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return self._fail("timeout", f"no reply to {what!r} within {timeout:g} s")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return self._fail("error", f"died during {what!r}: {self._last_error()}")
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = line.decode()
+        if expect is not None and line != expect:
+            return self._fail("error", f"answered {line[:80]!r} to {what!r}")
+        return line
+
+    def _last_error(self) -> str:
+        try:
+            self.proc.wait(timeout=10)  # it closed its stdout: it is exiting
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._stderr.seek(0)
+        lines = [line for line in self._stderr.read().splitlines() if line.strip()]
+        return lines[-1].strip() if lines else f"exit code {self.proc.returncode}"
+
+    def _fail(self, status: str, why: str):
+        self.status, self.why = status, why
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.close()
+        return None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # EOF ends the command loop
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self._stderr):
+            if not stream.closed:
+                stream.close()
+
+
+def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, warmup: int, calls: int = 1) -> dict:
+    """Time each configuration in its own process, one at a time per round.
+
+    ``configs`` maps a name to ``(kind, path)`` (kind: onnxruntime | tvm |
+    byoc). Returns per name ``{"status": "ok", "median_s", "samples",
+    "outputs"}`` or ``{"status": "timeout" | "error", "why"}``.
+    """
+    input_file = tmp / f"inputs-{time.monotonic_ns()}.npz"
+    np.savez(input_file, *inputs.values())
+    procs = {}
+    for name, (kind, path) in configs.items():  # all load at once; loading is not timed
+        spec = {"kind": kind, "path": str(path), "inputs": str(input_file), "input_names": list(inputs),
+                "outputs": str(tmp / f"outputs-{len(procs)}-{time.monotonic_ns()}.npz")}
+        procs[name] = TimingProcess(name, spec, tmp)
+    for proc in procs.values():
+        proc.reply("load", args.timeout, expect="ready")
+    times = {name: [] for name in procs}
+    for round_ in range(warmup + rounds):
+        for name, proc in procs.items():
+            line = proc.request(f"run {calls}", args.round_timeout * calls)
+            if line is not None and round_ >= warmup:
+                times[name].extend(float(t) for t in line.split())
+    results = {}
+    for name, proc in procs.items():
+        if proc.request("save", args.round_timeout, expect="saved"):
+            with np.load(proc.spec["outputs"]) as saved:
+                outputs = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+            results[name] = {"status": "ok", "median_s": statistics.median(times[name]),
+                             "samples": len(times[name]), "outputs": outputs}
+        else:
+            results[name] = {"status": proc.status, "why": f"timing process: {proc.why}"}
+        proc.close()
+    return results
 
 
 def _max_err(outputs, reference) -> float:
@@ -244,52 +400,57 @@ def _max_err(outputs, reference) -> float:
 
 
 def bench_model(name: str, args, tmp: Path, skipped: list) -> dict:
+    """Compile every configuration of one model (workers), then time them interleaved (timing processes)."""
     path = models.model_path(name, args.build)
-    inputs = _random_inputs(path)
-    configs = {}
-    runners = {"onnxruntime": _ort_runner(path, inputs)}
+    result = {"onnxruntime": {"status": "ok"}}
+    timed = {"onnxruntime": ("onnxruntime", path)}
     if name in args.skip_plain_tvm_for:
-        skipped.append({"what": f"{name}: plain TVM", "why": "--skip-plain-tvm-for"})
+        result["plain_tvm"] = {"status": "skipped", "why": "--skip-plain-tvm-for"}
     else:
-        lib = str(tmp / f"{name}-plain.so")
-        configs["plain_tvm"] = run_worker({"kind": "plain_tvm", "model": str(path), "out": lib}, args.timeout, tmp)
-        if configs["plain_tvm"]["status"] == "ok":
-            runners["plain_tvm"] = _tvm_runner(lib, inputs)
+        lib = tmp / f"{name}-plain.so"
+        result["plain_tvm"] = run_worker({"kind": "plain_tvm", "model": str(path), "out": str(lib)}, args.timeout, tmp)
+        timed["plain_tvm"] = ("tvm", lib)
     for vendor_set in args.vendors:
         key = f"byoc[{vendor_set}]"
-        if f"{name}:{vendor_set}" in args.skip:
-            skipped.append({"what": f"{name}: {key}", "why": "--skip"})
+        reason = args.skip.get(f"{name}:{vendor_set}")
+        if reason:
+            result[key] = {"status": "skipped", "why": reason}
             continue
-        lib = str(tmp / f"{name}-{vendor_set.replace(',', '+')}.so")
-        task = {"kind": "byoc", "model": str(path), "vendors": vendor_set.split(","), "out": lib}
-        configs[key] = run_worker(task, args.timeout, tmp)
-        if configs[key]["status"] == "ok":
-            runners[key] = _byoc_runner(lib, inputs)
-    for key, config in configs.items():
-        if config["status"] != "ok":
-            skipped.append({"what": f"{name}: {key}", "why": f"{config['status']}: {config['why']}"})
-    medians, outputs = time_interleaved(runners, args.runs, args.warmup)
-    result = {"onnxruntime": {"status": "ok", "latency_ms": medians["onnxruntime"] * 1e3}}
-    result.update(configs)
-    for key in runners:
-        if key == "onnxruntime":
+        lib = tmp / f"{name}-{vendor_set.replace(',', '+')}.so"
+        task = {"kind": "byoc", "model": str(path), "vendors": vendor_set.split(","), "out": str(lib)}
+        result[key] = run_worker(task, args.timeout, tmp)
+        timed[key] = ("byoc", lib)
+    timed = {key: config for key, config in timed.items() if result[key]["status"] == "ok"}
+    measured = time_interleaved(timed, random_inputs(path), args, tmp, args.runs, args.warmup)
+    for key, m in measured.items():
+        if m["status"] == "ok":
+            result[key]["latency_ms"] = m["median_s"] * 1e3
+        else:
+            result[key].update(status=m["status"], why=m["why"])
+    ort = measured["onnxruntime"]
+    plain = measured.get("plain_tvm", {})
+    for key, m in measured.items():
+        if key == "onnxruntime" or m["status"] != "ok":
             continue
         entry = result[key]
-        entry["latency_ms"] = medians[key] * 1e3
-        entry["vs_onnxruntime"] = medians[key] / medians["onnxruntime"]
-        if "plain_tvm" in medians and key != "plain_tvm":
-            entry["speedup_vs_plain_tvm"] = medians["plain_tvm"] / medians[key]
-        entry["max_abs_err_vs_onnxruntime"] = _max_err(outputs[key], outputs["onnxruntime"])
+        if ort["status"] == "ok":
+            entry["vs_onnxruntime"] = m["median_s"] / ort["median_s"]
+            entry["max_abs_err_vs_onnxruntime"] = _max_err(m["outputs"], ort["outputs"])
+        if plain.get("status") == "ok" and key != "plain_tvm":
+            entry["speedup_vs_plain_tvm"] = plain["median_s"] / m["median_s"]
+    for key, entry in result.items():
+        if entry["status"] != "ok":
+            skipped.append({"what": f"{name}: {key}", "why": f"{entry['status']}: {entry['why']}"})
     return result
 
 
 # -- partition scaling and boundary overhead ------------------------------------------
 def bench_scaling(args, tmp: Path, skipped: list) -> list:
     rows = []
-    vendors = args.vendors[0].split(",")
+    vendors = args.scaling_vendors.split(",")
     for graph in ("chain", "dag"):
         for ops in args.scaling_sizes:
-            row = {"graph": graph, "ops": ops, "vendors": args.vendors[0]}
+            row = {"graph": graph, "ops": ops, "vendors": args.scaling_vendors}
             row.update(run_worker({"kind": "scaling", "graph": graph, "ops": ops, "vendors": vendors},
                                   args.timeout, tmp))
             if row["status"] == "ok":
@@ -323,29 +484,124 @@ def bench_boundary(args, tmp: Path, skipped: list) -> list:
 
     path = tmp / f"boundary-{args.boundary_ops}.onnx"
     onnx.save(boundary_chain(args.boundary_ops), str(path))
-    inputs = _random_inputs(path)
-    host = run_worker({"kind": "byoc", "model": str(path), "vendors": [], "out": str(tmp / "b-host.so")},
-                      args.timeout, tmp)
+    host_lib = tmp / "b-host.so"
+    host = run_worker({"kind": "byoc", "model": str(path), "vendors": [], "out": str(host_lib)}, args.timeout, tmp)
     if host["status"] != "ok":
         skipped.append({"what": "boundary: all-host chain", "why": f"{host['status']}: {host['why']}"})
         return []
-    runners, built = {"host": _byoc_runner(str(tmp / "b-host.so"), inputs)}, {}
+    configs, built = {"host": ("byoc", host_lib)}, {}
     for vendor_set in args.vendors:
-        lib = str(tmp / f"b-{vendor_set.replace(',', '+')}.so")
-        result = run_worker({"kind": "byoc", "model": str(path), "vendors": vendor_set.split(","), "out": lib},
+        lib = tmp / f"b-{vendor_set.replace(',', '+')}.so"
+        result = run_worker({"kind": "byoc", "model": str(path), "vendors": vendor_set.split(","), "out": str(lib)},
                             args.timeout, tmp)
         if result["status"] == "ok":
-            runners[vendor_set], built[vendor_set] = _byoc_runner(lib, inputs), result
+            configs[vendor_set], built[vendor_set] = ("byoc", lib), result
         else:
             skipped.append({"what": f"boundary: {vendor_set}", "why": f"{result['status']}: {result['why']}"})
-    medians, _ = time_interleaved(runners, args.runs * 10, args.warmup * 10)  # tiny: more rounds are cheap
+    measured = time_interleaved(configs, random_inputs(path), args, tmp, args.runs, args.warmup, BOUNDARY_CALLS)
+    if measured["host"]["status"] != "ok":
+        skipped.append({"what": "boundary: all-host chain", "why": f"{measured['host']['status']}: "
+                                                                  f"{measured['host']['why']}"})
+        return []
+    host_s = measured["host"]["median_s"]
     rows = []
     for vendor_set, result in built.items():
+        m = measured[vendor_set]
+        if m["status"] != "ok":
+            skipped.append({"what": f"boundary: {vendor_set}", "why": f"{m['status']}: {m['why']}"})
+            continue
         calls = max(result["partitions"], 1)
         rows.append({"vendors": vendor_set, "ops": args.boundary_ops, "partitions": result["partitions"],
-                     "chain_us": medians[vendor_set] * 1e6, "host_chain_us": medians["host"] * 1e6,
-                     "us_per_call": (medians[vendor_set] - medians["host"]) * 1e6 / calls})
+                     "chain_us": m["median_s"] * 1e6, "host_chain_us": host_s * 1e6,
+                     "us_per_call": (m["median_s"] - host_s) * 1e6 / calls})
     return rows
+
+
+# -- goals ------------------------------------------------------------------------------
+def _goal(goal: str, target: str, best: dict | None, met) -> dict:
+    """One goal line; ``best`` holds vendors, value, shown (or None: not measured)."""
+    if best is None:
+        return {"goal": goal, "target": target, "vendors": None, "value": None, "measured": "not measured",
+                "met": None}
+    return {"goal": goal, "target": target, **best, "met": met}
+
+
+def _per_vendor_set(report: dict, field: str) -> dict:
+    """byoc vendor set -> {model: value of ``field``} over the models of the run."""
+    sets: dict = {}
+    for model, configs in report["models"].items():
+        for key, entry in configs.items():
+            if key.startswith("byoc["):
+                sets.setdefault(key[5:-1], {})[model] = entry.get(field)
+    return sets
+
+
+def _latency_goal(report: dict) -> dict:
+    goal, target = "byoc / onnxruntime latency on every model", "<= 1.0"
+    candidates = []
+    for vendors, ratios in _per_vendor_set(report, "vs_onnxruntime").items():
+        measured = {m: r for m, r in ratios.items() if r is not None}
+        if measured:
+            missing = sorted(set(ratios) - set(measured))
+            worst = max(measured.values())
+            shown = f"worst {worst:.2f}x (" + ", ".join(f"{m} {r:.2f}x" for m, r in measured.items()) + ")"
+            if missing:
+                shown += f"; not measured on {', '.join(missing)}"
+            candidates.append((bool(missing), worst, {"vendors": vendors, "value": worst, "measured": shown}))
+    if not candidates:
+        return _goal(goal, target, None, None)
+    incomplete, worst, best = min(candidates, key=lambda c: c[:2])
+    return _goal(goal, target, best, not incomplete and worst <= 1.0)
+
+
+def _speedup_goal(report: dict) -> dict:
+    goal, target = "speedup vs plain TVM on every model", ">= 3x"
+    plain = [m for m, c in report["models"].items() if c.get("plain_tvm", {}).get("latency_ms") is not None]
+    candidates = []
+    for vendors, speedups in _per_vendor_set(report, "speedup_vs_plain_tvm").items():
+        measured = {m: s for m, s in speedups.items() if s is not None}
+        if measured:
+            missing = sorted(set(plain) - set(measured))
+            least = min(measured.values())
+            shown = f"least {least:.1f}x (" + ", ".join(f"{m} {s:.1f}x" for m, s in measured.items()) + ")"
+            if missing:
+                shown += f"; not measured on {', '.join(missing)}"
+            unmeasured_plain = sorted(set(report["models"]) - set(plain))
+            if unmeasured_plain:
+                shown += f"; plain TVM not measured on {', '.join(unmeasured_plain)}"
+            candidates.append((bool(missing), -least, {"vendors": vendors, "value": least, "measured": shown}))
+    if not candidates:
+        return _goal(goal, target, None, None)
+    incomplete, neg_least, best = min(candidates, key=lambda c: c[:2])
+    return _goal(goal, target, best, not incomplete and -neg_least >= 3.0)
+
+
+def _boundary_goal(report: dict) -> dict:
+    goal, target = "boundary overhead per offloaded call", "< 2 us"
+    if not report["boundary"]:
+        return _goal(goal, target, None, None)
+    row = min(report["boundary"], key=lambda r: r["us_per_call"])
+    return _goal(goal, target, {"vendors": row["vendors"], "value": row["us_per_call"],
+                                "measured": f"{row['us_per_call']:.2f} us"}, row["us_per_call"] < 2.0)
+
+
+def _scaling_goal(report: dict) -> dict:
+    goal, target = "partitioning 10k ops vs TVM's passes alone", "<= 1.2x"
+    rows = [r for r in report["scaling"] if r["status"] == "ok"]
+    if not rows:
+        return _goal(goal, target, None, None)
+    ops = 10000 if any(r["ops"] == 10000 for r in rows) else max(r["ops"] for r in rows)
+    at = [r for r in rows if r["ops"] == ops]
+    worst = max(r["ratio"] for r in at)
+    shown = f"worst {worst:.2f}x (" + ", ".join(f"{r['graph']} {r['ratio']:.2f}x" for r in at) + ")"
+    if ops != 10000:
+        shown += f"; at {ops} ops, 10k not measured"
+    return _goal(goal, target, {"vendors": at[0]["vendors"], "value": worst, "measured": shown}, worst <= 1.2)
+
+
+def evaluate_goals(report: dict) -> list:
+    """Issue 7's goal figures, each for the vendor set that does best on it."""
+    return [_latency_goal(report), _speedup_goal(report), _boundary_goal(report), _scaling_goal(report)]
 
 
 # -- output ---------------------------------------------------------------------------
@@ -360,8 +616,9 @@ def _bytes(n):
 
 
 def print_tables(report: dict) -> None:
-    print("## Latency (median of %d runs after %d warm-up; onnxruntime with 2 threads)" %
-          (report["settings"]["runs"], report["settings"]["warmup"]))
+    settings = report["settings"]
+    print("## Latency (median of %d runs after %d warm-up, each configuration in its own process; "
+          "onnxruntime with 2 threads)" % (settings["runs"], settings["warmup"]))
     print()
     print("| model | config | latency | vs onnxruntime | speedup vs plain TVM | compile | partitions | "
           "planned act. memory | lower bound | max abs err |")
@@ -401,6 +658,14 @@ def print_tables(report: dict) -> None:
     print()
     for s in report["skipped"] or [{"what": "nothing", "why": ""}]:
         print(f"- {s['what']}" + (f": {s['why']}" if s["why"] else ""))
+    print()
+    print("## Goals (issue 7), each for the best vendor set")
+    print()
+    print("| goal | target | best vendor set | measured | status |")
+    print("|---|---|---|---|---|")
+    for g in report["goals"]:
+        status = "not measured" if g["met"] is None else ("met" if g["met"] else "missed")
+        print(f"| {g['goal']} | {g['target']} | {g['vendors'] or '-'} | {g['measured']} | {status} |")
 
 
 def parse_args(argv):
@@ -408,13 +673,20 @@ def parse_args(argv):
     p.add_argument("--models", help=f"comma-separated, from {', '.join(models.ALL_MODELS)} "
                                     f"(default {','.join(FULL_MODELS)}; with --quick {','.join(QUICK_MODELS)})")
     p.add_argument("--vendors", action="append", help="a vendor set, comma-separated in priority order; "
-                                                      f"repeatable (default: {' and '.join(DEFAULT_VENDOR_SETS)})")
+                                                      f"repeatable (default: {', '.join(DEFAULT_VENDOR_SETS)})")
     p.add_argument("--runs", type=int, help="timed rounds (default 10; --quick 3)")
     p.add_argument("--warmup", type=int, help="untimed rounds first (default 2; --quick 1)")
-    p.add_argument("--timeout", type=float, default=1200, help="seconds per compilation or scaling point")
+    p.add_argument("--timeout", type=float, default=1200,
+                   help="seconds per compilation or scaling point, and for a timing process to load (default 1200)")
+    p.add_argument("--round-timeout", type=float, default=300,
+                   help="seconds a timing process may take for one run before it is killed and skipped (default 300)")
     p.add_argument("--skip-plain-tvm-for", default="", help="comma-separated models not to build with plain TVM")
-    p.add_argument("--skip", action="append", default=[], help="MODEL:VENDORSET not to build (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="MODEL:VENDORSET",
+                   help="a model / vendor set pair not to build (repeatable); "
+                        f"skipped by default: {', '.join(DEFAULT_SKIPS)}")
+    p.add_argument("--no-default-skips", action="store_true", help=f"build {', '.join(DEFAULT_SKIPS)} too")
     p.add_argument("--scaling-sizes", help="comma-separated op counts (default 1000,10000,50000; --quick 100,300)")
+    p.add_argument("--scaling-vendors", help="the vendor set of the scaling runs (default: the first --vendors)")
     p.add_argument("--boundary-ops", type=int, help="ops in the boundary chain (default 200; --quick 20)")
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-boundary", action="store_true")
@@ -428,7 +700,12 @@ def parse_args(argv):
     args.runs = args.runs or (3 if q else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if q else 2)
     args.skip_plain_tvm_for = [m for m in args.skip_plain_tvm_for.split(",") if m]
+    bad = [s for s in args.skip if s.count(":") != 1]
+    if bad:
+        p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
+    args.skip = {**({} if args.no_default_skips else DEFAULT_SKIPS), **{s: "--skip" for s in args.skip}}
     args.scaling_sizes = [int(s) for s in (args.scaling_sizes or ("100,300" if q else "1000,10000,50000")).split(",")]
+    args.scaling_vendors = args.scaling_vendors or args.vendors[0]
     args.boundary_ops = args.boundary_ops or (20 if q else 200)
     return args
 
@@ -437,6 +714,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return _worker_main(argv[1])
+    if argv[:1] == ["--timer"]:
+        return _timer_main(argv[1])
     args = parse_args(argv)
     import onnxruntime
     import tvm
@@ -446,7 +725,8 @@ def main(argv=None) -> int:
     skipped: list = []
     report = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__, "byoc": byoc.__version__},
+                    "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__, "byoc": byoc.__version__,
+                    "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "models": {}, "scaling": [], "boundary": [], "skipped": skipped,
     }
@@ -462,6 +742,7 @@ def main(argv=None) -> int:
             skipped.append({"what": "boundary overhead", "why": "--no-boundary"})
         else:
             report["boundary"] = bench_boundary(args, tmp, skipped)
+    report["goals"] = evaluate_goals(report)
     print_tables(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

@@ -199,6 +199,17 @@ def _fusion_patterns(vendors: list[Vendor], state: _State):
     return patterns
 
 
+def fusion_patterns(vendors: Iterable) -> list:
+    """The tvm ``FusionPattern`` list byoc hands to ``FuseOpsByPattern`` for these vendors.
+
+    Same patterns, same priority order and the same checks (vendor rules
+    plus byoc's escaping-intermediate rule) as :func:`annotate`, without
+    policies: for comparing byoc against TVM's passes alone. ``vendors``
+    are names or :class:`Vendor` objects.
+    """
+    return _fusion_patterns(resolve_vendors(vendors), _State({}, {}))
+
+
 def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt]) -> str:
     mine = [a for a in attempts if a.vendor == vendor.name and a.reason]
     if not mine:

@@ -1,4 +1,10 @@
-"""Smoke test of benchmarks/run.py --quick on the tiny onnx.helper models (no torch, no timing assertions)."""
+"""Smoke tests of benchmarks/run.py and benchmarks/profile.py on the tiny onnx.helper models.
+
+No torch, no timing assertions.
+
+Everything runs in subprocesses: the scripts put benchmarks/ first on sys.path, where profile.py would
+shadow the standard library's ``profile`` in this process.
+"""
 
 from __future__ import annotations
 
@@ -8,45 +14,153 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "benchmarks" / "run.py"
+PROFILE = ROOT / "benchmarks" / "profile.py"
+GOALS = ["byoc / onnxruntime latency on every model", "speedup vs plain TVM on every model",
+         "boundary overhead per offloaded call", "partitioning 10k ops vs TVM's passes alone"]
 
 
-def test_quick_run_prints_tables_and_writes_json(tmp_path):
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--models", "tiny_mlp",
-           "--vendors", "c_source", "--scaling-sizes", "30", "--boundary-ops", "6",
-           "--build", str(tmp_path / "build"), "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+def _run(cmd, timeout=900):
+    proc = subprocess.run([sys.executable, *map(str, cmd)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for heading in ("## Latency", "## Partition scaling", "## Boundary overhead", "## Skipped"):
-        assert heading in proc.stdout
-    assert "| tiny_mlp | byoc[c_source] |" in proc.stdout
+    return proc.stdout
+
+
+def test_quick_run_times_every_default_vendor_set_in_its_own_process(tmp_path):
+    out = tmp_path / "bench.json"
+    stdout = _run([RUN, "--quick", "--models", "tiny_mlp", "--scaling-sizes", "30", "--boundary-ops", "6",
+                   "--build", tmp_path / "build", "--json", out])
+    for heading in ("## Latency", "## Partition scaling", "## Boundary overhead", "## Skipped", "## Goals"):
+        assert heading in stdout
+    for key in ("onnxruntime", "plain_tvm", "byoc[c_source]", "byoc[json_runtime]", "byoc[dnnl]"):
+        assert f"| tiny_mlp | {key} |" in stdout
 
     report = json.loads(out.read_text())
-    assert set(report) >= {"machine", "settings", "models", "scaling", "boundary", "skipped"}
+    assert set(report) >= {"machine", "settings", "models", "scaling", "boundary", "skipped", "goals"}
     configs = report["models"]["tiny_mlp"]
-    assert set(configs) == {"onnxruntime", "plain_tvm", "byoc[c_source]"}
-    byoc_entry = configs["byoc[c_source]"]
-    assert byoc_entry["status"] == "ok"
-    for key in ("latency_ms", "vs_onnxruntime", "speedup_vs_plain_tvm", "compile_s", "partitions", "memory",
-                "max_abs_err_vs_onnxruntime"):
-        assert key in byoc_entry
-    assert byoc_entry["memory"]["planned_bytes"] >= byoc_entry["memory"]["lower_bound_bytes"] >= 0
-    assert byoc_entry["max_abs_err_vs_onnxruntime"] < 1e-4  # the tiny model computes the same function
-    assert [(r["graph"], r["ops"], r["status"]) for r in report["scaling"]] == [("chain", 30, "ok"), ("dag", 30, "ok")]
+    assert list(configs) == ["onnxruntime", "plain_tvm", "byoc[c_source]", "byoc[json_runtime]", "byoc[dnnl]"]
+    assert all(c["status"] == "ok" for c in configs.values()), configs
+    assert configs["onnxruntime"]["latency_ms"] > 0
+    for key in ("byoc[c_source]", "byoc[json_runtime]", "byoc[dnnl]"):
+        entry = configs[key]
+        for field in ("latency_ms", "vs_onnxruntime", "speedup_vs_plain_tvm", "compile_s", "partitions", "memory",
+                      "max_abs_err_vs_onnxruntime"):
+            assert field in entry, (key, field)
+        assert entry["memory"]["planned_bytes"] >= entry["memory"]["lower_bound_bytes"] >= 0
+        # outputs saved by the timing process, compared with onnxruntime's: the same function
+        assert entry["max_abs_err_vs_onnxruntime"] < 1e-4
+    assert [(r["graph"], r["ops"], r["status"], r["vendors"]) for r in report["scaling"]] == [
+        ("chain", 30, "ok", "c_source"), ("dag", 30, "ok", "c_source")]
     assert {"tvm_s", "byoc_s", "ratio"} <= set(report["scaling"][0])
-    [boundary] = report["boundary"]
-    assert boundary["partitions"] == 3 and "us_per_call" in boundary
+    assert [(r["vendors"], r["partitions"]) for r in report["boundary"]] == [
+        ("c_source", 3), ("json_runtime", 3), ("dnnl", 3)]
+    assert all("us_per_call" in r for r in report["boundary"])
+
+    assert [g["goal"] for g in report["goals"]] == GOALS
+    for goal in report["goals"]:
+        assert goal["met"] in (True, False) and goal["vendors"] and goal["value"] is not None, goal
+        assert f"| {goal['goal']} | {goal['target']} | {goal['vendors']} |" in stdout
+    assert "at 30 ops, 10k not measured" in report["goals"][3]["measured"]
+    # the ratios of the best vendor set are the ones in the latency table
+    best = report["goals"][0]
+    assert best["value"] == configs[f"byoc[{best['vendors']}]"]["vs_onnxruntime"]
 
 
 def test_skipped_configurations_are_reported(tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--models", "tiny_mlp",
-           "--vendors", "c_source", "--skip-plain-tvm-for", "tiny_mlp", "--no-scaling", "--no-boundary",
-           "--build", str(tmp_path / "build"), "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    stdout = _run([RUN, "--quick", "--models", "tiny_mlp", "--vendors", "c_source", "--vendors", "json_runtime",
+                   "--skip-plain-tvm-for", "tiny_mlp", "--skip", "tiny_mlp:json_runtime", "--no-scaling",
+                   "--no-boundary", "--build", tmp_path / "build", "--json", out])
     report = json.loads(out.read_text())
-    assert "plain_tvm" not in report["models"]["tiny_mlp"]
+    configs = report["models"]["tiny_mlp"]
+    assert configs["plain_tvm"] == {"status": "skipped", "why": "--skip-plain-tvm-for"}
+    assert configs["byoc[json_runtime]"] == {"status": "skipped", "why": "--skip"}
+    assert configs["byoc[c_source]"]["status"] == "ok" and "speedup_vs_plain_tvm" not in configs["byoc[c_source]"]
     whats = [s["what"] for s in report["skipped"]]
-    assert "tiny_mlp: plain TVM" in whats and "partition scaling" in whats
-    assert "tiny_mlp: plain TVM: --skip-plain-tvm-for" in proc.stdout
+    assert {"tiny_mlp: plain_tvm", "tiny_mlp: byoc[json_runtime]", "partition scaling",
+            "boundary overhead"} <= set(whats)
+    assert "- tiny_mlp: plain_tvm: skipped: --skip-plain-tvm-for" in stdout
+    assert "| tiny_mlp | byoc[json_runtime] | skipped: --skip |" in stdout
+    goals = {g["goal"]: g for g in report["goals"]}
+    assert goals[GOALS[1]]["met"] is None and goals[GOALS[1]]["measured"] == "not measured"  # no plain TVM
+    assert goals[GOALS[2]]["met"] is None and goals[GOALS[3]]["met"] is None
+    assert goals[GOALS[0]]["vendors"] == "c_source"
+
+
+def test_bert_with_c_source_is_skipped_by_default_with_the_reason():
+    help_text = _run([RUN, "--help"])
+    assert "bert:c_source" in help_text and "--no-default-skips" in help_text
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import run; "
+            "print(json.dumps([run.parse_args([]).skip, "
+            "run.parse_args(['--no-default-skips', '--skip', 'a:b']).skip]))")
+    default, without = json.loads(_run(["-c", code, ROOT / "benchmarks"]))
+    assert list(default) == ["bert:c_source"]
+    assert default["bert:c_source"].startswith("default skip: c_source writes the weights as C literals")
+    assert without == {"a:b": "--skip"}
+
+
+def test_a_timing_process_that_hangs_is_killed_and_reported(tmp_path):
+    # --round-timeout 0: no process can answer in time, so every one is treated as hung
+    out = tmp_path / "bench.json"
+    stdout = _run([RUN, "--quick", "--models", "tiny_mlp", "--vendors", "json_runtime", "--round-timeout", "0",
+                   "--skip-plain-tvm-for", "tiny_mlp", "--no-scaling", "--build", tmp_path / "build",
+                   "--boundary-ops", "4", "--json", out])
+    report = json.loads(out.read_text())
+    configs = report["models"]["tiny_mlp"]
+    for key in ("onnxruntime", "byoc[json_runtime]"):
+        assert configs[key]["status"] == "timeout", key
+        assert configs[key]["why"] == "timing process: no reply to 'run 1' within 0 s"
+    assert "| tiny_mlp | byoc[json_runtime] | timeout: timing process: no reply to 'run 1' within 0 s |" in stdout
+    assert report["boundary"] == []
+    assert "- boundary: all-host chain: timeout: timing process: no reply to 'run 20' within 0 s" in stdout
+    assert all(g["met"] is None for g in report["goals"])
+
+
+def test_a_timing_process_that_dies_is_reported_with_its_error(tmp_path):
+    code = """
+import argparse, json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import models, run
+tmp = Path(sys.argv[2])
+path = models.model_path("tiny_mlp", tmp / "build")
+args = argparse.Namespace(timeout=300, round_timeout=300)
+configs = {"broken": ("byoc", tmp / "missing.so"), "onnxruntime": ("onnxruntime", path)}
+results = run.time_interleaved(configs, run.random_inputs(path), args, tmp, rounds=2, warmup=1)
+print(json.dumps({name: {k: v for k, v in r.items() if k != "outputs"} for name, r in results.items()}))
+"""
+    results = json.loads(_run(["-c", code, ROOT / "benchmarks", tmp_path]).splitlines()[-1])
+    assert results["broken"]["status"] == "error"
+    assert results["broken"]["why"].startswith("timing process: died during 'load': ")
+    assert "artifact not found" in results["broken"]["why"]
+    assert results["onnxruntime"]["status"] == "ok" and results["onnxruntime"]["samples"] == 2
+
+
+def test_profile_groups_time_by_partition_and_host_with_onednn_primitives(tmp_path):
+    out = tmp_path / "profile.json"
+    stdout = _run([PROFILE, "tiny_cnn", "--vendors", "dnnl", "--runs", "3", "--warmup", "1", "--onednn-verbose",
+                   "--build", tmp_path / "build", "--json", out])
+    for heading in ("# Profile: tiny_cnn with byoc[dnnl]", "## Top", "## Totals", "## oneDNN primitives"):
+        assert heading in stdout
+    report = json.loads(out.read_text())
+    calls = {r["function"]: r for r in report["calls"]}
+    partitions = [name for name, r in calls.items() if r["where"] == "offloaded (dnnl)"]
+    assert len(partitions) == report["partitions"] >= 1
+    assert all(calls[name]["calls"] == 1 and calls[name]["ops"][0].isdigit() for name in partitions)
+    assert any(r["where"] == "host (TIR)" for r in report["calls"])  # BatchNormalization stays on the host
+    groups = {g["group"]: g for g in report["totals"]}
+    assert {"offloaded (dnnl)", "host (TIR)", "host (VM builtins)", "host total", "run (hooked)"} <= set(groups)
+    assert groups["run (hooked)"]["ms"] == report["hooked_ms"] > 0
+    kinds = {k["kind"]: k for k in report["onednn"]}
+    assert kinds["convolution"]["per_run"] == 2  # the model's two convs, steady state: no load-time reorders
+    assert abs(sum(k["percent"] for k in kinds.values()) - 100) < 1e-6
+
+
+def test_profile_without_onednn(tmp_path):
+    out = tmp_path / "profile.json"
+    stdout = _run([PROFILE, "tiny_mlp", "--vendors", "json_runtime", "--runs", "2", "--warmup", "1",
+                   "--build", tmp_path / "build", "--json", out])
+    assert "## oneDNN primitives" not in stdout
+    report = json.loads(out.read_text())
+    assert report["onednn"] is None
+    assert [r["where"] for r in report["calls"]].count("offloaded (json_runtime)") == report["partitions"]
