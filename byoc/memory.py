@@ -142,6 +142,7 @@ def _lower_bound(func) -> tuple[int, int]:
     from tvm import ir, relax
 
     buffers: dict = {}  # relax var -> frozenset of buffer ids it may refer to
+    fields: dict = {}  # relax var bound to a tuple -> the buffer ids of each field
     sizes: list[int] = []
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -153,7 +154,14 @@ def _lower_bound(func) -> tuple[int, int]:
         if isinstance(expr, relax.Tuple):
             return frozenset().union(*[refs(f) for f in expr.fields]) if expr.fields else frozenset()
         if isinstance(expr, relax.TupleGetItem):
-            return refs(expr.tuple_value)
+            # One field, not the whole tuple: a partition's second output must not
+            # keep its first alive.
+            source = expr.tuple_value
+            if isinstance(source, relax.Tuple):
+                return refs(source.fields[expr.index])
+            if isinstance(source, relax.Var) and source in fields:
+                return fields[source][expr.index]
+            return refs(source)
         return frozenset()
 
     def use(ids, at):
@@ -174,6 +182,8 @@ def _lower_bound(func) -> tuple[int, int]:
             buffers[binding.var] = ids
             step += 1
         else:
+            if isinstance(value, relax.Tuple):
+                fields[binding.var] = [refs(f) for f in value.fields]
             buffers[binding.var] = refs(value)
     use(refs(func.body.body), step)  # outputs stay live to the end
     peak = 0

@@ -263,6 +263,27 @@ def test_mixed_with_json_runtime_and_host():
     assert {p.vendor for p in artifact.plan.partitions} == {"dnnl", "json_runtime"}
 
 
+def test_memory_lower_bound_follows_each_partition_output():
+    """Two encoder layers: partition 1 returns (h1, qkv1); h1 is read again after qkv1 is dead.
+
+    By hand (float32 bytes; qkv 1x32x96 = 12288, q/k/v and h 4096 each):
+    P0 qkv0 12288 | split qkv0+3 = 24576 | P1 q,k,v + h1 + qkv1 = 28672 |
+    split h1 + qkv1 + 3 = 28672 | P2 q,k,v + h1 + y = 20480. Peak 28672; counting
+    the whole output tuple wherever h1 is read would keep qkv1 alive (32768).
+    """
+    from onnx import compose
+
+    from byoc.memory import estimate_memory
+
+    first = encoder_layer(seq=32, hidden=32, heads=4, ffn=64)
+    second = compose.add_prefix(encoder_layer(seq=32, hidden=32, heads=4, ffn=64), "l2_")
+    plan = byoc.partition(compose.merge_models(first, second, io_map=[("y", "l2_x")]), ["dnnl"])
+    assert len(plan.partitions) == 3
+    estimate = estimate_memory(plan)
+    assert estimate.lower_bound_bytes == 28672
+    assert estimate.planned_bytes >= estimate.lower_bound_bytes
+
+
 # -- rejections with reasons --------------------------------------------------------------
 def _reason(m, op):
     plan = byoc.partition(m, ["dnnl"])
