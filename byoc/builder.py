@@ -19,6 +19,7 @@ from . import __version__
 from .artifact import METADATA_FUNCTION, Artifact
 from .errors import BuildError, ByocError, CodegenError, TargetError
 from .graph import UnsupportedConstruct, partition_graph
+from .host_build import compile_host
 from .partitioner import PartitionPlan, partition
 from .targets import TargetPreset, resolve_target
 from .vendor import Vendor
@@ -177,7 +178,6 @@ def build(
     is then the plan actually built. With ``strict=True`` that is a
     :class:`CodegenError` instead.
     """
-    import tvm
     from tvm import relax
 
     preset = resolve_target(target)
@@ -200,7 +200,7 @@ def build(
             _pending_modules.clear()
     mod = _with_metadata(mod, _metadata(plan, preset))
     try:
-        executable = tvm.compile(mod, target=preset.tvm_target())
+        executable = compile_host(mod, preset)
     except Exception as err:  # TVM raises many error types from deep inside
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err

@@ -198,7 +198,7 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plan = byoc.partition(imported, list(vendors) if vendors else byoc.list_vendors())
+            plan = byoc.partition(imported, list(vendors) if vendors is not None else byoc.list_vendors())
             artifact = byoc.build(plan, strict=True)
         result.partitions = len(plan.partitions)
         for inputs, (_, expected) in zip(arrays, data_sets):

@@ -67,6 +67,7 @@ from typing import Union
 
 import numpy as np
 
+from . import host_build
 from .codegens.c_source.emitter import FFI_TYPES
 from .errors import StandaloneError
 from .targets import TargetPreset
@@ -131,15 +132,17 @@ def _lowered_module(artifact):
             "this artifact was loaded from a file, which holds compiled code but not the Relax "
             "program; build it again with byoc.compile(...) to export a standalone program"
         )
-    # The same passes, in the same order, as relax.pipeline.default_build_pipeline (the
-    # pipeline tvm.compile ran for the artifact), stopping before the VM-specific lowering.
-    # RunCodegen only rewrites the partition calls here: the modules byoc's relax.ext.<vendor>
-    # hands back are dropped, the partitions' C is emitted again by _partition_sources.
+    # The host kernels as the artifact has them (byoc.host_build: fused, parallel, vectorized),
+    # in the order of relax.pipeline.default_build_pipeline, stopping before the VM-specific
+    # lowering. RunCodegen only rewrites the partition calls here: the modules byoc's
+    # relax.ext.<vendor> hands back are dropped, the partitions' C is emitted again by
+    # _partition_sources.
+    target = artifact.target.tvm_target()
     passes = [
         T.RunCodegen(),
         backend.DispatchSampling(),
         backend.DispatchSortScan(),
-        T.LegalizeOps(),
+        host_build.HostLowering(target),
         T.RewriteDataflowReshape(),
         T.ToNonDataflow(),
         T.RemovePurityChecking(),
@@ -148,7 +151,7 @@ def _lowered_module(artifact):
         T.LowerAllocTensor(),
         T.AttachGlobalSymbol(),
     ]
-    with artifact.target.tvm_target():
+    with target:
         return tvm.transform.Sequential(passes)(artifact.plan.mod)
 
 

@@ -2,6 +2,11 @@
 
 TVM 0.27 takes targets only as dicts, e.g.
 ``Target({"kind": "llvm", "mtriple": "s390x-ibm-linux"})``.
+
+Without an mcpu a preset is portable: ``x86_64`` code runs on any x86-64
+CPU (SSE2, 128-bit vectors). ``x86_64:native`` builds for the CPU of the
+machine building (AVX-512 where it has it), several times faster on the
+host side, but only for CPUs with the same features.
 """
 
 from __future__ import annotations
@@ -35,9 +40,30 @@ class TargetPreset:
         import tvm
 
         config = {"kind": "llvm", "mtriple": self.triple}
-        if self.mcpu:
+        if self.mcpu == "native":
+            config.update(self._native_cpu())
+        elif self.mcpu:
             config["mcpu"] = self.mcpu
         return tvm.target.Target(config)
+
+    def _native_cpu(self) -> dict:
+        """``mcpu``/``mattr`` of the machine running this, as ``-march=native`` would pick them.
+
+        TVM's LLVM does not resolve ``mcpu=native`` (it logs an error and
+        builds for the generic CPU), so byoc asks LLVM for the host CPU's name
+        and its actual features: a virtual machine often hides features its
+        CPU model implies, and code using them would not run.
+        """
+        import tvm_ffi
+
+        if not self.is_host:
+            raise TargetError(
+                f"mcpu 'native' means the CPU of this machine, which is not a {self.name}; "
+                f"name the {self.name} CPU instead (e.g. {self.name}:{next(m for m in _MCPUS[self.name] if m)})"
+            )
+        name = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName")()
+        features = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+        return {"mcpu": str(name), "mattr": [f"{'+' if on else '-'}{f}" for f, on in sorted(features.items())]}
 
     @property
     def is_host(self) -> bool:

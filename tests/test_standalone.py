@@ -96,7 +96,7 @@ def test_export_writes_a_program_that_make_builds_and_runs(cnn, tmp_path):
         "Makefile", "kernels.o", "model.c", "partitions_c_source.c"]
     source = (folder / "model.c").read_text()
     # No TVM runtime: the kernels are called directly, the stubs are defined here.
-    assert "__tvm_ffi_c_source_0(NULL" in source and "__tvm_ffi_batch_norm(NULL" in source
+    assert "__tvm_ffi_c_source_0(NULL" in source and "__tvm_ffi_fused_batch_norm(NULL" in source
     assert "__TVMBackendAllocWorkspace" in source and "#include <tvm" not in source
     assert not any("tvm" in arg for arg in program.build_command("cc"))
     if shutil.which("make") is None:

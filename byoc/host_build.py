@@ -1,0 +1,453 @@
+"""The host build: what TVM's LLVM target compiles for an artifact, fused, parallel and vectorized.
+
+What ``tvm.compile(mod, target)`` does for a CPU target in TVM 0.27: it runs
+``relax.pipeline.default_build_pipeline``, which legalizes every Relax op into
+a PrimFunc of its own (no ``FoldConstant``, no ``FuseOps``/``FuseTIR``; the
+fusing ``relax.get_default_pipeline`` is used for GPU targets only) and
+schedules none of them: each op is one serial loop nest, vectorized only
+where LLVM's loop vectorizer finds a way.
+
+:func:`compile_host` runs instead:
+
+1. TVM's CPU pipeline (``relax.backend.cpu_generic``): ``LegalizeOps``,
+   ``FoldConstant`` (a transposed weight is transposed once, at build time),
+   ``FuseOps`` + ``FuseTIR`` (conv2d + bias + clip is one PrimFunc);
+2. a schedule for each PrimFunc those passes made (:func:`ScheduleHost`):
+   the outer spatial loops are fused into one parallel loop (a unit batch
+   loop folds into it), the innermost spatial loop is vectorized, and a
+   reduction (conv2d, matmul, pooling) accumulates a register tile of
+   outputs over its reduction loops, with its elementwise epilogue (bias,
+   activation, residual add) applied to each tile as it completes;
+3. the rest of TVM's CPU pipeline (memory planning, VM lowering) and
+   ``tvm.compile``'s TIR pipeline.
+
+``tvm.s_tir.dlight`` has CPU rules only for GEMV and softmax-like
+reductions; applied to MobileNetV2 they made it 4x slower than no schedule
+at all, so byoc schedules the PrimFuncs itself.
+
+Parallel loops are calls into TVM's runtime thread pool
+(``TVMBackendParallelLaunch``; the standalone program's serial stub runs
+them in one task). On x86_64 the pool's default size is half the logical
+CPUs (TVM assumes hyper-threading): set ``TVM_NUM_THREADS`` to use them all.
+Vector widths follow the target: 128 bits for the portable presets, 256 or
+512 with an mcpu that has AVX or AVX-512 (``x86_64:native`` is the fast
+choice for the build machine itself).
+
+Not touched: partitions offloaded to vendors (external modules, not
+PrimFuncs); PrimFuncs that were in the module before (hand-written
+``call_tir`` kernels: neither fused nor scheduled); PrimFuncs marked
+scheduled or making impure calls (extern C, packed functions). A PrimFunc
+the schedule cannot handle is built as TVM wrote it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Optional
+
+from .targets import TargetPreset
+
+_SCHEDULED = "tirx.is_scheduled"
+# Ops whose vector form computes something else: x86 vector shifts (the TIR
+# LShift/RShift nodes and these calls) give 0 for a count >= the width or
+# negative where the scalar instruction masks the count, which is what TVM's
+# unscheduled build returns (ONNX BitShift conformance cases).
+_SCALAR_ONLY = ("tirx.shift_left", "tirx.shift_right")
+_OPAQUE_PATTERN = 8  # relax's OpPatternKind::kOpaque
+_log = logging.getLogger(__name__)
+
+
+def compile_host(mod, preset: TargetPreset):
+    """Compile the Relax ``mod`` (vendor partitions already lowered by ``RunCodegen``) for ``preset``.
+
+    Returns the ``tvm.compile`` executable; fusion, parallel loops and
+    vectorization as described in this module's docstring. The arithmetic is
+    TVM's operators': every output element sums its terms in the same order
+    as TVM's unscheduled kernels do.
+    """
+    import tvm
+
+    target = preset.tvm_target()
+    try:
+        return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(target))
+    except Exception as err:  # noqa: BLE001 - e.g. an intrinsic LLVM cannot lower once vectorized
+        # What TVM builds on its own still gives the right answer, only slower.
+        _log.debug("host pipeline failed, building with TVM's default pipeline: %s",
+                   str(err).strip().splitlines()[-1:] or err)
+        return tvm.compile(mod, target=target)
+
+
+def host_pipeline(target):
+    """The Relax pipeline :func:`compile_host` runs: TVM's CPU pipeline with :func:`HostLowering`."""
+    import tvm
+    # The pipeline module, not the cpu_generic package: only it has dataflow_lower_passes.
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    @tvm.transform.module_pass(opt_level=0, name="ByocHostPipeline")
+    def pipeline(mod, _ctx):
+        with target:
+            return tvm.transform.Sequential(
+                cpu.library_dispatch_passes(target) + [HostLowering(target)]
+                + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+            )(mod)
+
+    return pipeline
+
+
+def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
+    """``LegalizeOps`` for the CPU ``target``, then fusion and :func:`ScheduleHost`.
+
+    A drop-in replacement for ``relax.transform.LegalizeOps()`` in a Relax
+    pipeline (TVM's CPU ``legalize_passes``: ``LegalizeOps``,
+    ``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``).
+    Only the PrimFuncs these passes create are scheduled; those already in
+    the module are someone's own kernels and stay as they are.
+    """
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    @tvm.transform.module_pass(opt_level=0, name="ByocHostLowering")
+    def lowering(mod, _ctx):
+        existing = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+        mod = mod.clone()  # the caller's module (e.g. a PartitionPlan's) must not change
+        for gv, func in list(mod.functions.items()):
+            # Hand-written kernels without a declared pattern are opaque to FuseOps:
+            # fusing them is not ours to decide (and FuseTIR rejects some of them).
+            if gv.name_hint in existing and (func.attrs is None or "op_pattern" not in func.attrs):
+                mod[gv] = func.with_attr("op_pattern", _OPAQUE_PATTERN)
+        with target:
+            mod = tvm.transform.Sequential(cpu.legalize_passes(target))(mod)
+        return ScheduleHost(target, skip=existing)(mod)
+
+    return lowering
+
+
+class _Vector:
+    """Vector and register sizes of a target, in elements of a given width."""
+
+    def __init__(self, target):
+        from tvm.target.codegen import llvm_get_cpu_features
+
+        # llvm_get_vector_width reports the build machine's width when no mcpu
+        # is given; the code LLVM emits then is baseline (SSE2 on x86_64).
+        features = set(llvm_get_cpu_features(target))
+        self.bits = 512 if "avx512f" in features else 256 if "avx" in features else 128
+        self.registers = 32 if "avx512f" in features else 16
+
+    def lanes(self, dtype_bits: int) -> int:
+        return max(self.bits // max(dtype_bits, 8), 1)  # bool is 1 bit wide but stored in a byte
+
+
+def ScheduleHost(target, skip=frozenset()):  # noqa: N802 - a pass, named like TVM's
+    """A module pass that schedules every PrimFunc not named in ``skip`` for the CPU ``target``.
+
+    See the module docstring for the schedule. Functions it cannot read or
+    must not parallelize (:func:`_schedulable`) are left as they are.
+    """
+    import tvm
+
+    vector = _Vector(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="ByocScheduleHost")
+    def schedule_host(mod, _ctx):
+        updates = {}
+        for gv, func in mod.functions.items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or gv.name_hint in skip or not _schedulable(func):
+                continue
+            scheduled = _schedule_func(func, vector)
+            if scheduled is not None:
+                updates[gv] = scheduled
+        mod = mod.clone()  # assigning into the module given would change it for its other holders
+        for gv, func in updates.items():
+            mod[gv] = func
+        return mod
+
+    return schedule_host
+
+
+def _schedulable(func) -> bool:
+    """Not marked scheduled, no impure call (extern C, packed function, LLVM intrinsic), no shift.
+
+    Such calls have effects or thread safety TVM cannot see, so a function
+    making them keeps the serial loops TVM wrote. Pure ones (``expf``
+    through ``call_pure_extern``) are fine.
+    """
+    import tvm
+    import tvm_ffi
+
+    if func.attrs is not None and _SCHEDULED in func.attrs and bool(func.attrs[_SCHEDULED]):
+        return False
+    impure = []
+
+    def visit(call):
+        name = getattr(call.op, "name", "")
+        if (name.startswith("tirx.") and "call" in name and "pure" not in name) or name in _SCALAR_ONLY:
+            impure.append(name)
+
+    shifts = (tvm.ir.prim.expr.LShift, tvm.ir.prim.expr.RShift)
+    tvm_ffi.structural_walk(func, [(tvm.ir.expr.Call, visit), (shifts, lambda shift: impure.append("shift"))])
+    return not impure
+
+
+def _schedule_func(func, vector: _Vector):
+    """``func`` scheduled for the CPU, or None when it is left as TVM wrote it."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    try:
+        if not _schedule(sch, vector):
+            return None
+    except Exception as err:  # noqa: BLE001 - a primitive refused this function: build it unscheduled
+        _log.debug("host schedule skipped a PrimFunc: %s", str(err).strip().splitlines()[-1:] or err)
+        return None
+    return sch.mod["main"].with_attr(_SCHEDULED, True)
+
+
+# -- the schedule -------------------------------------------------------------------------
+# Fused parallel loops stop growing at this many iterations: enough chunks for
+# any thread pool, and the loops inside stay nested (no div/mod per element).
+_PARALLEL_CHUNKS = 128
+# Below this many loop iterations a parallel launch costs more than it saves.
+_PARALLEL_MIN_WORK = 1 << 14
+
+
+def _schedule(sch, vector: _Vector) -> bool:
+    """Schedule every block of ``sch``'s function; False when dlight cannot analyse it."""
+    if _blocks(sch) is None:
+        return False
+    _inline(sch)
+    blocks = _blocks(sch)
+    if not blocks:
+        return False
+    done = set()
+    for info in blocks:
+        if info.name in done:
+            continue
+        kinds = info.dom_kind()
+        if set(kinds) == {"S"}:
+            _schedule_spatial(sch, info.block_rv, vector)
+        elif re.fullmatch("S+R+", kinds):
+            done.add(_schedule_reduction(sch, info, vector))
+        done.add(info.name)
+    return True
+
+
+def _blocks(sch):
+    """dlight's block analysis (kinds S/R/O per iterator), or None for a function it cannot read."""
+    from tvm.s_tir.dlight.analysis import normalize_prim_func
+
+    return normalize_prim_func(sch)
+
+
+def _extent(sch, loop) -> Optional[int]:
+    extent = sch.get(loop).extent
+    return int(extent.value) if hasattr(extent, "value") else None
+
+
+def _spatial(sch, block) -> bool:
+    from tvm import tirx
+
+    return all(iv.iter_type == tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+
+
+def _is_copy(sch, block) -> bool:
+    """Whether the block copies element for element (a pad without padding): inlining it is free."""
+    import tvm_ffi
+    from tvm import ir, tirx
+
+    body = sch.get(block).body
+    return (isinstance(body, tirx.BufferStore) and isinstance(body.value, ir.expr.TensorLoad)
+            and tvm_ffi.structural_equal(list(body.indices), list(body.value.indices)))
+
+
+def _inline(sch) -> None:
+    """Merge elementwise chains: an all-spatial block goes into its consumers when they
+    are all-spatial too (or when it only copies), then into its producer when that is
+    all-spatial. Inlining into a reduction would recompute the block per reduction step;
+    a padding block stays (inlined, its bounds test would sit in the innermost loop).
+    """
+    for info in _blocks(sch) or []:
+        block = info.block_rv
+        consumers = sch.get_consumers(block)
+        if not _spatial(sch, block) or not consumers:
+            continue
+        if _is_copy(sch, block) or all(_spatial(sch, c) for c in consumers):
+            _try(sch.compute_inline, block)
+    for info in _blocks(sch) or []:
+        block = info.block_rv
+        producers = sch.get_producers(block)
+        if _spatial(sch, block) and producers and all(_spatial(sch, p) for p in producers):
+            _try(sch.reverse_compute_inline, block)
+
+
+def _try(primitive, *args) -> bool:
+    """Apply a schedule primitive that may legitimately refuse (e.g. inlining an output block)."""
+    from tvm.s_tir import ScheduleError
+
+    try:
+        primitive(*args)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _divisor(extent: int, limit: int) -> int:
+    """The largest divisor of ``extent`` that is at most ``limit``."""
+    return max(d for d in range(1, min(extent, limit) + 1) if extent % d == 0)
+
+
+def _vector_width(extent: int, lanes: int) -> int:
+    """The vector loop's length: a divisor of ``extent`` filling at most one register.
+
+    Longer odd lengths (28 floats on AVX-512) split into pieces LLVM spills;
+    a short extent with no useful divisor (7 floats on SSE) is taken whole.
+    """
+    width = _divisor(extent, lanes)
+    return extent if width == 1 and extent <= 2 * lanes else width
+
+
+def _parallelize(sch, loops: list, work: Optional[int]):
+    """Fuse the outer ``loops`` until there are enough chunks and make that loop parallel.
+
+    Returns the innermost of ``loops`` after fusing (the loop a tile hangs from).
+    """
+    extents = [_extent(sch, l) for l in loops]
+    count, product = 0, 1
+    while count < len(loops) and product < _PARALLEL_CHUNKS and extents[count] is not None:
+        product *= extents[count]
+        count += 1
+    count = max(count, 1)
+    outer = sch.fuse(*loops[:count]) if count > 1 else loops[0]
+    if work is None or work >= _PARALLEL_MIN_WORK:
+        sch.parallel(outer)
+    return ([outer] + list(loops[count:]))[-1]
+
+
+def _work(sch, loops) -> Optional[int]:
+    product = 1
+    for loop in loops:
+        extent = _extent(sch, loop)
+        if extent is None:
+            return None
+        product *= extent
+    return product
+
+
+def _schedule_spatial(sch, block, vector: _Vector) -> None:
+    """Parallel outer loops, a vectorized inner loop, for an all-spatial block."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    work = _work(sch, loops)
+    # Trailing unit loops carry no work: the vector loop is the last real one.
+    while len(loops) > 1 and _extent(sch, loops[-1]) == 1:
+        loops = loops[:-1]
+    inner, outer = loops[-1], list(loops[:-1])
+    extent = _extent(sch, inner)
+    lanes = vector.lanes(sch.get(block).writes[0].source.dtype.bits)
+    if extent is not None and extent >= 2:
+        width = _vector_width(extent, lanes)
+        if width > 1:
+            rest, vec = sch.split(inner, [None, width])
+            sch.vectorize(vec)
+            inner = rest
+    _parallelize(sch, outer + [inner], work)
+
+
+def _schedule_reduction(sch, info, vector: _Vector) -> Optional[str]:
+    """Tile a block whose loops are spatial then reduction (conv2d, matmul, pooling, mean).
+
+    The innermost spatial axis becomes a vector of ``width`` outputs, and when
+    another spatial axis is missing from the reads that vector comes from (the
+    output channel of a conv2d, the row of a matmul) ``rows`` of those vectors
+    form a register tile: each input vector loaded is used ``rows`` times.
+    The tile loops go inside the reduction loops, so the tile accumulates in
+    registers. The one all-spatial consumer (bias, activation, residual add)
+    runs right after each tile. Returns that consumer's name, or None.
+    """
+    block = info.block_rv
+    stmt = sch.get(block)
+    n_spatial = info.dom_kind().count("S")
+    spatial = [it.loop_rv for it in info.iters[:n_spatial]]
+    reduce = [it.loop_rv for it in info.iters[n_spatial:]]
+    spatial_vars = [it.var for it in info.iters[:n_spatial]]
+    work = _work(sch, spatial + reduce)
+    lanes = vector.lanes(stmt.writes[0].source.dtype.bits)
+    extent = _extent(sch, spatial[-1])
+    width = 1
+    if extent is not None and _last_dim_only(stmt, spatial_vars[-1]):
+        width = _vector_width(extent, lanes)
+    tile = []
+    if width > 1:
+        rest, vec = sch.split(spatial[-1], [None, width])
+        spatial[-1], tile = rest, [vec]
+        axis = _row_axis(stmt, spatial_vars[:-1], spatial_vars[-1])
+        rows_extent = _extent(sch, spatial[axis]) if axis is not None else None
+        if rows_extent is not None and rows_extent > 1:
+            # A quarter of the vector registers hold the tile: measured best on
+            # SSE2 (16 registers) and AVX-512 (32); more rows spill.
+            rows = _divisor(rows_extent, max(1, vector.registers // (4 * -(-width // lanes))))
+            if rows > 1:
+                rest, row = sch.split(spatial[axis], [None, rows])
+                spatial[axis], tile = rest, [row, vec]
+        sch.reorder(*spatial, *reduce, *tile)
+    anchor = _parallelize(sch, spatial, work)
+    if not tile:
+        return None
+    epilogue = None
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1 and _spatial(sch, consumers[0]):
+        if _try(sch.reverse_compute_at, consumers[0], anchor, True):
+            epilogue = sch.get(consumers[0]).name_hint
+            _vectorize_last(sch, consumers[0])
+    # Loop kinds are set before decompose_reduction: the update block it leaves
+    # has no init, and schedule primitives refuse it afterwards.
+    sch.vectorize(tile[-1])
+    if len(tile) == 2:
+        sch.unroll(tile[0])
+    sch.decompose_reduction(block, reduce[0])
+    return epilogue
+
+
+def _vectorize_last(sch, block) -> None:
+    loop = sch.get_loops(block)[-1]
+    extent = _extent(sch, loop)
+    if extent is not None and extent >= 2:
+        sch.vectorize(loop)
+
+
+def _region_vars(region) -> list:
+    """Per dimension of a buffer region, the variables its start index uses."""
+    from tvm.tirx.analysis import undefined_vars
+
+    return [undefined_vars(r.min) for r in region.region]
+
+
+def _uses(variables, var) -> bool:
+    return any(v.same_as(var) for v in variables)
+
+
+def _last_dim_only(stmt, var) -> bool:
+    """Whether every buffer the block touches indexes ``var``, if at all, in its last dimension only.
+
+    Then consecutive ``var`` are consecutive (or evenly strided) addresses,
+    and a vector over it is a load, not a gather of scattered elements.
+    """
+    for region in list(stmt.reads) + list(stmt.writes):
+        dims = _region_vars(region)
+        if any(_uses(vs, var) for vs in dims[:-1]):
+            return False
+    return True
+
+
+def _row_axis(stmt, outer_vars, vector_var) -> Optional[int]:
+    """The innermost of ``outer_vars`` that no read indexed by ``vector_var`` uses, or None."""
+    vector_reads = [[v for vs in dims for v in vs] for dims in map(_region_vars, stmt.reads)
+                    if any(_uses(vs, vector_var) for vs in dims)]
+    if not vector_reads:
+        return None
+    for i in reversed(range(len(outer_vars))):
+        if not any(_uses(used, outer_vars[i]) for used in vector_reads):
+            return i
+    return None
