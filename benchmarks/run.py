@@ -536,44 +536,45 @@ def _per_vendor_set(report: dict, field: str) -> dict:
     return sets
 
 
-def _latency_goal(report: dict) -> dict:
-    goal, target = "byoc / onnxruntime latency on every model", "<= 1.0"
+def _every_model_goal(report: dict, goal: str, target: str, field: str, higher_is_better: bool,
+                      threshold: float, models: list, spec: str, extra: str = "") -> dict:
+    """A goal over every model (``models``: those where it can be measured) for the best vendor set.
+
+    The worst model of a set decides; a set measured on fewer models ranks after complete ones.
+    """
     candidates = []
-    for vendors, ratios in _per_vendor_set(report, "vs_onnxruntime").items():
-        measured = {m: r for m, r in ratios.items() if r is not None}
-        if measured:
-            missing = sorted(set(ratios) - set(measured))
-            worst = max(measured.values())
-            shown = f"worst {worst:.2f}x (" + ", ".join(f"{m} {r:.2f}x" for m, r in measured.items()) + ")"
-            if missing:
-                shown += f"; not measured on {', '.join(missing)}"
-            candidates.append((bool(missing), worst, {"vendors": vendors, "value": worst, "measured": shown}))
+    for vendors, values in _per_vendor_set(report, field).items():
+        measured = {m: v for m, v in values.items() if v is not None}
+        if not measured:
+            continue
+        missing = sorted(set(models) - set(measured))
+        worst = min(measured.values()) if higher_is_better else max(measured.values())
+        label = "least" if higher_is_better else "worst"
+        shown = f"{label} {worst:{spec}}x (" + ", ".join(f"{m} {v:{spec}}x" for m, v in measured.items()) + ")"
+        if missing:
+            shown += f"; not measured on {', '.join(missing)}"
+        shown += extra
+        rank = -worst if higher_is_better else worst
+        candidates.append((bool(missing), rank, {"vendors": vendors, "value": worst, "measured": shown}))
     if not candidates:
         return _goal(goal, target, None, None)
-    incomplete, worst, best = min(candidates, key=lambda c: c[:2])
-    return _goal(goal, target, best, not incomplete and worst <= 1.0)
+    incomplete, _, best = min(candidates, key=lambda c: c[:2])
+    value = best["value"]
+    met = not incomplete and (value >= threshold if higher_is_better else value <= threshold)
+    return _goal(goal, target, best, met)
+
+
+def _latency_goal(report: dict) -> dict:
+    return _every_model_goal(report, "byoc / onnxruntime latency on every model", "<= 1.0", "vs_onnxruntime",
+                             False, 1.0, list(report["models"]), ".2f")
 
 
 def _speedup_goal(report: dict) -> dict:
-    goal, target = "speedup vs plain TVM on every model", ">= 3x"
     plain = [m for m, c in report["models"].items() if c.get("plain_tvm", {}).get("latency_ms") is not None]
-    candidates = []
-    for vendors, speedups in _per_vendor_set(report, "speedup_vs_plain_tvm").items():
-        measured = {m: s for m, s in speedups.items() if s is not None}
-        if measured:
-            missing = sorted(set(plain) - set(measured))
-            least = min(measured.values())
-            shown = f"least {least:.1f}x (" + ", ".join(f"{m} {s:.1f}x" for m, s in measured.items()) + ")"
-            if missing:
-                shown += f"; not measured on {', '.join(missing)}"
-            unmeasured_plain = sorted(set(report["models"]) - set(plain))
-            if unmeasured_plain:
-                shown += f"; plain TVM not measured on {', '.join(unmeasured_plain)}"
-            candidates.append((bool(missing), -least, {"vendors": vendors, "value": least, "measured": shown}))
-    if not candidates:
-        return _goal(goal, target, None, None)
-    incomplete, neg_least, best = min(candidates, key=lambda c: c[:2])
-    return _goal(goal, target, best, not incomplete and -neg_least >= 3.0)
+    unmeasured = sorted(set(report["models"]) - set(plain))
+    extra = f"; plain TVM not measured on {', '.join(unmeasured)}" if unmeasured else ""
+    return _every_model_goal(report, "speedup vs plain TVM on every model", ">= 3x", "speedup_vs_plain_tvm",
+                             True, 3.0, plain, ".1f", extra)
 
 
 def _boundary_goal(report: dict) -> dict:
