@@ -27,3 +27,12 @@ def is_prim_value(expr) -> bool:
     from tvm.ir.prim.expr import FloatImm, IntImm
 
     return isinstance(expr, (IntImm, FloatImm))
+
+
+def const_nbytes(expr) -> int:
+    """Bytes of a tensor constant, read from its shape and dtype (no copy to numpy)."""
+    value = expr.value
+    count = 1
+    for extent in value.shape:
+        count *= int(extent)
+    return count * np.dtype(str(value.dtype)).itemsize

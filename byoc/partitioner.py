@@ -17,7 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
-from ._tvm import const_array, is_tensor_const
+from ._tvm import const_nbytes
 from .annotator import BINDINGS_ATTR, Annotation, Decision, annotate
 from .errors import ByocError
 from .frontend import ImportedModel, TensorSpec, import_model
@@ -103,15 +103,17 @@ def _region_bindings(func) -> list[str]:
 
 
 def _constant_bytes(func) -> int:
-    from tvm import relax
+    import tvm_ffi
+    from tvm.ir.expr import GenericConst
 
     seen: dict = {}
 
     def visit(expr):
-        if is_tensor_const(expr):
-            seen[expr] = const_array(expr).nbytes
+        seen[expr] = const_nbytes(expr)
 
-    relax.analysis.post_order_visit(func, visit)
+    # structural_walk calls back only for constants: a Python call per node would
+    # cost more than TVM's partitioning passes on large graphs.
+    tvm_ffi.structural_walk(func, [(GenericConst, visit)])
     return sum(seen.values())
 
 
