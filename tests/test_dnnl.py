@@ -205,8 +205,8 @@ def test_integral_clip_bounds_and_hard_sigmoid():
     assert "dnnl.clip" in _rules(artifact)
 
 
-def test_mean_of_one_input_is_a_copy():
-    """ONNX Mean of a single input reduces nothing; oneDNN has no such reduction, a reorder does it."""
+def test_mean_of_one_input_needs_no_reduction():
+    """ONNX Mean of a single input reduces nothing; oneDNN has no such reduction, it is a view (a reshape)."""
     m = single_op("Mean", {"x": [2, 3]}, [2, 3])  # TVM: stack([broadcast_to(x)]) then mean over axis 0
     assert _rules(_compile(m, host_ops=["relax.broadcast_to", "relax.stack"])) == {"dnnl.mean"}
 

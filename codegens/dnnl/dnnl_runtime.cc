@@ -268,15 +268,12 @@ class DnnlExecutor {
     else if (kernel == "relax.mean") Mean(op, a);
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
     else if (kernel == "relax.nn.layer_norm") LayerNorm(op, a);
-    else if (kernel == "relax.add") Binary(op, algorithm::binary_add, true);
-    else if (kernel == "relax.multiply") Binary(op, algorithm::binary_mul, true);
-    else if (kernel == "relax.subtract") Binary(op, algorithm::binary_sub, false);
-    else if (kernel == "relax.divide") Binary(op, algorithm::binary_div, false);
+    else if (const algorithm* alg = BinaryAlgorithm(kernel)) Binary(op, *alg, Commutes(kernel));
     else {
-      float alpha = 0.0f, beta = 0.0f;
-      algorithm alg = EltwiseOf(op, &alpha, &beta);
+      PostOp p;
+      if (!EltwiseOf(op, &p)) Fail(op.where + ": no oneDNN primitive for " + op.kernel);
       Arity(op, 1);
-      Eltwise(op, alg, alpha, beta, op.output);
+      Eltwise(op, p.alg, p.alpha, p.beta, op.output);
     }
     return k + 1;
   }
@@ -293,25 +290,24 @@ class DnnlExecutor {
             pd.scratchpad_desc());
   }
 
-  // relu / clip / sigmoid / tanh as an oneDNN eltwise algorithm; Fail for anything else.
-  algorithm EltwiseOf(const BodyOp& op, float* alpha, float* beta) const {
-    *alpha = *beta = 0.0f;
-    if (op.kernel == "relax.nn.relu") return algorithm::eltwise_relu;
-    if (op.kernel == "relax.sigmoid") return algorithm::eltwise_logistic;
-    if (op.kernel == "relax.tanh") return algorithm::eltwise_tanh;
-    if (op.kernel == "relax.clip") {
+  // relu / clip / sigmoid / tanh as an oneDNN eltwise algorithm in `p`; false for any other op.
+  bool EltwiseOf(const BodyOp& op, PostOp* p) const {
+    p->alpha = p->beta = 0.0f;
+    if (op.kernel == "relax.nn.relu") p->alg = algorithm::eltwise_relu;
+    else if (op.kernel == "relax.sigmoid") p->alg = algorithm::eltwise_logistic;
+    else if (op.kernel == "relax.tanh") p->alg = algorithm::eltwise_tanh;
+    else if (op.kernel == "relax.clip") {
       Attrs a(op.attrs, op.where);
-      *alpha = static_cast<float>(a.Float("min"));
-      *beta = static_cast<float>(a.Float("max"));
-      return algorithm::eltwise_clip_v2;
+      p->alpha = static_cast<float>(a.Float("min"));
+      p->beta = static_cast<float>(a.Float("max"));
+      p->alg = algorithm::eltwise_clip_v2;
+    } else {
+      return false;
     }
-    Fail(op.where + ": no oneDNN primitive for " + op.kernel);
+    return true;
   }
 
-  bool IsEltwise(const BodyOp& op) const {
-    return op.kernel == "relax.nn.relu" || op.kernel == "relax.sigmoid" || op.kernel == "relax.tanh" ||
-           op.kernel == "relax.clip";
-  }
+  static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
 
   // A scalar constant operand of `op` other than `x`, or NaN.
   float ScalarOperand(const BodyOp& op, int x, bool* x_first) const {
@@ -359,10 +355,8 @@ class DnnlExecutor {
         f.post.push_back({algorithm::eltwise_gelu_erf});
       } else if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
         break;
-      } else if (IsEltwise(op)) {
+      } else if (PostOp p; EltwiseOf(op, &p)) {
         if (op.inputs[0] != x) break;
-        PostOp p;
-        p.alg = EltwiseOf(op, &p.alpha, &p.beta);
         f.post.push_back(p);
       } else if (op.inputs.size() == 2 && (op.inputs[0] == x || op.inputs[1] == x)) {
         bool x_first = false;
@@ -379,7 +373,7 @@ class DnnlExecutor {
           f.post.push_back({algorithm::eltwise_linear, 1.0f, c});
         } else if (!std::isnan(c) && kernel == "relax.subtract") {
           f.post.push_back({algorithm::eltwise_linear, x_first ? 1.0f : -1.0f, x_first ? -c : c});
-        } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || kernel == "relax.add" || kernel == "relax.multiply") &&
+        } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || Commutes(kernel)) &&
                    Broadcasts(g_.Shape(other), shape)) {
           PostOp p;
           p.alg = *BinaryAlgorithm(kernel);
@@ -457,25 +451,12 @@ class DnnlExecutor {
   size_t Conv2d(size_t k, const Attrs& a) {
     const BodyOp& op = g_.ops()[k];
     Arity(op, 2);
-    if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "OIHW" || a.Str("out_layout") != "NCHW")
-      Fail(op.where + ": only NCHW/OIHW layouts are supported");
     int x = op.inputs[0], w = op.inputs[1];
     if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
     const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
-    if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4) Fail(op.where + ": conv2d tensors must be 4-D");
-    int64_t groups = a.Int("groups");
-    if (groups < 1 || xs[1] != ws[1] * groups || ws[0] % groups != 0 || ys[1] != ws[0] || ys[0] != xs[0])
-      Fail(op.where + ": channels of " + ShapeStr(xs) + " and weight " + ShapeStr(ws) + " do not match groups=" +
-           std::to_string(groups));
-    auto st = a.Ints("strides"), pad = a.Ints("padding"), dil = a.Ints("dilation");
-    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
-    if (st.size() != 2 || dil.size() != 2 || pad.size() != 4) Fail(op.where + ": strides/dilation need 2 values and padding 4");
-    for (int d = 0; d < 2; ++d) {
-      int64_t span = dil[d] * (ws[2 + d] - 1) + 1;
-      if (st[d] < 1 || dil[d] < 1 || pad[d] < 0 || pad[d + 2] < 0 ||
-          ys[2 + d] != (xs[2 + d] + pad[d] + pad[d + 2] - span) / st[d] + 1)
-        Fail(op.where + ": output shape " + ShapeStr(ys) + " does not follow from the attributes");
-    }
+    Conv2dGeometry geometry = CheckConv2d(a, xs, ws, ys, op.where);
+    const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
+    int64_t groups = geometry.groups;
     Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
     int64_t channels = ys[1];
     Fused f = FusePostOps(k, [&](int b) {
@@ -640,14 +621,11 @@ class DnnlExecutor {
     int64_t numel = 1;
     for (auto d : kept) numel *= d;
     if (numel != g_.tensor(op.output).numel) Fail(op.where + ": output shape does not match the reduced axes");
-    int src = value_of_[op.inputs[0]];
-    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean of one value is that value
-      int dst = Define(op.output, Plain(g_.Shape(op.output)));
-      dnnl::reorder::primitive_desc pd(Engine(), values_[src].desc, Engine(), Plain(kept), UserScratchpad());
-      AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, values_[src].desc}, {DNNL_ARG_TO, dst, Plain(kept)}},
-              pd.scratchpad_desc());
+    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean of one value is that value, a reshape
+      Reshape(op);
       return;
     }
+    int src = value_of_[op.inputs[0]];
     if (xs.size() == 4 && kept == Dims{xs[0], xs[1], 1, 1}) {
       GlobalAveragePool(op, src, kept);
       return;

@@ -316,6 +316,38 @@ inline std::vector<int64_t> Broadcast(const std::vector<int64_t>& a, const std::
   }
   return out;
 }
+// conv2d attributes checked against its tensors: NCHW/OIHW, 4-D, channels that
+// fit the groups, and an output shape that follows from strides, padding and
+// dilation. Every runtime checks this before computing anything.
+struct Conv2dGeometry {
+  int64_t groups;
+  std::vector<int64_t> strides, dilation;  // (h, w)
+  std::vector<int64_t> padding;            // (top, left, bottom, right)
+};
+
+inline Conv2dGeometry CheckConv2d(const Attrs& a, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                                  const std::vector<int64_t>& y, const std::string& where) {
+  if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "OIHW" || a.Str("out_layout") != "NCHW")
+    Fail(where + ": only NCHW/OIHW layouts are supported");
+  if (x.size() != 4 || w.size() != 4 || y.size() != 4) Fail(where + ": conv2d tensors must be 4-D");
+  Conv2dGeometry g{a.Int("groups"), a.Ints("strides"), a.Ints("dilation"), a.Ints("padding")};
+  if (g.strides.size() != 2 || g.dilation.size() != 2 || (g.padding.size() != 4 && g.padding.size() != 2))
+    Fail(where + ": strides/dilation need 2 values and padding 2 or 4");
+  if (g.padding.size() == 2) g.padding = {g.padding[0], g.padding[1], g.padding[0], g.padding[1]};
+  for (int64_t v : g.strides) if (v < 1) Fail(where + ": strides must be positive");
+  for (int64_t v : g.dilation) if (v < 1) Fail(where + ": dilation must be positive");
+  for (int64_t v : g.padding) if (v < 0) Fail(where + ": padding must not be negative");
+  if (g.groups < 1 || x[1] != w[1] * g.groups || w[0] % g.groups != 0 || y[0] != x[0] || y[1] != w[0])
+    Fail(where + ": channels of " + ShapeStr(x) + " and weight " + ShapeStr(w) + " do not match groups=" +
+         std::to_string(g.groups));
+  for (int d = 0; d < 2; ++d) {
+    int64_t span = g.dilation[d] * (w[2 + d] - 1) + 1;
+    if (y[2 + d] != (x[2 + d] + g.padding[d] + g.padding[d + 2] - span) / g.strides[d] + 1)
+      Fail(where + ": output shape " + ShapeStr(y) + " does not follow from the attributes");
+  }
+  return g;
+}
+
 // One primitive op of a node body, with its tensors resolved to ids.
 struct BodyOp {
   std::string kernel;          // the Relax op name, e.g. "relax.nn.conv2d"

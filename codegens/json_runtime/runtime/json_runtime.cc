@@ -127,28 +127,12 @@ class ReferenceExecutor {
   Step Conv2d(const std::vector<int>& ins, int conv_out, int out, int bias, int relu, const Attrs& a,
               const std::string& where) const {
     Arity(ins, 2, where);
-    if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "OIHW" || a.Str("out_layout") != "NCHW")
-      Fail(where + ": only NCHW/OIHW layouts are supported");
     const auto& x = Shape(ins[0]);
     const auto& w = Shape(ins[1]);
     const auto& y = Shape(conv_out);
-    if (x.size() != 4 || w.size() != 4 || y.size() != 4) Fail(where + ": conv2d tensors must be 4-D");
-    auto st = a.Ints("strides"), pad = a.Ints("padding"), dil = a.Ints("dilation");
-    int64_t groups = a.Int("groups");
-    if (st.size() != 2 || dil.size() != 2 || (pad.size() != 4 && pad.size() != 2))
-      Fail(where + ": strides/dilation need 2 values and padding 2 or 4");
-    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
-    for (int64_t v : st) if (v < 1) Fail(where + ": strides must be positive");
-    for (int64_t v : dil) if (v < 1) Fail(where + ": dilation must be positive");
-    for (int64_t v : pad) if (v < 0) Fail(where + ": padding must not be negative");
-    if (groups < 1 || x[1] != w[1] * groups || w[0] % groups != 0 || y[0] != x[0] || y[1] != w[0])
-      Fail(where + ": channels of " + ShapeStr(x) + " and weight " + ShapeStr(w) + " do not match groups=" +
-           std::to_string(groups));
-    for (int d = 0; d < 2; ++d) {
-      int64_t span = dil[d] * (w[2 + d] - 1) + 1;
-      int64_t expect = (x[2 + d] + pad[d] + pad[d + 2] - span) / st[d] + 1;
-      if (y[2 + d] != expect) Fail(where + ": output shape " + ShapeStr(y) + " does not follow from the attributes");
-    }
+    Conv2dGeometry g = CheckConv2d(a, x, w, y, where);
+    const auto &st = g.strides, &pad = g.padding, &dil = g.dilation;
+    int64_t groups = g.groups;
     int64_t n = x[0], c = x[1], h = x[2], wd = x[3], o = w[0], kh = w[2], kw = w[3], oh = y[2], ow = y[3];
     int64_t sh = st[0], sw = st[1], pt = pad[0], pl = pad[1], dh = dil[0], dw = dil[1];
     int xi = ins[0], wi = ins[1];
