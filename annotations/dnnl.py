@@ -30,8 +30,7 @@ import math
 from byoc._tvm import const_array, is_tensor_const
 from byoc.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
                          per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
-from byoc.codegens.dnnl import DNNL_RUNTIME, DnnlCodegen
-from byoc.errors import BuildError
+from byoc.codegens.dnnl import DnnlCodegen
 from byoc.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
 
@@ -251,11 +250,6 @@ RULES = (
     OpRule(f"{NAME}.flatten", "relax.flatten", _base),
     OpRule(f"{NAME}.transpose", "relax.permute_dims", _base),
 )
-
-try:
-    DNNL_RUNTIME.load()
-except BuildError:
-    pass  # no oneDNN or no compiler here: DnnlCodegen.compile loads it again and raises the reason
 
 VENDOR = register_vendor(
     Vendor(

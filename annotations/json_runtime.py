@@ -6,10 +6,8 @@ limits: the rules are c_source's, under this vendor's name, with the same
 checks and rejection reasons (float32 only, static shapes of rank <= 8,
 NCHW/OIHW, per-channel conv bias, no dilated or ceil-mode average pooling).
 
-Importing this module loads the runtime library (building it into the user
-cache the first time), so artifacts holding json_runtime modules load in
-this process. Without a C++ compiler the import still succeeds, and the
-error surfaces where the library is needed: at build time from the codegen.
+Importing this module loads nothing: the runtime library (compiled when byoc
+is installed) is loaded when an artifact that needs it is built or loaded.
 """
 
 from __future__ import annotations
@@ -17,19 +15,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from byoc.annotations.c_source import RULES as _C_SOURCE_RULES
-from byoc.codegens.json_runtime import JsonRuntimeCodegen, load_runtime
-from byoc.errors import BuildError
+from byoc.codegens.json_runtime import JsonRuntimeCodegen
 from byoc.registry import register_vendor
 from byoc.vendor import Vendor
 
 NAME = "json_runtime"
 
 RULES = tuple(replace(rule, name=f"{NAME}.{rule.name.split('.', 1)[1]}") for rule in _C_SOURCE_RULES)
-
-try:
-    load_runtime()
-except BuildError:
-    pass  # no compiler here: JsonRuntimeCodegen.compile calls load_runtime again and raises it
 
 VENDOR = register_vendor(
     Vendor(

@@ -180,12 +180,33 @@ def _flatten(result) -> list:
     return flat
 
 
+def _load_runtimes_for(path: Path) -> None:
+    """Load the runtime library of every vendor whose modules ``path`` holds.
+
+    A library exported by TVM stores each module's type key (e.g.
+    ``byoc_json_runtime``) as text, and TVM needs that kind's loader before it
+    can load the file; so the file is searched for the kinds the registered
+    vendors' codegens declare. Only the runtimes found are loaded.
+    """
+    import mmap
+
+    from .registry import get_vendor, list_vendors
+    from .vendor import runtime_module_kinds
+
+    wanted = {kind.encode(): get_vendor(name).codegen for name in list_vendors()
+              for kind in runtime_module_kinds(get_vendor(name).codegen)}
+    if not wanted or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        needed = [codegen for kind, codegen in wanted.items() if data.find(kind) >= 0]
+    for codegen in needed:
+        codegen.load_runtime()
+
+
 def _load_library(path: Path):
     import tvm
 
-    from .registry import list_vendors
-
-    list_vendors()  # importing the vendor modules registers their runtime loaders (json_runtime)
+    _load_runtimes_for(path)
     try:
         return tvm.runtime.load_module(str(path))
     except Exception as err:

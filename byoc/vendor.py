@@ -133,6 +133,17 @@ class Codegen(Protocol):
     def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list: ...
 
 
+def runtime_module_kinds(codegen: Codegen) -> tuple[str, ...]:
+    """The type keys of the runtime modules ``codegen`` makes that need its runtime loaded to load back.
+
+    A codegen whose modules are not built into TVM (a runtime library of its
+    own) declares them as ``module_kinds`` and provides ``load_runtime()``;
+    byoc calls it when it builds for the vendor or loads an artifact holding
+    such modules, never at import.
+    """
+    return tuple(getattr(codegen, "module_kinds", ()))
+
+
 @dataclass(frozen=True)
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options."""

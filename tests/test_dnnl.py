@@ -466,17 +466,17 @@ def test_missing_onednn_names_the_extra(monkeypatch):
     from byoc.codegens import dnnl
 
     _without_onednn(monkeypatch)
-    with pytest.raises(BuildError, match=r'onednn-devel-cpu-gomp is not installed; pip install "byoc\[dnnl\]"'):
-        dnnl.onednn_flags()
+    with pytest.raises(BuildError, match=r'onednn-cpu-gomp is not installed; pip install "byoc\[dnnl\]"'):
+        dnnl.onednn_library()
 
 
 def test_building_without_onednn_is_a_clear_error_not_a_fallback(monkeypatch):
     """Asking for dnnl without oneDNN is a set-up problem: say what to install rather than build a slow artifact."""
-    from byoc.codegens.dnnl import DNNL_RUNTIME, DnnlCodegen, onednn_flags
+    from byoc.codegens.dnnl import DNNL_RUNTIME, DnnlCodegen, onednn_library
     from byoc.codegens.json_runtime.runtime import RuntimeLibrary
 
     _without_onednn(monkeypatch)
-    unloaded = RuntimeLibrary(DNNL_RUNTIME.name, DNNL_RUNTIME.source, flags=onednn_flags)
+    unloaded = RuntimeLibrary(DNNL_RUNTIME.name, DNNL_RUNTIME.package, dependencies=onednn_library)
     monkeypatch.setattr(byoc.get_vendor("dnnl").codegen, "library", unloaded)
     assert isinstance(byoc.get_vendor("dnnl").codegen, DnnlCodegen)
     with pytest.raises(BuildError, match=r'pip install "byoc\[dnnl\]"'):

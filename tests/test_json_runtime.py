@@ -1,5 +1,5 @@
 """The json_runtime vendor: every op against onnxruntime, export/load in a fresh process,
-determinism of the JSON, concurrency, corrupted blobs, and the library cache.
+determinism of the JSON, concurrency, corrupted blobs, and the installed library.
 
 Run with ``-s`` to see the largest absolute error against onnxruntime.
 """
@@ -349,33 +349,20 @@ def test_vendor_order_json_runtime_first():
     _compare(artifact.run(inputs), onnxruntime_outputs(m, inputs), "small_mlp json_runtime+c_source")
 
 
-# -- the library cache ----------------------------------------------------------------------
-def test_cache_dir_follows_environment(monkeypatch, tmp_path):
+# -- the installed library ----------------------------------------------------------------
+def test_runtime_library_is_installed_with_byoc_not_built_on_use():
     from byoc.codegens.json_runtime import runtime
 
-    monkeypatch.delenv("BYOC_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert runtime.cache_dir() == tmp_path / "xdg" / "byoc" / "json_runtime"
-    monkeypatch.setenv("BYOC_CACHE_DIR", str(tmp_path / "mine"))
-    assert runtime.cache_dir() == tmp_path / "mine" / "json_runtime"
-    assert runtime.library_path().parent == tmp_path / "mine" / "json_runtime"
+    path = runtime.JSON_RUNTIME.library_path()
+    assert path.name == "libbyoc_json_runtime.so" and path.is_file()
+    assert path.resolve().parent == Path(runtime.__file__).resolve().parent
 
 
-def test_parallel_first_builds_share_one_library(tmp_path):
-    script = textwrap.dedent("""
-        import ctypes, tvm_ffi
-        from byoc.codegens.json_runtime import runtime
-        path = runtime.build_library()
-        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-        assert tvm_ffi.get_global_func("byoc.json_runtime.create") is not None
-        print(path)
-    """)
-    env = dict(os.environ, BYOC_CACHE_DIR=str(tmp_path))
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for _ in range(3)]
-    outs = [p.communicate() for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
-    paths = {out.strip() for out, _ in outs}
-    assert len(paths) == 1
-    leftovers = sorted(f.name for f in (tmp_path / "json_runtime").iterdir())
-    assert [f for f in leftovers if not f.endswith((".so", ".lock"))] == []
+def test_a_missing_runtime_library_says_how_to_get_it():
+    from byoc.codegens.json_runtime.runtime import RuntimeLibrary
+    from byoc.errors import BuildError
+
+    missing = RuntimeLibrary("no_such_runtime", package="byoc.codegens.json_runtime.runtime")
+    with pytest.raises(BuildError, match=r"no_such_runtime runtime library \(libbyoc_no_such_runtime.so\) is "
+                                         r"not installed; reinstall byoc"):
+        missing.load()

@@ -8,8 +8,9 @@ a module is created or loaded, and only binds buffers per call.
 oneDNN comes from the package extra ``byoc[dnnl]``: the PyPI wheels
 ``onednn-cpu-gomp`` (the library, OpenMP threading) and
 ``onednn-devel-cpu-gomp`` (its headers), both 2023.2.0 (oneDNN 3.2). The
-runtime library is compiled against them on first use and cached like the
-JSON runtime's.
+runtime library is compiled against the headers when byoc is installed (they
+are a build requirement); at run time it needs the library wheel, which it
+loads by path before itself.
 """
 
 from __future__ import annotations
@@ -19,15 +20,14 @@ from importlib import metadata
 from pathlib import Path
 
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
-from byoc.codegens.json_runtime.runtime import BuildFlags, RuntimeLibrary
+from byoc.codegens.json_runtime.runtime import RuntimeLibrary
 from byoc.errors import BuildError
 
 ONEDNN_VERSION = "2023.2.0"
 LIBRARY_DIST = "onednn-cpu-gomp"
-HEADERS_DIST = "onednn-devel-cpu-gomp"
-INSTALL_HINT = f'pip install "byoc[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION} {HEADERS_DIST}=={ONEDNN_VERSION})'
+INSTALL_HINT = f'pip install "byoc[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION})'
 
-__all__ = ["DNNL_RUNTIME", "DnnlCodegen", "onednn_flags"]
+__all__ = ["DNNL_RUNTIME", "DnnlCodegen", "onednn_library"]
 
 
 def _located(dist_name: str, suffix: str) -> Path:
@@ -38,7 +38,7 @@ def _located(dist_name: str, suffix: str) -> Path:
         raise BuildError(f"the dnnl vendor needs oneDNN, and {dist_name} is not installed; {INSTALL_HINT}") from None
     if dist.version != ONEDNN_VERSION:
         raise BuildError(f"the dnnl vendor is built for oneDNN {ONEDNN_VERSION} but {dist_name} {dist.version} is "
-                         f"installed (library and headers must match); {INSTALL_HINT}")
+                         f"installed (the runtime was compiled against {ONEDNN_VERSION}); {INSTALL_HINT}")
     for file in dist.files or ():
         if str(file).replace("\\", "/").endswith(suffix):
             path = Path(dist.locate_file(file)).resolve()
@@ -47,15 +47,9 @@ def _located(dist_name: str, suffix: str) -> Path:
     raise BuildError(f"{dist_name} is installed but {suffix} is missing from it; reinstall it: {INSTALL_HINT}")
 
 
-def onednn_flags() -> BuildFlags:
-    """Compiler flags for oneDNN's headers and library, or a BuildError saying what to install."""
-    header = _located(HEADERS_DIST, "include/oneapi/dnnl/dnnl.hpp")
-    library = _located(LIBRARY_DIST, "libdnnl.so.3")
-    include = header.parents[2]  # .../include
-    return BuildFlags(
-        compile=(f"-I{include}",),
-        link=(str(library), f"-Wl,-rpath,{library.parent}"),
-    )
+def onednn_library() -> list[Path]:
+    """oneDNN's shared library from its wheel, or a BuildError saying what to install."""
+    return [_located(LIBRARY_DIST, "libdnnl.so.3")]
 
 
 def bound_openmp_spinning() -> None:
@@ -84,7 +78,7 @@ def bound_openmp_spinning() -> None:
         os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
-DNNL_RUNTIME = RuntimeLibrary("dnnl", source=(__package__, "dnnl_runtime.cc"), flags=onednn_flags,
+DNNL_RUNTIME = RuntimeLibrary("dnnl", package=__package__, dependencies=onednn_library,
                               prepare=bound_openmp_spinning)
 
 

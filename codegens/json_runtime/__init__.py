@@ -5,7 +5,7 @@ constants, in a ``byoc_json_runtime`` module (the C++ in
 ``runtime/json_runtime.cc``). That module executes the graph with the same
 reference kernels as the C-source codegen, saves itself into an exported
 library (``SaveToBytes``) and loads back in a fresh process once
-:func:`.runtime.load_runtime` has run there.
+:meth:`JsonRuntimeCodegen.load_runtime` has run there (``byoc.load`` does it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ class JsonRuntimeCodegen:
     def __init__(self, library: RuntimeLibrary = JSON_RUNTIME):
         self.library = library
 
+    @property
+    def module_kinds(self) -> tuple[str, ...]:
+        """The type key of the modules this codegen makes (see ``byoc.vendor.runtime_module_kinds``)."""
+        return (self.library.module_kind,)
+
+    def load_runtime(self) -> None:
+        """Load the runtime library, so modules of ``module_kinds`` can be created and loaded."""
+        self.library.load()
+
     def serialize(self, partition) -> SerializedGraph:
         """The JSON graph and constants of ``partition`` (a ``byoc.graph.PartitionGraph``)."""
         return serialize(partition)
@@ -36,7 +45,7 @@ class JsonRuntimeCodegen:
         import tvm
         import tvm_ffi
 
-        self.library.load()
+        self.load_runtime()
         create = tvm_ffi.get_global_func(self.library.factory)
         modules = []
         for partition in partitions:
