@@ -89,9 +89,14 @@ class Artifact:
                         f"this artifact is built for {self.target.name} and cannot run on this "
                         f"host; export it, or use run_emulated()"
                     )
-                self._tmpdir = tempfile.mkdtemp(prefix="byoc-artifact-")
-                weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
-                self._library = _load_library(self.export(Path(self._tmpdir) / "model.so"))
+                if not _holds_c_source(self.executable.mod):
+                    # Every module is already machine code (LLVM, vendor runtimes): run it in
+                    # memory, so running needs no compiler.
+                    self._library = self.executable
+                else:
+                    self._tmpdir = tempfile.mkdtemp(prefix="byoc-artifact-")
+                    weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
+                    self._library = _load_library(self.export(Path(self._tmpdir) / "model.so"))
             return self._library
 
     def _vm(self):
@@ -169,6 +174,11 @@ class Artifact:
         result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
         outputs = _flatten(result)
         return [np.asarray(o.numpy()) for o in outputs]
+
+
+def _holds_c_source(module) -> bool:
+    """Whether ``module`` or an import of it is C source, which only a C compiler can turn into code."""
+    return module.kind == "c" or any(_holds_c_source(m) for m in module.imports)
 
 
 def _flatten(result) -> list:

@@ -87,14 +87,20 @@ EXAMPLES = {"small_cnn": small_cnn, "small_mlp": small_mlp}
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m byoc.examples", description=__doc__.splitlines()[0])
-    parser.add_argument("out", help="where to write the .onnx file (never overwritten)")
+    parser.add_argument("out", help="where to write the .onnx file (another file there is never overwritten)")
     parser.add_argument("--model", choices=sorted(EXAMPLES), default="small_cnn")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    data = EXAMPLES[args.model]().SerializeToString()
     if out.exists():
-        print(f"error: {out} already exists; choose another path", file=sys.stderr)
+        # Running the set-up twice is fine; replacing a file of the user's is not.
+        if out.is_file() and out.read_bytes() == data:
+            print(f"{out} already holds {args.model}")
+            return 0
+        print(f"error: {out} already exists and is not the {args.model} example; choose another path",
+              file=sys.stderr)
         return 2
-    onnx.save(EXAMPLES[args.model](), out)
+    out.write_bytes(data)
     print(f"wrote {args.model} to {out}")
     return 0
 

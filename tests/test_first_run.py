@@ -15,7 +15,12 @@ import sys
 import venv
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+
+import byoc
+from models import onnxruntime_outputs, random_inputs, small_cnn
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +91,54 @@ def test_readme_setup_command_verbatim_from_the_repo_root_of_a_fresh_copy(tmp_pa
     assert "wrote small_cnn to small_cnn.onnx" in done.stdout
     assert "byoc partition report: small_cnn.onnx" in done.stdout
     assert "Verification: ok" in done.stdout, done.stdout[-3000:]
+    # Running it again works and keeps the model (the example is already there).
+    again = subprocess.run(["bash", "-c", setup.removeprefix("pip install . && ")], cwd=clone, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "small_cnn.onnx already holds small_cnn" in again.stdout, again.stderr[-3000:]
     # The package in the venv is a real install, not the source tree.
     where = subprocess.run([str(env_dir / "bin" / "python"), "-c", "import byoc; print(byoc.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout
     assert "site-packages" in where
+
+
+def test_no_compiler_needed_to_partition_build_run_and_load_with_the_native_runtimes(tmp_path):
+    """A deployment machine without gcc/g++: json_runtime and dnnl artifacts build, run and load."""
+    model = small_cnn()
+    onnx.save(model, tmp_path / "m.onnx")
+    for vendor in ("dnnl", "json_runtime"):  # exported here, where the linker is
+        byoc.compile(model, vendors=[vendor], keep_on_host=["fc"]).export(tmp_path / f"{vendor}.so")
+    inputs = random_inputs(model)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    np.save(tmp_path / "want.npy", onnxruntime_outputs(model, inputs)[0])
+    script = f"""
+import shutil, numpy as np, byoc
+assert shutil.which("gcc") is None and shutil.which("g++") is None and shutil.which("cc") is None
+inputs = dict(np.load({str(tmp_path / 'inputs.npz')!r}))
+want = np.load({str(tmp_path / 'want.npy')!r})
+for vendor in ("dnnl", "json_runtime"):
+    built = byoc.compile({str(tmp_path / 'm.onnx')!r}, vendors=[vendor], keep_on_host=["fc"])
+    assert {{p.vendor for p in built.plan.partitions}} == {{vendor}}
+    np.testing.assert_allclose(built.run(inputs)[0], want, rtol=1e-4, atol=1e-5)
+    loaded = byoc.load({str(tmp_path)!r} + f"/{{vendor}}.so")
+    np.testing.assert_allclose(loaded.run(inputs)[0], want, rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent))  # the venv's bin: python, no compiler
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).parent, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_the_example_writer_runs_twice_and_never_replaces_a_users_file(tmp_path):
+    def examples(*args):
+        return subprocess.run([sys.executable, "-m", "byoc.examples", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+
+    assert examples("small_cnn.onnx").stdout.strip() == "wrote small_cnn to small_cnn.onnx"
+    written = (tmp_path / "small_cnn.onnx").read_bytes()
+    assert examples("small_cnn.onnx").stdout.strip() == "small_cnn.onnx already holds small_cnn"
+    assert (tmp_path / "small_cnn.onnx").read_bytes() == written
+    (tmp_path / "mine.onnx").write_bytes(b"the user's model")
+    refused = examples("mine.onnx")
+    assert refused.returncode == 2 and "already exists and is not the small_cnn example" in refused.stderr
+    assert (tmp_path / "mine.onnx").read_bytes() == b"the user's model"
