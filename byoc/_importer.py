@@ -24,6 +24,10 @@ class ProvenanceImporter(ONNXGraphImporter):
     """ONNXGraphImporter that records the ONNX node of each converted expression."""
 
     def __init__(self, shape_dict, dtype_dict):
+        # An input with an empty (zero) extent is left to TVM's own reading of the model,
+        # which makes that extent symbolic: TVM's converters and passes break on a static
+        # 0 (Trilu, reshape and broadcast_to treat it as "copy this dimension").
+        shape_dict = {name: shape for name, shape in shape_dict.items() if 0 not in list(shape)}
         super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None

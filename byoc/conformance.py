@@ -1,17 +1,19 @@
-"""Conformance: the ONNX backend node tests, built with plain TVM and with byoc.
+"""Conformance: the ONNX backend node tests, built with TVM alone and with byoc.
 
 Each test case shipped in the ``onnx`` package (a one-node model plus input
 and expected output arrays) is
 
-* imported with :func:`byoc.import_model`;
-* built with plain TVM (``tvm.compile`` of the imported module, nothing
-  partitioned) and run;
-* partitioned for every registered vendor, built with :func:`byoc.build`
-  and run;
+* imported with TVM's own ONNX frontend
+  (``tvm.relax.frontend.onnx.from_onnx(model, keep_params_in_input=False)``),
+  built with TVM's default pipeline for ``{"kind": "llvm"}`` and run: the
+  *plain* column, TVM without any byoc code;
+* imported with :func:`byoc.import_model`, partitioned for every registered
+  vendor, built with :func:`byoc.build` and run: the *byoc* column;
 
-and both results are compared with the expected outputs, at the case's own
-tolerances. A case that passes plain but fails byoc is a regression: byoc
-changed what the model computes. That list must be empty.
+and both results are compared with the case's expected outputs, at the
+case's own tolerances. A case that passes plain but fails byoc is a
+regression: byoc refuses or miscomputes something TVM alone handles. That
+list must be empty. Cases only byoc passes are listed too.
 
 Cases run in worker processes (one TVM per process) with a per-case
 timeout; a worker that hangs or crashes is replaced and its case is
@@ -19,7 +21,7 @@ counted as failed for both builds.
 
 CLI::
 
-    python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR]
+    python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR ...]
 """
 
 from __future__ import annotations
@@ -36,22 +38,30 @@ from typing import Iterable, Optional, Sequence
 Case = tuple
 
 
+#: Name prefixes of the recurrent-layer cases (LSTM, GRU, RNN), counted on their own.
+RECURRENT_PREFIXES = ("test_lstm", "test_gru", "test_rnn", "test_simple_rnn")
+
+
 @dataclass
 class CaseResult:
-    """What happened to one case. ``plain``/``byoc`` are True when outputs matched."""
+    """What happened to one case. ``plain``/``byoc`` are True when outputs matched.
+
+    ``plain`` is TVM alone (its ONNX frontend and default build), ``byoc``
+    is byoc's import, partitioning and build.
+    """
 
     name: str
-    imported: bool = False
+    imported: bool = False  # byoc imported the model
     plain: bool = False
     byoc: bool = False
     partitions: int = 0
-    error: str = ""  # import error, or why plain failed
+    error: str = ""  # why plain (TVM alone) failed
     byoc_error: str = ""
 
 
 @dataclass
 class Summary:
-    """Counts over all cases, and the regressions (pass plain, fail byoc)."""
+    """Counts over all cases, the regressions (pass plain, fail byoc) and the byoc-only passes."""
 
     results: list[CaseResult] = field(default_factory=list)
 
@@ -78,21 +88,38 @@ class Summary:
 
     @property
     def regressions(self) -> list[CaseResult]:
+        """Cases TVM alone passes and byoc fails."""
         return [r for r in self.results if r.plain and not r.byoc]
 
+    @property
+    def byoc_only(self) -> list[CaseResult]:
+        """Cases byoc passes and TVM alone fails."""
+        return [r for r in self.results if r.byoc and not r.plain]
+
+    @property
+    def recurrent(self) -> list[CaseResult]:
+        """The LSTM, GRU and RNN cases."""
+        return [r for r in self.results if r.name.startswith(RECURRENT_PREFIXES)]
+
     def table(self) -> str:
-        """The summary table, then one line per regression."""
+        """The summary table, then one line per regression and per byoc-only pass."""
+        recurrent = self.recurrent
         rows = [
             ("total", self.total),
-            ("imported", self.imported),
-            ("passed plain", self.passed_plain),
+            ("imported by byoc", self.imported),
+            ("passed plain (TVM alone)", self.passed_plain),
             ("passed byoc", self.passed_byoc),
             ("offloaded (>=1 partition)", self.offloaded),
             ("pass plain, fail byoc", len(self.regressions)),
+            ("pass byoc, fail plain", len(self.byoc_only)),
+            ("recurrent cases", len(recurrent)),
+            ("recurrent passed byoc", sum(r.byoc for r in recurrent)),
         ]
         width = max(len(label) for label, _ in rows)
         lines = [f"{label:<{width}}  {value:>5}" for label, value in rows]
         lines += [f"  REGRESSION {r.name}: {r.byoc_error}" for r in self.regressions]
+        lines += [f"  BYOC-ONLY {r.name} (plain: {r.error})" for r in self.byoc_only]
+        lines += [f"  RECURRENT FAIL {r.name}: {r.byoc_error}" for r in recurrent if not r.byoc]
         return "\n".join(lines)
 
 
@@ -111,9 +138,22 @@ def collect_cases(names: Optional[Iterable[str]] = None) -> list[Case]:
     for case in sorted(cases, key=lambda c: c.name):
         if wanted is not None and case.name not in wanted:
             continue
-        data = [(list(inputs), list(outputs)) for inputs, outputs in case.data_sets]
+        data = [([_array(x) for x in inputs], [_array(x) for x in outputs])
+                for inputs, outputs in case.data_sets]
         out.append((case.name, case.model.SerializeToString(), data, case.rtol, case.atol))
     return out
+
+
+def _array(value):
+    """A case's input or output as numpy (some cases store TensorProtos, e.g. CastLike)."""
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, list):
+        return [_array(item) for item in value]
+    return value
 
 
 # -- running one case (inside a worker) ------------------------------------------------------
@@ -146,55 +186,79 @@ def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> 
 def _flatten(result) -> list:
     if hasattr(result, "numpy"):
         return [result.numpy()]
+    if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
+        return [result]
     flat = []
     for item in result:
         flat.extend(_flatten(item))
     return flat
 
 
-def _run_vm(executable, inputs) -> list:
+def _feed(inputs) -> list:
+    """The case's inputs as VM arguments (a sequence input is a tuple of tensors)."""
+    import tvm
+
+    def convert(x):
+        if isinstance(x, (list, tuple)):
+            return tvm.runtime.convert([convert(item) for item in x])
+        return tvm.runtime.tensor(x)
+
+    return [convert(x) for x in inputs]
+
+
+def run_plain(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
+    """TVM alone: its ONNX frontend, its default build for plain LLVM, the VM; raises on any failure."""
+    import contextlib
+    import io
+    import warnings
+
+    import onnx
     import tvm
     from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
 
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    return _flatten(vm["main"](*[tvm.runtime.tensor(x) for x in inputs]))
+    model = onnx.load_from_string(model_bytes)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        mod = from_onnx(model, keep_params_in_input=False)
+        executable = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+    for inputs, expected in data_sets:
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        problem = _compare(_flatten(vm["main"](*_feed(inputs))), expected, rtol, atol)
+        if problem:
+            raise AssertionError(problem)
 
 
 def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
-    """Import, build plain and byoc, run and compare one case (any error is a failure).
+    """Run one case with TVM alone (plain) and with byoc; any error is a failure of that column.
 
     ``vendors`` in priority order; default every registered vendor.
     """
     import warnings
 
     import numpy as np
-    import tvm
 
     import byoc
 
     name, model_bytes, data_sets, rtol, atol = case
     result = CaseResult(name)
     try:
+        run_plain(model_bytes, data_sets, rtol, atol)
+        result.plain = True
+    except Exception as err:  # noqa: BLE001 - any failure is a result here
+        result.error = _first_line(err)
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             imported = byoc.import_model(model_bytes)
-    except Exception as err:  # noqa: BLE001 - any failure is a result here
-        result.error = "import: " + _first_line(err)
+    except Exception as err:  # noqa: BLE001
+        result.byoc_error = "import: " + _first_line(err)
         return result
     result.imported = True
     arrays = [[np.asarray(x) for x in inputs] for inputs, _ in data_sets]
     if any(len(inputs) != len(imported.inputs) for inputs in arrays):
-        result.error = "inputs: the case feeds optional or sequence inputs the import dropped"
+        result.byoc_error = "inputs: the case feeds optional or sequence inputs the import dropped"
         return result
-    try:
-        executable = tvm.compile(imported.mod, target=tvm.target.Target({"kind": "llvm"}))
-        for inputs, (_, expected) in zip(arrays, data_sets):
-            problem = _compare(_run_vm(executable, inputs), expected, rtol, atol)
-            if problem:
-                raise AssertionError(problem)
-        result.plain = True
-    except Exception as err:  # noqa: BLE001
-        result.error = "plain: " + _first_line(err)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -309,11 +373,12 @@ def run_cases(cases: Sequence[Case], jobs: int = 2, timeout: float = 60.0, progr
 
 # -- CLI ---------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run the conformance suite; exit status 1 when a case passes plain but fails byoc."""
+    """Run the conformance suite; exit status 1 when a case passes with TVM alone but fails byoc."""
     parser = argparse.ArgumentParser(prog="python -m byoc.conformance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--subset", type=int, default=None,
                         help="run every k-th case so that about N cases run (deterministic)")
-    parser.add_argument("--match", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--match", action="append", default=None,
+                        help="only cases whose name contains this text (repeat for several)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--verbose", action="store_true", help="print every case as it finishes")
@@ -324,7 +389,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     cases = collect_cases()
     if args.match:
-        cases = [c for c in cases if args.match in c[0]]
+        cases = [c for c in cases if any(text in c[0] for text in args.match)]
     if args.subset and args.subset < len(cases):
         step = len(cases) / args.subset
         cases = [cases[int(i * step)] for i in range(args.subset)]
@@ -333,7 +398,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     def progress(result: CaseResult) -> None:
         if args.verbose:
             status = f"plain={'ok' if result.plain else 'FAIL'} byoc={'ok' if result.byoc else 'FAIL'}"
-            detail = result.error or result.byoc_error
+            detail = "; ".join(f"{label}: {text}" for label, text in
+                               (("plain", result.error), ("byoc", result.byoc_error)) if text)
             print(f"{result.name:<60} {status} parts={result.partitions} {detail}", flush=True)
 
     summary = run_cases(cases, jobs=args.jobs, timeout=args.timeout, progress=progress, vendors=vendors)

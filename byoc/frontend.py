@@ -281,8 +281,13 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
         dims = inputs[name].type.tensor_type.shape
         dims.ClearField("dim")
         for extent in shape:
+            # A model may declare an empty (zero) extent itself, but from a user a 0 or -1
+            # is almost always a "dynamic" placeholder from another tool, not an empty tensor.
             if int(extent) <= 0:
-                raise DynamicShapeError(f"input_shapes[{name!r}] has a non-positive extent: {shape}")
+                raise DynamicShapeError(
+                    f"input_shapes[{name!r}] has a non-positive extent: {shape}; give the concrete "
+                    "positive size to compile for (0 and -1 do not mean dynamic here)"
+                )
             dims.dim.add().dim_value = int(extent)
 
 
@@ -291,7 +296,9 @@ def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     for vi in _graph_inputs(model.graph):
         ttype = vi.type.tensor_type
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
-        if not ttype.HasField("shape") or any(not isinstance(d, int) or d <= 0 for d in dims):
+        # A zero extent is a real, empty tensor (ONNX allows it and TVM builds it); only
+        # unknown or negative extents leave byoc without a shape to compile for.
+        if not ttype.HasField("shape") or any(not isinstance(d, int) or d < 0 for d in dims):
             dynamic.append(f"{vi.name}{dims if ttype.HasField('shape') else ' (unknown rank)'}")
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
@@ -314,7 +321,20 @@ def _check(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # onnx raises several private error types here
-        first = str(err).strip().splitlines()[0]
+        strict_error = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    # Strict inference also fails on what only ONNX's own inference cannot handle (a
+    # function body it cannot expand, e.g. MeanVarianceNormalization's in some opsets),
+    # while TVM imports the model fine: keep what inference can find, say what it could not.
+    warnings.warn(
+        f"ONNX shape inference failed in strict mode ({strict_error}); continuing with the shapes "
+        "non-strict inference finds. If the import fails later, this is the likely cause.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - as above
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
 
 
@@ -369,7 +389,15 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     specs = []
     for vi, ty in zip(model.graph.output, fields):
-        shape = tuple(int(d) for d in ty.shape.values) if ty.shape is not None else ()
+        shape = ()
+        if ty.shape is not None:
+            # An extent Relax keeps symbolic (an empty input dimension, see _importer) is
+            # static for ONNX's shape inference: take it from there.
+            onnx_dims = [d.dim_value if d.HasField("dim_value") else None
+                         for d in vi.type.tensor_type.shape.dim]
+            dims = [int(d) if hasattr(d, "value") else (onnx_dims[i] if i < len(onnx_dims) else None)
+                    for i, d in enumerate(ty.shape.values)]
+            shape = tuple(dims) if None not in dims else ()
         specs.append(TensorSpec(vi.name, shape, str(ty.dtype)))
     return specs
 
@@ -391,7 +419,7 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
             warnings.simplefilter("ignore")
             mod = importer.from_onnx(model.graph, opset)
             owners = importer.binding_provenance(mod["main"])
-            mod = relax.transform.FoldConstant()(mod)
+            mod = _fold_constants(mod)
             main, renamed = unique_binding_names(mod["main"])
             mod.update_func(mod.get_global_var("main"), main)
     except ModelLoadError:
@@ -412,3 +440,76 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
         if var in kept:
             node_of[var.name] = node
     return mod, node_of
+
+
+def _fold_constants(mod):
+    """``relax.transform.FoldConstant`` on ``mod``, without the bindings it leaks.
+
+    TVM 0.27's FoldConstant legalizes an op to see whether it folds; for ops
+    whose legalization emits helper bindings (``dynamic_strided_slice`` adds
+    a ``call_tir`` to a shape function, ``tensor_to_shape``, ``match_cast``)
+    and does not fold, those bindings stay in ``main`` while the PrimFunc
+    they call is dropped, and no pipeline can build the module ("There is
+    no definition of I.GlobalVar"). Nothing uses them, so they are removed;
+    when that does not give a well-formed module the unfolded one is kept.
+    """
+    import tvm_ffi
+    from tvm import ir, relax
+
+    folded = relax.transform.FoldConstant()(mod)
+    defined = {gv.name_hint for gv in folded.functions}
+    updates = {}
+    for gv, func in folded.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        referenced: set[str] = set()
+        tvm_ffi.structural_walk(func, [(ir.GlobalVar, lambda g: referenced.add(g.name_hint))])
+        if referenced <= defined:
+            continue
+        cleaned = _without_dangling_calls(func, defined)
+        if cleaned is None:
+            return mod
+        updates[gv] = cleaned
+    if not updates:
+        return folded
+    for gv, func in updates.items():
+        folded.update_func(gv, func)
+    try:
+        folded = relax.transform.Normalize()(folded)  # types of the rebuilt function bodies
+        relax.analysis.well_formed(folded)  # raises on the first defect
+    except Exception:  # noqa: BLE001 - TVM raises several error types here
+        return mod
+    return folded
+
+
+def _without_dangling_calls(func, defined: set):
+    """``func`` without the bindings that call a function not in ``defined`` and their
+    dependents, or None when something the function keeps uses one of them."""
+    import tvm_ffi
+    from tvm import ir, relax
+
+    def calls_undefined(value) -> bool:
+        names: set[str] = set()
+        tvm_ffi.structural_walk(value, [(ir.GlobalVar, lambda g: names.add(g.name_hint))])
+        return not names <= defined
+
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return None
+    dead: set = set()
+    blocks = []
+    for block in body.blocks:
+        kept = []
+        for binding in block.bindings:
+            uses = set(relax.analysis.free_vars(binding.value))
+            if calls_undefined(binding.value) or uses & dead:
+                dead.add(binding.var)
+            else:
+                kept.append(binding)
+        blocks.append(type(block)(kept, block.span))
+    still_used = [b for block in blocks for b in block.bindings
+                  if set(relax.analysis.free_vars(b.value)) & dead]
+    if still_used or set(relax.analysis.free_vars(body.body)) & dead:
+        return None
+    new_body = relax.SeqExpr(blocks, body.body, body.span)
+    return relax.Function(func.params, new_body, func.ret_ty, func.is_pure, func.attrs, func.span)
