@@ -154,3 +154,88 @@ def test_checker_failure_is_typed():
     m.graph.node[0].input[1] = "no_such_tensor"
     with pytest.raises(InvalidModelError):
         byoc.import_model(m)
+
+
+# -- what TVM alone builds, byoc builds too (issue 13) -----------------------------------
+def _mvn_model(opset: int = 13) -> onnx.ModelProto:
+    """MeanVarianceNormalization: ONNX's strict shape inference fails on its function body
+    from opset 13 on, while TVM imports it."""
+    node = helper.make_node("MeanVarianceNormalization", ["x"], ["y"], name="mvn")
+    graph = helper.make_graph([node], "mvn", [tensor("x", [2, 3, 4, 4])], [tensor("y", [2, 3, 4, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def test_strict_shape_inference_failure_warns_and_falls_back_to_non_strict():
+    from models import onnxruntime_outputs
+
+    m = _mvn_model()
+    with pytest.raises(Exception):  # the premise: ONNX's strict inference rejects this model
+        onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    with pytest.warns(RuntimeWarning, match=r"shape inference failed in strict mode \(.*MeanVarianceNormalization"):
+        art = byoc.compile(m, vendors=["c_source"])
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(art.run({"x": x})[0], onnxruntime_outputs(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_model_strict_inference_accepts_gives_no_warning(recwarn):
+    byoc.import_model(small_cnn())
+    assert not [w for w in recwarn if "strict mode" in str(w.message)]
+
+
+def _empty_input_model(rows: int = 0) -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "x"], ["y"], name="add")]
+    return model(nodes, [tensor("x", [rows, 4])], [tensor("y", [rows, 4])])
+
+
+@pytest.mark.parametrize("vendors", [["c_source"], ["json_runtime"], ["dnnl"]])
+def test_zero_sized_model_input_is_accepted_and_runs(vendors):
+    imported = byoc.import_model(_empty_input_model())
+    assert imported.inputs[0].shape == (0, 4) and imported.outputs[0].shape == (0, 4)
+    plan = byoc.partition(imported, vendors)
+    # Nothing to offload in an empty tensor: every vendor says why instead of failing.
+    assert not plan.partitions
+    assert all(d.reasons.get(vendors[0]) for d in plan.decisions.values())
+    out = byoc.build(plan, strict=True).run({"x": np.zeros((0, 4), np.float32)})
+    assert out[0].shape == (0, 4) and out[0].dtype == np.float32
+
+
+def test_zero_sized_intermediate_tensors_are_refused_by_dnnl_with_a_reason_and_computed_by_c_source():
+    i64 = lambda *v: np.array(v, dtype=np.int64)  # noqa: E731
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a"], ["z"], name="slice"),  # rows 2:2 -> empty
+             helper.make_node("Relu", ["z"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w"], ["y"], name="matmul")]
+    m = model(nodes, [tensor("x", [4, 4])], [tensor("y", [0, 3])],
+              [const("s", i64(2)), const("e", i64(2)), const("a", i64(0)), const("w", np.ones((4, 3), np.float32))])
+    x = np.ones((4, 4), np.float32)
+    dnnl = byoc.partition(m, ["dnnl"])
+    assert not dnnl.partitions
+    assert any("zero-sized" in d.reasons.get("dnnl", "") for d in dnnl.decisions.values())
+    for plan in (dnnl, byoc.partition(m, ["c_source"])):
+        out = byoc.build(plan, strict=True).run({"x": x})
+        assert out[0].shape == (0, 3)
+
+
+def test_user_input_shapes_must_still_be_positive():
+    with pytest.raises(DynamicShapeError, match="non-positive extent"):
+        byoc.import_model(_dynamic_model(), input_shapes={"x": [0, 4]})
+
+
+def test_negative_declared_extent_is_still_refused():
+    m = _empty_input_model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -2
+    with pytest.raises((DynamicShapeError, InvalidModelError)):
+        byoc.import_model(m)
+
+
+def test_slice_with_runtime_starts_and_ends_builds():
+    """Starts/ends are inputs: TVM's FoldConstant leaks a shape-function call byoc must drop."""
+    node = helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="slice")
+    int64 = onnx.TensorProto.INT64
+    m = model([node], [tensor("x", [6, 5]), tensor("starts", [1], int64), tensor("ends", [1], int64)],
+              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["r", 5])],
+              [const("axes", np.array([0], dtype=np.int64))])
+    art = byoc.compile(m, vendors=["c_source"])
+    x = np.arange(30, dtype=np.float32).reshape(6, 5)
+    for start, end in ((1, 4), (-2, 100), (3, 3)):
+        out = art.run({"x": x, "starts": np.array([start]), "ends": np.array([end])})
+        np.testing.assert_array_equal(out[0], x[start:end])
