@@ -62,9 +62,15 @@ class OnnxNode:
 class ImportedModel:
     """A model imported into Relax, with the provenance of every binding.
 
-    ``node_of`` maps the name of each binding in ``mod["main"]`` to the ONNX
-    node that produced it. ``model`` is byoc's own checked, shape-inferred copy
-    of the user's model (the user's object is never modified).
+    ``node_of`` maps the name of each binding in ``mod["main"]`` to the user's
+    ONNX node that produced it (name and op type), through preparation: a
+    binding of a Conv that absorbed a BatchNormalization names the Conv, one
+    of an unrolled LSTM names the LSTM. ``model`` is byoc's own checked,
+    shape-inferred copy of the user's model with the static input shapes
+    applied, not the prepared graph: it is what onnxruntime runs as the
+    reference in ``verify``, and the graph reports and the ONNX export are
+    drawn on (the user's object is never modified). ``prepared_model`` is the
+    graph TVM imported.
     """
 
     mod: object  # tvm.IRModule
@@ -72,6 +78,14 @@ class ImportedModel:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     node_of: dict[str, OnnxNode] = field(default_factory=dict)
+    #: User node name -> what preparation made of it, for each node not imported
+    #: as itself ("folded into a constant", "fused into Conv `conv1`", ...).
+    prepared: dict[str, str] = field(default_factory=dict)
+    #: The graph TVM imported (``model`` after :mod:`byoc.prepare`); None for
+    #: an ImportedModel made by hand, which then stands for ``model`` itself.
+    prepared_model: onnx.ModelProto | None = None
+    #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.
+    simplifier: str = ""
 
 
 # -- loading ------------------------------------------------------------------------
@@ -338,12 +352,14 @@ def _check(model: onnx.ModelProto) -> onnx.ModelProto:
         raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
 
 
-def _check_supported_ops(graph: onnx.GraphProto) -> None:
+def _check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:
+    """Refuse ops TVM's importer lacks; ``origin`` names prepared nodes by the user's nodes."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
+    origin = origin or {}
     known = set(_get_convert_map()) | {"If", "Constant"}
     missing = [
-        (n.name, n.op_type, n.domain)
+        (origin.get(n.name, n.name), n.op_type, n.domain)
         for n in graph.node
         if n.domain not in ("", "ai.onnx") or n.op_type not in known
     ]
@@ -377,9 +393,21 @@ def import_model(
     model = _check(model)
     inputs = _static_inputs(model)
     _check_tensor_sizes(model.graph)
-    _check_supported_ops(model.graph)
-    mod, node_of = _to_relax(model, inputs)
-    return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of)
+    from .prepare import prepare
+
+    # Folding and unrolling run before the op check: a recurrent op is
+    # supported once it is unrolled, and a folded op no longer needs TVM.
+    prep = prepare(model)
+    _check_supported_ops(prep.model.graph, prep.origin)
+    mod, node_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
+    return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
+                         prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier)
+
+
+def _op_types(model: onnx.ModelProto, origin: Mapping[str, str]) -> dict[str, str]:
+    """Prepared node name -> the op type of the user node it comes from."""
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    return {name: op_of[user] for name, user in origin.items() if user in op_of}
 
 
 def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
@@ -402,7 +430,14 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     return specs
 
 
-def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
+def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
+              op_types: Mapping[str, str] | None = None):
+    """Import ``model`` into Relax; ``node_of`` names the user's nodes through ``origin``.
+
+    ``origin`` maps a (prepared) node name of ``model`` to the user's node
+    and ``op_types`` to that node's op type (see :mod:`byoc.prepare`); a
+    name without an entry is the user's own.
+    """
     from tvm import relax
 
     from ._importer import ProvenanceImporter, unique_binding_names
@@ -426,7 +461,7 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
         raise
     except Exception as err:  # noqa: BLE001 - TVM's converters raise every kind of error
         node = importer.current_node
-        where = f" at node {node.name!r} ({node.op_type})" if node else ""
+        where = f" at node {(origin or {}).get(node.name, node.name)!r} ({node.op_type})" if node else ""
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelLoadError(
             f"TVM could not import the model{where}: {first}; "
@@ -439,6 +474,10 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec]):
         var = renamed.get(var, var)
         if var in kept:
             node_of[var.name] = node
+    if origin:
+        op_types = op_types or {}
+        node_of = {b: OnnxNode(origin.get(n.name, n.name), op_types.get(n.name, n.op_type))
+                   for b, n in node_of.items()}
     return mod, node_of
 
 

