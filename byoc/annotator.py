@@ -210,7 +210,17 @@ def fusion_patterns(vendors: Iterable) -> list:
     return _fusion_patterns(resolve_vendors(vendors), _State({}, {}))
 
 
-def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt]) -> str:
+def target_reason(vendor: Vendor, target: Optional[str]) -> Optional[str]:
+    """Why ``vendor`` cannot take anything for ``target`` (a preset name), or None when it can."""
+    if target is None or not vendor.targets or target in vendor.targets:
+        return None
+    return f"{vendor.name} runs on {', '.join(vendor.targets)} only, not {target}"
+
+
+def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt], target: Optional[str]) -> str:
+    unusable = target_reason(vendor, target)
+    if unusable is not None:
+        return unusable
     mine = [a for a in attempts if a.vendor == vendor.name and a.reason]
     if not mine:
         return f"no {vendor.name} rule for {op}"
@@ -222,6 +232,7 @@ def annotate(
     vendors: Iterable,
     keep_on_host: Iterable[str] = (),
     demoted: Mapping[tuple[str, str], str] | None = None,
+    target: Optional[str] = None,
 ) -> Annotation:
     """Give every op call of ``model`` a :class:`Decision`.
 
@@ -230,6 +241,8 @@ def annotate(
     when several claim an op. ``keep_on_host`` holds ONNX node names or op
     types that must stay on the host. ``demoted`` maps ``(vendor, binding)``
     to a reason that vendor may not take that binding (used by min_ops).
+    ``target`` is a target preset name (``"s390x"``): a vendor that cannot
+    run there (:attr:`Vendor.targets`) takes nothing, and says so as its reason.
     """
     from tvm.relax.transform import FuseOpsByPattern
 
@@ -245,7 +258,8 @@ def annotate(
 
     state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}))
     fused = FuseOpsByPattern(
-        _fusion_patterns(vendor_list, state), bind_constants=True, annotate_codegen=False
+        _fusion_patterns([v for v in vendor_list if target_reason(v, target) is None], state),
+        bind_constants=True, annotate_codegen=False
     )(imported.mod)
 
     taken: dict[str, str] = {}
@@ -264,9 +278,9 @@ def annotate(
         if rule is not None:
             vendor_name = rule.split(".", 1)[0]
             earlier = vendor_list[: [v.name for v in vendor_list].index(vendor_name)]
-            reasons = {v.name: _reason_for(v, op, attempts) for v in earlier}
+            reasons = {v.name: _reason_for(v, op, attempts, target) for v in earlier}
             decisions[binding] = Decision(binding, op, node, vendor_name, rule, reasons, rejections)
         else:
-            reasons = {v.name: _reason_for(v, op, attempts) for v in vendor_list}
+            reasons = {v.name: _reason_for(v, op, attempts, target) for v in vendor_list}
             decisions[binding] = Decision(binding, op, node, None, None, reasons, rejections)
     return Annotation(decisions, fused, vendor_list)

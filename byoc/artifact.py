@@ -147,14 +147,15 @@ class Artifact:
             checked.append(np.require(array, requirements="C"))
         return checked
 
-    def export_standalone(self, directory: Union[str, os.PathLike]) -> Path:
+    def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False):
         """Write a standalone C program (no TVM runtime) for this artifact's target.
 
+        ``overwrite=True`` replaces a folder byoc wrote before, never another.
         See :mod:`byoc.standalone` for what it covers and the I/O file format.
         """
         from .standalone import export_standalone
 
-        return export_standalone(self, directory)
+        return export_standalone(self, directory, overwrite)
 
     def run_emulated(self, inputs: Inputs) -> list[np.ndarray]:
         """Build the standalone program for this artifact's target and run it.

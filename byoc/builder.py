@@ -130,7 +130,7 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tup
         )
         # Re-partitioning without the vendor lets the others claim its ops; each
         # round drops one vendor, so this ends.
-        plan = partition(plan.imported, [v for v in plan.vendors if v is not vendor],
+        plan = partition(plan.imported, [v for v in plan.vendors if v is not vendor], target=plan.target,
                          min_ops=plan.min_ops, keep_on_host=plan.keep_on_host)
 
 
@@ -161,13 +161,14 @@ def _with_metadata(mod, text: str):
 def build(
     plan_or_model: Union[PartitionPlan, object],
     vendors: Optional[Iterable] = None,
-    target: Union[str, TargetPreset] = "x86_64",
+    target: Union[str, TargetPreset, None] = None,
     *,
     strict: bool = False,
     **partition_options,
 ) -> Artifact:
     """Compile a :class:`PartitionPlan` (or a model, partitioned first) into an :class:`Artifact`.
 
+    ``target`` defaults to the plan's target (``"x86_64"`` for a model).
     ``vendors`` is used only when a model is given (default ``["c_source"]``).
     ``partition_options`` (``min_ops``, ``keep_on_host``, ``input_shapes``)
     are passed to :func:`byoc.partition` in that case.
@@ -180,13 +181,15 @@ def build(
     """
     from tvm import relax
 
-    preset = resolve_target(target)
     if isinstance(plan_or_model, PartitionPlan):
         if vendors is not None or partition_options:
             raise ByocError("build() got a PartitionPlan: vendors and partition options were already applied")
         plan = plan_or_model
+        preset = resolve_target(target) if target is not None else plan.target
     else:
-        plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), **partition_options)
+        preset = resolve_target(target or "x86_64")
+        plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), target=preset,
+                         strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
     plan, modules = _codegen_all(plan, preset, strict)
     with _codegen_lock:
@@ -220,7 +223,10 @@ def compile(  # noqa: A001 - the public name the product promises
     """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
 
     ``strict`` is as in :func:`build`: a failing codegen raises instead of
-    sending its partitions back to the host.
+    sending its partitions back to the host; and as in :func:`byoc.partition`:
+    a vendor that cannot run on ``target`` is an error instead of taking
+    nothing.
     """
-    plan = partition(model, vendors, min_ops=min_ops, keep_on_host=keep_on_host, input_shapes=input_shapes)
-    return build(plan, target=target, strict=strict)
+    plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
+                     input_shapes=input_shapes, strict=strict)
+    return build(plan, strict=strict)

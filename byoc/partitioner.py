@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from ._tvm import const_nbytes
-from .annotator import BINDINGS_ATTR, Annotation, Decision, annotate
-from .errors import ByocError
-from .frontend import ImportedModel, TensorSpec, import_model
+from .annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
+from .errors import ByocError, TargetError
+from .frontend import ImportedModel, OnnxNode, TensorSpec, import_model
+from .registry import resolve_vendors
+from .targets import TargetPreset, resolve_target
 from .vendor import Vendor
 
 
@@ -62,21 +64,71 @@ class Partition:
         return sum(t.nbytes for t in self.inputs) + sum(t.nbytes for t in self.outputs)
 
 
+@dataclass(frozen=True)
+class HostNode:
+    """One ONNX node with ops left on the host: its ops and, per vendor, why each declined."""
+
+    node: Optional[OnnxNode]  # None for an op no ONNX node produced
+    ops: tuple[str, ...]
+    reasons: Mapping[str, str]  # vendor -> why it declined (distinct reasons of the ops joined by "; ")
+
+
 @dataclass
 class PartitionPlan:
-    """The result of :func:`partition`: where every op goes, and the cut module."""
+    """The result of :func:`partition`: where every op goes, and the cut module.
+
+    ``report()`` renders the partition report (the CLI's output) as text,
+    JSON, DOT or HTML.
+    """
 
     imported: ImportedModel
     vendors: list[Vendor]
     partitions: list[Partition]
     decisions: dict[str, Decision]
-    mod: object  # tvm.IRModule: host ops in main, one Codegen function per partition
+    mod: object = field(repr=False)  # tvm.IRModule: host ops in main, one Codegen function per partition
     min_ops: int = 1
     keep_on_host: tuple = ()
+    target: TargetPreset = field(default_factory=lambda: resolve_target("x86_64"))
+
+    def __repr__(self) -> str:
+        parts = ", ".join(p.name for p in self.partitions) or "none"
+        return (f"<PartitionPlan {self.imported.model.graph.name or 'model'!r} for {self.target.name}: "
+                f"{len(self.partitions)} partition(s) ({parts}), {self.offloaded_ops} of {len(self.decisions)} "
+                f"ops offloaded, {len(self.host_nodes)} ONNX node(s) with host ops>")
 
     @property
     def host_ops(self) -> list[Decision]:
+        """Every op call left on the host (an ONNX node may have several); see :attr:`host_nodes`."""
         return [d for d in self.decisions.values() if d.on_host]
+
+    @property
+    def host_nodes(self) -> list[HostNode]:
+        """The host ops grouped per ONNX node, in the model's order."""
+        grouped: dict[object, list[Decision]] = {}
+        for decision in self.host_ops:
+            grouped.setdefault(decision.node.name if decision.node else decision.binding, []).append(decision)
+        nodes = []
+        for decisions in grouped.values():
+            reasons: dict[str, list[str]] = {}
+            for decision in decisions:
+                for vendor, reason in decision.reasons.items():
+                    reasons.setdefault(vendor, [])
+                    if reason not in reasons[vendor]:
+                        reasons[vendor].append(reason)
+            nodes.append(HostNode(decisions[0].node, tuple(d.op for d in decisions),
+                                  {vendor: "; ".join(why) for vendor, why in reasons.items()}))
+        return nodes
+
+    def report(self, format: str = "text", model_name: Optional[str] = None) -> str:  # noqa: A002 - the CLI's name
+        """The partition report, as ``python -m byoc.partition`` prints it (without memory or verification).
+
+        ``format`` is ``"text"``, ``"json"``, ``"dot"`` or ``"html"``;
+        ``model_name`` defaults to the ONNX graph's name.
+        """
+        from .report import build_report, render
+
+        name = model_name or self.imported.model.graph.name or "model"
+        return render(build_report(self, name, self.target.name), format)
 
     @property
     def offloaded_ops(self) -> int:
@@ -155,25 +207,39 @@ def partition(
     model,
     vendors: Iterable = ("c_source",),
     *,
+    target: Union[str, TargetPreset] = "x86_64",
     min_ops: int = 1,
     keep_on_host: Sequence[str] = (),
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    strict: bool = False,
 ) -> PartitionPlan:
-    """Annotate ``model`` for ``vendors`` and cut it into partitions.
+    """Annotate ``model`` for ``vendors`` and cut it into partitions for ``target``.
 
     ``model`` is a path, bytes, ``ModelProto`` or :class:`ImportedModel`.
-    ``vendors`` are in priority order. ``min_ops`` is the smallest number of
-    op calls a partition may have; ``keep_on_host`` lists ONNX node names or
-    op types that stay on the host.
+    ``vendors`` (names or :class:`Vendor` objects) are in priority order.
+    ``target`` is ``"x86_64"``, ``"ppc64le"`` or ``"s390x"`` (optionally
+    ``NAME:MCPU``): a vendor that cannot run there offloads nothing and gives
+    that as its reason, or, with ``strict=True``, is a :class:`TargetError`.
+    ``min_ops`` is the smallest number of op calls a partition may have;
+    ``keep_on_host`` lists ONNX node names or op types that stay on the host;
+    ``input_shapes`` gives static shapes to dynamic inputs
+    (``{"input": [1, 3, 224, 224]}``). The CLI options map one to one onto
+    these arguments.
     """
     from tvm.relax.transform import MergeCompositeFunctions
 
     if int(min_ops) < 1:
         raise ByocError(f"min_ops must be at least 1, got {min_ops}")
+    preset = resolve_target(target)
+    vendors = resolve_vendors(vendors)
+    unusable = [target_reason(v, preset.name) for v in vendors if target_reason(v, preset.name)]
+    if strict and unusable:
+        raise TargetError(f"{'; '.join(unusable)}: leave them out of the vendors for {preset.name}, or build "
+                          "for a target they run on")
     imported = import_model(model, input_shapes=input_shapes)
     demoted: dict[tuple[str, str], str] = {}
     while True:
-        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted)
+        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name)
         if all(d.on_host for d in annotation.decisions.values()):
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
@@ -184,7 +250,7 @@ def partition(
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
             warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
             everything = {(v.name, b): reason for v in annotation.vendors for b in annotation.decisions}
-            annotation = annotate(imported, vendors, keep_on_host, everything)
+            annotation = annotate(imported, vendors, keep_on_host, everything, preset.name)
             merged = annotation.fused
             break
         too_small = []
@@ -206,7 +272,7 @@ def partition(
             reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
-    return _plan(imported, annotation, merged, min_ops, tuple(keep_on_host))
+    return _plan(imported, annotation, merged, min_ops, tuple(keep_on_host), preset)
 
 
 def _rename_regions(mod):
@@ -257,7 +323,7 @@ def _escaping(main, region: set[str]) -> list[str]:
             if b.var.name in region and b.var.name in used_outside]
 
 
-def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
+def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> PartitionPlan:
     from tvm import relax
 
     sources = _source_names(imported, imported.mod["main"])
@@ -283,7 +349,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host) -> PartitionPlan:
             names = [t.source for t in part.outputs]
             label[binding.var] = names[0] if len(names) == 1 else names
     return PartitionPlan(imported, annotation.vendors, partitions, annotation.decisions, merged,
-                         min_ops, keep_on_host)
+                         min_ops, keep_on_host, target)
 
 
 def _partition_of(imported, annotation, merged, call, label, sources) -> Partition:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -632,8 +633,20 @@ class StandaloneProgram:
         return [cc, "-O2", "-o", PROGRAM, *self.sources, *self.objects, "-lm", "-static"]
 
 
-def export_standalone(artifact, directory: Union[str, os.PathLike]) -> StandaloneProgram:
+MAKEFILE_MARK = "# Builds the standalone byoc program for"
+
+
+def _written_by_byoc(directory: Path) -> bool:
+    makefile = directory / "Makefile"
+    return directory.is_dir() and makefile.is_file() and makefile.read_text(errors="replace").startswith(MAKEFILE_MARK)
+
+
+def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: bool = False) -> StandaloneProgram:
     """Write ``artifact`` as a standalone C program into ``directory`` (new or empty).
+
+    With ``overwrite=True`` a folder that byoc wrote before (it has byoc's
+    ``Makefile``) is emptied and written again; any other non-empty folder is
+    refused, so no file of the user's is lost.
 
     The folder holds ``model.c`` (the runner, the buffers, host-kernel
     weights), one ``partitions_<vendor>.c`` per C-source vendor, ``kernels.o``
@@ -643,7 +656,11 @@ def export_standalone(artifact, directory: Union[str, os.PathLike]) -> Standalon
     """
     directory = Path(directory)
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise StandaloneError(f"{str(directory)!r} exists and is not an empty folder; choose a new or empty one")
+        if not (overwrite and _written_by_byoc(directory)):
+            hint = "" if overwrite else " (or pass overwrite=True to replace a folder byoc wrote)"
+            raise StandaloneError(f"{str(directory)!r} exists and is not an empty folder, nor one byoc wrote; "
+                                  f"choose a new or empty one{hint}")
+        shutil.rmtree(directory)
     plan = artifact.plan
     mod = _lowered_module(artifact)
     partition_sources = _partition_sources(plan)
@@ -660,7 +677,7 @@ def export_standalone(artifact, directory: Union[str, os.PathLike]) -> Standalon
         program.objects.append(KERNELS_OBJECT)
     command = " ".join(program.build_command("$(CC)"))
     (directory / "Makefile").write_text(
-        f"# Builds the standalone byoc program for {artifact.target.name}.\n"
+        f"{MAKEFILE_MARK} {artifact.target.name}.\n"
         f"CC = {artifact.target.cc}\n\n{PROGRAM}: {' '.join(program.sources + program.objects)}\n"
         f"\t{command}\n"
     )

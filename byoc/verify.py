@@ -142,19 +142,19 @@ def _run(plan: PartitionPlan, target, inputs, want) -> list[OutputCheck]:
 
 def verify(
     plan: PartitionPlan,
-    target="x86_64",
+    target=None,
     inputs: Optional[Mapping[str, np.ndarray]] = None,
     inputs_label: Optional[str] = None,
     progress: Progress = None,
 ) -> Verification:
     """Build ``plan``, compare it with onnxruntime, and bisect a mismatch to a partition.
 
-    ``inputs`` default to :func:`random_inputs`; ``inputs_label`` says in the
+    ``target`` defaults to the plan's. ``inputs`` default to :func:`random_inputs`; ``inputs_label`` says in the
     result where they came from. Rebuilds for the bisection use the plan's
     own vendors, ``min_ops`` and ``keep_on_host``.
     """
     say = progress or (lambda _: None)
-    preset = resolve_target(target)
+    preset = plan.target if target is None else resolve_target(target)
     label = inputs_label or f"random (seed {SEED})"
     if inputs is None:
         inputs = random_inputs(plan.imported.inputs)
@@ -188,7 +188,7 @@ def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str,
 
 def _replan(plan: PartitionPlan, on_host: Sequence[str]) -> PartitionPlan:
     keep = list(dict.fromkeys([*plan.keep_on_host, *on_host]))
-    return partition(plan.imported, plan.vendors, min_ops=plan.min_ops, keep_on_host=keep)
+    return partition(plan.imported, plan.vendors, target=plan.target, min_ops=plan.min_ops, keep_on_host=keep)
 
 
 def _matches(plan, on_host, preset, inputs, want) -> Optional[bool]:

@@ -106,6 +106,34 @@ def test_list_vendors():
     assert any(line.split()[0] == "c_source" for line in out.splitlines())
 
 
+@pytest.mark.parametrize("argv", [
+    ["--vendor", "dnnl", "{cnn}"],
+    ["{cnn}", "--vendor", "dnnl"],
+    ["--vendor", "dnnl,c_source", "{cnn}"],
+    ["--vendor", "dnnl", "--vendor", "c_source", "{cnn}"],
+    ["--keep-on-host", "Relu,fc1", "--vendor", "dnnl", "{cnn}"],
+])
+def test_options_work_in_any_order_repeated_or_comma_separated(model_dir, argv):
+    argv = [str(model_dir / "small_cnn.onnx") if a == "{cnn}" else a for a in argv]
+    code, out, err = run_cli(*argv, "--format", "json", "-q")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["vendors"][0] == "dnnl" and report["partitions"][0]["vendor"] == "dnnl"
+    if "c_source" in ",".join(argv):
+        assert report["vendors"] == ["dnnl", "c_source"]
+    if "--keep-on-host" in argv:
+        assert report["policies"]["keep_on_host"] == ["Relu", "fc1"]
+
+
+def test_a_vendor_that_cannot_run_on_the_target_offloads_nothing_and_says_why(model_dir):
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--target", "s390x", "-q")
+    assert code == 0
+    assert "dnnl runs on x86_64 only, not s390x" in out
+    assert "dnnl_0" not in out
+    code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--target", "s390x", "--strict", "-q")
+    assert code == 2 and "dnnl runs on x86_64 only, not s390x" in err
+
+
 # -- exit codes --------------------------------------------------------------------------------
 def test_exit_0_as_a_module(model_dir):
     done = run_module(model_dir / "small_cnn.onnx", "--format", "json")

@@ -501,10 +501,18 @@ def test_a_failing_dnnl_codegen_falls_back_to_the_host_or_raises_when_strict(mon
 
 
 @pytest.mark.parametrize("target", ["s390x", "ppc64le:pwr9"])
-def test_foreign_targets_are_refused_with_the_reason(target):
-    """The oneDNN wheel is x86_64 only: an s390x artifact with dnnl partitions could never run."""
+def test_foreign_targets_keep_dnnl_ops_on_the_host_with_the_reason_or_refuse_when_strict(target):
+    """The oneDNN wheel is x86_64 only: on another target dnnl takes nothing, and says why."""
+    name = target.split(":")[0]
+    plan = byoc.partition(residual_block(), ["dnnl"], target=target)
+    assert plan.partitions == [] and plan.target.name == name
+    assert {d.reasons["dnnl"] for d in plan.host_ops} == {f"dnnl runs on x86_64 only, not {name}"}
+    assert f"dnnl runs on x86_64 only, not {name}" in plan.report()
+    with pytest.raises(TargetError, match=rf"dnnl runs on x86_64 only, not {name}"):
+        byoc.compile(residual_block(), vendors=["dnnl"], target=target, strict=True)
+    # A plan made for x86_64 with dnnl partitions cannot be built for the foreign target.
     with pytest.raises(TargetError, match=r"vendor 'dnnl' runs on x86_64 only, not (s390x|ppc64le)"):
-        byoc.compile(residual_block(), vendors=["dnnl"], target=target)
-    # Without dnnl partitions (everything rejected) the build goes ahead.
-    m = single_op("MatMul", {"a": [4], "b": [4, 5]}, [5])
-    assert byoc.compile(m, vendors=["dnnl"], target=target).plan.partitions == []
+        byoc.build(byoc.partition(residual_block(), ["dnnl"]), target=target)
+    # A lower-priority vendor that runs there takes the ops instead.
+    plan = byoc.partition(residual_block(), ["dnnl", "c_source"], target=target)
+    assert plan.partitions and {p.vendor for p in plan.partitions} == {"c_source"}

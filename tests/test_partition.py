@@ -155,3 +155,35 @@ def test_boundary_tensors_are_labelled_by_their_producers_across_vendors():
         ("c_source_1", ["bn1"], ["pool1"]), ("convs_1", ["pool1"], ["conv2"]),
         ("c_source_2", ["conv2"], ["flatten"]), ("convs_2", ["flatten"], ["fc"]), ("c_source_3", ["fc"], ["fc"]),
     ]
+
+
+# -- the plan as a user meets it -------------------------------------------------------------
+def test_plan_repr_is_one_line_and_report_renders_every_format():
+    plan = byoc.partition(small_cnn(), ["c_source"], keep_on_host=["fc"])
+    text = repr(plan)
+    assert "\n" not in text and len(text) < 300
+    assert text.startswith("<PartitionPlan 'small_cnn' for x86_64: ") and "c_source_0" in text
+    report = plan.report()
+    assert report.startswith("byoc partition report: small_cnn") and "kept on host by keep_on_host='fc'" in report
+    assert plan.report("json").lstrip().startswith("{") and "digraph" in plan.report("dot")
+    assert "<html" in plan.report("html").lower()
+    with pytest.raises(byoc.ByocError, match="unknown report format 'yaml'"):
+        plan.report("yaml")
+
+
+def test_host_nodes_group_the_host_ops_per_onnx_node():
+    """Gemm imports as two Relax ops (matmul + add); host_nodes lists the node once with both."""
+    plan = byoc.partition(small_cnn(), ["c_source"], keep_on_host=["fc"])
+    assert len(plan.host_ops) > len(plan.host_nodes)
+    fc = [h for h in plan.host_nodes if h.node.name == "fc"]
+    assert len(fc) == 1 and len(fc[0].ops) == len([d for d in plan.host_ops if d.node.name == "fc"]) >= 2
+    assert fc[0].reasons == {"c_source": "kept on host by keep_on_host='fc'"}
+
+
+def test_partition_shows_its_real_signature():
+    import inspect
+
+    params = inspect.signature(byoc.partition).parameters
+    assert list(params)[:2] == ["model", "vendors"]
+    assert {"target", "min_ops", "keep_on_host", "input_shapes", "strict"} <= set(params)
+    assert "Annotate ``model`` for ``vendors``" in byoc.partition.__doc__

@@ -229,3 +229,26 @@ def test_readme_setup_commands_are_unchanged():
     text = (REPO / "README.md").read_text()
     assert "pip install . && python -m byoc.examples small_cnn.onnx && python -m byoc.partition small_cnn.onnx --verify" in text
     assert 'pip install -e ".[test,dnnl]" && python -m pytest -q' in text
+
+
+def _readme_block_after(heading: str, info: str, nth: int = 0) -> str:
+    """The body of the ``nth`` fenced block with info string ``info`` after ``heading`` in README.md."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index(heading):]
+    found = [body for found_info, body in _BLOCK.findall(section) if found_info.strip() == info]
+    return found[nth]
+
+
+def test_readme_api_example_runs_twice_and_prints_what_the_readme_shows(s390x_toolchain, tmp_path):
+    code = _readme_block_after("## The API in 20 lines", "python")
+    shown = _readme_block_after("## The API in 20 lines", "text")
+    _run([sys.executable, "-m", "byoc.examples", "small_cnn.onnx"], tmp_path)
+    (tmp_path / "api.py").write_text(code)
+    for _ in range(2):  # a second run meets the files of the first
+        assert _run([sys.executable, "api.py"], tmp_path) == shown
+
+
+def test_readme_cli_sample_is_what_the_first_command_prints(tmp_path):
+    shown = _readme_block_after("Output of the\nfirst set-up command:", "")
+    _run([sys.executable, "-m", "byoc.examples", "small_cnn.onnx"], tmp_path)
+    assert _run([sys.executable, "-m", "byoc.partition", "small_cnn.onnx", "--verify"], tmp_path) == shown

@@ -3,9 +3,12 @@
 This module object is callable: ``byoc.partition(model, vendors, ...)`` runs
 :func:`byoc.partitioner.partition`, while ``python -m byoc.partition`` runs
 the CLI in ``__main__``. Making one object serve both means importing the
-submodule can never shadow the function.
+submodule can never shadow the function (Python sets ``byoc.partition`` to
+the submodule whenever it is imported). ``help(byoc.partition)`` and
+``inspect.signature(byoc.partition)`` show the function's.
 """
 
+import inspect
 import sys
 import types
 
@@ -17,4 +20,7 @@ class _CallableModule(types.ModuleType):
         return _partition(*args, **kwargs)
 
 
-sys.modules[__name__].__class__ = _CallableModule
+_module = sys.modules[__name__]
+_module.__class__ = _CallableModule
+_module.__signature__ = inspect.signature(_partition)
+_module.__doc__ = f"partition{_module.__signature__}\n\n{inspect.getdoc(_partition)}\n\n{inspect.getdoc(_module)}"

@@ -42,6 +42,14 @@ def _input_shape(text: str) -> tuple[str, list[int]]:
     return name, shape
 
 
+def _names(text: str) -> list[str]:
+    """``a,b`` -> ``["a", "b"]``: options that take several names take them comma-separated or repeated."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected NAME or NAME,NAME,...; got {text!r}")
+    return names
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     from ..report import FORMATS
@@ -53,14 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit codes: 0 ok, 1 verification mismatch, 2 usage or input error",
     )
     parser.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model")
-    parser.add_argument("--vendor", nargs="+", action="extend", metavar="NAME",
-                        help="vendors in priority order (default: c_source); see --list-vendors")
+    parser.add_argument("--vendor", type=_names, action="extend", metavar="NAME[,NAME...]",
+                        help="vendors in priority order, repeated or comma-separated (default: c_source); "
+                             "see --list-vendors")
     parser.add_argument("--min-ops", type=int, default=1, metavar="N",
                         help="smallest number of ops a partition may have (default 1)")
-    parser.add_argument("--keep-on-host", nargs="+", action="extend", default=[], metavar="NODE|OPTYPE",
-                        help="ONNX node names or op types that stay on the host")
+    parser.add_argument("--keep-on-host", type=_names, action="extend", default=[], metavar="NODE|OPTYPE[,...]",
+                        help="ONNX node names or op types that stay on the host, repeated or comma-separated")
     parser.add_argument("--target", default="x86_64", metavar="T",
-                        help="x86_64, ppc64le or s390x, optionally NAME:MCPU (default x86_64)")
+                        help="x86_64, ppc64le or s390x, optionally NAME:MCPU (default x86_64); a vendor that "
+                             "cannot run there offloads nothing, with that reason")
+    parser.add_argument("--strict", action="store_true",
+                        help="a vendor that cannot run on the target, or whose codegen fails, is an error")
     parser.add_argument("--input-shape", type=_input_shape, action="append", default=[],
                         metavar="NAME=D1,D2,...", help="static shape for a dynamic input (repeatable)")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
@@ -126,8 +138,9 @@ def _run(args, say) -> int:
 
     say(f"importing {args.model}")
     imported = import_model(args.model, input_shapes=shapes or None)
-    say(f"partitioning for {', '.join(v.name for v in vendors)}")
-    plan = partition(imported, vendors, min_ops=args.min_ops, keep_on_host=args.keep_on_host)
+    say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
+    plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
+                     strict=args.strict)
     say("planning memory")
     memory = estimate_memory(plan, target)
     if args.export_onnx:
