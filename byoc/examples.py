@@ -7,12 +7,16 @@ the README's first command partitions and verifies it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from .errors import ByocError
 
 IR_VERSION = 8  # readable by onnxruntime (IR <= 13) and every recent tool
 OPSET = 17
@@ -85,23 +89,33 @@ def small_mlp(seed: int = 2) -> onnx.ModelProto:
 EXAMPLES = {"small_cnn": small_cnn, "small_mlp": small_mlp}
 
 
+def write_example(name: str, path: Union[str, os.PathLike]) -> bool:
+    """Write the example model ``name`` to ``path``; False if ``path`` already holds exactly that model.
+
+    Any other file at ``path`` is kept and is a :class:`~byoc.errors.ByocError`:
+    running a set-up twice is fine, replacing a file of the user's is not.
+    """
+    out = Path(path)
+    data = EXAMPLES[name]().SerializeToString()
+    if out.exists():
+        if out.is_file() and out.read_bytes() == data:
+            return False
+        raise ByocError(f"{out} already exists and is not the {name} example; choose another path")
+    out.write_bytes(data)
+    return True
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m byoc.examples", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="where to write the .onnx file (another file there is never overwritten)")
     parser.add_argument("--model", choices=sorted(EXAMPLES), default="small_cnn")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    data = EXAMPLES[args.model]().SerializeToString()
-    if out.exists():
-        # Running the set-up twice is fine; replacing a file of the user's is not.
-        if out.is_file() and out.read_bytes() == data:
-            print(f"{out} already holds {args.model}")
-            return 0
-        print(f"error: {out} already exists and is not the {args.model} example; choose another path",
-              file=sys.stderr)
+    try:
+        written = write_example(args.model, args.out)
+    except ByocError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    out.write_bytes(data)
-    print(f"wrote {args.model} to {out}")
+    print(f"wrote {args.model} to {args.out}" if written else f"{args.out} already holds {args.model}")
     return 0
 
 

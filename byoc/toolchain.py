@@ -35,15 +35,7 @@ class Toolchain:
 
 def missing_packages(target: Union[str, TargetPreset]) -> list[str]:
     """The Debian packages still needed to build and run programs for ``target`` here."""
-    preset = resolve_target(target)
-    missing = []
-    for package, check in ((preset.debian_package, preset.compiler), (preset.libc_package, preset.static_libc),
-                           (preset.qemu_package, preset.runner)):
-        try:
-            check()
-        except TargetError:
-            missing.append(package)
-    return missing
+    return resolve_target(target).missing_packages()
 
 
 def locate(target: Union[str, TargetPreset]) -> Toolchain:
@@ -64,7 +56,8 @@ def install_missing(target: Union[str, TargetPreset]) -> Toolchain:
         if apt is None:
             raise AptUnavailable(f"apt-get is not available; install {' '.join(packages)} by hand")
         if os.geteuid() != 0:
-            raise AptUnavailable(f"installing packages needs root; run `sudo apt-get install -y {' '.join(packages)}`")
+            raise AptUnavailable(f"installing packages needs root; run `sudo apt-get update && sudo apt-get install -y "
+                                 f"--no-install-recommends {' '.join(packages)}`")
         command = [apt, "install", "-y", "--no-install-recommends", *packages]
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         proc = subprocess.run(command, capture_output=True, text=True, env=env)

@@ -200,9 +200,42 @@ def s390x_toolchain():
 
 def test_tutorial_02_runs_as_written(s390x_toolchain, tmp_path):
     packages = " ".join(p for p in ("gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"))
-    sh = {f"sudo apt-get install -y --no-install-recommends {packages}"}
+    sh = {f"apt-get update && apt-get install -y --no-install-recommends {packages}"}
     run_tutorial(TUTORIAL_2 / "README.md", tmp_path, sh)
     assert (tmp_path / "small_cnn_s390x" / "model").exists()
+    run_tutorial(TUTORIAL_2 / "README.md", tmp_path, sh)  # again, over its own files
+
+
+DEPLOY = TUTORIAL_2 / "deploy_s390x.py"
+
+
+def _deploy(*args, cwd, path=None):
+    env = _env() if path is None else {**os.environ, "PATH": path}
+    return subprocess.run([sys.executable, str(DEPLOY), *args], cwd=cwd, capture_output=True, text=True, env=env,
+                          timeout=COMMAND_TIMEOUT)
+
+
+def test_tutorial_02_refuses_a_mistyped_model_and_writes_nothing(tmp_path):
+    done = _deploy("smal_cnn.onnx", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == "deploy_s390x.py: error: model file not found: 'smal_cnn.onnx'; check the path"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tutorial_02_keeps_a_users_file_named_like_the_example(tmp_path):
+    (tmp_path / "small_cnn.onnx").write_bytes(b"mine")
+    done = _deploy(cwd=tmp_path)
+    assert done.returncode == 2 and "already exists and is not the small_cnn example" in done.stderr
+    assert (tmp_path / "small_cnn.onnx").read_bytes() == b"mine"
+
+
+def test_tutorial_02_without_the_cross_toolchain_names_every_missing_package(tmp_path):
+    done = _deploy(cwd=tmp_path, path=str(Path(sys.executable).parent))  # python only: no gcc, make or qemu
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deploy_s390x.py: error: the C compiler for s390x"), lines
+    assert "apt-get update && apt-get install -y --no-install-recommends gcc-s390x-linux-gnu" in lines[0]
+    assert "qemu-user" in lines[0] and "Traceback" not in done.stderr
 
 
 # -- the project README ------------------------------------------------------------------------

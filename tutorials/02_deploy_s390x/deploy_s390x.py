@@ -2,14 +2,17 @@
 
     python tutorials/02_deploy_s390x/deploy_s390x.py [MODEL.onnx] [--out DIR]
 
-Without MODEL.onnx it writes byoc's example CNN to small_cnn.onnx first. The
+Without MODEL.onnx it uses byoc's example CNN, written to small_cnn.onnx
+unless that file already holds it (another file there is never replaced). The
 steps are the ones you would run for a real machine: compile for s390x, export
 a standalone C program (no TVM runtime), build it with the cross compiler, run
 it (here under qemu-s390x; on Z, copy the folder and run ``./model``), and
 compare its outputs with onnxruntime on the build host.
 
-Needs gcc-s390x-linux-gnu, libc6-dev-s390x-cross and qemu-user; byoc names the
-missing package when one is absent. Exits 1 when the outputs differ.
+Needs gcc-s390x-linux-gnu, libc6-dev-s390x-cross and qemu-user; byoc names
+every missing package when one is absent. Running it again replaces the
+program folder it wrote (never another folder). Exits 1 when the outputs
+differ, 2 with a one-line error on a problem byoc can name.
 """
 
 import argparse
@@ -18,12 +21,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 import byoc
-from byoc.examples import small_cnn
+from byoc.examples import write_example
 from byoc.standalone import read_tensors, write_tensors
+
+EXAMPLE = "small_cnn.onnx"
 
 
 def elf_kind(path: Path) -> str:
@@ -34,26 +38,22 @@ def elf_kind(path: Path) -> str:
     return f"ELF {order}-endian, machine {({22: 's390x', 21: 'ppc64', 62: 'x86_64'}).get(machine, machine)}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", nargs="?", default="small_cnn.onnx")
-    parser.add_argument("--out", default="small_cnn_s390x", help="new or empty folder for the program")
-    args = parser.parse_args()
-    model, out = Path(args.model), Path(args.out)
-    if not model.exists():
-        onnx.save(small_cnn(), model)
-
+def deploy(model: Path, out: Path) -> int:
     # 1. Partition for the c_source vendor and compile for s390x (z15).
     artifact = byoc.compile(model, vendors=["c_source"], target="s390x:z15")
     print(f"1. compiled {model} for {artifact.target.triple}: "
           + ", ".join(f"{p.name} ({len(p.ops)} ops)" for p in artifact.plan.partitions))
 
     # 2. A standalone C program: model.c, partitions_<vendor>.c, kernels.o, Makefile.
-    artifact.export_standalone(out)
+    #    Check the cross toolchain first: a TargetError names every package missing.
+    artifact.target.compiler(), artifact.target.static_libc(), artifact.target.runner()
+    artifact.export_standalone(out, overwrite=True)
     print(f"2. exported {out}/: {' '.join(sorted(p.name for p in out.iterdir()))}")
 
     # 3. Build it with the cross compiler the Makefile names.
-    subprocess.run(["make", "-s", "-C", str(out)], check=True)
+    built = subprocess.run(["make", "-s", "-C", str(out)], capture_output=True, text=True)
+    if built.returncode != 0:
+        raise byoc.BuildError(f"make in {out} failed: {(built.stderr.strip().splitlines() or ['?'])[-1]}")
     print(f"3. built {out}/model: {elf_kind(out / 'model')}")
 
     # 4. Run it. Tensor files are little-endian on every target; the program converts.
@@ -73,6 +73,24 @@ def main() -> int:
     if not ok:
         print(f"   largest difference {worst:.3g}", file=sys.stderr)
     return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", nargs="?", help=f"the ONNX model (default: byoc's example CNN in {EXAMPLE})")
+    parser.add_argument("--out", default="small_cnn_s390x", help="new or empty folder for the program "
+                        "(a folder this script wrote before is replaced)")
+    args = parser.parse_args()
+    try:
+        if args.model is None:
+            write_example("small_cnn", EXAMPLE)  # unless the file is there already; never over another file
+        model = Path(args.model or EXAMPLE)
+        if not model.is_file():
+            raise byoc.ModelNotFoundError(f"model file not found: {str(model)!r}; check the path")
+        return deploy(model, Path(args.out))
+    except byoc.ByocError as err:
+        print(f"deploy_s390x.py: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
