@@ -229,7 +229,15 @@ def load(path: Union[str, os.PathLike]) -> Artifact:
     """Load an artifact written by :meth:`Artifact.export` (works in a fresh process)."""
     path = Path(path)
     if not path.is_file():
-        raise ArtifactLoadError(f"artifact not found: {str(path)!r}")
+        kind = "a folder, not an artifact file" if path.is_dir() else "not found"
+        raise ArtifactLoadError(f"artifact {kind}: {str(path)!r}; give the .so that Artifact.export wrote")
+    with open(path, "rb") as file:
+        head = file.read(4)
+    if head != b"\x7fELF":
+        model_hint = (" It looks like an ONNX model: compile it first, e.g. byoc.compile(path, vendors=[...])"
+                      if path.suffix == ".onnx" or head[:1] == b"\x08" else "")
+        raise ArtifactLoadError(f"{str(path)!r} is not a shared library; byoc.load expects the .so that "
+                                f"Artifact.export wrote.{model_hint}")
     library = _load_library(path)
     try:
         import tvm

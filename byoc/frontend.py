@@ -106,6 +106,8 @@ def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
         origin = "the given bytes"
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        if path.is_dir():
+            raise ModelNotFoundError(f"{str(path)!r} is a folder, not a model file; give the path of the .onnx file")
         if not path.is_file():
             raise ModelNotFoundError(
                 f"model file not found: {str(path)!r}; check the path (it must be an .onnx file)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -90,16 +91,23 @@ def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED) -> dict[str, np
 
 def load_inputs(path: Union[str, os.PathLike]) -> dict[str, np.ndarray]:
     """Arrays from an ``.npz`` file, keyed by model input name."""
+    fix = "save inputs with numpy.savez(path, input_name=array, ...)"
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"inputs file not found: {str(path)!r}" + (" (it is a folder)" if path.is_dir() else ""))
+    with open(path, "rb") as file:
+        if file.read(4) != b"PK\x03\x04":  # .npz is a zip archive; numpy would try to unpickle anything else
+            raise InputError(f"{str(path)!r} is not an .npz archive of arrays; {fix}")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
-    except FileNotFoundError:
-        raise InputError(f"inputs file not found: {str(path)!r}") from None
-    except (OSError, ValueError) as err:
-        raise InputError(
-            f"cannot read {str(path)!r} as .npz ({err}); save inputs with "
-            "numpy.savez(path, input_name=array, ...)"
-        ) from None
+    except ValueError as err:
+        if "allow_pickle" in str(err):
+            raise InputError(f"{str(path)!r} holds object arrays, which byoc does not load (they may run code); "
+                             f"{fix} with numeric arrays") from None
+        raise InputError(f"cannot read {str(path)!r} as .npz ({err}); {fix}") from None
+    except (OSError, EOFError) as err:
+        raise InputError(f"cannot read {str(path)!r} as .npz ({err}); {fix}") from None
 
 
 def reference_outputs(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

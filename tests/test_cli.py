@@ -151,13 +151,15 @@ def test_exit_0_as_a_module(model_dir):
     (["{cnn}", "--input-shape", "x"], "expected NAME=D1,D2"),
     (["{cnn}", "--inputs", "a.npz"], "only used with --verify"),
     (["{cnn}", "--verify", "--inputs", "missing.npz"], "inputs file not found"),
+    (["{cnn}", "--verify", "--inputs", "{cnn}"], "is not an .npz archive of arrays; save inputs with numpy.savez"),
+    (["{dir}"], "is a folder, not a model file"),
     (["{cnn}", "--target", "sparc"], "unknown target 'sparc'"),
     (["{cnn}", "-o", "{cnn}"], "refusing to overwrite"),
     (["{cnn}", "--export-onnx", "{cnn}"], "refusing to overwrite"),
     ([], "MODEL.onnx is required"),
 ])
 def test_exit_2_with_one_line(model_dir, argv, message):
-    argv = [a.format(cnn=model_dir / "small_cnn.onnx") for a in argv]
+    argv = [a.format(cnn=model_dir / "small_cnn.onnx", dir=model_dir) for a in argv]
     before = (model_dir / "small_cnn.onnx").read_bytes()
     code, out, err = run_cli(*argv, "-q")
     assert code == 2

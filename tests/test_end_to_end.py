@@ -75,6 +75,13 @@ def test_load_rejects_what_is_not_an_artifact(tmp_path):
     junk.write_bytes(b"\x7fELF not really")
     with pytest.raises(ArtifactLoadError):
         byoc.load(junk)
+    with pytest.raises(ArtifactLoadError, match="a folder, not an artifact file"):
+        byoc.load(tmp_path)
+    onnx.save(small_cnn(), tmp_path / "model.onnx")
+    with pytest.raises(ArtifactLoadError, match=r"'.*model.onnx' is not a shared library; byoc.load expects the "
+                                                r"\.so that Artifact.export wrote\. It looks like an ONNX model: "
+                                                r"compile it first"):
+        byoc.load(tmp_path / "model.onnx")
 
 
 def test_inputs_as_list_and_as_dict(cnn_artifact):
