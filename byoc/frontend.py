@@ -400,8 +400,21 @@ def import_model(
     # Folding and unrolling run before the op check: a recurrent op is
     # supported once it is unrolled, and a folded op no longer needs TVM.
     prep = prepare(model)
-    _check_supported_ops(prep.model.graph, prep.origin)
-    mod, node_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
+    try:
+        _check_supported_ops(prep.model.graph, prep.origin)
+        mod, node_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
+    except ModelLoadError as err:
+        if not prep.simplifier:
+            raise
+        # Preparation must never be the reason a model fails: try the model as given.
+        try:
+            _check_supported_ops(model.graph)
+            mod, node_of = _to_relax(model, inputs)
+        except ModelLoadError:
+            raise err from None
+        warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
+                      "imported the model as given, without folding", stacklevel=2)
+        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared_model=model)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
                          prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier)
 

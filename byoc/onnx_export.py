@@ -36,9 +36,41 @@ class OnnxExportError(ByocError):
 
 
 def node_partitions(plan: PartitionPlan) -> dict[str, str]:
-    """ONNX node name -> partition name, for nodes whose ops all went to that one partition."""
-    return {node: where[0] for node, where in node_targets(plan).items()
-            if len(where) == 1 and where[0] != HOST}
+    """ONNX node name -> partition name, for nodes whose ops all went to that one partition.
+
+    A node that model preparation folded away has no op of its own; it goes
+    with what absorbed it (a BatchNormalization fused into a Conv joins the
+    Conv's partition), and a folded or removed node joins a partition when
+    everything that reads its results is in that partition, so the exported
+    partition is a convex piece of the user's graph as it was compiled.
+    """
+    owner = {node: where[0] for node, where in node_targets(plan).items()
+             if len(where) == 1 and where[0] != HOST}
+    prepared = plan.imported.prepared
+    if not prepared:
+        return owner
+    graph = plan.imported.model.graph
+    outputs = {o.name for o in graph.output}
+    readers: dict[str, list[str]] = defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            readers[name].append(node.name)
+    for node in reversed(graph.node):  # consumers are settled before their producers
+        fate = prepared.get(node.name)
+        if fate is None or node.name in owner:
+            continue
+        if fate.startswith("fused into ") and "`" in fate:
+            into = fate.split("`")[1]
+            if into in owner:
+                owner[node.name] = owner[into]
+            continue
+        outs = [o for o in node.output if o]
+        if any(o in outputs for o in outs):
+            continue
+        parts = {owner.get(r) for o in outs for r in readers[o]}
+        if len(parts) == 1 and None not in parts:
+            owner[node.name] = parts.pop()
+    return owner
 
 
 def partitioned_model(plan: PartitionPlan) -> onnx.ModelProto:

@@ -291,16 +291,31 @@ def _origin(user: onnx.GraphProto, prepared: onnx.GraphProto) -> dict[str, str]:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     for node in reversed(prepared.node):
-        if node.name in origin:
-            continue
-        for out in node.output:
-            owner = next((origin[c.name] for c in consumers.get(out, ()) if c.name in origin), None)
-            if owner is not None:
-                origin[node.name] = owner
-                break
-        else:
-            origin[node.name] = node.name
+        if node.name not in origin:
+            origin[node.name] = _by_position(node, consumers, users, producer, origin) or node.name
     return origin
+
+
+def _by_position(node, consumers, users, producer, origin) -> str | None:
+    """The user node whose tensor ``node``'s result replaced, or its consumer's origin.
+
+    A reader that is still the user's node reads ``node``'s result in the
+    input slot where it read the user's tensor; that tensor's producer is the
+    user node this one stands for (a branch of an ``If`` on a constant,
+    inlined under a new name, stands for the ``If``).
+    """
+    fallback = None
+    for out in node.output:
+        for reader in consumers.get(out, ()):
+            user_reader = users.get(reader.name)
+            if user_reader is not None and user_reader.op_type == reader.op_type:
+                for slot, name in enumerate(reader.input):
+                    if name == out and slot < len(user_reader.input):
+                        source = producer.get(user_reader.input[slot])
+                        if source is not None:
+                            return source.name
+            fallback = fallback or origin.get(reader.name)
+    return fallback
 
 
 def _same_kind_upstream(node: onnx.NodeProto, op_type: str, producer) -> str:
@@ -328,8 +343,25 @@ def _fates(user: onnx.GraphProto, prepared: onnx.GraphProto, origin: dict[str, s
             consumers.setdefault(name, []).append(node)
     producer = {out: n for n in user.node for out in n.output if out}
 
+    by_name = {n.name: n for n in prepared.node}
+
+    def read_as_constant(reader: onnx.NodeProto, tensor: str) -> bool:
+        """Whether ``reader`` (a user node) now reads a constant where it read ``tensor``.
+
+        The simplifier names the constants it makes itself, so the tensor is
+        found by its position among the prepared node's inputs.
+        """
+        if folded.get(reader.name, False):
+            return True
+        now = by_name.get(reader.name)
+        if now is None or now.op_type != reader.op_type:
+            return False
+        slots = [i for i, name in enumerate(reader.input) if name == tensor]
+        return all(i < len(now.input) and now.input[i] in constants for i in slots)
+
     # A node is folded when each of its results became a constant, or vanished
-    # and everything that used it was folded too (reverse order: consumers first).
+    # and everything that used it now reads a constant or was folded too
+    # (reverse order: consumers first).
     folded: dict[str, bool] = {}
     for node in reversed(user.node):
         if node.name in kept:
@@ -337,7 +369,7 @@ def _fates(user: onnx.GraphProto, prepared: onnx.GraphProto, origin: dict[str, s
         outs = [o for o in node.output if o]
         folded[node.name] = bool(outs) and all(
             o in constants or (o not in made_by and o not in graph_outputs and all(
-                folded.get(c.name, False) for c in consumers.get(o, ())))
+                read_as_constant(c, o) for c in consumers.get(o, ())))
             for o in outs)
 
     fate: dict[str, str] = {}
@@ -361,6 +393,20 @@ def _fates(user: onnx.GraphProto, prepared: onnx.GraphProto, origin: dict[str, s
                 into = data.name if data is not None and data.name in kept else None
             if into is not None and into != node.name:
                 fate[node.name] = f"fused into {op_of.get(into, 'the node')} `{into}`"
+            elif node.op_type in ("Constant", "ConstantOfShape"):
+                fate[node.name] = "folded into a constant"
             else:
                 fate[node.name] = "removed: it does nothing for these shapes"
+    # User nodes that live on only as other ops (an If on a constant as its branch).
+    became: dict[str, list[str]] = {}
+    for node in prepared.node:
+        became.setdefault(origin.get(node.name, node.name), []).append(node.op_type)
+    for node in user.node:
+        ops = became.get(node.name)
+        if ops and node.op_type not in ops:
+            listing = ", ".join(dict.fromkeys(ops))
+            if node.op_type == "If":
+                fate[node.name] = f"If on a constant condition: replaced by the branch it takes ({listing})"
+            else:
+                fate[node.name] = f"rewritten as {listing}"
     return fate

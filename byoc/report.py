@@ -117,6 +117,14 @@ REPORT_SCHEMA = {
         },
         "inputs": {"type": "array", "items": _TENSOR},
         "outputs": {"type": "array", "items": _TENSOR},
+        "prepared": {
+            "type": "object",
+            "required": ["simplifier", "nodes"],
+            "properties": {
+                "simplifier": {"type": "string"},
+                "nodes": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
         "memory": {
             "type": "object",
             "required": ["planned_bytes", "lower_bound_bytes", "planned_source", "lower_bound_source", "scope"],
@@ -147,11 +155,17 @@ def _reasons_text(reasons: Mapping[str, str]) -> str:
     return "; ".join(f"{vendor}: {reason}" for vendor, reason in reasons.items())
 
 
-def _node_detail(decisions: list, where: list[str]) -> str:
-    """Hover text for one ONNX node: where its ops went, by which rule, or why not."""
+def _node_detail(decisions: list, where: list[str], prepared: Optional[str] = None) -> str:
+    """Hover text for one ONNX node: where its ops went, by which rule, or why not.
+
+    ``prepared`` is what model preparation made of the node, if it was not
+    imported as itself.
+    """
     if not where:
+        if prepared:
+            return f"before import: {prepared}"
         return "no op left to run after import (folded or removed)"
-    lines = []
+    lines = [f"before import: {prepared}"] if prepared else []
     for decision in decisions:
         if decision.on_host:
             lines.append(f"{decision.op} on host: {_reasons_text(decision.reasons)}")
@@ -184,6 +198,7 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
     for decision in plan.decisions.values():
         if decision.node is not None:
             decisions_of[decision.node.name].append(decision)
+    prepared = plan.imported.prepared
     nodes = []
     for node in graph.node:
         where = targets.get(node.name, [])
@@ -195,7 +210,7 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
             "vendor": vendor_of.get(placement),
             "inputs": [n for n in node.input if n and n not in initializers],
             "outputs": [n for n in node.output if n],
-            "detail": _node_detail(decisions_of[node.name], where),
+            "detail": _node_detail(decisions_of[node.name], where, prepared.get(node.name)),
         })
     return nodes
 
@@ -254,6 +269,14 @@ def build_report(
         "inputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.inputs],
         "outputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.outputs],
     }
+    if plan.imported.prepared:
+        # Only when preparation changed the graph, so reports of models it leaves
+        # alone stay as they were.
+        order = [n.name for n in plan.imported.model.graph.node]
+        report["prepared"] = {
+            "simplifier": plan.imported.simplifier,
+            "nodes": {n: plan.imported.prepared[n] for n in order if n in plan.imported.prepared},
+        }
     if memory is not None:
         report["memory"] = dict(memory)
     if verification is not None:
@@ -338,6 +361,7 @@ def render_text(report: Mapping) -> str:
             lines.append(f"      {', '.join(group['nodes'])}")
     else:
         lines.append("  none: every op is offloaded")
+    lines += _prepared_text(report)
     memory = report.get("memory")
     if memory:
         lines += [
@@ -354,6 +378,27 @@ def render_text(report: Mapping) -> str:
         lines += ["", f"Verification: {verify['status']}"]
         lines += [f"  {line}" for line in verify.get("lines", [])]
     return "\n".join(lines) + "\n"
+
+
+def _prepared_groups(report: Mapping) -> list[tuple[str, list[str]]]:
+    """(what became of them, node names) in model order, from ``report["prepared"]``."""
+    groups: dict[str, list[str]] = {}
+    for name, fate in report.get("prepared", {}).get("nodes", {}).items():
+        groups.setdefault(fate, []).append(name)
+    return list(groups.items())
+
+
+def _prepared_text(report: Mapping) -> list[str]:
+    prepared = report.get("prepared")
+    if not prepared:
+        return []
+    count = len(prepared["nodes"])
+    by = f" by {prepared['simplifier']}" if prepared["simplifier"] else ""
+    lines = ["", f"Model preparation{by}: {count} ONNX node{'s' if count != 1 else ''} "
+             "not imported as themselves"]
+    for fate, names in _prepared_groups(report):
+        lines.append(f"  {fate}: {', '.join(names)}")
+    return lines
 
 
 def _colours(report: Mapping) -> dict[str, str]:
@@ -537,6 +582,10 @@ def render_html(report: Mapping) -> str:
         "<h2>Summary</h2>", summary, "<h2>Partitions</h2>", partitions,
         "<h2>Host ops (grouped by reason)</h2>", host,
     ]
+    if report.get("prepared"):
+        sections += ["<h2>Model preparation</h2>", _html_table(
+            ["what became of them", "ONNX nodes"],
+            [[fate, ", ".join(names)] for fate, names in _prepared_groups(report)])]
     memory = report.get("memory")
     if memory:
         sections += ["<h2>Memory (activations)</h2>", _html_table(["", "bytes", "how"], [

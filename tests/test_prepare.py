@@ -1,0 +1,283 @@
+"""Model preparation (byoc.prepare): folding before TVM's importer, with the user's names kept.
+
+Each model here is one TVM's importer cannot take or splits badly as given;
+after preparation it imports, builds with c_source, and matches onnxruntime
+run on the user's own (unprepared) model. Reports keep naming the user's
+nodes and say what became of the folded ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import byoc
+from byoc import frontend
+from byoc.errors import ModelLoadError
+from byoc.onnx_export import partitioned_model
+from byoc.report import REPORT_SCHEMA, build_report, render
+
+from models import const, model, onnxruntime_outputs, random_inputs, rng, tensor
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _compiled_matches_onnxruntime(m: onnx.ModelProto, rtol=1e-4, atol=1e-5):
+    artifact = byoc.compile(m, vendors=["c_source"])
+    inputs = random_inputs(m)
+    got = artifact.run(inputs)
+    want = onnxruntime_outputs(m, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return artifact
+
+
+def _text(plan) -> str:
+    return render(build_report(plan, "m.onnx"), "text")
+
+
+# -- a shape computation feeding Reshape (PP-OCR's classifier and recognizer) -----------------
+def shape_chain() -> onnx.ModelProto:
+    """GlobalAveragePool -> Reshape to [batch, -1], the batch read through Shape/Cast/Slice/Cast/Concat."""
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["g"], name="gap"),
+        helper.make_node("Shape", ["g"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["s32"], name="to_int32", to=TensorProto.INT32),
+        helper.make_node("Slice", ["s32", "zero", "one"], ["batch32"], name="batch"),
+        helper.make_node("Cast", ["batch32"], ["batch"], name="to_int64", to=TensorProto.INT64),
+        helper.make_node("Concat", ["batch", "minus_one"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["g", "target"], ["flat"], name="flatten"),
+        helper.make_node("Relu", ["flat"], ["y"], name="relu"),
+    ]
+    inits = [const("zero", np.array([0], np.int64)), const("one", np.array([1], np.int64)),
+             const("minus_one", np.array([-1], np.int64))]
+    return model(nodes, [tensor("x", [1, 8, 4, 4])], [tensor("y", [1, 8])], inits, opset=13)
+
+
+def test_shape_chain_is_the_failure_preparation_fixes():
+    checked = frontend._check(shape_chain())
+    with pytest.raises(ModelLoadError, match="Reshape requires the input new shape to be Shape"):
+        frontend._to_relax(checked, frontend._static_inputs(checked))
+
+
+def test_shape_chain_feeding_reshape_imports_builds_and_names_user_nodes():
+    m = shape_chain()
+    before = m.SerializeToString()
+    artifact = _compiled_matches_onnxruntime(m)
+    assert m.SerializeToString() == before  # the user's ModelProto is never modified
+    imported = artifact.plan.imported
+    assert imported.prepared == {name: "folded into a constant"
+                                 for name in ("shape", "to_int32", "batch", "to_int64", "target")}
+    assert {n.name for n in imported.node_of.values()} == {"gap", "flatten", "relu"}
+    assert imported.simplifier.startswith("onnxsim ")
+    # The model kept for reports and the onnxruntime reference is the user's, nodes and all.
+    assert [n.name for n in imported.model.graph.node] == [n.name for n in m.graph.node]
+    assert [n.name for n in imported.prepared_model.graph.node] == ["gap", "flatten", "relu"]
+    text = _text(artifact.plan)
+    assert "folded into a constant: shape, to_int32, batch, to_int64, target" in text
+
+
+# -- opset-9 BatchNormalization after a Conv (the ONNX model zoo) ---------------------------
+def conv_bn(opset: int = 9) -> onnx.ModelProto:
+    r = rng(3)
+    f = lambda *s: r.standard_normal(s).astype(np.float32) * 0.5  # noqa: E731
+    inits = [const("w", f(4, 3, 3, 3)), const("b", f(4)), const("scale", 1 + 0.1 * f(4)), const("shift", f(4)),
+             const("mean", f(4)), const("var", np.abs(f(4)) + 0.5), const("w2", f(6, 4, 1, 1))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], name="bn",
+                         epsilon=1e-5),
+        helper.make_node("Relu", ["n"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2"),
+    ]
+    return model(nodes, [tensor("x", [1, 3, 8, 8])], [tensor("y", [1, 6, 8, 8])], inits, opset=opset)
+
+
+def test_opset9_batchnorm_is_fused_into_its_conv_and_reported():
+    m = conv_bn(9)
+    artifact = _compiled_matches_onnxruntime(m)
+    plan = artifact.plan
+    assert plan.imported.prepared == {"bn": "fused into Conv `conv`"}
+    assert {n.name for n in plan.imported.node_of.values()} == {"conv", "relu", "conv2"}
+    # Without the BN on the host between them, one partition takes the whole chain.
+    assert [p.onnx_nodes for p in plan.partitions] == [["conv", "relu", "conv2"]]
+    report = build_report(plan, "m.onnx")
+    assert report["prepared"]["nodes"] == {"bn": "fused into Conv `conv`"}
+    bn = next(n for n in report["nodes"] if n["name"] == "bn")
+    assert bn["op_type"] == "BatchNormalization" and bn["detail"] == "before import: fused into Conv `conv`"
+    assert "fused into Conv `conv`: bn" in render(report, "text")
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(json.loads(render(report, "json")), REPORT_SCHEMA)
+
+
+def test_partitioned_export_puts_the_fused_batchnorm_with_its_conv():
+    m = conv_bn(9)
+    plan = byoc.partition(m, ["c_source"])
+    exported = partitioned_model(plan)
+    (function,) = exported.functions
+    assert [n.name for n in function.node] == ["conv", "bn", "relu", "conv2"]  # the user's nodes
+    inputs = random_inputs(m)
+    np.testing.assert_allclose(onnxruntime_outputs(exported, inputs)[0], onnxruntime_outputs(m, inputs)[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_newer_batchnorm_stays_the_users_node():
+    imported = byoc.import_model(conv_bn(15))
+    assert imported.prepared == {}
+    assert "bn" in {n.name for n in imported.node_of.values()}
+
+
+# -- If on a constant, Identity and Dropout -------------------------------------------------
+def if_on_constant() -> onnx.ModelProto:
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"], name="then_relu")], "then", [],
+                               [tensor("t", [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="else_neg")], "else", [],
+                               [tensor("e", [2, 3])])
+    nodes = [
+        helper.make_node("Constant", [], ["cond"], name="cond",
+                         value=helper.make_tensor("c", TensorProto.BOOL, [], [True])),
+        helper.make_node("If", ["cond"], ["chosen"], name="choose", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Sigmoid", ["chosen"], ["y"], name="sigmoid"),
+    ]
+    return model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])], opset=13)
+
+
+def test_if_on_a_constant_becomes_its_branch_and_keeps_the_if_name():
+    artifact = _compiled_matches_onnxruntime(if_on_constant())
+    imported = artifact.plan.imported
+    assert imported.prepared == {
+        "cond": "folded into a constant",
+        "choose": "If on a constant condition: replaced by the branch it takes (Relu)",
+    }
+    # The branch's Relu is reported as the user's If node.
+    assert {(n.name, n.op_type) for n in imported.node_of.values()} == {("choose", "If"), ("sigmoid", "Sigmoid")}
+    plan = byoc.partition(if_on_constant(), ["c_source"], keep_on_host=["choose"])
+    assert [d.node.name for d in plan.host_ops] == ["choose"]
+
+
+def identity_dropout() -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Identity", ["x"], ["a"], name="ident"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Dropout", ["b"], ["c"], name="drop"),
+        helper.make_node("Sigmoid", ["c"], ["y"], name="sigmoid"),
+    ]
+    return model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], opset=13)
+
+
+def test_identity_and_dropout_are_removed_and_listed():
+    artifact = _compiled_matches_onnxruntime(identity_dropout())
+    plan = artifact.plan
+    assert plan.imported.prepared == {
+        "ident": "removed: Identity passes its input through at inference",
+        "drop": "removed: Dropout passes its input through at inference",
+    }
+    assert [p.onnx_nodes for p in plan.partitions] == [["relu", "sigmoid"]]
+    text = _text(plan)
+    assert "Model preparation by onnxsim" in text and "2 ONNX nodes not imported as themselves" in text
+    nodes = {n["name"]: n for n in build_report(plan, "m.onnx")["nodes"]}
+    assert nodes["drop"]["placement"] == "none"
+    assert nodes["drop"]["detail"].startswith("before import: removed: Dropout")
+
+
+def test_a_model_preparation_leaves_alone_has_no_preparation_section():
+    from models import small_mlp
+
+    plan = byoc.partition(small_mlp(), ["c_source"])
+    assert plan.imported.prepared == {} and plan.imported.simplifier == ""
+    report = build_report(plan, "m.onnx")
+    assert "prepared" not in report and "Model preparation" not in render(report, "text")
+
+
+# -- preparation never changes what the model computes ------------------------------------
+def test_simplifier_failure_falls_back_to_the_model_as_given(monkeypatch):
+    import onnxsim
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated simplifier crash")
+
+    monkeypatch.setattr(onnxsim, "simplify", broken)
+    with pytest.warns(UserWarning, match="simulated simplifier crash.*imported as given"):
+        imported = byoc.import_model(identity_dropout())
+    assert imported.prepared == {} and imported.simplifier == ""
+    # TVM's importer leaves no binding for Identity, but imports the unfolded Dropout.
+    assert {n.name for n in imported.node_of.values()} == {"relu", "drop", "sigmoid"}
+
+
+def test_simplifier_that_renames_an_output_is_refused(monkeypatch):
+    import onnxsim
+
+    real = onnxsim.simplify
+
+    def renaming(model, *args, **kwargs):
+        out, ok = real(model, *args, **kwargs)
+        old = out.graph.output[0].name
+        for node in out.graph.node:
+            node.output[:] = ["renamed" if o == old else o for o in node.output]
+        out.graph.output[0].name = "renamed"
+        return out, ok
+
+    monkeypatch.setattr(onnxsim, "simplify", renaming)
+    with pytest.warns(UserWarning, match="changed the model's input or output names"):
+        artifact = byoc.compile(identity_dropout(), vendors=["c_source"])
+    assert [s.name for s in artifact.plan.imported.outputs] == ["y"]
+    assert artifact.plan.imported.prepared == {}
+
+
+def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
+    import onnxsim
+
+    real = onnxsim.simplify
+
+    def invalid(model, *args, **kwargs):
+        out, ok = real(model, *args, **kwargs)
+        out.graph.node[0].input[0] = "no_such_tensor"
+        return out, ok
+
+    monkeypatch.setattr(onnxsim, "simplify", invalid)
+    with pytest.warns(UserWarning, match="fails onnx.checker"):
+        imported = byoc.import_model(identity_dropout())
+    assert imported.prepared == {}
+
+
+def test_preparation_runs_with_the_users_static_shapes():
+    """A symbolic batch becomes computable only once input_shapes applies."""
+    m = shape_chain()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    imported = byoc.import_model(m, input_shapes={"x": [3, 8, 4, 4]})
+    assert imported.outputs[0].shape == (3, 8)
+    assert imported.prepared["target"] == "folded into a constant"
+    # The reference model keeps the user's names and carries the shapes given.
+    assert imported.model.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 3
+
+
+# -- a real model -------------------------------------------------------------------------
+@pytest.mark.skipif(not os.path.isfile(os.path.join(LIGHT, "light_squeezenet.onnx")),
+                    reason="the onnx package ships the light model zoo")
+def test_light_squeezenet_matches_onnxruntime():
+    path = os.path.join(LIGHT, "light_squeezenet.onnx")
+    m = onnx.load(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # preparation must not fall back on a model zoo model
+        artifact = byoc.compile(path, vendors=["c_source"])
+    imported = artifact.plan.imported
+    # Weights are ConstantOfShape nodes: folded; every Conv stays the user's.
+    # (unnamed in the file: byoc names them, ConstantOfShape_0, ..., in its copy)
+    constant_of_shape = [n.name for n in imported.model.graph.node if n.op_type == "ConstantOfShape"]
+    assert constant_of_shape
+    assert imported.prepared == {n: "folded into a constant" for n in constant_of_shape}
+    convs = {n.name for n in m.graph.node if n.op_type == "Conv"}
+    assert convs and {n.name for n in imported.node_of.values() if n.op_type == "Conv"} == convs
+    inputs = {"data_0": rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    got = artifact.run(inputs)[0]
+    want = onnxruntime_outputs(m, inputs)[0]
+    assert got.shape == want.shape
+    assert np.max(np.abs(got - want)) <= 1e-3 * np.max(np.abs(want))
