@@ -1,17 +1,21 @@
 """byoc.build: run each vendor's codegen on its partitions, then build the rest with LLVM.
 
 byoc calls the codegens itself, before TVM's ``RunCodegen``, so that a
-failing codegen is reported with the vendor's name (and, later, so its
-partitions can go back to the host). The ``relax.ext.<vendor>`` global that
-``RunCodegen`` looks up is registered by the library and only hands back
-the modules already built; vendors never touch TVM globals.
+failing codegen is reported with the vendor's name and its partitions can go
+back to the host. ``RunCodegen`` still looks a codegen up as the global
+``relax.ext.<name>``: for each build, byoc renames the partitions' codegen to
+a name unique to that build, registers a function under it that hands back the
+modules already built, and removes it when ``RunCodegen`` returns. No global
+outlives a build and none of TVM's own is ever replaced; vendors never touch
+TVM globals.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-import threading
+import uuid
 import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
@@ -24,23 +28,33 @@ from .partitioner import PartitionPlan, partition
 from .targets import TargetPreset, resolve_target
 from .vendor import Vendor
 
-_codegen_lock = threading.Lock()
-_pending_modules: dict[str, list] = {}
-_registered_ext: set[str] = set()
+@contextlib.contextmanager
+def _codegens_for_this_build(mod, modules: dict[str, list]):
+    """``mod`` with each partition's codegen renamed to a name of this build, registered while in the block.
 
-
-def _ensure_ext_registered(vendor: str) -> None:
-    """Register ``relax.ext.<vendor>`` once; it returns the modules built for this build."""
+    ``RunCodegen`` calls ``relax.ext.<Codegen attribute>``; the functions
+    registered here only return the modules ``modules[vendor]`` already built.
+    """
     import tvm_ffi
 
-    if vendor in _registered_ext:
-        return
+    token = uuid.uuid4().hex[:16]
+    names = {vendor: f"byoc_{token}_{vendor}" for vendor in modules}
+    renamed = {}
+    for gvar, func in mod.functions_items():
+        vendor = func.attrs.get("Codegen") if func.attrs is not None else None
+        renamed[gvar] = func.with_attr("Codegen", names[str(vendor)]) if vendor is not None else func
+    registered = []
+    try:
+        for vendor, name in names.items():
+            built = modules[vendor]
+            tvm_ffi.register_global_func(f"relax.ext.{name}", lambda functions, options, constants, built=built: built)
+            registered.append(f"relax.ext.{name}")
+        import tvm
 
-    def ext(functions, options, constant_names):
-        return _pending_modules.get(vendor, [])
-
-    tvm_ffi.register_global_func(f"relax.ext.{vendor}", ext, override=True)
-    _registered_ext.add(vendor)
+        yield tvm.IRModule(renamed, attrs=mod.attrs)
+    finally:
+        for name in registered:
+            tvm_ffi.remove_global_func(name)
 
 
 def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPreset]) -> None:
@@ -192,15 +206,8 @@ def build(
                          strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
     plan, modules = _codegen_all(plan, preset, strict)
-    with _codegen_lock:
-        _pending_modules.clear()
-        for vendor in plan.vendors:
-            _ensure_ext_registered(vendor.name)
-            _pending_modules[vendor.name] = modules[vendor.name]
-        try:
-            mod = relax.transform.RunCodegen()(plan.mod)
-        finally:
-            _pending_modules.clear()
+    with _codegens_for_this_build(plan.mod, modules) as renamed:
+        mod = relax.transform.RunCodegen()(renamed)
     mod = _with_metadata(mod, _metadata(plan, preset))
     try:
         executable = compile_host(mod, preset)

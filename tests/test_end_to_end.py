@@ -98,3 +98,29 @@ def test_inputs_as_list_and_as_dict(cnn_artifact):
 def test_bad_run_inputs(cnn_artifact, bad, match):
     with pytest.raises(InputError, match=match):
         cnn_artifact.run(bad)
+
+
+def test_a_build_leaves_no_tvm_global_behind_and_never_replaces_one(tmp_path):
+    """RunCodegen's relax.ext.<name> lookups go to names of the build, removed afterwards."""
+    import tvm_ffi
+
+    from byoc.codegens.c_source import CSourceCodegen
+    from byoc.vendor import OpRule, Vendor
+
+    def ext_names():
+        return {n for n in tvm_ffi.registry.list_global_func_names() if n.startswith("relax.ext.")}
+
+    before = ext_names()
+    owned = "relax.ext.theirs"  # a codegen global someone else registered, named like our vendor
+    tvm_ffi.register_global_func(owned, lambda *args: "theirs")
+    try:
+        vendor = Vendor("theirs", (OpRule("theirs.relu", "relax.nn.relu"),), CSourceCodegen())
+        m = small_mlp()
+        artifact = byoc.compile(m, vendors=[vendor, "c_source"])
+        assert {p.vendor for p in artifact.plan.partitions} == {"theirs", "c_source"}
+        inputs = random_inputs(m)
+        np.testing.assert_allclose(artifact.run(inputs)[0], onnxruntime_outputs(m, inputs)[0], rtol=1e-4, atol=1e-5)
+        assert tvm_ffi.get_global_func(owned)() == "theirs"
+        assert ext_names() == before | {owned}
+    finally:
+        tvm_ffi.remove_global_func(owned)
