@@ -24,6 +24,7 @@ from .registry import resolve_vendors
 from .vendor import SUPPORTED, Match, Vendor
 
 BINDINGS_ATTR = "byoc.bindings"
+VENDOR_ATTR = "byoc.vendor"
 HOST = "host"
 
 
@@ -132,7 +133,7 @@ class _RuleChecker:
         return True
 
     def attrs(self, _annotated) -> dict:
-        return {BINDINGS_ATTR: self.state.pending}
+        return {BINDINGS_ATTR: self.state.pending, VENDOR_ATTR: self.vendor.name}
 
     def _policy_reason(self, ctx, matched, root_var) -> Optional[str]:
         for var in matched:
@@ -262,21 +263,20 @@ def annotate(
         bind_constants=True, annotate_codegen=False
     )(imported.mod)
 
-    taken: dict[str, str] = {}
+    taken: dict[str, tuple[str, str]] = {}  # binding -> (vendor, rule)
     for _, func in fused.functions_items():
         attrs = func.attrs
         if attrs is not None and "Composite" in attrs and BINDINGS_ATTR in attrs:
             for binding in str(attrs[BINDINGS_ATTR]).split(","):
-                taken[binding] = str(attrs["Composite"])
+                taken[binding] = (str(attrs[VENDOR_ATTR]), str(attrs["Composite"]))
 
     decisions: dict[str, Decision] = {}
     for binding, op in calls:
         attempts = state.attempts.get(binding, [])
         rejections = tuple((a.rule, a.reason) for a in attempts if a.reason)
         node = imported.node_of.get(binding)
-        rule = taken.get(binding)
+        vendor_name, rule = taken.get(binding, (None, None))
         if rule is not None:
-            vendor_name = rule.split(".", 1)[0]
             earlier = vendor_list[: [v.name for v in vendor_list].index(vendor_name)]
             reasons = {v.name: _reason_for(v, op, attempts, target) for v in earlier}
             decisions[binding] = Decision(binding, op, node, vendor_name, rule, reasons, rejections)
