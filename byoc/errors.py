@@ -50,6 +50,18 @@ class DynamicShapeError(ModelLoadError):
     """An input has a non-static shape and the user gave none."""
 
 
+class UnsupportedAttributeError(ModelLoadError):
+    """A node sets an attribute or input to a value byoc cannot convert.
+
+    ``node`` is the node's name, ``attribute`` the attribute or input.
+    """
+
+    def __init__(self, message: str, node: str = "", attribute: str = ""):
+        super().__init__(message)
+        self.node = node
+        self.attribute = attribute
+
+
 # -- vendors and policies -----------------------------------------------------
 class VendorError(ByocError):
     """A vendor definition or registration is invalid."""

@@ -294,7 +294,7 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
             f"input_shapes names {unknown}, which are not model inputs; inputs are {sorted(inputs)}"
         )
     for name, shape in input_shapes.items():
-        dims = inputs[name].type.tensor_type.shape
+        dims = _tensor_type(inputs[name]).shape
         dims.ClearField("dim")
         for extent in shape:
             # A model may declare an empty (zero) extent itself, but from a user a 0 or -1
@@ -307,10 +307,18 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
             dims.dim.add().dim_value = int(extent)
 
 
+def _tensor_type(vi: onnx.ValueInfoProto):
+    """The tensor type of a graph input, also when it is an optional holding a tensor."""
+    if vi.type.HasField("optional_type") and vi.type.optional_type.elem_type.HasField("tensor_type"):
+        # TVM's importer passes an optional tensor through as the tensor itself.
+        return vi.type.optional_type.elem_type.tensor_type
+    return vi.type.tensor_type
+
+
 def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     specs, dynamic = [], []
     for vi in _graph_inputs(model.graph):
-        ttype = vi.type.tensor_type
+        ttype = _tensor_type(vi)
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
         # A zero extent is a real, empty tensor (ONNX allows it and TVM builds it); only
         # unknown or negative extents leave byoc without a shape to compile for.
