@@ -172,6 +172,9 @@ def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> 
         a = np.asarray(a)
         if a.shape != e.shape:
             return f"output {index}: shape {a.shape}, expected {e.shape}"
+        if e.dtype.kind == "V" and a.dtype == e.dtype:
+            # ml_dtypes (bfloat16, float8_*): numpy compares them only through a real float type.
+            a, e = a.astype(np.float32), e.astype(np.float32)
         if e.dtype.kind in "fc":
             if not np.allclose(a.astype(e.dtype), e, rtol=rtol, atol=atol, equal_nan=True):
                 return f"output {index}: max abs error {np.nanmax(np.abs(a.astype(np.float64) - e)):.3g}"
@@ -184,8 +187,13 @@ def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> 
 
 
 def _flatten(result) -> list:
+    import numpy as np
+    import tvm_ffi
+
     if hasattr(result, "numpy"):
         return [result.numpy()]
+    if isinstance(result, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
+        return [np.array(list(result), dtype=np.int64)]
     if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
         return [result]
     flat = []

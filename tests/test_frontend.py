@@ -239,3 +239,15 @@ def test_slice_with_runtime_starts_and_ends_builds():
     for start, end in ((1, 4), (-2, 100), (3, 3)):
         out = art.run({"x": x, "starts": np.array([start]), "ends": np.array([end])})
         np.testing.assert_array_equal(out[0], x[start:end])
+
+
+def test_optional_tensor_input_has_the_shape_of_its_tensor():
+    opt = helper.make_value_info("x", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, [4])))
+    node = helper.make_node("OptionalGetElement", ["x"], ["y"], name="get")
+    graph = helper.make_graph([node], "opt", [opt], [tensor("y", [4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
+    imported = byoc.import_model(m)
+    assert [(s.name, s.shape, s.dtype) for s in imported.inputs] == [("x", (4,), "float32")]
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(byoc.compile(m, vendors=["c_source"]).run({"x": x})[0], x)
