@@ -10,9 +10,10 @@ needs the sequence length and batch to be static.
 The semantics are the ONNX operator spec's, with onnxruntime's choices where
 the spec is silent: activation alphas/betas are consumed in order only by
 the functions that take them, with onnxruntime's defaults (LeakyRelu 0.01,
-HardSigmoid 0.2/0.5, Elu 1.0, otherwise 0); one set of activations given for
-a bidirectional node serves both directions; ``sequence_lens`` shorter than
-the sequence masks the padded steps (the state stops, ``Y`` is 0 there).
+HardSigmoid 0.2/0.5, Elu 1.0, otherwise 0); ``clip`` bounds the inputs of
+the gate activations but not the cell state LSTM's h() reads;
+``sequence_lens`` shorter than the sequence masks the padded steps (the
+state stops, ``Y`` is 0 there).
 
 Per direction, the input projection ``X·Wᵀ + Wb + Rb`` of every time step is
 one MatMul; each step adds only ``H·Rᵀ``. Weights, biases, peepholes and
@@ -239,6 +240,7 @@ class _Builder:
         self.initializers: list[TensorProto] = []
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict = {}
+        self.may_be_empty = False  # some sequence_lens value may be 0
 
     # -- errors ------------------------------------------------------------------------
     def _where(self) -> str:
@@ -331,8 +333,6 @@ class _Builder:
         per_direction = len(defaults)
         if not names:
             names = list(defaults) * self.num_directions
-        elif len(names) == per_direction and self.num_directions == 2:
-            names = names * 2  # as onnxruntime: one set serves both directions
         if len(names) != per_direction * self.num_directions:
             raise self._invalid(f"activations lists {len(names)} functions, expected "
                                 f"{per_direction * self.num_directions} ({per_direction} per direction)")
@@ -446,9 +446,10 @@ class _Builder:
             return self._emit("Clip", [value], what, min=-self.clip, max=self.clip)
         return self._emit("Clip", [value, self._scalar(-self.clip), self._scalar(self.clip)], what)
 
-    def _activate(self, function: tuple[str, float, float], value: Value, what: str) -> Value:
-        """``function`` (name, alpha, beta) of the clipped ``value``."""
-        value = self._clip(value, f"{what}_clip")
+    def _activate(self, function: tuple[str, float, float], value: Value, what: str, clip: bool = True) -> Value:
+        """``function`` (name, alpha, beta) of ``value``, clipped first unless ``clip`` is False."""
+        if clip:
+            value = self._clip(value, f"{what}_clip")
         name, alpha, beta = function
         if name in ("Relu", "Tanh", "Sigmoid", "Softsign", "Softplus"):
             return self._emit(name, [value], what)
@@ -530,6 +531,9 @@ class _Builder:
                 else:
                     outputs[t] = new_h
                 h, c = new_h, new_c
+            if mask is not None and self.may_be_empty:
+                # As onnxruntime: an empty sequence ends in zero states, not in the initial ones.
+                h, c = self._mul(h, mask[0], f"{tag}Y_h_empty"), self._mul(c, mask[0], f"{tag}Y_c_empty")
             sequences.append(outputs)
             finals_h.append(h)
             finals_c.append(c)
@@ -578,7 +582,8 @@ class _Builder:
         if o is None:
             o = self._activate(f_act, self._add(g_o, self._mul(new_c, p[1] if p else None, f"{name}Po_C"),
                                                 f"{name}o_pre"), f"{name}o")
-        new_h = self._mul(o, self._activate(h_act, new_c, f"{name}C_act"), f"{name}H")
+        # As onnxruntime: clip bounds the gates' inputs, never the cell state h() reads.
+        new_h = self._mul(o, self._activate(h_act, new_c, f"{name}C_act", clip=False), f"{name}H")
         return new_h, new_c
 
     def _gru_step(self, xw, h, _c, weights, reset_bias, _p, acts, name):
@@ -620,15 +625,15 @@ class _Builder:
             lengths = np.asarray(lengths).reshape(-1)
             if lengths.size != batch:
                 raise self._invalid(f"sequence_lens '{name}' has {lengths.size} values for batch {batch}")
-            if np.any(lengths < 1) or np.any(lengths > seq):
-                raise self._unsupported(
-                    f"input sequence_lens '{name}'",
-                    f"holds {lengths.tolist()}, outside 1..{seq} (the sequence length)",
-                    "give every sequence a length between 1 and the sequence length")
+            if np.any(lengths < 0) or np.any(lengths > seq):
+                raise self._invalid(f"sequence_lens '{name}' holds {lengths.tolist()}, outside 0..{seq} "
+                                    "(the sequence length)")
             if np.all(lengths == seq):
                 return None  # every sequence is full: nothing to mask
+            self.may_be_empty = bool(np.any(lengths == 0))
             masks = (np.arange(seq)[:, None] < lengths[None, :]).astype(self.dtype)
             return [masks[t].reshape(batch, 1) for t in range(seq)]
+        self.may_be_empty = True
         float_type = helper.np_dtype_to_tensor_dtype(self.dtype)
         # Less on integers only exists from opset 9: compare as floats, exact for any real length.
         lengths_f = self._emit("Cast", [name], "seq_lens_float", to=float_type)
