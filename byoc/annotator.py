@@ -96,13 +96,13 @@ def _keep_set(imported: ImportedModel, keep_on_host: Iterable[str]) -> dict[str,
     """binding name -> the keep_on_host entry that pins it."""
     keep = list(keep_on_host or ())
     pinned: dict[str, str] = {}
-    used = set()
     for binding, node in imported.node_of.items():
         for entry in keep:
             if entry in (node.name, node.op_type):
                 pinned.setdefault(binding, entry)
-                used.add(entry)
-    unknown = [e for e in keep if e not in used]
+    # A node that left no op to run (folded at import) is still a name the user may give.
+    known = {name for node in imported.model.graph.node for name in (node.name, node.op_type)}
+    unknown = [e for e in keep if e not in known]
     if unknown:
         raise PolicyError(
             f"keep_on_host entries {unknown} match no ONNX node name or op type in the model"
