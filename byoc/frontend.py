@@ -346,12 +346,18 @@ def _check(model: onnx.ModelProto) -> onnx.ModelProto:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # onnx raises several private error types here
         strict_error = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    # Strict inference also fails on what only ONNX's own inference cannot handle (a
-    # function body it cannot expand, e.g. MeanVarianceNormalization's in some opsets),
-    # while TVM imports the model fine: keep what inference can find, say what it could not.
+    if strict_error.count("Inference error(s)") < 2:
+        # An error on a node of the user's graph (declared and inferred shapes differ, an
+        # attribute no shape fits): the model is wrong, and TVM would build nonsense from it.
+        raise InvalidModelError(f"ONNX shape inference failed: {strict_error}")
+    # A nested error comes from inside an op's function body, which ONNX expands to infer
+    # shapes and sometimes cannot (MeanVarianceNormalization from opset 13 on: a Constant
+    # of its body has no value in that context), while TVM imports the op itself fine.
+    # That is ONNX's limitation, not the model's: keep what non-strict inference finds.
     warnings.warn(
-        f"ONNX shape inference failed in strict mode ({strict_error}); continuing with the shapes "
-        "non-strict inference finds. If the import fails later, this is the likely cause.",
+        f"ONNX shape inference failed in strict mode inside an op's function body ({strict_error}); "
+        "continuing with the shapes non-strict inference finds. If the import fails later, this "
+        "is the likely cause.",
         RuntimeWarning,
         stacklevel=3,
     )

@@ -171,10 +171,18 @@ def test_strict_shape_inference_failure_warns_and_falls_back_to_non_strict():
     m = _mvn_model()
     with pytest.raises(Exception):  # the premise: ONNX's strict inference rejects this model
         onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    with pytest.warns(RuntimeWarning, match=r"shape inference failed in strict mode \(.*MeanVarianceNormalization"):
+    with pytest.warns(RuntimeWarning, match=r"strict mode inside an op's function body \(.*MeanVarianceNormalization"):
         art = byoc.compile(m, vendors=["c_source"])
     x = np.random.default_rng(3).standard_normal((2, 3, 4, 4)).astype(np.float32)
     np.testing.assert_allclose(art.run({"x": x})[0], onnxruntime_outputs(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_shapes_that_contradict_inference_are_still_refused():
+    """Only a failure inside an op's function body falls back; a wrong model stays refused."""
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    m = model([node], [tensor("x", [2, 3])], [tensor("y", [2, 4])])
+    with pytest.raises(InvalidModelError, match="shape inference failed.*differ"):
+        byoc.import_model(m)
 
 
 def test_a_model_strict_inference_accepts_gives_no_warning(recwarn):
