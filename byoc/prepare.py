@@ -111,7 +111,22 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     Runs after folding because the unrolling needs static shapes. Returns the
     model, the updated origin and, per user node, how many ops it became.
     """
-    return model, origin, {}
+    from .recurrent import decompose_recurrent
+
+    unrolled, made_from = decompose_recurrent(model)
+    if not made_from:
+        return model, origin, {}
+    names = {n.name for n in unrolled.graph.node}
+    counts: dict[str, int] = {}
+    for new_name, recurrent_name in made_from.items():
+        user_name = origin.get(recurrent_name, recurrent_name)
+        if new_name in names:  # nodes of If/Loop bodies are not the main graph's
+            origin[new_name] = user_name
+            counts[user_name] = counts.get(user_name, 0) + 1
+    origin = {name: user for name, user in origin.items() if name in names}
+    for node in unrolled.graph.node:
+        origin.setdefault(node.name, node.name)
+    return unrolled, origin, counts
 
 
 # -- simplifying -------------------------------------------------------------------------

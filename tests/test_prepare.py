@@ -281,3 +281,37 @@ def test_light_squeezenet_matches_onnxruntime():
     want = onnxruntime_outputs(m, inputs)[0]
     assert got.shape == want.shape
     assert np.max(np.abs(got - want)) <= 1e-3 * np.max(np.abs(want))
+
+
+# -- recurrent ops are unrolled after folding (byoc.recurrent) ------------------------------
+def lstm_model() -> onnx.ModelProto:
+    """A shape-folded Reshape in front of an LSTM whose hidden state feeds a Gemm."""
+    r = rng(7)
+    hidden, features, steps = 4, 3, 5
+    f = lambda *s: (r.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
+    inits = [const("W", f(1, 4 * hidden, features)), const("R", f(1, 4 * hidden, hidden)),
+             const("B", f(1, 8 * hidden)), const("fc_w", f(2, hidden)), const("fc_b", f(2)),
+             const("seq_shape", np.array([steps, 1, features], np.int64))]
+    nodes = [
+        helper.make_node("Reshape", ["x", "seq_shape"], ["seq"], name="to_sequence"),
+        helper.make_node("LSTM", ["seq", "W", "R", "B"], ["Y", "Y_h"], name="lstm", hidden_size=hidden),
+        helper.make_node("Squeeze", ["Y_h", "zero"], ["h"], name="last_state"),
+        helper.make_node("Gemm", ["h", "fc_w", "fc_b"], ["y"], name="fc", transB=1),
+    ]
+    inits.append(const("zero", np.array([0], np.int64)))
+    return model(nodes, [tensor("x", [steps, features])], [tensor("y", [1, 2])], inits, opset=14)
+
+
+def test_lstm_is_unrolled_and_reported_as_the_users_lstm():
+    artifact = _compiled_matches_onnxruntime(lstm_model())
+    imported = artifact.plan.imported
+    fate = imported.prepared["lstm"]
+    assert fate.startswith("decomposed into ") and int(fate.split()[2]) > 5
+    lstm_ops = [b for b, n in imported.node_of.items() if n == frontend.OnnxNode("lstm", "LSTM")]
+    assert len(lstm_ops) > 5  # many Relax ops, every one reported as the user's LSTM
+    assert "Y" not in {n.name for n in imported.node_of.values()}
+    assert f"{fate}: lstm" in _text(artifact.plan)
+    plan = byoc.partition(lstm_model(), ["c_source"], keep_on_host=["LSTM"])
+    lstm = [d for d in plan.decisions.values() if d.node is not None and d.node.name == "lstm"]
+    assert len(lstm) > 5 and all(d.on_host for d in lstm)
+    assert "kept on host by keep_on_host='LSTM'" in lstm[0].reasons["c_source"]
