@@ -53,6 +53,7 @@ _ACTIVATIONS = {
     "softsign": ("Softsign", False, False, 0.0, 0.0),
     "softplus": ("Softplus", False, False, 0.0, 0.0),
 }
+_EXTRA_ATTRIBUTES = {"LSTM": ("input_forget",), "GRU": ("linear_before_reset",), "RNN": ()}
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE)
 
 #: A value while building: a tensor name in the graph, or a constant still in numpy.
@@ -273,12 +274,11 @@ class _Builder:
             raise self._unsupported(
                 "opset", f"is {self.ctx.opset}; only opset 7 and later recurrent ops are converted",
                 "convert the model to opset 7 or later with onnx.version_converter")
-        unknown = set(self.attrs) - {"activation_alpha", "activation_beta", "activations", "clip",
-                                     "direction", "hidden_size", "layout", "input_forget",
-                                     "linear_before_reset"}
+        known = {"activation_alpha", "activation_beta", "activations", "clip", "direction", "hidden_size", "layout",
+                 *_EXTRA_ATTRIBUTES[self.op]}
+        unknown = sorted(set(self.attrs) - known)
         if unknown:
-            name = sorted(unknown)[0]
-            raise self._unsupported(f"attribute '{name}'", "is not part of the operator this converter knows",
+            raise self._unsupported(f"attribute '{unknown[0]}'", f"is not an attribute of {self.op}",
                                     "re-export the model without it")
         direction = self.attrs.get("direction", b"forward")
         direction = direction.decode() if isinstance(direction, bytes) else str(direction)
