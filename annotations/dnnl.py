@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from byoc._tvm import const_array, is_tensor_const
+from byoc._tvm import const_array, is_prim_value, is_tensor_const
 from byoc.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
                          per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
@@ -63,6 +63,75 @@ def _near(value, want: float) -> bool:
     return value is not None and math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-7)
 
 
+def _prim(expr):
+    """The value of a scalar prim argument (clip's bounds), else None."""
+    return float(expr.value) if is_prim_value(expr) else None
+
+
+# -- activations TVM imports as several ops ------------------------------------------------
+# hardsigmoid: clip(alpha*x + beta, 0, 1) (ONNX HardSigmoid); hardswish: x*clip(x + 3, 0, 6)/6
+# (ONNX HardSwish); hardswish_hardsigmoid: x*hardsigmoid(x) (exports that spell hard-swish
+# out); swish: x*sigmoid(x) (SiLU). oneDNN runs each as one eltwise op or post-op.
+ACTIVATIONS = ("hardswish", "hardswish_hardsigmoid", "hardsigmoid", "swish")
+
+
+def _activation(kind: str, x):
+    """(pattern, annotations) of activation ``kind`` applied to the pattern ``x``."""
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    def either(op, a, b):
+        return is_op(op)(a, b) | is_op(op)(b, a)
+
+    if kind == "swish":
+        return either("relax.multiply", x, is_op("relax.sigmoid")(x)), {}
+    if kind == "hardswish":
+        c = {"hs_three": is_const(), "hs_six": is_const()}
+        clipped = is_op("relax.clip")(either("relax.add", x, c["hs_three"]), wildcard(), wildcard())
+        return either("relax.multiply", x, is_op("relax.divide")(clipped, c["hs_six"])), c
+    c = {"hs_alpha": is_const(), "hs_beta": is_const()}
+    hardsigmoid = is_op("relax.clip")(either("relax.add", either("relax.multiply", x, c["hs_alpha"]), c["hs_beta"]),
+                                      wildcard(), wildcard())
+    if kind == "hardsigmoid":
+        return hardsigmoid, c
+    return either("relax.multiply", x, hardsigmoid), c
+
+
+def _activation_check(kind: str):
+    clip_bounds = {"hardswish": (0.0, 6.0), "hardswish_hardsigmoid": (0.0, 1.0), "hardsigmoid": (0.0, 1.0)}
+    wanted = {"hs_three": 3.0, "hs_six": 6.0}
+
+    def check(match: Match):
+        rank = len(static_shape(match.root) or ())
+        for name, expr in match.annotated.items():
+            if not name.startswith("hs_"):
+                continue
+            value = _scalar(expr)
+            shape = static_shape(expr)
+            if value is None or len(shape) > rank:
+                return f"{kind}: {name[3:]} of shape {shape} is not a scalar constant"
+            if name in wanted and not _near(value, wanted[name]):
+                return f"{kind}: {value:g} where hard-swish has {wanted[name]:g}"
+        for call in calls_of(match, "relax.clip"):
+            bounds = (_prim(call.args[1]), _prim(call.args[2]))
+            if bounds != clip_bounds[kind]:
+                lo, hi = clip_bounds[kind]
+                return f"{kind}: clip bounds {bounds} are not ({lo:g}, {hi:g})"
+        return SUPPORTED
+
+    check.doc = {"hardswish": "x * clip(x + 3, 0, 6) / 6.", "hardswish_hardsigmoid": "x * clip(a*x + b, 0, 1), scalar a, b.",
+                 "hardsigmoid": "clip(a*x + b, 0, 1), scalar a, b.", "swish": "x * sigmoid(x)."}[kind]
+    return check
+
+
+def _activation_pattern(kind: str):
+    def build():
+        from tvm.relax.dpl import wildcard
+
+        return _activation(kind, wildcard())
+
+    return build
+
+
 # -- conv2d -----------------------------------------------------------------------------
 def _conv_residual(match: Match):
     """residual of the conv's output shape."""
@@ -89,6 +158,9 @@ def _conv_pattern(bias: bool, residual: bool, act: str):
             out = is_op("relax.nn.relu")(out)
         elif act == "clip":
             out = is_op("relax.clip")(out, wildcard(), wildcard())
+        elif act:
+            out, constants = _activation(act, out)
+            annotations.update(constants)
         return out, annotations
 
     return build
@@ -96,13 +168,15 @@ def _conv_pattern(bias: bool, residual: bool, act: str):
 
 def _conv_rules():
     rules = []
-    # Longest first, so conv + bias + residual + relu is taken whole.
-    for bias, residual, act in sorted(itertools.product((True, False), (True, False), ("relu", "clip", "")),
-                                      key=lambda c: -(c[0] + c[1] + bool(c[2]))):
+    # Longest first, so conv + bias + residual + relu is taken whole. The
+    # multi-op activations follow a conv (+ bias) only: no residual before them.
+    combos = [*itertools.product((True, False), (True, False), ("relu", "clip", "")),
+              *itertools.product((True, False), (False,), ACTIVATIONS)]
+    for bias, residual, act in sorted(combos, key=lambda c: -(c[0] + c[1] + bool(c[2]))):
         name = "conv2d" + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
         if bias or residual or act:
             check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
-                           *([_conv_residual] if residual else []))
+                           *([_conv_residual] if residual else []), *([_activation_check(act)] if act in ACTIVATIONS else []))
             rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(bias, residual, act), check))
     return rules
 
@@ -215,6 +289,126 @@ def _broadcast_second(match: Match):
     return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
 
 
+def _resize_supported(match: Match):
+    """NCHW; linear with half_pixel; nearest at integer upscales with half_pixel + round_*, or asymmetric + floor."""
+    call = match.root
+    a = call.attrs
+    xs, ys = static_shape(call.args[0]), static_shape(call)
+    if a.layout != "NCHW" or len(xs) != 4:
+        return f"resize in layout {a.layout} of a rank-{len(xs)} tensor (oneDNN: 4-D NCHW only)"
+    method, ctm, rounding = str(a.method), str(a.coordinate_transformation_mode), str(a.rounding_method)
+    # oneDNN's source coordinate is (x + 0.5) * in / out - 0.5 (ONNX half_pixel),
+    # clamped at the edges, rounded for nearest: the combinations below give the
+    # same result as ONNX Resize (checked against onnxruntime in tests/test_dnnl_ops.py).
+    half_pixel = ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and ys[2] > 1 and ys[3] > 1)
+    if method == "cubic":
+        return "cubic resize (oneDNN resampling has nearest and linear only)"
+    if method == "linear":
+        if not half_pixel:
+            return (f"linear resize with coordinate_transformation_mode={ctm} (oneDNN computes half_pixel "
+                    "coordinates; pytorch_half_pixel only when no output extent is 1)")
+        return SUPPORTED
+    if method != "nearest_neighbor":
+        return f"resize method {method} (oneDNN: nearest and linear only)"
+    if ys[2] % xs[2] or ys[3] % xs[3]:
+        return (f"nearest resize {xs} -> {ys} is not an integer upscale (oneDNN rounds half_pixel "
+                "coordinates, which differs from ONNX nearest otherwise)")
+    # At an integer upscale s, output y = q*s + r has the half_pixel coordinate
+    # q + (r + 0.5)/s - 0.5, within 0.5 of q: rounding gives q (as oneDNN does), floor
+    # and ceil do not; the asymmetric coordinate q + r/s floors to q.
+    if (half_pixel and rounding.startswith("round_")) or (ctm == "asymmetric" and rounding == "floor"):
+        return SUPPORTED
+    return (f"nearest resize with coordinate_transformation_mode={ctm} and nearest_mode={rounding} (oneDNN "
+            "matches half_pixel with round_prefer_floor/round_prefer_ceil, or asymmetric with floor)")
+
+
+def _concat_rank(match: Match):
+    """tensors of rank >= 1."""
+    if not static_shape(match.root):
+        return "concat of scalars (oneDNN concatenates tensors of rank >= 1)"
+    return SUPPORTED
+
+
+def _slice_unit_strides(match: Match):
+    """constant bounds, unit strides."""
+    from tvm import relax
+
+    call = match.root
+    for index, what in ((1, "axes"), (2, "begin"), (3, "end"), (4, "strides")):
+        arg = call.args[index] if index < len(call.args) else None
+        if arg is None and what == "strides":
+            continue
+        if not isinstance(arg, relax.Tuple) or not all(is_prim_value(f) for f in arg.fields):
+            return f"strided_slice with {what} computed at run time (constant bounds only)"
+    strides = [int(f.value) for f in call.args[4].fields] if len(call.args) > 4 else []
+    if any(st != 1 for st in strides):
+        return f"strided_slice with strides {strides} (oneDNN sub-memories: unit strides only)"
+    return SUPPORTED
+
+
+def _strided_slice_pattern():
+    from tvm.relax.dpl import is_op, wildcard
+
+    # Its axes, begin, end (and strides) are tuple arguments the op does not count as inputs.
+    return is_op("relax.strided_slice")(wildcard(), varg_default_wildcard=True)
+
+
+def _deconv(match: Match):
+    """NCHW/IOHW layouts, constant weight, output_padding within the end padding."""
+    for call in calls_of(match, "relax.nn.conv2d_transpose"):
+        a = call.attrs
+        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
+            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/IOHW only)"
+        if not is_tensor_const(call.args[1]):
+            return "the weight is not a constant (it is prepared once, at build or load time)"
+        pad = [int(p) for p in a.padding]
+        pad = pad * 2 if len(pad) == 2 else pad
+        extra = [int(p) for p in a.output_padding]
+        if any(extra[d] > pad[d + 2] for d in range(2)):
+            return (f"output_padding {extra} exceeds the end padding {pad[2:]} (oneDNN takes output_padding "
+                    "as less end padding, which cannot go negative)")
+    return SUPPORTED
+
+
+def _batch_norm(match: Match):
+    """inference form over axis 1 of a rank-2..5 tensor."""
+    call = calls_of(match, "relax.nn.batch_norm")[0]
+    rank = len(static_shape(call.args[0]) or ())
+    if call.attrs.training:
+        return "batch norm in training mode (oneDNN: inference with the moving statistics only)"
+    if not 2 <= rank <= 5 or int(call.attrs.axis) % rank != 1:
+        return f"batch norm over axis {int(call.attrs.axis)} of a rank-{rank} tensor (oneDNN: axis 1, rank 2 to 5)"
+    return SUPPORTED
+
+
+def _deconv_pattern(bias: bool, act: str):
+    def build():
+        from tvm.relax.dpl import is_const, is_op, wildcard
+
+        out = conv = is_op("relax.nn.conv2d_transpose")(wildcard(), is_const())
+        annotations = {"conv": conv}
+        if bias:
+            annotations["bias"] = is_const()
+            out = is_op("relax.add")(out, annotations["bias"])
+        if act == "relu":
+            out = is_op("relax.nn.relu")(out)
+        elif act == "clip":
+            out = is_op("relax.clip")(out, wildcard(), wildcard())
+        return out, annotations
+
+    return build
+
+
+def _deconv_rules():
+    rules = []
+    for bias, act in sorted(itertools.product((True, False), ("relu", "clip", "")), key=lambda c: -(c[0] + bool(c[1]))):
+        if bias or act:
+            name = "conv2d_transpose" + "_bias" * bias + (f"_{act}" if act else "")
+            check = all_of(_base, _deconv, *([per_channel_bias] if bias else []))
+            rules.append(PatternRule(f"{NAME}.{name}", _deconv_pattern(bias, act), check))
+    return rules
+
+
 def _gelu_pattern():
     from tvm.relax.dpl import wildcard
 
@@ -228,7 +422,15 @@ RULES = (
     OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", all_of(_base, conv_layout_nchw, constant_conv_weight)),
     *_matmul_rules(),
     OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
+    *_deconv_rules(),
+    OpRule(f"{NAME}.conv2d_transpose", "relax.nn.conv2d_transpose", all_of(_base, _deconv)),
     PatternRule(f"{NAME}.gelu", _gelu_pattern, all_of(_base, _gelu_constants)),
+    *(PatternRule(f"{NAME}.{kind}", _activation_pattern(kind), all_of(_base, _activation_check(kind)))
+      for kind in ACTIVATIONS),
+    OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
+    OpRule(f"{NAME}.concat", "relax.concat", all_of(_base, _concat_rank)),
+    OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
+    PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_unit_strides)),
     OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),

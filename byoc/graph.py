@@ -74,6 +74,14 @@ class UnsupportedConstruct(Exception):
     """The partition holds a construct the flat view cannot express."""
 
 
+@dataclass
+class _Unavailable:
+    """A result of a multi-result op beyond the first, which no OpCall computes."""
+
+    op: str
+    index: int
+
+
 def _python_value(value):
     """TVM attribute values (IntImm, FloatImm, arrays, strings) as Python values."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -151,7 +159,10 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
         if isinstance(expr, relax.Tuple):
             return [value_of(f, local_env) for f in expr.fields]
         if isinstance(expr, relax.TupleGetItem):
-            return value_of(expr.tuple_value, local_env)[expr.index]
+            value = value_of(expr.tuple_value, local_env)[expr.index]
+            if isinstance(value, _Unavailable):
+                raise UnsupportedConstruct(f"result {value.index} of {value.op} (only the first result is computed)")
+            return value
         raise UnsupportedConstruct(f"an expression of type {type(expr).__name__}")
 
     def run_body(seq, local_env, rule):
@@ -172,14 +183,26 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
         tensors, attrs = [], attrs_dict(call.attrs)
         names = [a.name for a in call.op.arguments]
         for index, arg in enumerate(call.args):
+            key = names[index] if index < len(names) else f"arg{index}"
             if is_prim_value(arg) or isinstance(arg, relax.ShapeExpr):
-                key = names[index] if index < len(names) else f"arg{index}"
                 attrs[key] = _python_value(arg.values if isinstance(arg, relax.ShapeExpr) else arg)
+            elif isinstance(arg, relax.Tuple) and arg.fields and all(is_prim_value(f) for f in arg.fields):
+                attrs[key] = _python_value(arg.fields)  # strided_slice's axes, begin, end, strides
             else:
                 value = value_of(arg, local_env)
                 tensors.extend(value if isinstance(value, list) else [value])
         if isinstance(var.ty, relax.TupleType):
-            raise UnsupportedConstruct(f"{call.op.name} with several results")
+            # An op call has one output: only the first result is computed (batch_norm's
+            # normalized tensor; its other results are the moving statistics it was given).
+            fields = list(var.ty.fields)
+            if not fields or not isinstance(fields[0], relax.TensorType):
+                raise UnsupportedConstruct(f"{call.op.name} with several results")
+            out = builder.tensor(fields[0], "op")
+            ops.append(OpCall(call.op.name, tensors, out, attrs, rule, group))
+            rest = [_Unavailable(call.op.name, i) for i in range(1, len(fields))]
+            if call.op.name == "relax.nn.batch_norm" and not attrs.get("training"):
+                rest = tensors[3:5]  # in inference it returns the moving mean and variance it was given
+            return [out] + rest
         out = builder.tensor(var.ty, "op")
         ops.append(OpCall(call.op.name, tensors, out, attrs, rule, group))
         return out
@@ -193,4 +216,7 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
 
     result = run_body(func.body, env, rule="")
     outputs = result if isinstance(result, list) else [result]
+    for item in outputs:
+        if isinstance(item, _Unavailable):
+            raise UnsupportedConstruct(f"result {item.index} of {item.op} (only the first result is computed)")
     return PartitionGraph(symbol, inputs, outputs, ops, func)

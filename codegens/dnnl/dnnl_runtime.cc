@@ -254,9 +254,13 @@ class DnnlExecutor {
     const std::string& kernel = op.kernel;
     if (kernel == "relax.nn.conv2d") return Conv2d(k, a);
     if (kernel == "relax.matmul") return Matmul(k);
-    if (kernel == "relax.divide" && !op.inputs.empty()) {
-      if (size_t n = GeluAt(k, op.inputs[0])) {  // a GELU node on its own
-        Eltwise(op, algorithm::eltwise_gelu_erf, 0.0f, 0.0f, g_.ops()[k + n - 1].output);
+    if (kernel == "relax.nn.conv2d_transpose") return Deconv2d(k, a);
+    for (int x : op.inputs) {  // an activation spelled as several ops (GELU, swish, hard-swish...) on its own
+      PostOp p;
+      int reads = 0;
+      if (x < 0 || g_.tensor(x).kind == Kind::kConst) continue;
+      if (size_t n = ActivationAt(k, x, &p, &reads)) {
+        Eltwise(op, x, p.alg, p.alpha, p.beta, g_.ops()[k + n - 1].output);
         return k + n;
       }
     }
@@ -268,20 +272,24 @@ class DnnlExecutor {
     else if (kernel == "relax.mean") Mean(op, a);
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
     else if (kernel == "relax.nn.layer_norm") LayerNorm(op, a);
+    else if (kernel == "relax.concat") Concat(op, a);
+    else if (kernel == "relax.image.resize2d") Resize(op, a);
+    else if (kernel == "relax.strided_slice") StridedSlice(op, a);
+    else if (kernel == "relax.nn.batch_norm") BatchNorm(op, a);
     else if (const algorithm* alg = BinaryAlgorithm(kernel)) Binary(op, *alg, Commutes(kernel));
     else {
       PostOp p;
       if (!EltwiseOf(op, &p)) Fail(op.where + ": no oneDNN primitive for " + op.kernel);
       Arity(op, 1);
-      Eltwise(op, p.alg, p.alpha, p.beta, op.output);
+      Eltwise(op, op.inputs[0], p.alg, p.alpha, p.beta, op.output);
     }
     return k + 1;
   }
 
-  void Eltwise(const BodyOp& op, algorithm alg, float alpha, float beta, int output) {
-    if (g_.Shape(op.inputs[0]) != g_.Shape(output))
-      Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(op.inputs[0])));
-    int src = value_of_[op.inputs[0]];
+  void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output) {
+    if (g_.Shape(x) != g_.Shape(output))
+      Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(x)));
+    int src = value_of_[x];
     Desc desc = values_[src].desc;
     dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
                                              UserScratchpad());
@@ -338,6 +346,54 @@ class DnnlExecutor {
     return 5;
   }
 
+  // An activation that TVM imports as several ops, starting at op j on tensor x and
+  // inside one node: GELU (erf form), swish x*sigmoid(x), hard-sigmoid
+  // clip(a*x + b, 0, 1), hard-swish x*clip(a*x + b, 0, 1) or x*clip(x + 3, 0, 6)/6.
+  // Sets `p` and `*x_reads` (how many of its ops read x, so a caller folding it
+  // into a producer knows x has no other reader); returns its length, or 0.
+  size_t ActivationAt(size_t j, int x, PostOp* p, int* x_reads) const {
+    const std::vector<BodyOp>& ops = g_.ops();
+    *p = PostOp();
+    auto at = [&](size_t i, const char* kernel) {
+      return j + i < ops.size() && ops[j + i].node == ops[j].node && ops[j + i].kernel == kernel;
+    };
+    auto once = [&](size_t i) { return g_.uses(ops[j + i].output) == 1; };
+    auto reads_x_and = [&](size_t i, int t) {
+      const std::vector<int>& in = ops[j + i].inputs;
+      return in.size() == 2 && ((in[0] == x && in[1] == t) || (in[0] == t && in[1] == x));
+    };
+    auto only = [&](size_t i, int t) { return ops[j + i].inputs == std::vector<int>{t}; };
+    auto clip = [&](size_t i, double lo, double hi) {
+      Attrs a(ops[j + i].attrs, ops[j + i].where);
+      return Near(static_cast<float>(a.Float("min")), lo) && Near(static_cast<float>(a.Float("max")), hi);
+    };
+    auto done = [&](size_t n, algorithm alg, float alpha, float beta, int reads) -> size_t {
+      if (g_.Shape(ops[j + n - 1].output) != g_.Shape(x)) return 0;  // a scalar of higher rank broadcast x
+      p->alg = alg;
+      p->alpha = alpha;
+      p->beta = beta;
+      *x_reads = reads;
+      return n;
+    };
+    bool first = false;
+    if (size_t n = GeluAt(j, x)) return done(n, algorithm::eltwise_gelu_erf, 0.0f, 0.0f, 2);
+    if (at(0, "relax.sigmoid") && only(0, x) && once(0) && at(1, "relax.multiply") && reads_x_and(1, ops[j].output))
+      return done(2, algorithm::eltwise_swish, 1.0f, 0.0f, 2);
+    if (at(0, "relax.add") && Near(ScalarOperand(ops[j], x, &first), 3.0) && once(0) && at(1, "relax.clip") &&
+        only(1, ops[j].output) && clip(1, 0.0, 6.0) && once(1) && at(2, "relax.divide") &&
+        Near(ScalarOperand(ops[j + 2], ops[j + 1].output, &first), 6.0) && first && once(2) &&
+        at(3, "relax.multiply") && reads_x_and(3, ops[j + 2].output))
+      return done(4, algorithm::eltwise_hardswish, 1.0f / 6.0f, 0.5f, 2);
+    float alpha = at(0, "relax.multiply") ? ScalarOperand(ops[j], x, &first) : NAN;
+    float beta = at(1, "relax.add") && once(0) ? ScalarOperand(ops[j + 1], ops[j].output, &first) : NAN;
+    if (std::isnan(alpha) || std::isnan(beta) || !once(1) || !at(2, "relax.clip") || !only(2, ops[j + 1].output) ||
+        !clip(2, 0.0, 1.0))
+      return 0;
+    if (once(2) && at(3, "relax.multiply") && reads_x_and(3, ops[j + 2].output))
+      return done(4, algorithm::eltwise_hardswish, alpha, beta, 2);
+    return done(3, algorithm::eltwise_hardsigmoid, alpha, beta, 1);
+  }
+
   // Folds the ops after the head at `k` (same node, single reader) into post-ops.
   // `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
   template <class BiasOk>
@@ -350,9 +406,13 @@ class DnnlExecutor {
     while (f.next < ops.size() && ops[f.next].node == ops[k].node) {
       const BodyOp& op = ops[f.next];
       int x = f.last;
-      size_t length = 1;
-      if (g_.uses(x) == 2 && (length = GeluAt(f.next, x)) > 0) {
-        f.post.push_back({algorithm::eltwise_gelu_erf});
+      PostOp act;
+      int reads = 0;
+      size_t length = ActivationAt(f.next, x, &act, &reads);
+      bool activation = length > 0 && g_.uses(x) == reads;
+      if (!activation) length = 1;
+      if (activation) {
+        f.post.push_back(act);
       } else if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
         break;
       } else if (PostOp p; EltwiseOf(op, &p)) {
@@ -459,11 +519,7 @@ class DnnlExecutor {
     int64_t groups = geometry.groups;
     Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
     int64_t channels = ys[1];
-    Fused f = FusePostOps(k, [&](int b) {
-      const TensorInfo& t = g_.tensor(b);
-      return t.kind == Kind::kConst &&
-             (t.shape == std::vector<int64_t>{1, channels, 1, 1} || t.shape == std::vector<int64_t>{channels, 1, 1});
-    });
+    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
     Desc bias = Plain(Dims{channels});
     auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
       Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]},
@@ -485,6 +541,13 @@ class DnnlExecutor {
     args.push_back({DNNL_ARG_DST, Define(f.last, pd.dst_desc()), pd.dst_desc()});
     AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
     return f.next;
+  }
+
+  // A constant the primitive can add as its bias: one value per output channel of NCHW.
+  bool ChannelBias(int b, int64_t channels) const {
+    const TensorInfo& t = g_.tensor(b);
+    return t.kind == Kind::kConst &&
+           (t.shape == std::vector<int64_t>{1, channels, 1, 1} || t.shape == std::vector<int64_t>{channels, 1, 1});
   }
 
   // The same constant bytes seen with other dims (a group axis, leading 1s).
@@ -712,6 +775,193 @@ class DnnlExecutor {
     int dst = Define(op.output, pd.dst_desc());
     AddStep(dnnl::binary(pd), {{DNNL_ARG_SRC_0, a, src0}, {DNNL_ARG_SRC_1, b, src1}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
             pd.scratchpad_desc());
+  }
+
+  // One concat primitive (a copy; the producers do not write into the output).
+  void Concat(const BodyOp& op, const Attrs& a) {
+    const auto& ys = g_.Shape(op.output);
+    if (op.inputs.empty() || ys.empty()) Fail(op.where + ": concat needs at least one tensor of rank >= 1");
+    size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), ys.size(), op.where));
+    int64_t total = 0;
+    for (int id : op.inputs) {
+      const auto& xs = g_.Shape(id);
+      bool fits = xs.size() == ys.size();
+      for (size_t d = 0; fits && d < ys.size(); ++d) fits = d == axis || xs[d] == ys[d];
+      if (!fits) Fail(op.where + ": " + ShapeStr(xs) + " does not fit " + ShapeStr(ys) + " along axis " + std::to_string(axis));
+      total += xs[axis];
+    }
+    if (total != ys[axis]) Fail(op.where + ": the inputs do not add up to " + ShapeStr(ys));
+    auto make = [&](bool plain) {
+      std::vector<Desc> srcs;
+      for (int id : op.inputs) srcs.push_back(plain ? Plain(g_.Shape(id)) : values_[value_of_[id]].desc);
+      return dnnl::concat::primitive_desc(Engine(), static_cast<int>(axis), srcs, UserScratchpad());
+    };
+    // The sources stay in the layouts their producers chose when oneDNN can
+    // concatenate those; a mix it cannot (blocks cut by the axis) is made plain.
+    dnnl::concat::primitive_desc pd;
+    try {
+      pd = make(false);
+    } catch (const dnnl::error&) {
+      pd = make(true);
+    }
+    std::vector<Arg> args;
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      Desc desc = pd.src_desc(static_cast<int>(i));
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(op.inputs[i], desc), desc});
+    }
+    args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  // oneDNN resampling computes the source coordinate of output x as
+  // (x + 0.5) * in / out - 0.5 (ONNX half_pixel), clamped to the edges, and
+  // rounds it for nearest. ONNX Resize agrees for linear with half_pixel (and
+  // pytorch_half_pixel when no output extent is 1), and for nearest at integer
+  // upscales with half_pixel + round_prefer_floor/ceil (the coordinate stays
+  // within 0.5 of the right index) or asymmetric + floor. Empty when supported,
+  // else why not (annotations/dnnl.py's rule says the same).
+  static std::string ResizeUnsupported(const std::string& method, const std::string& ctm, const std::string& rounding,
+                                       const std::vector<int64_t>& xs, const std::vector<int64_t>& ys) {
+    bool half_pixel = ctm == "half_pixel" || (ctm == "pytorch_half_pixel" && ys[2] > 1 && ys[3] > 1);
+    if (method == "linear") {
+      if (!half_pixel) return "linear resize with coordinate_transformation_mode=" + ctm + " (oneDNN: half_pixel only)";
+      return "";
+    }
+    if (method != "nearest_neighbor") return "resize mode " + method + " (oneDNN: nearest and linear only)";
+    for (int d = 2; d < 4; ++d)
+      if (ys[d] % xs[d] != 0)
+        return "nearest resize " + ShapeStr(xs) + " -> " + ShapeStr(ys) +
+               " is not an integer upscale (oneDNN rounds half_pixel coordinates, which differs from ONNX otherwise)";
+    if ((half_pixel && rounding.rfind("round_", 0) == 0) || (ctm == "asymmetric" && rounding == "floor")) return "";
+    return "nearest resize with coordinate_transformation_mode=" + ctm + " and nearest_mode=" + rounding +
+           " (oneDNN matches half_pixel with round_prefer_floor/round_prefer_ceil, or asymmetric with floor)";
+  }
+
+  void Resize(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    if (a.Str("layout") != "NCHW" || xs.size() != 4 || ys.size() != 4 || xs[0] != ys[0] || xs[1] != ys[1])
+      Fail(op.where + ": resize of 4-D NCHW tensors only");
+    std::string method = a.Str("method");
+    std::string why = ResizeUnsupported(method, a.Str("coordinate_transformation_mode"), a.Str("rounding_method"), xs, ys);
+    if (!why.empty()) Fail(op.where + ": " + why);
+    algorithm alg = method == "linear" ? algorithm::resampling_linear : algorithm::resampling_nearest;
+    int src = value_of_[op.inputs[0]];
+    dnnl::resampling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
+                                                Any(DimsOf(ys)), UserScratchpad());
+    src = As(op.inputs[0], pd.src_desc());
+    int dst = Define(op.output, pd.dst_desc());
+    AddStep(dnnl::resampling_forward(pd), {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
+            pd.scratchpad_desc());
+  }
+
+  // A reorder from the input's sub-memory (unit strides) into a plain output.
+  void StridedSlice(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    // TVM passes axes, begin, end and strides as tuple arguments after the tensor.
+    std::vector<int64_t> axes = a.Ints("arg1"), begin = a.Ints("arg2"), end = a.Ints("arg3");
+    std::vector<int64_t> strides = a.Has("arg4") && !a.IsNone("arg4") ? a.Ints("arg4") : std::vector<int64_t>(axes.size(), 1);
+    if (begin.size() != axes.size() || end.size() != axes.size() || strides.size() != axes.size() || xs.size() != ys.size())
+      Fail(op.where + ": axes, begin, end and strides differ in length");
+    Dims offsets(xs.size(), 0), dims = DimsOf(xs);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      size_t d = static_cast<size_t>(NormAxis(axes[i], xs.size(), op.where));
+      if (strides[i] != 1) Fail(op.where + ": stride " + std::to_string(strides[i]) + " (unit strides only)");
+      auto clamp = [&](int64_t v) { return std::min(std::max(v < 0 ? v + xs[d] : v, int64_t{0}), xs[d]); };
+      offsets[d] = clamp(begin[i]);
+      dims[d] = std::max<int64_t>(clamp(end[i]) - offsets[d], 0);
+    }
+    if (Dims(ys.begin(), ys.end()) != dims) Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
+    Desc plain = Plain(xs), sub = plain.submemory_desc(dims, offsets);
+    int src = As(op.inputs[0], plain);
+    int dst = Define(op.output, Plain(ys));
+    dnnl::reorder::primitive_desc pd(Engine(), sub, Engine(), Plain(ys), UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, sub}, {DNNL_ARG_TO, dst, Plain(ys)}}, pd.scratchpad_desc());
+  }
+
+  // Inference batch norm (the first result of relax.nn.batch_norm): moving statistics as given.
+  void BatchNorm(const BodyOp& op, const Attrs& a) {
+    Arity(op, 5);
+    SameShape(op, op.inputs[0]);
+    const auto& xs = g_.Shape(op.inputs[0]);
+    if (xs.size() < 2 || xs.size() > 5 || NormAxis(a.Int("axis"), xs.size(), op.where) != 1)
+      Fail(op.where + ": batch norm over axis 1 of a tensor of rank 2 to 5 only");
+    if (a.Bool("training")) Fail(op.where + ": batch norm in training mode is not supported");
+    int64_t c = xs[1];
+    for (size_t i = 1; i < 5; ++i)
+      if (g_.tensor(op.inputs[i]).numel != c) Fail(op.where + ": gamma, beta, mean and variance must have " + std::to_string(c) + " values");
+    auto flags = dnnl::normalization_flags::use_global_stats;
+    if (a.Bool("scale")) flags |= dnnl::normalization_flags::use_scale;
+    if (a.Bool("center")) flags |= dnnl::normalization_flags::use_shift;
+    int src = value_of_[op.inputs[0]];
+    Desc desc = values_[src].desc, param = Plain(Dims{c});
+    if (g_.tensor(op.inputs[0]).kind == Kind::kConst) desc = Plain(xs);
+    dnnl::batch_normalization_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, desc, desc,
+                                                         static_cast<float>(a.Float("epsilon")), flags, UserScratchpad());
+    std::vector<Arg> args = {{DNNL_ARG_SRC, As(op.inputs[0], desc), desc}};
+    auto param_arg = [&](int key, int id) { args.push_back({key, As(id, Plain(g_.Shape(id))), param}); };
+    if (a.Bool("scale")) param_arg(DNNL_ARG_SCALE, op.inputs[1]);
+    if (a.Bool("center")) param_arg(DNNL_ARG_SHIFT, op.inputs[2]);
+    param_arg(DNNL_ARG_MEAN, op.inputs[3]);
+    param_arg(DNNL_ARG_VARIANCE, op.inputs[4]);
+    args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::batch_normalization_forward(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  // conv2d_transpose (NCHW data, IOHW weights) as a oneDNN deconvolution, with
+  // the conv's post-ops. ONNX's output_padding extends the end of the output,
+  // which is oneDNN's right padding made smaller.
+  size_t Deconv2d(size_t k, const Attrs& a) {
+    const BodyOp& op = g_.ops()[k];
+    Arity(op, 2);
+    int x = op.inputs[0], w = op.inputs[1];
+    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+    if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "IOHW" || a.Str("out_layout") != "NCHW")
+      Fail(op.where + ": only NCHW/IOHW layouts are supported");
+    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+    if (xs.size() != 4 || ws.size() != 4 || ys.size() != 4) Fail(op.where + ": conv2d_transpose tensors must be 4-D");
+    int64_t groups = a.Int("groups");
+    auto st = a.Ints("strides"), dil = a.Ints("dilation"), pad = a.Ints("padding"), extra = a.Ints("output_padding");
+    if (pad.size() == 2) pad = {pad[0], pad[1], pad[0], pad[1]};
+    if (st.size() != 2 || dil.size() != 2 || pad.size() != 4 || extra.size() != 2)
+      Fail(op.where + ": strides/dilation/output_padding need 2 values and padding 2 or 4");
+    if (groups < 1 || xs[1] != ws[0] || ws[0] % groups != 0 || ys[0] != xs[0] || ys[1] != ws[1] * groups)
+      Fail(op.where + ": channels of " + ShapeStr(xs) + " and weight " + ShapeStr(ws) + " do not match groups=" +
+           std::to_string(groups));
+    Dims pad_r(2);
+    for (int d = 0; d < 2; ++d) {
+      if (st[d] < 1 || dil[d] < 1 || pad[d] < 0 || pad[d + 2] < 0 || extra[d] < 0) Fail(op.where + ": invalid window");
+      pad_r[d] = pad[d + 2] - extra[d];
+      if (ys[2 + d] != (xs[2 + d] - 1) * st[d] + dil[d] * (ws[2 + d] - 1) + 1 - pad[d] - pad_r[d])
+        Fail(op.where + ": output shape " + ShapeStr(ys) + " does not follow from the attributes");
+    }
+    int64_t ic = xs[1] / groups, oc = ys[1] / groups, kh = ws[2], kw = ws[3];
+    // The IOHW weight seen as oneDNN's (G,) O, I, H, W through permuted strides.
+    Dims wdims = groups == 1 ? Dims{oc, ic, kh, kw} : Dims{groups, oc, ic, kh, kw};
+    Dims wstrides = groups == 1 ? Dims{kh * kw, oc * kh * kw, kw, 1} : Dims{ic * oc * kh * kw, kh * kw, oc * kh * kw, kw, 1};
+    Desc iohw(wdims, memory::data_type::f32, wstrides);
+    int64_t channels = ys[1];
+    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
+    Desc bias = Plain(Dims{channels});
+    auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
+      Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]};
+      if (f.bias >= 0)
+        return dnnl::deconvolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                           algorithm::deconvolution_direct, Any(DimsOf(xs)), Any(wdims),
+                                                           bias, Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
+      return dnnl::deconvolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                         algorithm::deconvolution_direct, Any(DimsOf(xs)), Any(wdims),
+                                                         Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
+    });
+    int src = As(x, pd.src_desc());
+    int weights = ReorderConst(ConstView(value_of_[w], iohw), pd.weights_desc());
+    std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
+    if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
+    AddBinaryArgs(f, &args, ys, pd.dst_desc());
+    args.push_back({DNNL_ARG_DST, Define(f.last, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::deconvolution_forward(pd), std::move(args), pd.scratchpad_desc());
+    return f.next;
   }
 
   void Arity(const BodyOp& op, size_t n) const {

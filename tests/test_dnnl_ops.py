@@ -1,0 +1,323 @@
+"""The dnnl vendor on the ops CNN, detection and OCR models add to the basics:
+concat, resize, transposed conv, batch norm, hard-sigmoid / hard-swish / swish
+(alone and as conv post-ops), strided slices, depthwise convs; each against
+onnxruntime through ``byoc.compile(..., strict=True)`` with the op checked to
+have gone to dnnl, and every combination the runtime does not take checked to
+stay on the host with its reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import byoc
+
+from models import const, model, onnxruntime_outputs, random_inputs, rng, single_op, tensor
+
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def _f(*shape, seed=5, scale=1.0):
+    return (rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def _compile(m, host_ops=(), inputs=None, scale=1.0):
+    """Compile for dnnl, check which ops stayed on the host, compare every output with onnxruntime."""
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    assert sorted(d.op for d in artifact.plan.host_ops) == sorted(host_ops), \
+        [(d.op, d.reasons) for d in artifact.plan.host_ops]
+    inputs = inputs or {k: v * np.float32(scale) for k, v in random_inputs(m).items()}
+    for got, want in zip(artifact.run(inputs), onnxruntime_outputs(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    return artifact
+
+
+def _rules(artifact) -> set[str]:
+    return {d.rule for d in artifact.plan.decisions.values() if d.rule}
+
+
+def _reason(m, op):
+    plan = byoc.partition(m, ["dnnl"])
+    reasons = [d.reasons["dnnl"] for d in plan.host_ops if d.op == op]
+    assert reasons, f"{op} went to dnnl: {plan.host_ops}"
+    return reasons[0]
+
+
+def _conv(x, out, cin, cout, prefix, k=3, group=1, pads=(1, 1, 1, 1), seed=1):
+    """A Conv node with a bias, and its initializers."""
+    w, b = _f(cout, cin // group, k, k, seed=seed, scale=0.3), _f(cout, seed=seed + 50)
+    node = helper.make_node("Conv", [x, f"{prefix}_w", f"{prefix}_b"], [out], name=prefix, pads=list(pads), group=group)
+    return node, [const(f"{prefix}_w", w), const(f"{prefix}_b", b)]
+
+
+# -- activations ------------------------------------------------------------------------
+def _activation_nodes(kind, x, out, p="act"):
+    """ONNX nodes for an activation; HardSwish also spelled x * HardSigmoid(x), swish as x * Sigmoid(x)."""
+    if kind == "hardsigmoid":
+        return [helper.make_node("HardSigmoid", [x], [out], name=f"{p}_hs", alpha=0.2, beta=0.5)]
+    if kind == "hardswish":
+        return [helper.make_node("HardSwish", [x], [out], name=f"{p}_hsw")]
+    if kind == "hardswish_hardsigmoid":
+        return [helper.make_node("HardSigmoid", [x], [f"{p}_g"], name=f"{p}_hs", alpha=1 / 6, beta=0.5),
+                helper.make_node("Mul", [x, f"{p}_g"], [out], name=f"{p}_mul")]
+    if kind == "swish":
+        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
+                helper.make_node("Mul", [x, f"{p}_s"], [out], name=f"{p}_mul")]
+    if kind == "swish_reversed":
+        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
+                helper.make_node("Mul", [f"{p}_s", x], [out], name=f"{p}_mul")]
+    raise ValueError(kind)
+
+
+ACTIVATIONS = ["hardsigmoid", "hardswish", "hardswish_hardsigmoid", "swish", "swish_reversed"]
+
+
+@pytest.mark.parametrize("kind", ACTIVATIONS)
+def test_activation_alone_is_one_eltwise(kind):
+    shape = [1, 3, 5, 7]
+    m = model(_activation_nodes(kind, "x", "y"), [tensor("x", shape)], [tensor("y", shape)])
+    artifact = _compile(m, scale=4.0)  # past the kinks at +-3 and +-2.5
+    assert _rules(artifact) == {f"dnnl.{kind.replace('_reversed', '')}"}
+
+
+@pytest.mark.parametrize("kind", ACTIVATIONS)
+@pytest.mark.parametrize("group", [1, 6], ids=["dense", "depthwise"])
+def test_conv_bias_activation_is_one_primitive(kind, group):
+    conv, inits = _conv("x", "c", 6, 6, "conv", group=group)
+    m = model([conv, *_activation_nodes(kind, "c", "y")], [tensor("x", [1, 6, 9, 11])], [tensor("y", [1, 6, 9, 11])],
+              inits)
+    artifact = _compile(m, scale=2.0)
+    assert _rules(artifact) == {f"dnnl.conv2d_bias_{kind.replace('_reversed', '')}"}
+
+
+def test_depthwise_conv_with_relu6_and_residual():
+    conv, inits = _conv("x", "c", 8, 8, "dw", group=8)
+    nodes = [conv, helper.make_node("Add", ["c", "x"], ["s"], name="res"),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"], name="relu6")]
+    inits += [const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    m = model(nodes, [tensor("x", [1, 8, 7, 7])], [tensor("y", [1, 8, 7, 7])], inits)
+    assert _rules(_compile(m, scale=3.0)) == {"dnnl.conv2d_bias_add_clip"}
+
+
+def test_activation_whose_input_is_read_again_is_not_folded_into_the_conv():
+    """The conv output also leaves the partition: hard-swish runs as its own primitive after it."""
+    conv, inits = _conv("x", "c", 4, 4, "conv")
+    m = model([conv, *_activation_nodes("hardswish", "c", "y")], [tensor("x", [1, 4, 6, 6])],
+              [tensor("y", [1, 4, 6, 6]), tensor("c", [1, 4, 6, 6])], inits)
+    assert "dnnl.hardswish" in _rules(_compile(m, scale=2.0))
+
+
+def test_hard_swish_with_other_constants_is_not_taken_as_hard_swish():
+    """x * clip(x + 3, 0, 6) / 5 is not hard-swish: its ops run one by one, still on dnnl."""
+    nodes = [helper.make_node("Add", ["x", "three"], ["a"], name="add"),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
+             helper.make_node("Div", ["c", "five"], ["d"], name="div"),
+             helper.make_node("Mul", ["x", "d"], ["y"], name="mul")]
+    inits = [const("three", np.array(3.0, np.float32)), const("five", np.array(5.0, np.float32)),
+             const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    m = model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], inits)
+    rules = _rules(_compile(m, scale=4.0))
+    assert "dnnl.hardswish" not in rules and "dnnl.divide" in rules
+    attempts = byoc.partition(m, ["dnnl"])
+    assert attempts.host_ops == []
+
+
+# -- concat -----------------------------------------------------------------------------
+@pytest.mark.parametrize("axis", [1, 2, 3, -1])
+def test_concat_of_conv_outputs_in_blocked_layouts(axis):
+    """Convs leave their outputs in oneDNN's blocked layouts; 5 and 16 channels block differently."""
+    c1, i1 = _conv("x", "a", 3, 16, "c1", seed=1)
+    c2, i2 = _conv("x", "b", 3, 16 if axis != 1 else 5, "c2", seed=2)
+    c3, i3 = _conv("cat", "y", 16 + (5 if axis == 1 else 16), 8, "c3", seed=3)
+    out = {1: [1, 21, 6, 7], 2: [1, 16, 12, 7], 3: [1, 16, 6, 14], -1: [1, 16, 6, 14]}[axis]
+    nodes = [c1, c2, helper.make_node("Concat", ["a", "b"], ["cat"], name="cat", axis=axis)]
+    if axis == 1:
+        nodes.append(c3)
+        outputs = [tensor("y", [1, 8, 6, 7])]
+    else:
+        outputs = [tensor("cat", out)]
+    m = model(nodes, [tensor("x", [1, 3, 6, 7])], outputs, i1 + i2 + (i3 if axis == 1 else []))
+    assert "dnnl.concat" in _rules(_compile(m))
+
+
+def test_concat_of_inputs_a_constant_and_one_tensor_twice():
+    nodes = [helper.make_node("Concat", ["x", "k", "x", "z"], ["y"], name="cat", axis=0)]
+    m = model(nodes, [tensor("x", [2, 3, 5]), tensor("z", [1, 3, 5])], [tensor("y", [6, 3, 5])],
+              [const("k", _f(1, 3, 5, seed=9))])
+    assert _rules(_compile(m)) == {"dnnl.concat"}
+
+
+# -- resize -----------------------------------------------------------------------------
+def _resize(shape, mode, ctm, nearest_mode="round_prefer_floor", scales=None, sizes=None):
+    out = sizes or [int(d * s) for d, s in zip(shape, scales)]
+    inputs = ["x", "", "scales"] if scales else ["x", "", "", "sizes"]
+    inits = ([const("scales", np.array(scales, np.float32))] if scales
+             else [const("sizes", np.array(sizes, np.int64))])
+    node = helper.make_node("Resize", inputs, ["y"], name="resize", mode=mode, coordinate_transformation_mode=ctm,
+                            nearest_mode=nearest_mode)
+    return model([node], [tensor("x", shape)], [tensor("y", out)], inits)
+
+
+ACCEPTED_RESIZES = [
+    ("nearest", "asymmetric", "floor", [1, 1, 2, 2], None),
+    ("nearest", "asymmetric", "floor", [1, 1, 3, 2], None),
+    ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 2, 2], None),
+    ("nearest", "half_pixel", "round_prefer_ceil", [1, 1, 3, 3], None),
+    ("nearest", "half_pixel", "round_prefer_ceil", [1, 1, 4, 1], None),
+    ("nearest", "pytorch_half_pixel", "round_prefer_floor", [1, 1, 2, 2], None),
+    ("linear", "half_pixel", "round_prefer_floor", [1, 1, 2, 2], None),
+    ("linear", "half_pixel", "round_prefer_floor", None, [1, 2, 7, 4]),   # 5x7 -> 7x4: up and down, uneven
+    ("linear", "half_pixel", "round_prefer_floor", None, [1, 2, 2, 3]),
+    ("linear", "pytorch_half_pixel", "round_prefer_floor", None, [1, 2, 11, 9]),
+]
+
+
+@pytest.mark.parametrize("mode,ctm,nearest_mode,scales,sizes", ACCEPTED_RESIZES)
+def test_resize_modes_oneDNN_matches(mode, ctm, nearest_mode, scales, sizes):
+    m = _resize([1, 2, 5, 7], mode, ctm, nearest_mode, scales, sizes)
+    assert _rules(_compile(m)) == {"dnnl.resize2d"}
+
+
+def test_nearest_upsample_of_a_conv_output_in_a_blocked_layout():
+    """The YOLO / PP-OCR neck: conv, nearest 2x, concat with the skip."""
+    c1, i1 = _conv("x", "c", 8, 16, "c1")
+    nodes = [c1, helper.make_node("Resize", ["c", "", "scales"], ["u"], name="up", mode="nearest",
+                                  coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+             helper.make_node("Concat", ["u", "skip"], ["y"], name="cat", axis=1)]
+    m = model(nodes, [tensor("x", [1, 8, 5, 6]), tensor("skip", [1, 8, 10, 12])], [tensor("y", [1, 24, 10, 12])],
+              i1 + [const("scales", np.array([1, 1, 2, 2], np.float32))])
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.resize2d", "dnnl.concat"}
+
+
+REJECTED_RESIZES = [
+    ("cubic", "half_pixel", "round_prefer_floor", [1, 1, 2, 2], None, "cubic resize"),
+    ("linear", "asymmetric", "round_prefer_floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=asymmetric"),
+    ("linear", "align_corners", "round_prefer_floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=align_corners"),
+    ("linear", "pytorch_half_pixel", "round_prefer_floor", None, [1, 2, 1, 4], "pytorch_half_pixel only when"),
+    ("nearest", "asymmetric", "floor", None, [1, 2, 7, 14], "not an integer upscale"),
+    ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 0.6, 0.6], None, "not an integer upscale"),
+    ("nearest", "asymmetric", "round_prefer_floor", [1, 1, 2, 2], None, "nearest_mode=round_prefer_floor"),
+    ("nearest", "align_corners", "floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=align_corners"),
+    ("nearest", "half_pixel", "floor", [1, 1, 4, 1], None, "nearest_mode=floor"),
+    ("nearest", "half_pixel", "ceil", [1, 1, 2, 2], None, "nearest_mode=ceil"),
+    ("nearest", "tf_half_pixel_for_nn", "floor", [1, 1, 2, 2], None, "tf_half_pixel_for_nn"),
+]
+
+
+@pytest.mark.parametrize("mode,ctm,nearest_mode,scales,sizes,reason", REJECTED_RESIZES)
+def test_resize_modes_oneDNN_does_not_match_stay_on_host(mode, ctm, nearest_mode, scales, sizes, reason):
+    m = _resize([1, 2, 5, 7], mode, ctm, nearest_mode, scales, sizes)
+    assert reason in _reason(m, "relax.image.resize2d")
+
+
+# -- strided slice --------------------------------------------------------------------------
+def _slice(shape, out, starts, ends, axes=None, steps=None):
+    names = ["x", "starts", "ends"] + (["axes"] if axes is not None else []) + (["steps"] if steps is not None else [])
+    inits = [const("starts", np.array(starts, np.int64)), const("ends", np.array(ends, np.int64))]
+    if axes is not None:
+        inits.append(const("axes", np.array(axes, np.int64)))
+    if steps is not None:
+        if axes is None:
+            raise ValueError("steps need axes")
+        inits.append(const("steps", np.array(steps, np.int64)))
+    return model([helper.make_node("Slice", names, ["y"], name="slice")], [tensor("x", shape)], [tensor("y", out)],
+                 inits)
+
+
+BIG = np.iinfo(np.int64).max
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps,out", [
+    ([1, 2], [3, 5], [1, 2], None, [2, 2, 3, 7]),
+    ([-3], [BIG], [-1], [1], [2, 4, 5, 3]),              # negative start, end past the edge, negative axis
+    ([0, -4, 1], [1, -1, -2], None, None, [1, 3, 2, 7]),  # axes omitted: the leading ones
+    ([2], [100], [0], [1], [0, 4, 5, 7]),                 # empty: stays on the host (checked below)
+])
+def test_strided_slice(starts, ends, axes, steps, out):
+    m = _slice([2, 4, 5, 7], out, starts, ends, axes, steps)
+    if 0 in out:
+        assert "zero-sized" in _reason(m, "relax.strided_slice")
+        return
+    assert _rules(_compile(m)) == {"dnnl.strided_slice"}
+
+
+def test_strided_slice_of_a_conv_output_in_a_blocked_layout():
+    """The Focus / channel-split idiom: halves of a blocked conv output."""
+    c1, i1 = _conv("x", "c", 3, 16, "c1")
+    nodes = [c1, helper.make_node("Slice", ["c", "s0", "e0", "ax"], ["a"], name="lo"),
+             helper.make_node("Slice", ["c", "s1", "e1", "ax"], ["b"], name="hi"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    inits = i1 + [const("s0", np.array([0], np.int64)), const("e0", np.array([5], np.int64)),
+                  const("s1", np.array([11], np.int64)), const("e1", np.array([16], np.int64)),
+                  const("ax", np.array([1], np.int64))]
+    m = model(nodes, [tensor("x", [1, 3, 6, 5])], [tensor("y", [1, 5, 6, 5])], inits)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.strided_slice", "dnnl.add"}
+
+
+@pytest.mark.parametrize("step", [2, -1])
+def test_strided_slice_with_steps_stays_on_host(step):
+    start, end = (0, 4) if step > 0 else (3, 0)
+    m = _slice([2, 4, 5, 7], [2, 2 if step > 0 else 3, 5, 7], [start], [end], [1], [step])
+    assert f"strides [{step}]" in _reason(m, "relax.strided_slice")
+
+
+# -- transposed conv -------------------------------------------------------------------------
+@pytest.mark.parametrize("strides,pads,output_padding,group,dilation,bias,act", [
+    ([2, 2], [1, 1, 1, 1], [1, 1], 1, [1, 1], True, ""),
+    ([2, 2], [0, 0, 0, 0], [0, 0], 1, [1, 1], True, "Relu"),   # PP-OCR det's 2x upsampling head
+    ([3, 2], [1, 0, 2, 1], [2, 1], 2, [1, 1], False, ""),
+    ([1, 1], [1, 1, 1, 1], [0, 0], 1, [2, 2], True, "Relu"),
+    ([2, 2], [1, 1, 1, 1], [0, 0], 4, [1, 1], True, ""),
+])
+def test_conv_transpose(strides, pads, output_padding, group, dilation, bias, act):
+    cin, cout, k = 4, 6 if group != 4 else 4, 3
+    x = [1, cin, 5, 6]
+    out = [1, cout] + [(x[2 + d] - 1) * strides[d] + dilation[d] * (k - 1) + 1 - pads[d] - pads[d + 2]
+                       + output_padding[d] for d in range(2)]
+    inits = [const("w", _f(cin, cout // group, k, k, seed=3, scale=0.3))] + ([const("b", _f(cout, seed=4))] if bias else [])
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["t" if act else "y"], name="deconv",
+                            strides=strides, pads=pads, output_padding=output_padding, group=group, dilations=dilation)
+    nodes = [node] + ([helper.make_node(act, ["t"], ["y"], name="act")] if act else [])
+    m = model(nodes, [tensor("x", x)], [tensor("y", out)], inits)
+    rule = "dnnl.conv2d_transpose" + ("_bias" if bias else "") + ("_relu" if act else "")
+    assert _rules(_compile(m)) == {rule}
+
+
+def test_conv_transpose_with_output_padding_beyond_the_end_padding_stays_on_host():
+    m = single_op("ConvTranspose", {"x": [1, 2, 4, 4]}, [1, 3, 10, 10],
+                  {"strides": [2, 2], "pads": [0, 0, 0, 0], "output_padding": [1, 1]},
+                  [const("w", _f(2, 3, 3, 3))])
+    assert "output_padding [1, 1] exceeds the end padding [0, 0]" in _reason(m, "relax.nn.conv2d_transpose")
+
+
+# -- batch norm -----------------------------------------------------------------------------
+def _bn_inits(c, seed=7):
+    return [const("scale", 1 + 0.2 * _f(c, seed=seed)), const("bias", _f(c, seed=seed + 1)),
+            const("mean", _f(c, seed=seed + 2)), const("var", np.abs(_f(c, seed=seed + 3)) + 0.5)]
+
+
+@pytest.mark.parametrize("shape", [[2, 5, 3, 7], [3, 6], [1, 4, 9]])
+def test_batch_norm_on_its_own(shape):
+    node = helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn",
+                            epsilon=1e-3)
+    m = model([node], [tensor("x", shape)], [tensor("y", shape)], _bn_inits(shape[1]))
+    assert _rules(_compile(m)) == {"dnnl.batch_norm"}
+
+
+def test_batch_norm_after_a_concat_of_blocked_conv_outputs():
+    c1, i1 = _conv("x", "a", 3, 8, "c1", seed=1)
+    c2, i2 = _conv("x", "b", 3, 8, "c2", seed=2)
+    nodes = [c1, c2, helper.make_node("Concat", ["a", "b"], ["cat"], name="cat", axis=1),
+             helper.make_node("BatchNormalization", ["cat", "scale", "bias", "mean", "var"], ["y"], name="bn")]
+    m = model(nodes, [tensor("x", [1, 3, 6, 6])], [tensor("y", [1, 16, 6, 6])], i1 + i2 + _bn_inits(16))
+    assert "dnnl.batch_norm" in _rules(_compile(m))
+
+
+# -- ops that stay on the host, with the reason ------------------------------------------------
+def test_split_stays_on_host():
+    """split has several results; byoc's partition graph carries single-result ops only."""
+    node = helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1)
+    m = model([node], [tensor("x", [1, 8, 4, 4])], [tensor("a", [1, 4, 4, 4]), tensor("b", [1, 4, 4, 4])])
+    assert "no dnnl rule" in _reason(m, "relax.split")
