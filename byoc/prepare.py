@@ -94,9 +94,13 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     """
     user = model
     simplified, tool = _simplify(user)
-    prepared = simplified if simplified is not None else _copy(user)
-    _unique_names(prepared.graph)
-    origin = _origin(user.graph, prepared.graph)
+    if simplified is None:
+        prepared = user  # read-only from here on; no copy of a model's weights for nothing
+        origin = {n.name: n.name for n in user.graph.node}
+    else:
+        prepared = simplified
+        _unique_names(prepared.graph)
+        origin = _origin(user.graph, prepared.graph)
 
     prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
     fate = _fates(user.graph, prepared.graph, origin)
@@ -111,8 +115,10 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     Runs after folding because the unrolling needs static shapes. Returns the
     model, the updated origin and, per user node, how many ops it became.
     """
-    from .recurrent import decompose_recurrent
+    from .recurrent import RECURRENT_OPS, decompose_recurrent
 
+    if not any(n.op_type in RECURRENT_OPS for n in _all_nodes(model.graph)):
+        return model, origin, {}
     unrolled, made_from = decompose_recurrent(model)
     if not made_from:
         return model, origin, {}
@@ -127,6 +133,18 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     for node in unrolled.graph.node:
         origin.setdefault(node.name, node.name)
     return unrolled, origin, counts
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of every subgraph under it (If/Loop/Scan bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _all_nodes(sub)
 
 
 # -- simplifying -------------------------------------------------------------------------

@@ -128,6 +128,16 @@ def test_partitioned_export_puts_the_fused_batchnorm_with_its_conv():
                                rtol=1e-5, atol=1e-6)
 
 
+def test_verify_runs_onnxruntime_on_the_users_model_not_the_prepared_one():
+    from byoc.verify import verify
+
+    plan = byoc.partition(conv_bn(9), ["c_source"])
+    assert "BatchNormalization" in {n.op_type for n in plan.imported.model.graph.node}
+    assert "BatchNormalization" not in {n.op_type for n in plan.imported.prepared_model.graph.node}
+    result = verify(plan)
+    assert result.ok, result.lines
+
+
 def test_newer_batchnorm_stays_the_users_node():
     imported = byoc.import_model(conv_bn(15))
     assert imported.prepared == {}
