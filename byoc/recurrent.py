@@ -79,7 +79,8 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
         return out, {}
     context = _Context(out, graphs)
     origin: dict[str, str] = {}
-    for graph in graphs:
+    # Subgraphs first: rewriting a graph copies its nodes, and with them their (already rewritten) bodies.
+    for graph in reversed(graphs):
         if not any(_is_recurrent(n) for n in graph.node):
             continue
         rewritten = []
@@ -178,7 +179,8 @@ class _Context:
         known = self.types.get(name)
         if (known is None or known[1] is None or None in known[1]) and self._inferred is None:
             try:
-                self._inferred = onnx.shape_inference.infer_shapes(self._model)
+                # data_prop follows Shape->Gather->Concat->Reshape chains, as exporters write them.
+                self._inferred = onnx.shape_inference.infer_shapes(self._model, data_prop=True)
             except Exception:  # noqa: BLE001 - inference is a best effort; unknown stays unknown
                 self._inferred = self._model
             else:

@@ -500,3 +500,43 @@ def test_one_set_of_activations_for_two_directions_is_an_error():
     model, _ = recurrent_model("LSTM", name="bi", direction="bidirectional", activations=["Sigmoid", "Tanh", "Tanh"])
     with pytest.raises(InvalidModelError, match="bi.*6"):
         decompose_recurrent(model)
+
+
+def test_recurrent_nodes_inside_if_branches():
+    """Silero VAD keeps its LSTMs in If branches: bodies are rewritten too, reading outer-scope tensors."""
+    lstm, feed = recurrent_model("LSTM", direction="bidirectional", name="outer", outputs=("Y_h",), initial_h=True)
+    rnn, _ = recurrent_model("RNN", name="then/rnn", outputs=("Y_h",), seed=1)
+    gru, _ = recurrent_model("GRU", name="else/gru", outputs=("Y_h",), seed=2, hidden=5)
+    graph = lstm.graph
+    lstm_node = graph.node[0]
+    lstm_node.output[:] = ["", "lstm_h"]
+    branches = {}
+    for branch, sub in (("then", rnn), ("else", gru)):
+        node = sub.graph.node[0]
+        weights = {n: f"{branch}_{n}" for n in ("W", "R", "B")}
+        node.input[:] = [weights.get(n, n) for n in node.input]
+        node.output[:] = ["", f"{branch}_h"]
+        # The body holds its own weights; X comes from the outer graph.
+        rng = np.random.default_rng(len(branch))
+        inits = [numpy_helper.from_array(rng.uniform(-0.5, 0.5, [d.dim_value for d in vi.type.tensor_type.shape.dim])
+                                         .astype(np.float32), weights[vi.name])
+                 for vi in sub.graph.input if vi.name in weights]
+        out = helper.make_tensor_value_info(f"{branch}_h", TensorProto.FLOAT, None)
+        branches[branch] = helper.make_graph([node], f"{branch}_body", [], [out], inits)
+    cond = helper.make_tensor_value_info("cond", TensorProto.BOOL, ())
+    graph.input.append(cond)
+    graph.node.append(helper.make_node("If", ["cond"], ["branch_h"], name="if", then_branch=branches["then"],
+                                       else_branch=branches["else"]))
+    graph.node.append(helper.make_node("Add", ["lstm_h", "branch_h"], ["sum"], name="sum"))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("sum", TensorProto.FLOAT, None))
+    model = onnx.shape_inference.infer_shapes(lstm)
+    decomposed, origin = decompose_recurrent(model)
+    onnx.checker.check_model(decomposed, full_check=True)
+    assert set(origin.values()) == {"outer", "then/rnn", "else/gru"}
+    bodies = [a.g for n in decomposed.graph.node if n.op_type == "If" for a in n.attribute]
+    assert not any(n.op_type in ("LSTM", "GRU", "RNN") for body in bodies for n in body.node)
+    assert not any(n.op_type in ("LSTM", "GRU", "RNN") for n in decomposed.graph.node)
+    for flag in (True, False):
+        feed["cond"] = np.array(flag)
+        assert_close(run_ort(decomposed, feed), run_ort(model, feed))
