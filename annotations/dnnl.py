@@ -381,6 +381,36 @@ def _batch_norm(match: Match):
     return SUPPORTED
 
 
+def _lrn_pattern():
+    """ONNX LRN as TVM imports it: x / (bias + alpha * avg_pool3d(x * x over n channels))^beta."""
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    x = wildcard()
+    c = {"lrn_alpha": is_const(), "lrn_bias": is_const(), "lrn_beta": is_const()}
+    pool = is_op("relax.nn.avg_pool3d")(is_op("relax.expand_dims")(is_op("relax.multiply")(x, x)))
+    scaled = is_op("relax.multiply")(is_op("relax.squeeze")(pool), c["lrn_alpha"])
+    denominator = is_op("relax.power")(is_op("relax.add")(scaled, c["lrn_bias"]), c["lrn_beta"])
+    return is_op("relax.divide")(x, denominator), {"x": x, "pool": pool, **c}
+
+
+def _lrn(match: Match):
+    """4-D NCHW input, an odd window over channels, scalar constants."""
+    shape = static_shape(match.annotated["x"])
+    if len(shape) != 4:
+        return f"LRN of a rank-{len(shape)} tensor (oneDNN: 4-D NCHW here)"
+    for name in ("lrn_alpha", "lrn_bias", "lrn_beta"):
+        expr = match.annotated[name]
+        if _scalar(expr) is None or len(static_shape(expr)) > 4:
+            return f"LRN {name[4:]} of shape {static_shape(expr)} is not a scalar constant"
+    a = match.annotated["pool"].attrs
+    n = int(a.pool_size[0])
+    window = ([int(v) for v in a.pool_size], [int(v) for v in a.strides], [int(v) for v in a.dilation],
+              [int(v) for v in a.padding], bool(a.count_include_pad), bool(a.ceil_mode))
+    if n % 2 == 0 or window != ([n, 1, 1], [1, 1, 1], [1, 1, 1], [n // 2, 0, 0, n // 2, 0, 0], True, False):
+        return f"LRN window {window[0]} padding {window[3]} is not an odd window over channels (oneDNN's LRN)"
+    return SUPPORTED
+
+
 def _deconv_pattern(bias: bool, act: str):
     def build():
         from tvm.relax.dpl import is_const, is_op, wildcard
@@ -428,6 +458,7 @@ RULES = (
     *(PatternRule(f"{NAME}.{kind}", _activation_pattern(kind), all_of(_base, _activation_check(kind)))
       for kind in ACTIVATIONS),
     OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
+    PatternRule(f"{NAME}.lrn", _lrn_pattern, all_of(_base, _lrn)),
     OpRule(f"{NAME}.concat", "relax.concat", all_of(_base, _concat_rank)),
     OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
     PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_unit_strides)),

@@ -321,3 +321,29 @@ def test_split_stays_on_host():
     node = helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1)
     m = model([node], [tensor("x", [1, 8, 4, 4])], [tensor("a", [1, 4, 4, 4]), tensor("b", [1, 4, 4, 4])])
     assert "no dnnl rule" in _reason(m, "relax.split")
+
+
+# -- LRN ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size,alpha,beta,bias,shape", [
+    (5, 1e-4, 0.75, 1.0, [1, 8, 5, 7]),    # AlexNet / GoogLeNet
+    (3, 0.5, 0.6, 2.0, [2, 5, 3, 3]),      # a window wider than half the channels at the edges
+    (1, 1.0, 1.0, 0.5, [1, 3, 4, 4]),
+])
+def test_lrn(size, alpha, beta, bias, shape):
+    m = single_op("LRN", {"x": shape}, shape, {"size": size, "alpha": alpha, "beta": beta, "bias": bias})
+    assert _rules(_compile(m, scale=2.0)) == {"dnnl.lrn"}
+
+
+def test_lrn_after_a_conv_reads_the_blocked_layout():
+    c1, i1 = _conv("x", "c", 3, 16, "c1")
+    nodes = [c1, helper.make_node("LRN", ["c"], ["y"], name="lrn", size=5, alpha=1e-3, beta=0.75, bias=1.0)]
+    m = model(nodes, [tensor("x", [1, 3, 7, 6])], [tensor("y", [1, 16, 7, 6])], i1)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.lrn"}
+
+
+def test_lrn_of_a_3d_tensor_runs_as_its_ops():
+    """TVM imports a rank-3 LRN with avg_pool2d, not the NCHW form oneDNN's LRN is matched on:
+    its ops run one by one on dnnl, but for the power, which has no dnnl rule."""
+    m = single_op("LRN", {"x": [2, 6, 5]}, [2, 6, 5], {"size": 3})
+    plan = byoc.partition(m, ["dnnl"])
+    assert [(d.op, d.reasons["dnnl"]) for d in plan.host_ops] == [("relax.power", "no dnnl rule for relax.power")]
