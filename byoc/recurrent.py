@@ -188,6 +188,18 @@ class _Context:
             known = self.types.get(name)
         return known if known is not None else (TensorProto.UNDEFINED, None)
 
+    def inputs_static(self) -> bool:
+        """Whether every input of the main graph has a fully known shape."""
+        main = self.graphs[0]
+        initialized = {init.name for init in main.initializer}
+        for vi in main.input:
+            if vi.name in initialized:
+                continue
+            dims = self.types.get(vi.name, (0, None))[1]
+            if dims is None or None in dims:
+                return False
+        return True
+
     def constant(self, name: str) -> Optional[np.ndarray]:
         value = self.constants.get(name)
         if value is None:
@@ -309,10 +321,15 @@ class _Builder:
                 "export the recurrent layer in float32")
         self.dtype = helper.tensor_dtype_to_np_dtype(elem)
         if x_dims is None or len(x_dims) != 3 or x_dims[0] is None or x_dims[1] is None:
+            if self.ctx.inputs_static():
+                fix = ("the model's inputs are static, but shape inference cannot follow them to X (it is "
+                       "computed in If/Loop branches or from Shape values); export the recurrent layer with "
+                       "a fixed sequence length, outside data-dependent branches")
+            else:
+                fix = "give the model's inputs static shapes (input_shapes=...)"
             raise DynamicShapeError(
                 f"{self._where()}: the sequence length and batch of input X '{x_name}' must be static "
-                f"to unroll it over time (shape {_show(x_dims)}); give the model's inputs static "
-                "shapes (input_shapes=...)")
+                f"to unroll it over time (shape {_show(x_dims)}); {fix}")
         seq, batch = (x_dims[0], x_dims[1]) if self.layout == 0 else (x_dims[1], x_dims[0])
         self.seq_length, self.batch = seq, batch
 

@@ -540,3 +540,24 @@ def test_recurrent_nodes_inside_if_branches():
     for flag in (True, False):
         feed["cond"] = np.array(flag)
         assert_close(run_ort(decomposed, feed), run_ort(model, feed))
+
+
+def test_unknown_shape_with_static_inputs_says_why():
+    """Static inputs but X's shape lost in control flow: the message must not ask for input shapes."""
+    model, _ = recurrent_model("RNN", name="branchy/rnn")
+    del model.graph.value_info[:]
+    # X now comes out of an If whose branches disagree on its shape, so inference cannot know it.
+    x_in = model.graph.input[0]
+    x_in.name = "X_in"
+    flat = numpy_helper.from_array(np.array([3, 2, 4], dtype=np.int64), "shape_a")
+    other = numpy_helper.from_array(np.array([2, 3, 4], dtype=np.int64), "shape_b")
+    branches = [helper.make_graph([helper.make_node("Reshape", ["X_in", s], [f"x_{s}"])], f"b_{s}", [],
+                                  [helper.make_tensor_value_info(f"x_{s}", TensorProto.FLOAT, None)])
+                for s in ("shape_a", "shape_b")]
+    model.graph.initializer.extend([flat, other])
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, ()))
+    model.graph.node.insert(0, helper.make_node("If", ["cond"], ["X"], name="if", then_branch=branches[0],
+                                                else_branch=branches[1]))
+    with pytest.raises(DynamicShapeError, match="branchy/rnn") as info:
+        decompose_recurrent(model)
+    assert "input_shapes" not in str(info.value) and "If/Loop" in str(info.value)
