@@ -10,6 +10,7 @@ is stable from run to run.
 
 from __future__ import annotations
 
+import colorsys
 import html
 import json
 from collections import defaultdict
@@ -401,17 +402,34 @@ def _prepared_text(report: Mapping) -> list[str]:
     return lines
 
 
+def _partition_colour(index: int) -> str:
+    """A colour per partition: the palette first, then hues spaced by the golden angle (never the same twice)."""
+    if index < len(_PALETTE):
+        return _PALETTE[index]
+    red, green, blue = colorsys.hls_to_rgb((index * 0.381966) % 1.0, 0.75, 0.6)
+    return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
+
+
 def _colours(report: Mapping) -> dict[str, str]:
-    colours = {v: _PALETTE[i % len(_PALETTE)] for i, v in enumerate(report["vendors"])}
+    """Fill colour per placement: each partition its own, then the host and 'none'."""
+    colours = {p["name"]: _partition_colour(i) for i, p in enumerate(report["partitions"])}
     colours[HOST] = _HOST_COLOUR
     colours[NO_OP] = _NO_OP_COLOUR
     return colours
 
 
 def _node_colour(node: Mapping, colours: Mapping[str, str]) -> str:
-    if node["vendor"]:
-        return colours[node["vendor"]]
-    return colours[HOST] if node["placement"].startswith(HOST) else colours[NO_OP]
+    first = node["placement"].split("+")[0]  # a node split across partitions takes its first one's
+    return colours.get(first, colours[HOST] if first == HOST else colours[NO_OP])
+
+
+def _legend(report: Mapping) -> list[tuple[str, str]]:
+    """(label, colour) for every placement, as the HTML legend shows them."""
+    colours = _colours(report)
+    rows = [(f"{p['name']} ({p['vendor']})", colours[p["name"]]) for p in report["partitions"]]
+    rows.append(("host: ops no vendor took (hover a node for why)", colours[HOST]))
+    rows.append(("none: nothing left to run after import (folded or removed)", colours[NO_OP]))
+    return rows
 
 
 def _dot_str(text: str) -> str:
@@ -478,8 +496,16 @@ def render_dot(report: Mapping) -> str:
 _BOX_W, _BOX_H, _GAP_X, _GAP_Y, _MARGIN = 160, 40, 24, 44, 20
 
 
+_PAGE_WIDTH = 1200  # the width the layout aims to fill; the SVG then scales to the page
+
+
 def _layout(report: Mapping) -> tuple[dict[str, tuple[float, float]], int, int]:
-    """Layered layout: depth = longest path from an input; order in a layer by parents' mean x."""
+    """Layered layout: depth = longest path from an input; order in a layer by parents' mean x.
+
+    A deep, narrow graph (a CNN is mostly a chain) would be a thin column down
+    the page, so its layers wrap into side-by-side columns, left to right,
+    until they fill about :data:`_PAGE_WIDTH`.
+    """
     edges = _edges(report)
     parents: dict[str, list[str]] = defaultdict(list)
     for src, dst, _ in edges:
@@ -492,16 +518,24 @@ def _layout(report: Mapping) -> tuple[dict[str, tuple[float, float]], int, int]:
     layers: dict[int, list[str]] = defaultdict(list)
     for ident in ids:
         layers[depth[ident]].append(ident)
+    if not layers:
+        return {}, 100, 100
+    breadth = max(len(m) for m in layers.values())
+    column_width = breadth * (_BOX_W + _GAP_X) + _GAP_X
+    columns = max(1, min(_PAGE_WIDTH // column_width, len(layers)))
+    rows = -(-len(layers) // columns)  # layers per column, rounded up
     position: dict[str, tuple[float, float]] = {}
     for level in sorted(layers):
         members = layers[level]
         order = {ident: i for i, ident in enumerate(members)}
         members.sort(key=lambda i: (sum(position[p][0] for p in parents[i]) / len(parents[i])
                                     if parents[i] else -1.0, order[i]))
+        column, row = divmod(level, rows)
         for index, ident in enumerate(members):
-            position[ident] = (_MARGIN + index * (_BOX_W + _GAP_X), _MARGIN + level * (_BOX_H + _GAP_Y))
-    width = _MARGIN * 2 + max(len(m) for m in layers.values()) * (_BOX_W + _GAP_X) if layers else 100
-    height = _MARGIN * 2 + len(layers) * (_BOX_H + _GAP_Y)
+            position[ident] = (_MARGIN + column * column_width + index * (_BOX_W + _GAP_X),
+                               _MARGIN + row * (_BOX_H + _GAP_Y))
+    width = _MARGIN * 2 + columns * column_width
+    height = _MARGIN * 2 + rows * (_BOX_H + _GAP_Y)
     return position, width, height
 
 
@@ -509,8 +543,10 @@ def _svg(report: Mapping) -> str:
     colours = _colours(report)
     position, width, height = _layout(report)
     esc = html.escape
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="graph" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="11">']
+    # Scales to the page width; never drawn larger than its own size (small graphs stay readable).
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="graph" width="100%" viewBox="0 0 {width} {height}" '
+           f'style="max-width:{width}px" preserveAspectRatio="xMinYMin meet" '
+           f'font-family="Helvetica, Arial, sans-serif" font-size="11">']
     for src, dst, tensor in _edges(report):
         (x1, y1), (x2, y2) = position[src], position[dst]
         x1, y1, x2 = x1 + _BOX_W / 2, y1 + _BOX_H, x2 + _BOX_W / 2
@@ -553,13 +589,12 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 def render_html(report: Mapping) -> str:
     """A self-contained page (no network): legend, graph as inline SVG, and the report's tables."""
     esc = html.escape
-    colours = _colours(report)
     legend = "".join(
-        f'<span class="key"><span class="swatch" style="background:{colour}"></span>{esc(name)}</span>'
-        for name, colour in colours.items()
+        f'<span class="key"><span class="swatch" style="background:{colour}"></span>{esc(label)}</span>'
+        for label, colour in _legend(report)
     )
     s = report["summary"]
-    summary = _html_table(["", ""], [
+    summary = _html_table(["what", "count"], [
         ["ONNX nodes", s["onnx_nodes"]], ["total ops", s["total_ops"]],
         ["offloaded ops", _counts(s["offloaded_ops"]) or "0"], ["host ops", s["host_ops"]],
         ["partitions", _counts(s["partitions"]) or "0"],

@@ -284,6 +284,8 @@ for (const g of document.querySelectorAll("g.node")) {
   rows.push([g.dataset.name, Math.round(r.width), Math.round(r.height), !!hit && g.contains(hit), fill,
              g.querySelector("title").textContent.replace(/\\n/g, " / ")].join("|"));
 }
+const graph = document.getElementById("graph").getBoundingClientRect();
+rows.push(["#graph", Math.round(graph.width), Math.round(document.documentElement.clientWidth), "", "", ""].join("|"));
 const pre = document.createElement("pre");
 pre.id = "probe";
 pre.textContent = rows.join("\\n");
@@ -304,11 +306,17 @@ def test_html_renders_in_headless_chromium(model_dir, tmp_path, chromium):
     for row in probe.split("\n"):
         name, width, height, on_top, fill, title = row.split("|", 5)
         drawn[name] = (int(width), int(height), on_top == "true", fill, title)
+    graph_width, page_width = drawn.pop("#graph")[:2]
+    assert graph_width >= 0.6 * page_width, (graph_width, page_width)  # the graph uses the page
     assert set(drawn) == {n.name for n in small_cnn().graph.node}
     for name, (width, height, on_top, _, _) in drawn.items():
         assert width > 50 and height > 20 and on_top, (name, drawn[name])
-    assert drawn["conv1"][3] == "rgb(142, 202, 230)"  # c_source colour
+    assert drawn["conv1"][3] == "rgb(142, 202, 230)"  # c_source_0's colour
+    assert drawn["relu2"][3] == "rgb(255, 183, 3)"  # c_source_1's: same vendor, another partition
     assert drawn["bn1"][3] == "rgb(217, 217, 217)"  # host colour
+    legend = page.read_text().split('<div class="legend">', 1)[1].split("</div>", 1)[0]
+    assert "c_source_0 (c_source)" in legend and "c_source_1 (c_source)" in legend
+    assert "none: nothing left to run after import" in legend
     assert "no c_source rule for relax.nn.batch_norm" in drawn["bn1"][4]  # the hover text
     shot = tmp_path / "report.png"
     done = _headless(chromium, "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri())
