@@ -7,14 +7,18 @@ the split (and opens the function on click); onnxruntime inlines local
 functions, so the exported model computes what the original computes.
 
 An ONNX node joins a partition's function only when every op it became in
-Relax was offloaded to that partition. A node the importer split between a
-partition and the host (rare), and nodes with subgraph attributes (their
-bodies may read outer-scope values), stay in the main graph.
+Relax was offloaded to that partition. A node whose ops went to several
+places (a Gemm's matmul to one vendor and its bias add to another, or to the
+host) cannot be cut in ONNX: it stays a plain node in the main graph, and
+the export warns, naming the node, where its ops went, and any partition
+left with no node of its own. Nodes with subgraph attributes (their bodies
+may read outer-scope values) also stay in the main graph.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Union
@@ -81,6 +85,7 @@ def partitioned_model(plan: PartitionPlan) -> onnx.ModelProto:
     nodes = list(graph.node)
     owner = node_partitions(plan)
     vendor_of = {p.name: p.vendor for p in plan.partitions}
+    _warn_about_split_nodes(plan, owner)
 
     # Units: one per partition (its nodes, in graph order) or one per host node.
     units: list[tuple[str | None, list[onnx.NodeProto]]] = []
@@ -145,6 +150,18 @@ def partitioned_model(plan: PartitionPlan) -> onnx.ModelProto:
         first = str(err).strip().splitlines()[0]
         raise OnnxExportError(f"the partitioned ONNX model does not pass onnx.checker: {first}") from None
     return model
+
+
+def _warn_about_split_nodes(plan: PartitionPlan, owner: dict[str, str]) -> None:
+    """Warn when nodes split across places stay plain, and which partitions that leaves out of the file."""
+    split = {node: where for node, where in node_targets(plan).items() if len(where) > 1}
+    if not split:
+        return
+    left_out = [p.name for p in plan.partitions if p.name not in set(owner.values())]
+    nodes = "; ".join(f"{node} ({' + '.join(where)})" for node, where in split.items())
+    gone = f"; partitions with no whole node, so absent from the file: {', '.join(left_out)}" if left_out else ""
+    warnings.warn(f"ONNX nodes whose ops went to several places stay plain nodes in the exported model "
+                  f"(an ONNX node cannot be cut): {nodes}{gone}", RuntimeWarning, stacklevel=3)
 
 
 def _signature(index, members, producer, consumers, graph_outputs, initializers):

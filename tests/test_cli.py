@@ -321,3 +321,18 @@ def test_html_renders_in_headless_chromium(model_dir, tmp_path, chromium):
     shot = tmp_path / "report.png"
     done = _headless(chromium, "--window-size=1000,1400", f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_export_onnx_warns_in_one_line_when_a_node_is_split(model_dir, tmp_path):
+    vendor = byoc.Vendor("mm_only", (byoc.OpRule("mm_only.matmul", "relax.matmul"),), CSourceCodegen())
+    byoc.register_vendor(vendor)
+    try:
+        code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "mm_only,c_source",
+                               "--export-onnx", tmp_path / "split.onnx", "-q")
+    finally:
+        byoc.unregister_vendor("mm_only")
+    assert code == 0 and (tmp_path / "split.onnx").is_file()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m byoc.partition: warning: ONNX nodes whose ops went "
+                                                   "to several places stay plain nodes"), lines
+    assert "fc1 (mm_only_0 + c_source_2); partitions with no whole node, so absent from the file: mm_only_0, c_source_2" in lines[0]

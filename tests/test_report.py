@@ -109,3 +109,24 @@ def test_html_escapes_names():
 def test_unknown_format_is_a_byoc_error(cnn_plan):
     with pytest.raises(byoc.ByocError, match="choose one of"):
         render(_report(cnn_plan), "yaml")
+
+
+def test_export_warns_about_a_node_split_across_partitions_and_still_computes_the_same():
+    """A Gemm imports as matmul + add; a vendor that takes only matmul splits the node in two."""
+    from byoc.codegens.c_source import CSourceCodegen
+    from byoc.vendor import OpRule, Vendor
+
+    matmul_only = Vendor("mm_only", (OpRule("mm_only.matmul", "relax.matmul"),), CSourceCodegen())
+    model = small_cnn()
+    plan = byoc.partition(model, [matmul_only, "c_source"])
+    fc_parts = [p.name for p in plan.partitions if "fc1" in p.onnx_nodes]
+    assert len(fc_parts) == 2 and fc_parts[0].startswith("mm_only"), fc_parts
+    with pytest.warns(RuntimeWarning, match=rf"stay plain nodes in the exported model \(an ONNX node cannot be "
+                                            rf"cut\): fc1 \({fc_parts[0]} \+ {fc_parts[1]}\); partitions with no "
+                                            rf"whole node, so absent from the file: {fc_parts[0]}"):
+        exported = partitioned_model(plan)
+    assert "fc1" in [n.name for n in exported.graph.node]  # the plain node, not lost
+    inputs = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    want = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
+    got = ort.InferenceSession(exported.SerializeToString()).run(None, inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)

@@ -15,10 +15,12 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
 PROG = "python -m byoc.partition"
+_PACKAGE = Path(__file__).resolve().parents[1]  # warnings raised from byoc's code are shown
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
 
@@ -182,7 +184,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         say = (lambda _: None) if args.quiet else (lambda m: print(f"byoc: {m}", file=sys.stderr, flush=True))
-        return _run(args, say)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                return _run(args, say)
+            finally:
+                for warning in caught:  # byoc's own, one line each, even with --quiet
+                    if Path(warning.filename).resolve().is_relative_to(_PACKAGE):
+                        print(f"{PROG}: warning: {' '.join(str(warning.message).split())}", file=sys.stderr)
     except (_UsageError, ByocError) as err:
         return fail(str(err))
     except OSError as err:  # e.g. -o into a read-only folder
