@@ -286,15 +286,31 @@ def _graph_inputs(graph: onnx.GraphProto):
     return [vi for vi in graph.input if vi.name not in initializers]
 
 
-def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> None:
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Set the static shapes; returns one line per fixed dim of the model that a shape overrides.
+
+    Giving a symbolic dim a size is what ``input_shapes`` is for; changing a
+    dim the model fixed is allowed (some models work at any size) but warned
+    about, and the lines explain a shape-inference failure that follows.
+    """
     inputs = {vi.name: vi for vi in _graph_inputs(model.graph)}
     unknown = sorted(set(input_shapes) - set(inputs))
     if unknown:
         raise DynamicShapeError(
             f"input_shapes names {unknown}, which are not model inputs; inputs are {sorted(inputs)}"
         )
+    overrides = []
     for name, shape in input_shapes.items():
         dims = _tensor_type(inputs[name]).shape
+        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims.dim]
+        if declared and len(declared) != len(shape):
+            raise DynamicShapeError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, but the model's "
+                                    f"input {name!r} is {declared} (rank {len(declared)})")
+        changed = [i for i, (old, new) in enumerate(zip(declared, shape)) if isinstance(old, int) and old > 0
+                   and old != int(new)]
+        if changed:
+            overrides.append(f"input {name!r} is fixed at {declared} in the model and input_shapes makes it "
+                             f"{list(shape)} (dim {', '.join(map(str, changed))})")
         dims.ClearField("dim")
         for extent in shape:
             # A model may declare an empty (zero) extent itself, but from a user a 0 or -1
@@ -305,6 +321,9 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
                     "positive size to compile for (0 and -1 do not mean dynamic here)"
                 )
             dims.dim.add().dim_value = int(extent)
+    for line in overrides:
+        warnings.warn(f"{line}; the model may hard-code that size elsewhere", RuntimeWarning, stacklevel=3)
+    return overrides
 
 
 def _tensor_type(vi: onnx.ValueInfoProto):
@@ -336,7 +355,8 @@ def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
     return specs
 
 
-def _check(model: onnx.ModelProto) -> onnx.ModelProto:
+def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:
+    """Run onnx.checker and shape inference; ``overrides`` (from input_shapes) explain a failure."""
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
@@ -349,6 +369,11 @@ def _check(model: onnx.ModelProto) -> onnx.ModelProto:
     if strict_error.count("Inference error(s)") < 2:
         # An error on a node of the user's graph (declared and inferred shapes differ, an
         # attribute no shape fits): the model is wrong, and TVM would build nonsense from it.
+        if overrides:
+            raise InvalidModelError(
+                f"the model does not work at the shape given: {'; '.join(overrides)}, and the model hard-codes "
+                f"the original size (ONNX shape inference: {strict_error}); use the model's own size, or "
+                "re-export it with that dim dynamic")
         raise InvalidModelError(f"ONNX shape inference failed: {strict_error}")
     # A nested error comes from inside an op's function body, which ONNX expands to infer
     # shapes and sometimes cannot (MeanVarianceNormalization from opset 13 on: a Constant
@@ -404,9 +429,8 @@ def import_model(
     model = load_model(source, base_dir)
     _name_nodes(model.graph)
     _sort_nodes(model.graph)
-    if input_shapes:
-        _apply_input_shapes(model, input_shapes)
-    model = _check(model)
+    overrides = _apply_input_shapes(model, input_shapes) if input_shapes else []
+    model = _check(model, overrides)
     inputs = _static_inputs(model)
     _check_tensor_sizes(model.graph)
     from .prepare import prepare

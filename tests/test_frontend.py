@@ -259,3 +259,20 @@ def test_optional_tensor_input_has_the_shape_of_its_tensor():
     assert [(s.name, s.shape, s.dtype) for s in imported.inputs] == [("x", (4,), "float32")]
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(byoc.compile(m, vendors=["c_source"]).run({"x": x})[0], x)
+
+
+def test_input_shapes_that_change_a_fixed_dim_warn_and_explain_a_failure():
+    # small_cnn: input fixed at 1x3x16x16, and the Gemm output fixes the batch at 1
+
+    with pytest.warns(RuntimeWarning, match=r"input 'input' is fixed at \[1, 3, 16, 16\] in the model and "
+                                            r"input_shapes makes it \[1, 3, 32, 32\] \(dim 2, 3\)"):
+        imported = byoc.import_model(small_cnn(), input_shapes={"input": [1, 3, 32, 32]})
+    assert imported.inputs[0].shape == (1, 3, 32, 32)
+    with pytest.warns(RuntimeWarning), pytest.raises(
+            byoc.InvalidModelError, match=r"the model does not work at the shape given: input 'input' is fixed at "
+                                          r"\[1, 3, 16, 16\].*\[2, 3, 16, 16\] \(dim 0\), and the model hard-codes "
+                                          r"the original size \(ONNX shape inference: .*node name: fc"):
+        byoc.import_model(small_cnn(), input_shapes={"input": [2, 3, 16, 16]})
+    with pytest.raises(byoc.DynamicShapeError, match=r"has rank 3, but the model's input 'input' is "
+                                                     r"\[1, 3, 16, 16\] \(rank 4\)"):
+        byoc.import_model(small_cnn(), input_shapes={"input": [1, 3, 16]})
