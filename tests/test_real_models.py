@@ -20,6 +20,7 @@ would shadow tests/models.py and the standard library's ``profile`` here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,22 @@ def test_model_list_and_cache_layout(tmp_path):
     # models from the onnx package are never downloaded, whatever the cache
     fetched = _suite("--fetch", "--models", "squeezenet,shufflenet", "--cache", tmp_path / "empty-cache")
     assert "light_squeezenet.onnx" in fetched and not (tmp_path / "empty-cache").exists()
+
+
+def test_an_unreachable_registry_is_reported_as_such(tmp_path):
+    # a proxy on a closed loopback port: pip cannot reach the index, as on a machine without network
+    out = tmp_path / "r.json"
+    env = dict(os.environ, HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9",
+               https_proxy="http://127.0.0.1:9", http_proxy="http://127.0.0.1:9", NO_PROXY="", no_proxy="")
+    proc = subprocess.run([sys.executable, str(SUITE), "--models", "ppocr_cls", "--cache", tmp_path / "cache",
+                           "--json", out], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entry = json.loads(out.read_text())["models"]["ppocr_cls"]
+    assert entry["status"] == "fetch failed" and entry["unreachable"] is True, entry
+    assert entry["why"].startswith("pip download rapidocr-onnxruntime==1.4.4 failed: ")
+    assert "PyPI unreachable" in entry["why"]
+    assert "| ppocr_cls | - | fetch failed: pip download rapidocr-onnxruntime==1.4.4 failed: " in proc.stdout
+    assert not list((tmp_path / "cache").rglob("*.whl")) and not list((tmp_path / "cache").rglob("*.onnx"))
 
 
 def test_relative_error_and_inputs():
