@@ -353,6 +353,23 @@ def _strided_slice_pattern():
     return is_op("relax.strided_slice")(wildcard(), varg_default_wildcard=True)
 
 
+def _split_results(match: Match):
+    """static, non-empty results."""
+    from tvm import relax
+
+    ty = match.root.ty
+    for field in ty.fields if isinstance(ty, relax.TupleType) else ():
+        shape = None
+        if isinstance(field, relax.TensorType) and field.shape is not None:
+            values = [getattr(d, "value", None) for d in field.shape.values]
+            shape = tuple(values) if all(isinstance(v, int) for v in values) else None
+        if shape is None:
+            return "split with a result of dynamic shape (static shapes only)"
+        if 0 in shape:
+            return f"split with an empty result {shape}: oneDNN primitives need non-empty tensors"
+    return SUPPORTED
+
+
 def _deconv(match: Match):
     """NCHW/IOHW layouts, constant weight, output_padding within the end padding."""
     for call in calls_of(match, "relax.nn.conv2d_transpose"):
@@ -439,6 +456,15 @@ def _deconv_rules():
     return rules
 
 
+def _scalar_exponent(match: Match):
+    """the exponent is a scalar constant."""
+    call = match.root
+    exponent = call.args[1]
+    if _scalar(exponent) is None or static_shape(call) != static_shape(call.args[0]):
+        return f"exponent of shape {static_shape(exponent)} is not a scalar constant (oneDNN pow: x ** c)"
+    return SUPPORTED
+
+
 def _gelu_pattern():
     from tvm.relax.dpl import wildcard
 
@@ -460,6 +486,7 @@ RULES = (
     OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
     PatternRule(f"{NAME}.lrn", _lrn_pattern, all_of(_base, _lrn)),
     OpRule(f"{NAME}.concat", "relax.concat", all_of(_base, _concat_rank)),
+    OpRule(f"{NAME}.split", "relax.split", all_of(_base, _split_results)),
     OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
     PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_unit_strides)),
     OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
@@ -475,6 +502,10 @@ RULES = (
     OpRule(f"{NAME}.clip", "relax.clip", _base),
     OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
     OpRule(f"{NAME}.tanh", "relax.tanh", _base),
+    OpRule(f"{NAME}.sqrt", "relax.sqrt", _base),
+    OpRule(f"{NAME}.exp", "relax.exp", _base),
+    OpRule(f"{NAME}.leakyrelu", "relax.nn.leakyrelu", _base),
+    OpRule(f"{NAME}.power", "relax.power", all_of(_base, _scalar_exponent)),
     # Layout ops, so the glue between heavy ops does not split a partition:
     # reshapes are views of the same buffer, a transpose is one reorder.
     OpRule(f"{NAME}.reshape", "relax.reshape", _base),

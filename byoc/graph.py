@@ -74,6 +74,11 @@ class UnsupportedConstruct(Exception):
     """The partition holds a construct the flat view cannot express."""
 
 
+# Multi-result ops whose results are independent: each becomes an OpCall of its
+# own, with ``attrs["result_index"]`` saying which result it computes.
+_PER_RESULT = {"relax.split"}
+
+
 @dataclass
 class _Unavailable:
     """A result of a multi-result op beyond the first, which no OpCall computes."""
@@ -191,6 +196,15 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
             else:
                 value = value_of(arg, local_env)
                 tensors.extend(value if isinstance(value, list) else [value])
+        if isinstance(var.ty, relax.TupleType) and call.op.name in _PER_RESULT:
+            fields = list(var.ty.fields)
+            if not all(isinstance(f, relax.TensorType) for f in fields):
+                raise UnsupportedConstruct(f"{call.op.name} with results that are not tensors")
+            results = []
+            for index, ty in enumerate(fields):
+                results.append(builder.tensor(ty, "op"))
+                ops.append(OpCall(call.op.name, tensors, results[-1], {**attrs, "result_index": index}, rule, group))
+            return results
         if isinstance(var.ty, relax.TupleType):
             # An op call has one output: only the first result is computed (batch_norm's
             # normalized tensor; its other results are the moving statistics it was given).

@@ -315,12 +315,55 @@ def test_batch_norm_after_a_concat_of_blocked_conv_outputs():
     assert "dnnl.batch_norm" in _rules(_compile(m))
 
 
-# -- ops that stay on the host, with the reason ------------------------------------------------
-def test_split_stays_on_host():
-    """split has several results; byoc's partition graph carries single-result ops only."""
-    node = helper.make_node("Split", ["x"], ["a", "b"], name="split", axis=1)
-    m = model([node], [tensor("x", [1, 8, 4, 4])], [tensor("a", [1, 4, 4, 4]), tensor("b", [1, 4, 4, 4])])
-    assert "no dnnl rule" in _reason(m, "relax.split")
+# -- split -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("split,axis,outs", [
+    (None, 1, [[1, 4, 5, 3], [1, 4, 5, 3]]),               # equal halves (the C2f block of YOLOv8)
+    ([3, 5], 1, [[1, 3, 5, 3], [1, 5, 5, 3]]),
+    ([1, 2, 2], -2, [[1, 8, 1, 3], [1, 8, 2, 3], [1, 8, 2, 3]]),
+])
+def test_split_results_each_a_sub_memory_copy(split, axis, outs):
+    names = ["a", "b", "c"][:len(outs)]
+    inits = [const("split", np.array(split, np.int64))] if split else []
+    node = helper.make_node("Split", ["x"] + (["split"] if split else []), names, name="split", axis=axis)
+    m = model([node], [tensor("x", [1, 8, 5, 3])], [tensor(n, s) for n, s in zip(names, outs)], inits)
+    assert _rules(_compile(m)) == {"dnnl.split"}
+
+
+def test_split_of_a_conv_output_feeding_a_conv_and_a_concat():
+    """The YOLOv8 C2f block: conv, split in halves, a conv on one half, concat of all three."""
+    c1, i1 = _conv("x", "c", 3, 16, "c1", seed=1)
+    c2, i2 = _conv("b", "d", 8, 8, "c2", seed=2)
+    nodes = [c1, helper.make_node("Split", ["c"], ["a", "b"], name="split", axis=1), c2,
+             helper.make_node("Concat", ["a", "b", "d"], ["y"], name="cat", axis=1)]
+    m = model(nodes, [tensor("x", [1, 3, 6, 5])], [tensor("y", [1, 24, 6, 5])], i1 + i2)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.split", "dnnl.concat"}
+
+
+# -- element-wise ops real models add -----------------------------------------------------------
+@pytest.mark.parametrize("op,attrs,positive", [
+    ("Sqrt", {}, True), ("Exp", {}, False), ("LeakyRelu", {"alpha": 0.1}, False),
+])
+def test_unary_eltwise(op, attrs, positive):
+    m = single_op(op, {"x": [2, 3, 5]}, [2, 3, 5], attrs)
+    inputs = random_inputs(m)
+    if positive:
+        inputs = {k: np.abs(v) + np.float32(0.1) for k, v in inputs.items()}
+    assert len(_rules(_compile(m, inputs=inputs))) == 1
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
+def test_power_with_a_scalar_exponent(exponent):
+    """The decomposed layer norm of PP-OCR rec: (x - mean) ** 2, then sqrt."""
+    m = single_op("Pow", {"x": [2, 7]}, [2, 7], initializers=[const("e", np.array(exponent, np.float32))])
+    inputs = random_inputs(m)
+    if exponent != int(exponent):
+        inputs = {k: np.abs(v) + np.float32(0.1) for k, v in inputs.items()}
+    assert _rules(_compile(m, inputs=inputs)) == {"dnnl.power"}
+
+
+def test_power_with_a_tensor_exponent_stays_on_host():
+    m = single_op("Pow", {"x": [2, 7], "e": [2, 7]}, [2, 7])
+    assert "exponent of shape (2, 7) is not a scalar constant" in _reason(m, "relax.power")
 
 
 # -- LRN ----------------------------------------------------------------------------------------
@@ -343,7 +386,8 @@ def test_lrn_after_a_conv_reads_the_blocked_layout():
 
 def test_lrn_of_a_3d_tensor_runs_as_its_ops():
     """TVM imports a rank-3 LRN with avg_pool2d, not the NCHW form oneDNN's LRN is matched on:
-    its ops run one by one on dnnl, but for the power, which has no dnnl rule."""
+    its ops go to dnnl one by one (onnxruntime has no rank-3 LRN to compare with)."""
     m = single_op("LRN", {"x": [2, 6, 5]}, [2, 6, 5], {"size": 3})
     plan = byoc.partition(m, ["dnnl"])
-    assert [(d.op, d.reasons["dnnl"]) for d in plan.host_ops] == [("relax.power", "no dnnl rule for relax.power")]
+    rules = {d.rule for d in plan.decisions.values() if d.rule}
+    assert plan.host_ops == [] and "dnnl.lrn" not in rules and {"dnnl.avg_pool2d", "dnnl.power"} <= rules

@@ -276,12 +276,13 @@ class DnnlExecutor {
     else if (kernel == "relax.concat") Concat(op, a);
     else if (kernel == "relax.image.resize2d") Resize(op, a);
     else if (kernel == "relax.strided_slice") StridedSlice(op, a);
+    else if (kernel == "relax.split") Split(op, a);
     else if (kernel == "relax.nn.batch_norm") BatchNorm(op, a);
     else if (const algorithm* alg = BinaryAlgorithm(kernel)) Binary(op, *alg, Commutes(kernel));
     else {
       PostOp p;
       if (!EltwiseOf(op, &p)) Fail(op.where + ": no oneDNN primitive for " + op.kernel);
-      Arity(op, 1);
+      Arity(op, op.kernel == "relax.power" ? 2 : 1);
       Eltwise(op, op.inputs[0], p.alg, p.alpha, p.beta, op.output);
     }
     return k + 1;
@@ -299,13 +300,26 @@ class DnnlExecutor {
             pd.scratchpad_desc());
   }
 
-  // relu / clip / sigmoid / tanh as an oneDNN eltwise algorithm in `p`; false for any other op.
+  // A one-input element-wise op (or a power with a scalar constant exponent) as a oneDNN
+  // eltwise algorithm in `p`; false for any other op.
   bool EltwiseOf(const BodyOp& op, PostOp* p) const {
     p->alpha = p->beta = 0.0f;
     if (op.kernel == "relax.nn.relu") p->alg = algorithm::eltwise_relu;
     else if (op.kernel == "relax.sigmoid") p->alg = algorithm::eltwise_logistic;
     else if (op.kernel == "relax.tanh") p->alg = algorithm::eltwise_tanh;
-    else if (op.kernel == "relax.clip") {
+    else if (op.kernel == "relax.sqrt") p->alg = algorithm::eltwise_sqrt;
+    else if (op.kernel == "relax.exp") p->alg = algorithm::eltwise_exp;
+    else if (op.kernel == "relax.nn.leakyrelu") {
+      p->alg = algorithm::eltwise_relu;
+      p->alpha = static_cast<float>(Attrs(op.attrs, op.where).Float("alpha"));
+    } else if (op.kernel == "relax.power") {  // x ** c for a scalar constant c: alpha * x^beta
+      bool x_first = false;
+      float c = op.inputs.size() == 2 ? ScalarOperand(op, op.inputs[0], &x_first) : NAN;
+      if (std::isnan(c) || !x_first || op.inputs[0] == op.inputs[1]) return false;
+      p->alg = algorithm::eltwise_pow;
+      p->alpha = 1.0f;
+      p->beta = c;
+    } else if (op.kernel == "relax.clip") {
       Attrs a(op.attrs, op.where);
       p->alpha = static_cast<float>(a.Float("min"));
       p->beta = static_cast<float>(a.Float("max"));
@@ -874,7 +888,42 @@ class DnnlExecutor {
       dims[d] = std::max<int64_t>(clamp(end[i]) - offsets[d], 0);
     }
     if (Dims(ys.begin(), ys.end()) != dims) Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
-    Desc plain = Plain(xs), sub = plain.submemory_desc(dims, offsets);
+    CopyPart(op, offsets);
+  }
+
+  // One result of relax.split (attrs["result_index"], see byoc/graph.py): a part along the axis.
+  void Split(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    if (xs.empty() || xs.size() != ys.size()) Fail(op.where + ": split of a scalar or into another rank");
+    size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), xs.size(), op.where));
+    int64_t index = a.Int("result_index"), begin = 0, end = 0;
+    if (a.IsInts("indices_or_sections")) {
+      std::vector<int64_t> cuts = a.Ints("indices_or_sections");
+      if (index < 0 || index > static_cast<int64_t>(cuts.size())) Fail(op.where + ": result index out of range");
+      begin = index == 0 ? 0 : cuts[index - 1];
+      end = index == static_cast<int64_t>(cuts.size()) ? xs[axis] : cuts[index];
+    } else {
+      int64_t sections = a.Int("indices_or_sections");
+      if (sections < 1 || xs[axis] % sections != 0 || index < 0 || index >= sections)
+        Fail(op.where + ": " + std::to_string(sections) + " equal sections of " + std::to_string(xs[axis]));
+      begin = index * (xs[axis] / sections);
+      end = begin + xs[axis] / sections;
+    }
+    begin = std::min(std::max(begin, int64_t{0}), xs[axis]);
+    end = std::min(std::max(end, begin), xs[axis]);
+    for (size_t d = 0; d < xs.size(); ++d)
+      if (ys[d] != (d == axis ? end - begin : xs[d]))
+        Fail(op.where + ": result " + std::to_string(index) + " of " + ShapeStr(xs) + " is not " + ShapeStr(ys));
+    Dims offsets(xs.size(), 0);
+    offsets[axis] = begin;
+    CopyPart(op, offsets);
+  }
+
+  // The output of `op` is the part of its (plain) input at `offsets`: a reorder of a sub-memory.
+  void CopyPart(const BodyOp& op, const Dims& offsets) {
+    const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    Desc plain = Plain(xs), sub = plain.submemory_desc(DimsOf(ys), offsets);
     int src = As(op.inputs[0], plain);
     int dst = Define(op.output, Plain(ys));
     dnnl::reorder::primitive_desc pd(Engine(), sub, Engine(), Plain(ys), UserScratchpad());

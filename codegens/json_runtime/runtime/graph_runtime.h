@@ -248,6 +248,7 @@ class Attrs {
 
   bool Has(const char* key) const { return attrs_.find(Any(String(key))) != attrs_.end(); }
   bool IsNone(const char* key) const { return Type(key) == "none"; }
+  bool IsInts(const char* key) const { return Type(key) == "int[]"; }
   int64_t Int(const char* key) const { return AsInt(Value(key, "int"), Where(key)); }
   bool Bool(const char* key) const {
     auto b = Value(key, "bool").as<bool>();
