@@ -120,7 +120,8 @@ class RealModel:
     member: str  # path inside the wheel, or inside the onnx package
     description: str
     input_shapes: dict = field(default_factory=dict)  # static shapes for the dynamic inputs; {} = the model's own
-    inputs: str = "image_imagenet"  # key of INPUT_MAKERS
+    # image_imagenet | image_paddle | image_unit (how the image is normalized), audio (Silero), bytes (Magika)
+    inputs: str = "image_imagenet"
 
 
 LIGHT = {  # suite name -> file in onnx/backend/test/data/light
@@ -133,9 +134,6 @@ RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 SILERO = "silero-vad==6.2.3"
 
 MODELS: dict[str, RealModel] = {
-    **{name: RealModel(name, None, f"backend/test/data/light/{file}",
-                       "ONNX model zoo (light: ConstantOfShape weights), onnx package")
-       for name, file in LIGHT.items()},
     "ppocr_det": RealModel("ppocr_det", RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                            "PP-OCRv4 text detection (DBNet), rapidocr-onnxruntime",
                            {"x": [1, 3, 320, 320]}, "image_imagenet"),
@@ -157,6 +155,9 @@ MODELS: dict[str, RealModel] = {
                         "Magika file-type classifier standard_v3_3, magika", {"bytes": [1, 2048]}, "bytes"),
     "nudenet_320n": RealModel("nudenet_320n", "nudenet==3.4.2", "nudenet/320n.onnx",
                               "NudeNet 320n detector (YOLOv8n), nudenet", {"images": [1, 3, 320, 320]}, "image_unit"),
+    **{name: RealModel(name, None, f"backend/test/data/light/{file}",
+                       "ONNX model zoo (light: ConstantOfShape weights), onnx package")
+       for name, file in LIGHT.items()},
 }
 SMALL_MODELS = ("squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15")  # the CI test
 # MODEL:CONFIG pairs not built unless --no-default-skips, with the reason printed.
@@ -714,10 +715,10 @@ def main(argv=None) -> int:
         for name in args.models:
             print(f"[{time.strftime('%H:%M:%S')}] {name}", file=sys.stderr, flush=True)
             report["models"][name] = bench_model(name, args, Path(tmp))
-    report["summary"] = summarize(report)
+            report["summary"] = summarize(report)
+            if args.json:  # after every model: a long run that is stopped keeps what it measured
+                args.json.write_text(json.dumps(report, indent=2))
     print_table(report)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 
