@@ -530,7 +530,7 @@ class _Builder:
                     r_bias = self._concat([r_zr, zeros], 0, f"{tag}Rb_zr")
                 bias = self._add(w_bias, r_bias, f"{tag}bias")
             projection = self._add(self._matmul(x, w_t, f"{tag}XW"), bias, f"{tag}XW_bias")
-            steps = self._split(projection, 0, [batch] * seq, f"{tag}XW_step")
+            steps = self._gate_inputs(projection, tag)
             h = None if initial_h is None else self._gather(initial_h, d, state_axis, f"{tag}initial_h")
             c = None if initial_c is None else self._gather(initial_c, d, state_axis, f"{tag}initial_c")
             p = None if peephole is None else self._split(
@@ -570,56 +570,54 @@ class _Builder:
             what = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"][index]
             raise self._invalid(f"input {what} '{name}' has shape {_show(dims)}, expected {_show(expected)}")
 
-    def _recurrence_weights(self, r_d: Value, tag: str) -> list[Value]:
-        """Rᵀ of one direction, split where the step needs separate products."""
-        if self.op == "GRU" and not self.linear_before_reset:
-            # The candidate's product needs r⊙H first, so it cannot share the z/r MatMul.
-            r_zr, r_h = self._split(r_d, 0, [2 * self.hidden, self.hidden], f"{tag}R_split")
-            return [self._transpose(r_zr, (1, 0), f"{tag}R_zr_T"), self._transpose(r_h, (1, 0), f"{tag}R_h_T")]
-        return [self._transpose(r_d, (1, 0), f"{tag}R_T")]
+    def _gate_inputs(self, projection: Value, tag: str) -> list[list[Value]]:
+        """Per time step, per gate, the [batch, hidden] slice of the input projection [seq*batch, gates*hidden].
 
-    def _lstm_step(self, xw, h, c, weights, _reset_bias, p, acts, name):
-        hidden = self.hidden
+        All the slicing happens here, off the recurrence: the steps then chain only
+        MatMul/Add/Mul and activations, which vendors take as one partition.
+        """
+        seq, batch, hidden, gates = self.seq_length, self.batch, self.hidden, _GATES[self.op]
+        if gates > 1:
+            # [seq, batch, gate, hidden] -> [seq, gate, batch, hidden]: each (step, gate) is a run of rows.
+            projection = self._reshape(projection, (seq, batch, gates, hidden), f"{tag}XW_gates")
+            projection = self._transpose(projection, (0, 2, 1, 3), f"{tag}XW_gate_major")
+            projection = self._reshape(projection, (seq * gates * batch, hidden), f"{tag}XW_rows")
+        pieces = self._split(projection, 0, [batch] * (seq * gates), f"{tag}XW_step")
+        return [pieces[t * gates:(t + 1) * gates] for t in range(seq)]
+
+    def _recurrence_weights(self, r_d: Value, tag: str) -> list[Value]:
+        """Rᵀ of one direction, one [hidden, hidden] matrix per gate (one H·Rᵀ product per gate)."""
+        gates = _GATES[self.op]
+        per_gate = self._split(r_d, 0, [self.hidden] * gates, f"{tag}R_split")
+        return [self._transpose(r_g, (1, 0), f"{tag}R{g}_T") for g, r_g in enumerate(per_gate)]
+
+    def _lstm_step(self, xs, h, c, weights, _reset_bias, p, acts, name):
         f_act, g_act, h_act = acts
-        g = self._add(xw, self._matmul(h, weights[0], f"{name}HR"), f"{name}gates")
-        if p is None and not self.input_forget:
-            # i, o and f are adjacent and share f(): one activation over the three
-            iof, g_c = self._split(g, 1, [3 * hidden, hidden], f"{name}gates_split")
-            i, o, f = self._split(self._activate(f_act, iof, f"{name}iof"), 1, [hidden] * 3, f"{name}iof_split")
+        g_i, g_o, g_f, g_c = (self._add(x, self._matmul(h, r, f"{name}HR_{gate}"), f"{name}{gate}_pre")
+                              for x, r, gate in zip(xs, weights, "iofc"))
+        p_i, p_o, p_f = p if p is not None else (None, None, None)
+        i = self._activate(f_act, self._add(g_i, self._mul(c, p_i, f"{name}Pi_C"), f"{name}i_peep"), f"{name}i")
+        if self.input_forget:
+            f = self._binary("Sub", self._scalar(1.0), i, f"{name}f")
         else:
-            g_i, g_o, g_f, g_c = self._split(g, 1, [hidden] * 4, f"{name}gates_split")
-            p_i, p_o, p_f = p if p is not None else (None, None, None)
-            i = self._activate(f_act, self._add(g_i, self._mul(c, p_i, f"{name}Pi_C"), f"{name}i_pre"), f"{name}i")
-            if self.input_forget:
-                f = self._binary("Sub", self._scalar(1.0), i, f"{name}f")
-            else:
-                f = self._activate(f_act, self._add(g_f, self._mul(c, p_f, f"{name}Pf_C"), f"{name}f_pre"),
-                                   f"{name}f")
-            o = None  # needs the new cell state when there are peepholes
+            f = self._activate(f_act, self._add(g_f, self._mul(c, p_f, f"{name}Pf_C"), f"{name}f_peep"), f"{name}f")
         cell = self._activate(g_act, g_c, f"{name}c")
         new_c = self._add(self._mul(f, c, f"{name}f_C"), self._mul(i, cell, f"{name}i_c"), f"{name}C")
-        if o is None:
-            o = self._activate(f_act, self._add(g_o, self._mul(new_c, p[1] if p else None, f"{name}Po_C"),
-                                                f"{name}o_pre"), f"{name}o")
+        o = self._activate(f_act, self._add(g_o, self._mul(new_c, p_o, f"{name}Po_C"), f"{name}o_peep"), f"{name}o")
         # As onnxruntime: clip bounds the gates' inputs, never the cell state h() reads.
         new_h = self._mul(o, self._activate(h_act, new_c, f"{name}C_act", clip=False), f"{name}H")
         return new_h, new_c
 
-    def _gru_step(self, xw, h, _c, weights, reset_bias, _p, acts, name):
-        hidden = self.hidden
+    def _gru_step(self, xs, h, _c, weights, reset_bias, _p, acts, name):
         f_act, g_act = acts
-        x_zr, x_h = self._split(xw, 1, [2 * hidden, hidden], f"{name}XW_split")
+        (x_z, x_r, x_h), (r_z, r_r, r_h) = xs, weights
+        z = self._activate(f_act, self._add(x_z, self._matmul(h, r_z, f"{name}HR_z"), f"{name}z_pre"), f"{name}z")
+        r = self._activate(f_act, self._add(x_r, self._matmul(h, r_r, f"{name}HR_r"), f"{name}r_pre"), f"{name}r")
         if self.linear_before_reset:
-            hr = self._matmul(h, weights[0], f"{name}HR")
-            hr_zr, hr_h = (None, None) if hr is None else self._split(hr, 1, [2 * hidden, hidden], f"{name}HR_split")
+            hr = self._add(self._matmul(h, r_h, f"{name}HR_h"), reset_bias, f"{name}HR_h_bias")
+            recurrent = self._mul(r, hr, f"{name}r_HR")
         else:
-            hr_zr = self._matmul(h, weights[0], f"{name}HR_zr")
-        zr = self._activate(f_act, self._add(x_zr, hr_zr, f"{name}zr_pre"), f"{name}zr")
-        z, r = self._split(zr, 1, [hidden, hidden], f"{name}zr_split")
-        if self.linear_before_reset:
-            recurrent = self._mul(r, self._add(hr_h, reset_bias, f"{name}HR_h_bias"), f"{name}r_HR")
-        else:
-            recurrent = self._matmul(self._mul(r, h, f"{name}r_H"), weights[1], f"{name}rH_R")
+            recurrent = self._matmul(self._mul(r, h, f"{name}r_H"), r_h, f"{name}rH_R")
         candidate = self._activate(g_act, self._add(x_h, recurrent, f"{name}h_pre"), f"{name}h")
         if h is None:
             # (1 - z) ⊙ h̃ when the previous state is zero
@@ -628,8 +626,8 @@ class _Builder:
         delta = self._binary("Sub", h, candidate, f"{name}H_minus_h")
         return self._add(candidate, self._mul(z, delta, f"{name}z_delta"), f"{name}H"), None
 
-    def _rnn_step(self, xw, h, _c, weights, _reset_bias, _p, acts, name):
-        pre = self._add(xw, self._matmul(h, weights[0], f"{name}HR"), f"{name}pre")
+    def _rnn_step(self, xs, h, _c, weights, _reset_bias, _p, acts, name):
+        pre = self._add(xs[0], self._matmul(h, weights[0], f"{name}HR"), f"{name}pre")
         return self._activate(acts[0], pre, f"{name}H"), None
 
     # -- sequence_lens ---------------------------------------------------------------------
