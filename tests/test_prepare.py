@@ -138,8 +138,16 @@ def test_verify_runs_onnxruntime_on_the_users_model_not_the_prepared_one():
     assert result.ok, result.lines
 
 
-def test_newer_batchnorm_stays_the_users_node():
-    imported = byoc.import_model(conv_bn(15))
+@pytest.mark.parametrize("opset", [11, 12])
+def test_batchnorm_of_other_old_opsets_is_fused_too(opset):
+    """Paddle2ONNX (PP-OCR) exports opset 11."""
+    imported = byoc.import_model(conv_bn(opset))
+    assert imported.prepared == {"bn": "fused into Conv `conv`"}
+
+
+@pytest.mark.parametrize("opset", [13, 15])
+def test_newer_batchnorm_stays_the_users_node(opset):
+    imported = byoc.import_model(conv_bn(opset))
     assert imported.prepared == {}
     assert "bn" in {n.name for n in imported.node_of.values()}
 
