@@ -40,7 +40,7 @@ as each model's own pre-processing does (ImageNet mean/std, PaddleOCR's
 (x - 0.5) / 0.5, YOLO's plain [0, 1]); for Silero a seeded synthetic voice
 (an amplitude-modulated harmonic tone with noise) at 16 kHz in 512-sample
 chunks with the model's 64-sample context, the recurrent state it leaves
-after the previous chunk (computed with onnxruntime) and ``sr = 16000``; for
+after the chunks just before (computed with onnxruntime) and ``sr = 16000``; for
 Magika the first and last 1024 bytes of a real text file (``onnx/__init__.py``
 of the installed onnx) padded with its padding token 256.
 
@@ -295,10 +295,14 @@ def synthetic_voice(samples: int, rng, sr: int = 16000) -> np.ndarray:
 
 
 def _audio_inputs(path: Path, shapes: dict, graph_inputs, rng) -> dict:
-    """Silero VAD: windows of 64 context + 512 new samples, the state after the previous chunk, sr."""
+    """Silero VAD: rows of 64 context + 512 new samples, the state the chunks before them leave, sr.
+
+    The state (``state``, or ``h`` and ``c``) is what onnxruntime returns for the same number of
+    chunks just before, from zeros.
+    """
     rows, width = shapes["input"]
     context = width - 512
-    audio = np.concatenate([np.zeros(context, np.float32), synthetic_voice(512 * (rows + 1), rng)])
+    audio = np.concatenate([np.zeros(context, np.float32), synthetic_voice(512 * 2 * rows, rng)])
 
     def windows(first: int):
         return np.stack([audio[(first + i) * 512:(first + i) * 512 + width] for i in range(rows)])
@@ -306,7 +310,7 @@ def _audio_inputs(path: Path, shapes: dict, graph_inputs, rng) -> dict:
     inputs = {}
     for vi in graph_inputs:
         if vi.name == "input":
-            inputs[vi.name] = windows(1)  # the second chunk on: real audio in the context too
+            inputs[vi.name] = windows(rows)  # chunks after the warm-up's: real audio in the context too
         elif vi.name == "sr":
             inputs[vi.name] = np.array(16000, np.int64)
         else:  # state, h, c: zeros, then what the model leaves after the first chunk
