@@ -456,6 +456,14 @@ def _deconv_rules():
     return rules
 
 
+def _broadcast_adds_unit_dims(match: Match):
+    """repeats no values (a view of the input)."""
+    shape, out = static_shape(match.root.args[0]), static_shape(match.root)
+    if math.prod(shape) != math.prod(out):
+        return f"broadcast_to {shape} -> {out} repeats values (oneDNN here: broadcasts that only add unit dims)"
+    return SUPPORTED
+
+
 def _scalar_exponent(match: Match):
     """the exponent is a scalar constant."""
     call = match.root
@@ -492,6 +500,10 @@ RULES = (
     OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
+    OpRule(f"{NAME}.sum", "relax.sum", _base),
+    # ONNX Sum of n tensors as TVM imports it: broadcast_to each, stack, sum over the new axis.
+    OpRule(f"{NAME}.stack", "relax.stack", _base),
+    OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_adds_unit_dims)),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
     OpRule(f"{NAME}.layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
     OpRule(f"{NAME}.add", "relax.add", _elementwise),

@@ -391,3 +391,19 @@ def test_lrn_of_a_3d_tensor_runs_as_its_ops():
     plan = byoc.partition(m, ["dnnl"])
     rules = {d.rule for d in plan.decisions.values() if d.rule}
     assert plan.host_ops == [] and "dnnl.lrn" not in rules and {"dnnl.avg_pool2d", "dnnl.power"} <= rules
+
+
+# -- n-ary Sum / Mean, Expand ----------------------------------------------------------------------
+@pytest.mark.parametrize("op,n", [("Sum", 2), ("Sum", 3), ("Mean", 3)])
+def test_sum_and_mean_of_several_tensors(op, n):
+    """TVM imports them as broadcast_to each, stack, sum / mean over the new axis (shufflenet's Sum)."""
+    names = ["a", "b", "c"][:n]
+    m = model([helper.make_node(op, names, ["y"], name="nary")], [tensor(x, [1, 4, 3, 5]) for x in names],
+              [tensor("y", [1, 4, 3, 5])])
+    rules = _rules(_compile(m))
+    assert {"dnnl.broadcast_to", "dnnl.stack", f"dnnl.{op.lower()}"} == rules
+
+
+def test_expand_that_repeats_values_stays_on_host():
+    m = single_op("Expand", {"x": [1, 3, 1]}, [2, 3, 4], initializers=[const("shape", np.array([2, 3, 4], np.int64))])
+    assert "repeats values" in _reason(m, "relax.broadcast_to")

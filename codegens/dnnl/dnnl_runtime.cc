@@ -270,7 +270,9 @@ class DnnlExecutor {
       Reshape(op);
     else if (kernel == "relax.permute_dims") Transpose(op, a);
     else if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
-    else if (kernel == "relax.mean") Mean(op, a);
+    else if (kernel == "relax.mean" || kernel == "relax.sum") Reduce(op, a, kernel == "relax.mean");
+    else if (kernel == "relax.stack") Stack(op, a);
+    else if (kernel == "relax.broadcast_to") Reshape(op);  // one that repeats no values (the rule checks)
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
     else if (kernel == "relax.nn.layer_norm") LayerNorm(op, a);
     else if (kernel == "relax.concat") Concat(op, a);
@@ -686,10 +688,11 @@ class DnnlExecutor {
             pd.scratchpad_desc());
   }
 
-  void Mean(const BodyOp& op, const Attrs& a) {
+  // relax.mean or relax.sum over some axes.
+  void Reduce(const BodyOp& op, const Attrs& a, bool mean) {
     Arity(op, 1);
     const auto& xs = g_.Shape(op.inputs[0]);
-    if (xs.empty()) Fail(op.where + ": mean of a scalar is not supported");
+    if (xs.empty()) Fail(op.where + ": a reduction of a scalar is not supported");
     Dims kept = DimsOf(xs);
     if (a.IsNone("axis")) {
       kept.assign(xs.size(), 1);
@@ -699,18 +702,18 @@ class DnnlExecutor {
     int64_t numel = 1;
     for (auto d : kept) numel *= d;
     if (numel != g_.tensor(op.output).numel) Fail(op.where + ": output shape does not match the reduced axes");
-    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean of one value is that value, a reshape
+    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean (sum) of one value is that value, a reshape
       Reshape(op);
       return;
     }
     int src = value_of_[op.inputs[0]];
-    if (xs.size() == 4 && kept == Dims{xs[0], xs[1], 1, 1}) {
+    if (mean && xs.size() == 4 && kept == Dims{xs[0], xs[1], 1, 1}) {
       GlobalAveragePool(op, src, kept);
       return;
     }
     // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
-    dnnl::reduction::primitive_desc pd(Engine(), algorithm::reduction_mean, values_[src].desc, Plain(kept), 0.0f,
-                                       0.0f, UserScratchpad());
+    dnnl::reduction::primitive_desc pd(Engine(), mean ? algorithm::reduction_mean : algorithm::reduction_sum,
+                                       values_[src].desc, Plain(kept), 0.0f, 0.0f, UserScratchpad());
     int dst = Define(op.output, Plain(g_.Shape(op.output)));
     AddStep(dnnl::reduction(pd), {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, dst, Plain(kept)}},
             pd.scratchpad_desc());
@@ -825,6 +828,29 @@ class DnnlExecutor {
       args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(op.inputs[i], desc), desc});
     }
     args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output.
+  void Stack(const BodyOp& op, const Attrs& a) {
+    const auto& ys = g_.Shape(op.output);
+    if (op.inputs.empty()) Fail(op.where + ": stack of nothing");
+    const auto& xs = g_.Shape(op.inputs[0]);
+    if (ys.size() != xs.size() + 1) Fail(op.where + ": " + ShapeStr(ys) + " is not a stack of " + ShapeStr(xs));
+    size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), ys.size(), op.where));
+    std::vector<int64_t> unit = xs;
+    unit.insert(unit.begin() + static_cast<std::ptrdiff_t>(axis), 1);
+    std::vector<int64_t> want = unit;
+    want[axis] = static_cast<int64_t>(op.inputs.size());
+    if (want != ys) Fail(op.where + ": " + ShapeStr(ys) + " is not a stack of " + ShapeStr(xs));
+    for (int id : op.inputs)
+      if (g_.Shape(id) != xs) Fail(op.where + ": stacked tensors differ in shape");
+    std::vector<Desc> srcs(op.inputs.size(), Plain(unit));
+    dnnl::concat::primitive_desc pd(Engine(), Plain(ys), static_cast<int>(axis), srcs, UserScratchpad());
+    std::vector<Arg> args;
+    for (size_t i = 0; i < op.inputs.size(); ++i)
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(op.inputs[i], Plain(xs)), Plain(unit)});
+    args.push_back({DNNL_ARG_DST, Define(op.output, Plain(ys)), Plain(ys)});
     AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
   }
 
