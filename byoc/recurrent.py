@@ -16,10 +16,12 @@ the gate activations but not the cell state LSTM's h() reads;
 state stops, ``Y`` is 0 there).
 
 Per direction, the input projection ``X·Wᵀ + Wb + Rb`` of every time step is
-one MatMul; each step adds only ``H·Rᵀ``. Weights, biases, peepholes and
-initial states that are constants are sliced and transposed here into new
-initializers; when they are graph inputs the same slicing is done with
-Gather/Split/Transpose in the graph.
+one MatMul, cut into per-step, per-gate slices by one Split; each step adds
+only ``H·R_gᵀ``, one MatMul per gate, so the state's path holds nothing but
+MatMul/Add/Mul and activations and a vendor can take all steps as one
+partition. Weights, biases, peepholes and initial states that are constants
+are sliced and transposed here into new initializers; when they are graph
+inputs the same slicing is done with Gather/Split/Transpose in the graph.
 """
 
 from __future__ import annotations
@@ -390,10 +392,13 @@ class _Builder:
         if isinstance(value, str):
             return value
         array = np.array(value, order="C")  # ascontiguousarray would make a 0-d index 1-d
-        key = (array.dtype.str, array.shape, array.tobytes())
-        if key not in self._cache:
+        # Small constants (shapes, indices, scalars, masks) recur; weights are each used once.
+        key = (array.dtype.str, array.shape, array.tobytes()) if array.size <= 1024 else None
+        if key is None or key not in self._cache:
             name = self._tensor(what)
             self.initializers.append(numpy_helper.from_array(array, name))
+            if key is None:
+                return name
             self._cache[key] = name
         return self._cache[key]
 
