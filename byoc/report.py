@@ -396,7 +396,7 @@ def _prepared_text(report: Mapping) -> list[str]:
     count = len(prepared["nodes"])
     by = f" by {prepared['simplifier']}" if prepared["simplifier"] else ""
     lines = ["", f"Model preparation{by}: {count} ONNX node{'s' if count != 1 else ''} "
-             "not imported as themselves"]
+             f"not imported as {'themselves' if count != 1 else 'itself'}"]
     for fate, names in _prepared_groups(report):
         lines.append(f"  {fate}: {', '.join(names)}")
     return lines
