@@ -3,20 +3,27 @@
 Heavy ops with what oneDNN folds into them (post-ops), largest patterns
 first:
 
-* conv2d [+ per-channel constant bias] [+ residual add] [+ relu | clip];
+* conv2d (depthwise too) [+ per-channel constant bias] [+ residual add]
+  [+ relu | clip], or [+ bias] + hard-sigmoid | hard-swish | swish;
+* conv2d_transpose [+ per-channel bias] [+ relu | clip] (oneDNN deconvolution);
 * matmul [+ constant bias over the last axis] [+ GELU (the erf form ONNX
   exports) | relu | a scalar scale];
-* max / average pooling, mean (global average pooling), softmax, layer norm
-  over the last axis, GELU, and element-wise add / subtract / multiply /
-  divide, relu, clip, sigmoid, tanh, and the layout ops reshape, squeeze,
-  expand_dims, flatten and transpose, so the glue between heavy ops stays in
-  the same partition and activations keep oneDNN's blocked layouts.
+* max / average pooling, mean and sum (global average pooling), softmax,
+  layer norm over the last axis, inference batch norm, LRN (across channels),
+  resize (the ONNX modes oneDNN resampling matches exactly), concat, split,
+  strided slice (unit strides), GELU, hard-sigmoid, hard-swish, swish, and
+  element-wise add / subtract / multiply / divide, power by a scalar, relu,
+  leaky relu, clip, sigmoid, tanh, sqrt, exp, and the layout ops reshape,
+  squeeze, expand_dims, flatten, transpose, stack and broadcast_to (adding
+  unit dims), so the glue between heavy ops stays in the same partition and
+  activations keep oneDNN's blocked layouts.
 
 Every check enforces a limit of the runtime (``codegens/dnnl/dnnl_runtime.cc``)
 and names it when it rejects: float32, static non-empty shapes of rank <= 8,
-NCHW/OIHW, constant conv weights (they are reordered once, at load), matmul
-operands of rank >= 2, the second operand of an element-wise op
-broadcastable to the first (oneDNN broadcasts one side only).
+NCHW/OIHW (IOHW for transposed convs), constant conv weights (they are
+reordered once, at load), matmul operands of rank >= 2, the second operand of
+an element-wise op broadcastable to the first (oneDNN broadcasts one side
+only).
 
 Importing this module registers the vendor even without oneDNN installed:
 partitioning and reports work anywhere; building says what to install.

@@ -407,3 +407,11 @@ def test_sum_and_mean_of_several_tensors(op, n):
 def test_expand_that_repeats_values_stays_on_host():
     m = single_op("Expand", {"x": [1, 3, 1]}, [2, 3, 4], initializers=[const("shape", np.array([2, 3, 4], np.int64))])
     assert "repeats values" in _reason(m, "relax.broadcast_to")
+
+
+def test_pad_stays_on_host_as_tvm_imports_it_as_a_tir_kernel():
+    """TVM's importer emits ONNX Pad as call_tir(pad), no Relax op (relax.nn.pad) a rule could take."""
+    nodes = [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode="constant", name="pad")]
+    m = model(nodes, [tensor("x", [1, 3, 4, 4])], [tensor("y", [1, 3, 7, 5])],
+              [const("pads", np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64)), const("value", np.array(1.5, np.float32))])
+    assert _reason(m, "call_tir(pad)") == "no dnnl rule for call_tir(pad)"
