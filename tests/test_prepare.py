@@ -82,6 +82,18 @@ def test_shape_chain_feeding_reshape_imports_builds_and_names_user_nodes():
     assert [n.name for n in imported.prepared_model.graph.node] == ["gap", "flatten", "relu"]
     text = _text(artifact.plan)
     assert "folded into a constant: shape, to_int32, batch, to_int64, target" in text
+    page = render(build_report(artifact.plan, "m.onnx"), "html")
+    assert "<h2>Model preparation</h2>" in page and "shape, to_int32, batch, to_int64, target" in page
+
+
+def test_partitioned_export_keeps_the_folded_shape_chain_with_the_reshape_it_feeds():
+    m = shape_chain()
+    plan = byoc.partition(m, ["c_source"])
+    exported = partitioned_model(plan)
+    (function,) = exported.functions
+    assert [n.name for n in function.node] == [n.name for n in m.graph.node]
+    inputs = random_inputs(m)
+    np.testing.assert_allclose(onnxruntime_outputs(exported, inputs)[0], onnxruntime_outputs(m, inputs)[0])
 
 
 # -- opset-9 BatchNormalization after a Conv (the ONNX model zoo) ---------------------------
@@ -263,6 +275,25 @@ def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
     with pytest.warns(UserWarning, match="fails onnx.checker"):
         imported = byoc.import_model(identity_dropout())
     assert imported.prepared == {}
+
+
+def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monkeypatch):
+    real = frontend._to_relax
+
+    def prepared_fails(model, inputs, origin=None, op_types=None):
+        if origin:  # the prepared graph comes with its origin map, the model as given without
+            raise ModelLoadError("simulated importer failure")
+        return real(model, inputs)
+
+    monkeypatch.setattr(frontend, "_to_relax", prepared_fails)
+    with pytest.warns(UserWarning, match="does not import .*simulated importer failure"):
+        imported = byoc.import_model(identity_dropout())
+    assert imported.prepared == {} and imported.simplifier == ""
+    assert imported.prepared_model is imported.model
+    # Both failing: the error of the prepared graph is the one raised.
+    checked = shape_chain()
+    with pytest.raises(ModelLoadError, match="simulated importer failure"):
+        byoc.import_model(checked)
 
 
 def test_preparation_runs_with_the_users_static_shapes():
