@@ -226,7 +226,11 @@ def _simplify(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
         if _strict_ok(model):
             _fallback(tool, f"shape inference failed on its result: {_first_line(err)}")
             return None, ""
-        simplified = shape_inference.infer_shapes(simplified)
+        try:
+            simplified = shape_inference.infer_shapes(simplified)
+        except Exception as again:  # noqa: BLE001 - as above
+            _fallback(tool, f"shape inference failed on its result: {_first_line(again)}")
+            return None, ""
     if not _changed(model, simplified):
         return None, ""
     return simplified, tool
