@@ -118,10 +118,29 @@ def test_hard_swish_with_other_constants_is_not_taken_as_hard_swish():
     inits = [const("three", np.array(3.0, np.float32)), const("five", np.array(5.0, np.float32)),
              const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
     m = model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], inits)
-    rules = _rules(_compile(m, scale=4.0))
-    assert "dnnl.hardswish" not in rules and "dnnl.divide" in rules
-    attempts = byoc.partition(m, ["dnnl"])
-    assert attempts.host_ops == []
+    artifact = _compile(m, scale=4.0)
+    assert "dnnl.hardswish" not in _rules(artifact) and "dnnl.divide" in _rules(artifact)
+    declined = {reason for d in artifact.plan.decisions.values() for rule, reason in d.rejections
+                if rule == "dnnl.hardswish"}
+    assert declined == {"hardswish: 5 where hard-swish has 6"}
+
+
+def test_hard_swish_spelled_with_a_per_channel_constant_runs_as_broadcasting_ops():
+    """x * clip(x + c, 0, 6) / 6 with c of shape (1, C, 1, 1) is no hard-swish: the rule says why, and
+    its ops go to dnnl one by one, the add broadcasting c."""
+    nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add"),
+             helper.make_node("Clip", ["a", "lo", "hi"], ["k"], name="clip"),
+             helper.make_node("Div", ["k", "six"], ["d"], name="div"),
+             helper.make_node("Mul", ["x", "d"], ["y"], name="mul")]
+    inits = [const("c", np.full((1, 3, 1, 1), 3.0, np.float32)), const("six", np.array(6.0, np.float32)),
+             const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    m = model(nodes, [tensor("x", [2, 3, 4, 5])], [tensor("y", [2, 3, 4, 5])], inits)
+    artifact = _compile(m, scale=4.0)
+    rules = _rules(artifact)
+    assert "dnnl.hardswish" not in rules and {"dnnl.add", "dnnl.clip", "dnnl.divide", "dnnl.multiply"} <= rules
+    declined = {reason for d in artifact.plan.decisions.values() for rule, reason in d.rejections
+                if rule == "dnnl.hardswish"}
+    assert declined == {"hardswish: three of shape (1, 3, 1, 1) is not a scalar constant"}
 
 
 # -- concat -----------------------------------------------------------------------------

@@ -806,6 +806,7 @@ class DnnlExecutor {
       bool fits = xs.size() == ys.size();
       for (size_t d = 0; fits && d < ys.size(); ++d) fits = d == axis || xs[d] == ys[d];
       if (!fits) Fail(op.where + ": " + ShapeStr(xs) + " does not fit " + ShapeStr(ys) + " along axis " + std::to_string(axis));
+      if (value_of_[id] < 0) Fail(op.where + ": tensor " + g_.tensor(id).name + " is read before it is computed");
       total += xs[axis];
     }
     if (total != ys[axis]) Fail(op.where + ": the inputs do not add up to " + ShapeStr(ys));
