@@ -185,16 +185,17 @@ def test_bidirectional_lstm_with_initial_states_and_all_outputs():
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
-def test_layout_1(op):
+@pytest.mark.parametrize("lens", [[3, 3], [1, 3]])
+def test_layout_1(op, lens):
     kwargs = dict(direction="bidirectional", initial_h=True, initial_c=op == "LSTM", seq=3, batch=2,
-                  sequence_lens=[3, 3])
+                  sequence_lens=lens, lens_as_input=lens != [3, 3])
     model, feed = recurrent_model(op, layout=1, **kwargs)
     decomposed, origin = decompose_recurrent(model)
     check_decomposition(model, decomposed, origin)
     expected = layout0_reference(op, feed, **kwargs)
     assert expected[0].shape == (2, 3, 2, 5)  # [batch, seq, directions, hidden]
     assert_close(run_ort(decomposed, feed), expected)
-    if op == "LSTM":
+    if op == "LSTM" and lens == [3, 3]:
         assert_close(run_byoc(decomposed, feed), expected)
 
 
@@ -471,6 +472,13 @@ def test_unknown_activation_is_a_typed_error():
     assert info.value.node == "ocr/gru"
     assert "Gelu" in info.value.attribute and "Tanh" in str(info.value)  # says what would be accepted
     assert isinstance(info.value, byoc.ModelLoadError) and byoc.UnsupportedAttributeError is UnsupportedAttributeError
+
+
+def test_attribute_the_op_does_not_have_is_a_typed_error():
+    model, _ = recurrent_model("RNN", name="vad/rnn", linear_before_reset=1)  # a GRU attribute
+    with pytest.raises(UnsupportedAttributeError, match="vad/rnn.*linear_before_reset") as info:
+        decompose_recurrent(model)
+    assert info.value.node == "vad/rnn" and "linear_before_reset" in info.value.attribute
 
 
 def test_opset_before_7_is_a_typed_error():
