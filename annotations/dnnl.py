@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from types import SimpleNamespace
 
 from byoc._tvm import const_array, is_prim_value, is_tensor_const
 from byoc.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
@@ -366,10 +367,7 @@ def _split_results(match: Match):
 
     ty = match.root.ty
     for field in ty.fields if isinstance(ty, relax.TupleType) else ():
-        shape = None
-        if isinstance(field, relax.TensorType) and field.shape is not None:
-            values = [getattr(d, "value", None) for d in field.shape.values]
-            shape = tuple(values) if all(isinstance(v, int) for v in values) else None
+        shape = static_shape(SimpleNamespace(ty=field))  # static_shape reads an expression's type
         if shape is None:
             return "split with a result of dynamic shape (static shapes only)"
         if 0 in shape:
@@ -378,19 +376,13 @@ def _split_results(match: Match):
 
 
 def _deconv(match: Match):
-    """NCHW/IOHW layouts, constant weight, output_padding within the end padding."""
+    """NCHW/IOHW layouts, constant weight."""
     for call in calls_of(match, "relax.nn.conv2d_transpose"):
         a = call.attrs
         if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
             return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/IOHW only)"
         if not is_tensor_const(call.args[1]):
             return "the weight is not a constant (it is prepared once, at build or load time)"
-        pad = [int(p) for p in a.padding]
-        pad = pad * 2 if len(pad) == 2 else pad
-        extra = [int(p) for p in a.output_padding]
-        if any(extra[d] > pad[d + 2] for d in range(2)):
-            return (f"output_padding {extra} exceeds the end padding {pad[2:]} (oneDNN takes output_padding "
-                    "as less end padding, which cannot go negative)")
     return SUPPORTED
 
 

@@ -1029,7 +1029,8 @@ class DnnlExecutor {
 
   // conv2d_transpose (NCHW data, IOHW weights) as a oneDNN deconvolution, with
   // the conv's post-ops. ONNX's output_padding extends the end of the output,
-  // which is oneDNN's right padding made smaller.
+  // which is oneDNN's right padding made smaller (negative beyond the padding,
+  // which oneDNN takes: checked against onnxruntime).
   size_t Deconv2d(size_t k, const Attrs& a) {
     const BodyOp& op = g_.ops()[k];
     Arity(op, 2);
