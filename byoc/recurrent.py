@@ -21,7 +21,7 @@ only ``H·R_gᵀ``, one MatMul per gate, so the state's path holds nothing but
 MatMul/Add/Mul and activations and a vendor can take all steps as one
 partition. Weights, biases, peepholes and initial states that are constants
 are sliced and transposed here into new initializers; when they are graph
-inputs the same slicing is done with Gather/Split/Transpose in the graph.
+inputs the same slicing is done with Split/Reshape/Transpose in the graph.
 """
 
 from __future__ import annotations
@@ -256,7 +256,8 @@ class _Builder:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[TensorProto] = []
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        self._cache: dict = {}
+        self._cache: dict = {}  # small constants already made initializers
+        self._directions: dict = {}  # (tensor, axis) -> its per-direction pieces
         self.may_be_empty = False  # some sequence_lens value may be 0
 
     # -- errors ------------------------------------------------------------------------
@@ -409,10 +410,18 @@ class _Builder:
         return np.array(list(values), dtype=np.int64)
 
     # shape and slicing ops, folded when their operand is a constant
-    def _gather(self, value: Value, index: int, axis: int, what: str) -> Value:
+    def _direction(self, value: Value, index: int, axis: int, shape: Sequence[int], what: str) -> Value:
+        """Direction ``index`` of ``value`` along ``axis``, which is dropped (the result has ``shape``).
+
+        Split + Reshape rather than Gather: no index to bound-check, and TVM's take
+        warns on every build that out-of-bounds indices would crash it.
+        """
         if not isinstance(value, str):
             return np.take(value, index, axis=axis)
-        return self._emit("Gather", [value, np.array(index, dtype=np.int64)], what, axis=axis)
+        key = (value, axis)
+        if key not in self._directions:
+            self._directions[key] = self._split(value, axis, [1] * self.num_directions, f"{what}_split")
+        return self._reshape(self._directions[key][index], shape, what)
 
     def _split(self, value: Value, axis: int, sizes: Sequence[int], what: str) -> list[Value]:
         if len(sizes) == 1:
@@ -523,11 +532,12 @@ class _Builder:
         for d in range(self.num_directions):
             tag = "" if self.num_directions == 1 else ("fw/" if d == 0 else "bw/")
             reverse = self.direction == "reverse" or d == 1
-            w_t = self._transpose(self._gather(w, d, 0, f"{tag}W"), (1, 0), f"{tag}W_T")
-            r_d = self._gather(r, d, 0, f"{tag}R")
+            w_t = self._transpose(self._direction(w, d, 0, (gates, -1), f"{tag}W"), (1, 0), f"{tag}W_T")
+            r_d = self._direction(r, d, 0, (gates, hidden), f"{tag}R")
             bias, reset_bias = None, None
             if b is not None:
-                w_bias, r_bias = self._split(self._gather(b, d, 0, f"{tag}B"), 0, [gates, gates], f"{tag}B_split")
+                w_bias, r_bias = self._split(self._direction(b, d, 0, (2 * gates,), f"{tag}B"), 0, [gates, gates],
+                                              f"{tag}B_split")
                 if self.op == "GRU" and self.linear_before_reset:
                     # Rbh multiplies with the reset gate, so only Rbz and Rbr join the projection.
                     r_zr, reset_bias = self._split(r_bias, 0, [2 * hidden, hidden], f"{tag}Rb_split")
@@ -536,10 +546,11 @@ class _Builder:
                 bias = self._add(w_bias, r_bias, f"{tag}bias")
             projection = self._add(self._matmul(x, w_t, f"{tag}XW"), bias, f"{tag}XW_bias")
             steps = self._gate_inputs(projection, tag)
-            h = None if initial_h is None else self._gather(initial_h, d, state_axis, f"{tag}initial_h")
-            c = None if initial_c is None else self._gather(initial_c, d, state_axis, f"{tag}initial_c")
+            state = (batch, hidden)
+            h = None if initial_h is None else self._direction(initial_h, d, state_axis, state, f"{tag}initial_h")
+            c = None if initial_c is None else self._direction(initial_c, d, state_axis, state, f"{tag}initial_c")
             p = None if peephole is None else self._split(
-                self._gather(peephole, d, 0, f"{tag}P"), 0, [hidden] * 3, f"{tag}P_split")
+                self._direction(peephole, d, 0, (3 * hidden,), f"{tag}P"), 0, [hidden] * 3, f"{tag}P_split")
             acts = self.activations[d]
             step = {"LSTM": self._lstm_step, "GRU": self._gru_step, "RNN": self._rnn_step}[self.op]
             weights = self._recurrence_weights(r_d, tag)
