@@ -11,7 +11,7 @@ first:
 * max / average pooling, mean and sum (global average pooling), softmax,
   layer norm over the last axis, inference batch norm, LRN (across channels),
   resize (the ONNX modes oneDNN resampling matches exactly), concat, split,
-  strided slice (unit strides), GELU, hard-sigmoid, hard-swish, swish, and
+  strided slice (positive strides), GELU, hard-sigmoid, hard-swish, swish, and
   element-wise add / subtract / multiply / divide, power by a scalar, relu,
   leaky relu, clip, sigmoid, tanh, sqrt, exp, and the layout ops reshape,
   squeeze, expand_dims, flatten, transpose, stack and broadcast_to (adding
@@ -337,8 +337,8 @@ def _concat_rank(match: Match):
     return SUPPORTED
 
 
-def _slice_unit_strides(match: Match):
-    """constant bounds, unit strides."""
+def _slice_positive_strides(match: Match):
+    """constant bounds, positive strides, elements * step <= extent."""
     from tvm import relax
 
     call = match.root
@@ -349,8 +349,15 @@ def _slice_unit_strides(match: Match):
         if not isinstance(arg, relax.Tuple) or not all(is_prim_value(f) for f in arg.fields):
             return f"strided_slice with {what} computed at run time (constant bounds only)"
     strides = [int(f.value) for f in call.args[4].fields] if len(call.args) > 4 else []
-    if any(st != 1 for st in strides):
-        return f"strided_slice with strides {strides} (oneDNN sub-memories: unit strides only)"
+    if any(st < 1 for st in strides):
+        return f"strided_slice with strides {strides} (oneDNN memory views: positive strides only)"
+    # oneDNN takes a strided view only if n elements at step s span at most the axis (n * s <= extent).
+    shape, out = static_shape(call.args[0]), static_shape(call)
+    for axis, step in zip((int(f.value) for f in call.args[1].fields), strides):
+        extent, n = shape[axis], out[axis]
+        if step > 1 and n > 1 and n * step > extent:
+            return (f"strided_slice of {n} elements at step {step} along an axis of {extent} (oneDNN views a "
+                    "stepped axis only when elements * step <= its extent)")
     return SUPPORTED
 
 
@@ -495,7 +502,7 @@ RULES = (
     OpRule(f"{NAME}.concat", "relax.concat", all_of(_base, _concat_rank)),
     OpRule(f"{NAME}.split", "relax.split", all_of(_base, _split_results)),
     OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
-    PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_unit_strides)),
+    PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
     OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),

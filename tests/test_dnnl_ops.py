@@ -275,11 +275,40 @@ def test_strided_slice_of_a_conv_output_in_a_blocked_layout():
     assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.strided_slice", "dnnl.add"}
 
 
-@pytest.mark.parametrize("step", [2, -1])
-def test_strided_slice_with_steps_stays_on_host(step):
-    start, end = (0, 4) if step > 0 else (3, 0)
-    m = _slice([2, 4, 5, 7], [2, 2 if step > 0 else 3, 5, 7], [start], [end], [1], [step])
-    assert f"strides [{step}]" in _reason(m, "relax.strided_slice")
+@pytest.mark.parametrize("starts,ends,axes,steps,out", [
+    ([0, 1], [BIG, BIG], [1, 3], [2, 2], [2, 2, 6, 3]),
+    ([1], [-1], [1], [3], [2, 1, 6, 7]),             # one element: no step to view
+    ([-6, 0], [7, 5], [-1, 0], [3, 1], [2, 4, 6, 2]),
+])
+def test_strided_slice_with_steps(starts, ends, axes, steps, out):
+    m = _slice([2, 4, 6, 7], out, starts, ends, axes, steps)
+    assert _rules(_compile(m)) == {"dnnl.strided_slice"}
+
+
+def test_strided_slice_whose_steps_span_past_the_axis_stays_on_host():
+    """Three elements at step 2 of an axis of 5 (0, 2, 4): oneDNN's strided views need 3 * 2 <= 5."""
+    m = _slice([2, 4, 5, 7], [2, 4, 3, 7], [0], [BIG], [2], [2])
+    assert "3 elements at step 2 along an axis of 5" in _reason(m, "relax.strided_slice")
+
+
+def test_space_to_depth_by_strided_slices_of_a_conv_output():
+    """YOLOv5's Focus: x[..., ::2, ::2], x[..., 1::2, ::2], ... concatenated, then a conv."""
+    c1, i1 = _conv("x", "c", 3, 8, "c1", seed=1)
+    nodes, inits = [c1], list(i1)
+    for k, (h, w) in enumerate([(0, 0), (1, 0), (0, 1), (1, 1)]):
+        nodes.append(helper.make_node("Slice", ["c", f"s{k}", "e", "ax", "st"], [f"p{k}"], name=f"slice{k}"))
+        inits.append(const(f"s{k}", np.array([h, w], np.int64)))
+    inits += [const("e", np.array([BIG, BIG], np.int64)), const("ax", np.array([2, 3], np.int64)),
+              const("st", np.array([2, 2], np.int64))]
+    c2, i2 = _conv("cat", "y", 32, 4, "c2", seed=2)
+    nodes += [helper.make_node("Concat", ["p0", "p1", "p2", "p3"], ["cat"], name="cat", axis=1), c2]
+    m = model(nodes, [tensor("x", [1, 3, 8, 10])], [tensor("y", [1, 4, 4, 5])], inits + i2)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.strided_slice", "dnnl.concat"}
+
+
+def test_strided_slice_with_a_negative_step_stays_on_host():
+    m = _slice([2, 4, 5, 7], [2, 3, 5, 7], [3], [0], [1], [-1])
+    assert "strides [-1]" in _reason(m, "relax.strided_slice")
 
 
 # -- transposed conv -------------------------------------------------------------------------

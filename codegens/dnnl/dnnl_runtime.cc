@@ -98,6 +98,7 @@ struct Arg {
   int key;    // DNNL_ARG_*
   int value;  // index into values_
   Desc desc;  // how the primitive sees the buffer (a value's desc, or a reshaped view of it)
+  size_t offset = 0;  // bytes into the buffer where `desc` starts (a strided slice of it)
 };
 
 struct Step {
@@ -154,18 +155,23 @@ class DnnlExecutor {
 
   void Run(float* const* in, float* const* out) const {
     std::unique_ptr<Workspace> ws = Take();
-    for (auto& bound : ws->inputs) bound.second.set_data_handle(in[bound.first]);
-    for (auto& bound : ws->outputs) bound.second.set_data_handle(out[bound.first]);
+    for (Bound& b : ws->inputs) b.mem.set_data_handle(reinterpret_cast<char*>(in[b.slot]) + b.offset);
+    for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
     for (size_t i = 0; i < steps_.size(); ++i) steps_[i].primitive.execute(ws->stream, ws->args[i]);
     ws->stream.wait();
     Give(std::move(ws));
   }
 
  private:
+  struct Bound {  // a memory object on a caller's buffer, set per call
+    int slot;
+    memory mem;
+    size_t offset;
+  };
   struct Workspace {
     std::unique_ptr<char, decltype(&std::free)> arena{nullptr, &std::free};
     std::vector<std::unordered_map<int, memory>> args;  // per step
-    std::vector<std::pair<int, memory>> inputs, outputs;  // (slot, memory) bound per call
+    std::vector<Bound> inputs, outputs;
     dnnl::stream stream;
   };
 
@@ -897,25 +903,30 @@ class DnnlExecutor {
             pd.scratchpad_desc());
   }
 
-  // A reorder from the input's sub-memory (unit strides) into a plain output.
+  // A reorder from a strided view of the (plain) input into a plain output; positive steps.
   void StridedSlice(const BodyOp& op, const Attrs& a) {
     Arity(op, 1);
     const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
-    // TVM passes axes, begin, end and strides as tuple arguments after the tensor.
+    // TVM passes axes, begin, end and strides as tuple arguments after the tensor (byoc/graph.py: arg1..arg4).
     std::vector<int64_t> axes = a.Ints("arg1"), begin = a.Ints("arg2"), end = a.Ints("arg3");
-    std::vector<int64_t> strides = a.Has("arg4") && !a.IsNone("arg4") ? a.Ints("arg4") : std::vector<int64_t>(axes.size(), 1);
-    if (begin.size() != axes.size() || end.size() != axes.size() || strides.size() != axes.size() || xs.size() != ys.size())
+    std::vector<int64_t> steps = a.Has("arg4") && !a.IsNone("arg4") ? a.Ints("arg4") : std::vector<int64_t>(axes.size(), 1);
+    if (begin.size() != axes.size() || end.size() != axes.size() || steps.size() != axes.size() || xs.size() != ys.size())
       Fail(op.where + ": axes, begin, end and strides differ in length");
-    Dims offsets(xs.size(), 0), dims = DimsOf(xs);
+    Dims offsets(xs.size(), 0), dims = DimsOf(xs), step(xs.size(), 1);
     for (size_t i = 0; i < axes.size(); ++i) {
       size_t d = static_cast<size_t>(NormAxis(axes[i], xs.size(), op.where));
-      if (strides[i] != 1) Fail(op.where + ": stride " + std::to_string(strides[i]) + " (unit strides only)");
+      if (steps[i] < 1) Fail(op.where + ": stride " + std::to_string(steps[i]) + " (positive strides only)");
       auto clamp = [&](int64_t v) { return std::min(std::max(v < 0 ? v + xs[d] : v, int64_t{0}), xs[d]); };
       offsets[d] = clamp(begin[i]);
-      dims[d] = std::max<int64_t>(clamp(end[i]) - offsets[d], 0);
+      dims[d] = std::max<int64_t>((clamp(end[i]) - offsets[d] + steps[i] - 1) / steps[i], 0);
+      step[d] = dims[d] > 1 ? steps[i] : 1;  // one element: any stride
+      if (dims[d] * step[d] > xs[d])
+        Fail(op.where + ": " + std::to_string(dims[d]) + " elements at step " + std::to_string(steps[i]) +
+             " span more than the axis of " + std::to_string(xs[d]) + " (oneDNN cannot view them)");
     }
-    if (Dims(ys.begin(), ys.end()) != dims) Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
-    CopyPart(op, offsets);
+    if (Dims(ys.begin(), ys.end()) != dims)
+      Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
+    CopyPart(op, offsets, step);
   }
 
   // One result of relax.split (attrs["result_index"], see byoc/graph.py): a part along the axis.
@@ -944,17 +955,27 @@ class DnnlExecutor {
         Fail(op.where + ": result " + std::to_string(index) + " of " + ShapeStr(xs) + " is not " + ShapeStr(ys));
     Dims offsets(xs.size(), 0);
     offsets[axis] = begin;
-    CopyPart(op, offsets);
+    CopyPart(op, offsets, Dims(xs.size(), 1));
   }
 
-  // The output of `op` is the part of its (plain) input at `offsets`: a reorder of a sub-memory.
-  void CopyPart(const BodyOp& op, const Dims& offsets) {
+  // The output of `op` is the part of its (plain) input that starts at `offsets` and
+  // takes every step-th element: one reorder from a strided view that starts inside
+  // the input's buffer.
+  void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) {
     const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
-    Desc plain = Plain(xs), sub = plain.submemory_desc(DimsOf(ys), offsets);
+    Desc plain = Plain(xs);
+    Dims strides = plain.get_strides();
+    size_t offset = 0;
+    for (size_t d = 0; d < xs.size(); ++d) {
+      offset += static_cast<size_t>(offsets[d] * strides[d]) * sizeof(float);
+      strides[d] *= step[d];
+    }
+    Desc view(DimsOf(ys), memory::data_type::f32, strides);
     int src = As(op.inputs[0], plain);
     int dst = Define(op.output, Plain(ys));
-    dnnl::reorder::primitive_desc pd(Engine(), sub, Engine(), Plain(ys), UserScratchpad());
-    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, sub}, {DNNL_ARG_TO, dst, Plain(ys)}}, pd.scratchpad_desc());
+    dnnl::reorder::primitive_desc pd(Engine(), view, Engine(), Plain(ys), UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, view, offset}, {DNNL_ARG_TO, dst, Plain(ys)}},
+            pd.scratchpad_desc());
   }
 
   // ONNX LRN as TVM imports it, eight ops of one node:
@@ -1164,12 +1185,12 @@ class DnnlExecutor {
     for (size_t i = 0; i < steps_.size(); ++i) {
       for (const Arg& arg : steps_[i].args) {
         const Value& v = values_[Root(arg.value)];
-        void* handle = v.storage == Storage::kConst  ? consts_[v.slot].get_data_handle()
-                       : v.storage == Storage::kTemp ? static_cast<void*>(ws->arena.get() + v.slot)
-                                                     : DNNL_MEMORY_NONE;
-        memory m(arg.desc, Engine(), handle);
-        if (v.storage == Storage::kInput) ws->inputs.emplace_back(v.slot, m);
-        if (v.storage == Storage::kOutput) ws->outputs.emplace_back(v.slot, m);
+        char* base = v.storage == Storage::kConst  ? static_cast<char*>(consts_[v.slot].get_data_handle())
+                     : v.storage == Storage::kTemp ? ws->arena.get() + v.slot
+                                                   : nullptr;
+        memory m(arg.desc, Engine(), base ? static_cast<void*>(base + arg.offset) : DNNL_MEMORY_NONE);
+        if (v.storage == Storage::kInput) ws->inputs.push_back({v.slot, m, arg.offset});
+        if (v.storage == Storage::kOutput) ws->outputs.push_back({v.slot, m, arg.offset});
         ws->args[i][arg.key] = m;
       }
       if (steps_[i].scratchpad.get_size() > 0)
