@@ -126,7 +126,8 @@ def _activation_check(kind: str):
                 return f"{kind}: clip bounds {bounds} are not ({lo:g}, {hi:g})"
         return SUPPORTED
 
-    check.doc = {"hardswish": "x * clip(x + 3, 0, 6) / 6.", "hardswish_hardsigmoid": "x * clip(a*x + b, 0, 1), scalar a, b.",
+    check.doc = {"hardswish": "x * clip(x + 3, 0, 6) / 6.",
+                 "hardswish_hardsigmoid": "x * clip(a*x + b, 0, 1), scalar a, b.",
                  "hardsigmoid": "clip(a*x + b, 0, 1), scalar a, b.", "swish": "x * sigmoid(x)."}[kind]
     return check
 
@@ -184,7 +185,8 @@ def _conv_rules():
         name = "conv2d" + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
         if bias or residual or act:
             check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
-                           *([_conv_residual] if residual else []), *([_activation_check(act)] if act in ACTIVATIONS else []))
+                           *([_conv_residual] if residual else []),
+                           *([_activation_check(act)] if act in ACTIVATIONS else []))
             rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(bias, residual, act), check))
     return rules
 

@@ -1,6 +1,7 @@
 """The dnnl vendor on the ops CNN, detection and OCR models add to the basics:
-concat, resize, transposed conv, batch norm, hard-sigmoid / hard-swish / swish
-(alone and as conv post-ops), strided slices, depthwise convs; each against
+concat, split, resize, transposed conv, batch norm, LRN, hard-sigmoid /
+hard-swish / swish (alone and as conv post-ops), strided slices, depthwise
+convs, n-ary Sum / Mean, sqrt / exp / leaky relu / power; each against
 onnxruntime through ``byoc.compile(..., strict=True)`` with the op checked to
 have gone to dnnl, and every combination the runtime does not take checked to
 stay on the host with its reason.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import byoc
 
@@ -213,7 +214,8 @@ def test_nearest_upsample_of_a_conv_output_in_a_blocked_layout():
 REJECTED_RESIZES = [
     ("cubic", "half_pixel", "round_prefer_floor", [1, 1, 2, 2], None, "cubic resize"),
     ("linear", "asymmetric", "round_prefer_floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=asymmetric"),
-    ("linear", "align_corners", "round_prefer_floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=align_corners"),
+    ("linear", "align_corners", "round_prefer_floor", [1, 1, 2, 2], None,
+     "coordinate_transformation_mode=align_corners"),
     ("linear", "pytorch_half_pixel", "round_prefer_floor", None, [1, 2, 1, 4], "pytorch_half_pixel only when"),
     ("nearest", "asymmetric", "floor", None, [1, 2, 7, 14], "not an integer upscale"),
     ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 0.6, 0.6], None, "not an integer upscale"),
@@ -326,7 +328,8 @@ def test_conv_transpose(strides, pads, output_padding, group, dilation, bias, ac
     x = [1, cin, 5, 6]
     out = [1, cout] + [(x[2 + d] - 1) * strides[d] + dilation[d] * (k - 1) + 1 - pads[d] - pads[d + 2]
                        + output_padding[d] for d in range(2)]
-    inits = [const("w", _f(cin, cout // group, k, k, seed=3, scale=0.3))] + ([const("b", _f(cout, seed=4))] if bias else [])
+    inits = [const("w", _f(cin, cout // group, k, k, seed=3, scale=0.3))]
+    inits += [const("b", _f(cout, seed=4))] if bias else []
     node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["t" if act else "y"], name="deconv",
                             strides=strides, pads=pads, output_padding=output_padding, group=group, dilations=dilation)
     nodes = [node] + ([helper.make_node(act, ["t"], ["y"], name="act")] if act else [])
