@@ -455,6 +455,23 @@ def test_sum_and_mean_of_several_tensors(op, n):
     assert {"dnnl.broadcast_to", "dnnl.stack", f"dnnl.{op.lower()}"} == rules
 
 
+def test_sum_of_conv_outputs_adds_them_in_their_blocked_layouts():
+    """The stack is not materialized: one oneDNN sum reads the convs' outputs as they are."""
+    c1, i1 = _conv("x", "a", 3, 16, "c1", seed=1)
+    c2, i2 = _conv("x", "b", 3, 16, "c2", seed=2)
+    nodes = [c1, c2, helper.make_node("Sum", ["a", "b", "x2"], ["y"], name="sum")]
+    m = model(nodes, [tensor("x", [1, 3, 6, 7]), tensor("x2", [1, 16, 6, 7])], [tensor("y", [1, 16, 6, 7])], i1 + i2)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.broadcast_to", "dnnl.stack", "dnnl.sum"}
+
+
+def test_max_of_several_tensors_stacks_on_dnnl_and_reduces_on_the_host():
+    """TVM's Max of n tensors is stack + max: the stack is a real concat here, max has no dnnl rule."""
+    m = model([helper.make_node("Max", ["a", "b"], ["y"], name="max")], [tensor("a", [2, 5]), tensor("b", [2, 5])],
+              [tensor("y", [2, 5])])
+    artifact = _compile(m, host_ops=["relax.max"])
+    assert {"dnnl.stack", "dnnl.broadcast_to"} <= _rules(artifact)
+
+
 def test_expand_that_repeats_values_stays_on_host():
     m = single_op("Expand", {"x": [1, 3, 1]}, [2, 3, 4], initializers=[const("shape", np.array([2, 3, 4], np.int64))])
     assert "repeats values" in _reason(m, "relax.broadcast_to")

@@ -631,6 +631,10 @@ class DnnlExecutor {
     if (g_.tensor(op.inputs[0]).numel != g_.tensor(op.output).numel)
       Fail(op.where + ": " + ShapeStr(g_.Shape(op.inputs[0])) + " and " + ShapeStr(g_.Shape(op.output)) +
            " have different sizes");
+    if (g_.Shape(op.inputs[0]) == g_.Shape(op.output) && value_of_[op.inputs[0]] >= 0) {
+      value_of_[op.output] = value_of_[op.inputs[0]];  // the same tensor: keep its layout, blocked or not
+      return;
+    }
     value_of_[op.output] = NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]))), Plain(g_.Shape(op.output)));
   }
 
@@ -697,6 +701,11 @@ class DnnlExecutor {
   // relax.mean or relax.sum over some axes.
   void Reduce(const BodyOp& op, const Attrs& a, bool mean) {
     Arity(op, 1);
+    auto stacked = stacked_.find(op.inputs[0]);
+    if (stacked != stacked_.end()) {
+      SumOf(op, stacked->second, mean);
+      return;
+    }
     const auto& xs = g_.Shape(op.inputs[0]);
     if (xs.empty()) Fail(op.where + ": a reduction of a scalar is not supported");
     Dims kept = DimsOf(xs);
@@ -838,7 +847,9 @@ class DnnlExecutor {
     AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
   }
 
-  // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output.
+  // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output;
+  // or nothing at all when a sum / mean over the new axis is its only reader (ONNX Sum and
+  // Mean of n tensors): that reduction is then one oneDNN sum of the inputs (SumOf).
   void Stack(const BodyOp& op, const Attrs& a) {
     const auto& ys = g_.Shape(op.output);
     if (op.inputs.empty()) Fail(op.where + ": stack of nothing");
@@ -852,6 +863,10 @@ class DnnlExecutor {
     if (want != ys) Fail(op.where + ": " + ShapeStr(ys) + " is not a stack of " + ShapeStr(xs));
     for (int id : op.inputs)
       if (g_.Shape(id) != xs) Fail(op.where + ": stacked tensors differ in shape");
+    if (ReducedOverOnly(op.output, axis)) {
+      stacked_[op.output] = op.inputs;
+      return;
+    }
     std::vector<Desc> srcs(op.inputs.size(), Plain(unit));
     dnnl::concat::primitive_desc pd(Engine(), Plain(ys), static_cast<int>(axis), srcs, UserScratchpad());
     std::vector<Arg> args;
@@ -859,6 +874,46 @@ class DnnlExecutor {
       args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(op.inputs[i], Plain(xs)), Plain(unit)});
     args.push_back({DNNL_ARG_DST, Define(op.output, Plain(ys)), Plain(ys)});
     AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  // Whether the only reader of tensor `id` is a relax.sum / relax.mean over `axis` alone, without keepdims.
+  bool ReducedOverOnly(int id, size_t axis) const {
+    if (g_.uses(id) != 1) return false;  // a graph output counts as a use
+    for (const BodyOp& reader : g_.ops()) {
+      if (std::find(reader.inputs.begin(), reader.inputs.end(), id) == reader.inputs.end()) continue;
+      if (reader.kernel != "relax.sum" && reader.kernel != "relax.mean") return false;
+      Attrs a(reader.attrs, reader.where);
+      size_t rank = g_.Shape(id).size();
+      return !a.IsNone("axis") && a.Ints("axis").size() == 1 &&
+             static_cast<size_t>(NormAxis(a.Ints("axis")[0], rank, reader.where)) == axis && !a.Bool("keepdims");
+    }
+    return false;
+  }
+
+  // The sum (or mean) of `terms`, one oneDNN sum primitive over them in their own layouts.
+  void SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean) {
+    for (int t : terms)
+      if (g_.Shape(t) != g_.Shape(op.output)) Fail(op.where + ": terms of another shape than " + ShapeStr(g_.Shape(op.output)));
+    std::vector<float> scales(terms.size(), mean ? 1.0f / static_cast<float>(terms.size()) : 1.0f);
+    auto make = [&](bool plain) {
+      std::vector<Desc> srcs;
+      for (int t : terms)
+        srcs.push_back(plain || g_.tensor(t).kind == Kind::kConst ? Plain(g_.Shape(t)) : values_[value_of_[t]].desc);
+      return dnnl::sum::primitive_desc(Engine(), scales, srcs, UserScratchpad());
+    };
+    dnnl::sum::primitive_desc pd;
+    try {
+      pd = make(false);
+    } catch (const dnnl::error&) {  // a mix of layouts oneDNN cannot add up: all plain
+      pd = make(true);
+    }
+    std::vector<Arg> args;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      Desc desc = pd.src_desc(static_cast<int>(i));
+      args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(terms[i], desc), desc});
+    }
+    args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::sum(pd), std::move(args), pd.scratchpad_desc());
   }
 
   // oneDNN resampling computes the source coordinate of output x as
@@ -1210,6 +1265,7 @@ class DnnlExecutor {
   std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
   std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
+  std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::vector<Step> steps_;
   size_t arena_bytes_ = 0, scratch_bytes_ = 0;
   mutable std::mutex pool_mutex_;
