@@ -27,6 +27,8 @@ from importlib import metadata
 import onnx
 from onnx import shape_inference
 
+from .errors import ModelLoadError
+
 __all__ = ["Prepared", "prepare", "SIMPLIFIER"]
 
 #: The distribution that folds the model (see docs/design.md for the measurement).
@@ -95,20 +97,27 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     under the same input and output names.
     """
     user = model
-    simplified, tool = _simplify(user)
-    if simplified is None:
-        prepared = user  # read-only from here on; no copy of a model's weights for nothing
-        origin = {n.name: n.name for n in user.graph.node}
-    else:
-        prepared = simplified
-        _unique_names(prepared.graph)
-        origin = _origin(user.graph, prepared.graph)
-
-    prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
-    fate = _fates(user.graph, prepared.graph, origin)
-    for name, count in decomposed.items():
-        fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
-    return Prepared(prepared, origin, fate, tool)
+    failure = None
+    for simplified, tool in _candidates(user):
+        if simplified is None:
+            prepared = user  # read-only from here on; no copy of a model's weights for nothing
+            origin = {n.name: n.name for n in user.graph.node}
+        else:
+            prepared = simplified
+            _unique_names(prepared.graph)
+            origin = _origin(user.graph, prepared.graph)
+        try:
+            prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
+        except ModelLoadError as err:
+            # A recurrent op whose shapes one tool's folding left unknown (in an If branch)
+            # may unroll after another's: the next candidate gets its turn.
+            failure = failure or err
+            continue
+        fate = _fates(user.graph, prepared.graph, origin)
+        for name, count in decomposed.items():
+            fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
+        return Prepared(prepared, origin, fate, tool)
+    raise failure
 
 
 def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
@@ -177,63 +186,91 @@ def _opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
-def _simplify(model: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
-    """The simplified model and the tool's name, or (None, "") when it is kept as given."""
+def _candidates(model: onnx.ModelProto):
+    """``(simplified model, tool)`` to try in order, last ``(None, "")``: the model as given.
+
+    onnxsim first (with its optimizer passes, then folding alone), then
+    onnxslim, which folds graphs onnxsim leaves or breaks on (silero VAD's
+    shape-dependent ``If`` branches around an LSTM; measured in
+    docs/design.md). Each is run only when the one before did not serve, and
+    every result is checked the same way before it is offered. Falling back to
+    the model as given after a simplifier failed is warned about.
+    """
     if any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
-        # Custom-domain ops cannot be evaluated by the simplifier, and TVM's importer
+        # Custom-domain ops cannot be evaluated by the simplifiers, and TVM's importer
         # rejects them anyway (frontend._check_supported_ops names them).
-        return None, ""
-    try:
-        import onnxsim
-    except ImportError:
-        warnings.warn("onnxsim is not installed: the model is imported without preparation "
-                      "(pip install onnxsim)", stacklevel=3)
-        return None, ""
-    tool = f"onnxsim {_version('onnxsim')}"
-    simplified, error = None, ""
-    # The optimizer passes meet more unusual graphs than constant folding does
-    # (silero VAD's If branches: "Nodes in a graph must be topologically sorted"),
-    # so a failure is retried with folding alone before giving up.
-    for optimize in (True, False):
+        yield None, ""
+        return
+    problems = []
+    for tool, run in (("onnxsim", _run_onnxsim), ("onnxslim", _run_onnxslim)):
+        tool = f"{tool} {_version(tool)}"
         try:
-            # The simplifier prints progress and warns on its own; a library must not.
+            # The simplifiers print progress and warn on their own; a library must not.
             with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
                 warnings.simplefilter("ignore")
-                simplified, _ = onnxsim.simplify(
-                    _loosened(model),
-                    check_n=0,  # byoc.verify compares the build with onnxruntime on the user's model
-                    perform_optimization=optimize,
-                    skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
-                    skipped_optimizers=list(_SKIPPED_PASSES),
-                    include_subgraph=True,
-                    certify=False,
-                )
-            break
-        except Exception as err:  # noqa: BLE001 - the simplifier raises every kind of error
-            error = error or _first_line(err)
-    if simplified is None:
-        _fallback(tool, error)
-        return None, ""
+                simplified = run(model)
+        except Exception as err:  # noqa: BLE001 - the simplifiers raise every kind of error
+            problems.append(f"{tool}: {_first_line(err)}")
+            continue
+        checked, problem = _accepted(model, simplified)
+        if problem:
+            problems.append(f"{tool}: {problem}")
+        else:
+            yield (checked, tool) if _changed(model, checked) else (None, "")
+    if problems:
+        _fallback("; ".join(problems))
+    yield None, ""
+
+
+def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnxsim
+
+    # The optimizer passes meet more unusual graphs than constant folding does,
+    # so a failure is retried with folding alone.
+    try:
+        return _onnxsim_pass(onnxsim, model, optimize=True)
+    except Exception:  # noqa: BLE001 - retried once, without the optimizer
+        return _onnxsim_pass(onnxsim, model, optimize=False)
+
+
+def _onnxsim_pass(onnxsim, model: onnx.ModelProto, optimize: bool) -> onnx.ModelProto:
+    simplified, _ = onnxsim.simplify(
+        _loosened(model),
+        check_n=0,  # byoc.verify compares the build with onnxruntime on the user's model
+        perform_optimization=optimize,
+        skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
+        skipped_optimizers=list(_SKIPPED_PASSES),
+        include_subgraph=True,
+        certify=False,
+    )
+    return simplified
+
+
+def _run_onnxslim(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnxslim
+    from onnxslim.core.pattern.registry import DEFAULT_FUSION_PATTERNS
+
+    # Folding and no-op removal only: its fusion patterns merge the user's nodes (as the skipped onnxsim passes).
+    fusions = [name for name in DEFAULT_FUSION_PATTERNS if name.startswith("Fusion")]
+    return onnxslim.slim(_loosened(model), skip_fusion_patterns=fusions)
+
+
+def _accepted(model: onnx.ModelProto, simplified: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
+    """``simplified`` shape-inferred, or None and why it cannot replace ``model``."""
     problem = _refuse(model, simplified)
     if problem:
-        _fallback(tool, problem)
-        return None, ""
+        return None, problem
     try:
-        simplified = shape_inference.infer_shapes(simplified, strict_mode=True)
+        return shape_inference.infer_shapes(simplified, strict_mode=True), ""
     except Exception as err:  # noqa: BLE001 - onnx raises several private error types here
         # A model that only passes non-strict inference (frontend._check accepts it
         # with a warning) may stay so; one that passed strict must still pass.
         if _strict_ok(model):
-            _fallback(tool, f"shape inference failed on its result: {_first_line(err)}")
-            return None, ""
+            return None, f"shape inference failed on its result: {_first_line(err)}"
         try:
-            simplified = shape_inference.infer_shapes(simplified)
+            return shape_inference.infer_shapes(simplified), ""
         except Exception as again:  # noqa: BLE001 - as above
-            _fallback(tool, f"shape inference failed on its result: {_first_line(again)}")
-            return None, ""
-    if not _changed(model, simplified):
-        return None, ""
-    return simplified, tool
+            return None, f"shape inference failed on its result: {_first_line(again)}"
 
 
 def _strict_ok(model: onnx.ModelProto) -> bool:
@@ -256,9 +293,9 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def _fallback(tool: str, why: str) -> None:
-    warnings.warn(f"model preparation with {tool} failed ({why}); the model is imported "
-                  "as given, without folding", stacklevel=4)
+def _fallback(why: str) -> None:
+    warnings.warn(f"model preparation failed ({why}); the model is imported as given, without folding",
+                  stacklevel=4)
 
 
 def _signature(graph: onnx.GraphProto) -> tuple[list, list]:

@@ -227,14 +227,33 @@ def test_a_model_preparation_leaves_alone_has_no_preparation_section():
 
 
 # -- preparation never changes what the model computes ------------------------------------
+def _broken(*args, **kwargs):
+    raise RuntimeError("simulated simplifier crash")
+
+
+def _break_onnxslim(monkeypatch):
+    import onnxslim
+
+    monkeypatch.setattr(onnxslim, "slim", _broken)
+
+
+def test_onnxslim_takes_over_when_onnxsim_fails(monkeypatch):
+    import onnxsim
+
+    monkeypatch.setattr(onnxsim, "simplify", _broken)
+    imported = byoc.import_model(identity_dropout())
+    assert imported.simplifier.startswith("onnxslim ")
+    assert imported.prepared == {"ident": "removed: Identity passes its input through at inference",
+                                 "drop": "removed: Dropout passes its input through at inference"}
+
+
 def test_simplifier_failure_falls_back_to_the_model_as_given(monkeypatch):
     import onnxsim
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("simulated simplifier crash")
-
-    monkeypatch.setattr(onnxsim, "simplify", broken)
-    with pytest.warns(UserWarning, match="simulated simplifier crash.*imported as given"):
+    monkeypatch.setattr(onnxsim, "simplify", _broken)
+    _break_onnxslim(monkeypatch)
+    with pytest.warns(UserWarning, match="onnxsim .*simulated simplifier crash; onnxslim .*simulated simplifier "
+                                         "crash.*imported as given"):
         imported = byoc.import_model(identity_dropout())
     assert imported.prepared == {} and imported.simplifier == ""
     # TVM's importer leaves no binding for Identity, but imports the unfolded Dropout.
@@ -255,6 +274,7 @@ def test_simplifier_that_renames_an_output_is_refused(monkeypatch):
         return out, ok
 
     monkeypatch.setattr(onnxsim, "simplify", renaming)
+    _break_onnxslim(monkeypatch)  # else the fallback simplifier serves and nothing is refused
     with pytest.warns(UserWarning, match="changed the model's input or output names"):
         artifact = byoc.compile(identity_dropout(), vendors=["c_source"])
     assert [s.name for s in artifact.plan.imported.outputs] == ["y"]
@@ -272,6 +292,7 @@ def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
         return out, ok
 
     monkeypatch.setattr(onnxsim, "simplify", invalid)
+    _break_onnxslim(monkeypatch)  # else the fallback simplifier serves and nothing is refused
     with pytest.warns(UserWarning, match="fails onnx.checker"):
         imported = byoc.import_model(identity_dropout())
     assert imported.prepared == {}
