@@ -390,6 +390,17 @@ def test_split_of_a_conv_output_feeding_a_conv_and_a_concat():
     assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.split", "dnnl.concat"}
 
 
+def test_split_of_a_blocked_conv_output_on_block_boundaries():
+    """32 channels in halves of 16: each half is copied in the conv's blocked layout, for the next convs."""
+    c1, i1 = _conv("x", "c", 3, 32, "c1", seed=1)
+    c2, i2 = _conv("a", "d", 16, 8, "c2", seed=2)
+    c3, i3 = _conv("b", "e", 16, 8, "c3", seed=3)
+    nodes = [c1, helper.make_node("Split", ["c"], ["a", "b"], name="split", axis=1), c2, c3,
+             helper.make_node("Concat", ["d", "e", "a"], ["y"], name="cat", axis=1)]
+    m = model(nodes, [tensor("x", [1, 3, 7, 5])], [tensor("y", [1, 32, 7, 5])], i1 + i2 + i3)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.split", "dnnl.concat"}
+
+
 # -- element-wise ops real models add -----------------------------------------------------------
 @pytest.mark.parametrize("op,attrs,positive", [
     ("Sqrt", {}, True), ("Exp", {}, False), ("LeakyRelu", {"alpha": 0.1}, False),

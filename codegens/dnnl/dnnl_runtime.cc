@@ -876,6 +876,29 @@ class DnnlExecutor {
     AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
   }
 
+  // A part of an NCHW tensor in oneDNN's nChw8c / nChw16c layout whose channel offset
+  // falls on a block (YOLOv8's split of a conv output in halves): one reorder from the
+  // sub-memory into the same layout, which the next conv reads as it is. False when the
+  // input is in another layout or the part cuts a block.
+  bool CopyBlockedPart(const BodyOp& op, const Dims& offsets) {
+    int v = value_of_[op.inputs[0]];
+    if (v < 0) return false;
+    const Desc& src = values_[v].desc;
+    if (src.get_ndims() != 4 || src.get_format_kind() != memory::format_kind::blocked) return false;
+    Dims blocks = src.get_inner_blks(), idxs = src.get_inner_idxs();
+    if (blocks.size() != 1 || idxs != Dims{1} || (blocks[0] != 8 && blocks[0] != 16)) return false;
+    Dims dims = DimsOf(g_.Shape(op.output));
+    Desc layout(DimsOf(g_.Shape(op.inputs[0])), memory::data_type::f32,
+                blocks[0] == 8 ? memory::format_tag::nChw8c : memory::format_tag::nChw16c);
+    if (layout != src || offsets[1] % blocks[0] != 0) return false;
+    Desc sub = src.submemory_desc(dims, offsets);
+    Desc part(dims, memory::data_type::f32, blocks[0] == 8 ? memory::format_tag::nChw8c : memory::format_tag::nChw16c);
+    dnnl::reorder::primitive_desc pd(Engine(), sub, Engine(), part, UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, v, sub}, {DNNL_ARG_TO, Define(op.output, part), part}},
+            pd.scratchpad_desc());
+    return true;
+  }
+
   // Whether the only reader of tensor `id` is a relax.sum / relax.mean over `axis` alone, without keepdims.
   bool ReducedOverOnly(int id, size_t axis) const {
     if (g_.uses(id) != 1) return false;  // a graph output counts as a use
@@ -1018,6 +1041,7 @@ class DnnlExecutor {
   // the input's buffer.
   void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) {
     const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+    if (step == Dims(xs.size(), 1) && CopyBlockedPart(op, offsets)) return;
     Desc plain = Plain(xs);
     Dims strides = plain.get_strides();
     size_t offset = 0;
