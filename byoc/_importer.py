@@ -71,14 +71,19 @@ class ProvenanceImporter(ONNXGraphImporter):
             return None
         return self.bb.normalize(relax.op.clip(x, relax.prim_value(float(low)), relax.prim_value(float(high))))
 
-    def binding_provenance(self, main: relax.Function) -> dict[relax.Var, OnnxNode]:
-        """Map each binding var in ``main`` to the ONNX node that produced it."""
-        bindings = [b for block in main.body.blocks for b in block.bindings]
+    def results(self, main: relax.Function) -> dict[relax.Var, OnnxNode]:
+        """The binding vars of ``main`` that are a converter's result, with their ONNX node."""
         owner: dict[relax.Var, OnnxNode] = {}
-        for binding in bindings:
+        for binding in (b for block in main.body.blocks for b in block.bindings):
             node = self._owner.get(binding.value) or self._owner.get(binding.var)
             if node is not None:
                 owner[binding.var] = node
+        return owner
+
+    def binding_provenance(self, main: relax.Function) -> dict[relax.Var, OnnxNode]:
+        """Map each binding var in ``main`` to the ONNX node that produced it."""
+        bindings = [b for block in main.body.blocks for b in block.bindings]
+        owner = self.results(main)
         direct = set(owner)
         bound = {b.var for b in bindings}
         # A helper binding belongs to its earliest consumer. Walking backwards,

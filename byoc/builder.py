@@ -57,6 +57,19 @@ def _codegens_for_this_build(mod, modules: dict[str, list]):
             tvm_ffi.remove_global_func(name)
 
 
+def lower_partitions(mod, modules: dict[str, list]):
+    """``mod`` after TVM's ``RunCodegen``: partition calls become calls of the modules in ``modules``.
+
+    ``modules`` maps each vendor with partitions in ``mod`` to the runtime
+    modules its codegen built (empty lists only rewrite the calls, as the
+    standalone export does, which links the partitions' C itself).
+    """
+    from tvm import relax
+
+    with _codegens_for_this_build(mod, modules) as renamed:
+        return relax.transform.RunCodegen()(renamed)
+
+
 def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPreset]) -> None:
     """Compile every C source module with the target's C compiler (syntax only).
 
@@ -206,8 +219,7 @@ def build(
                          strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
     plan, modules = _codegen_all(plan, preset, strict)
-    with _codegens_for_this_build(plan.mod, modules) as renamed:
-        mod = relax.transform.RunCodegen()(renamed)
+    mod = lower_partitions(plan.mod, modules)
     mod = _with_metadata(mod, _metadata(plan, preset))
     try:
         executable = compile_host(mod, preset)

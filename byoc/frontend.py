@@ -86,6 +86,9 @@ class ImportedModel:
     prepared_model: onnx.ModelProto | None = None
     #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.
     simplifier: str = ""
+    #: Binding name -> the ONNX tensor it holds, for each binding that is the
+    #: whole result of a single-output node (reports name boundaries by it).
+    tensor_of: dict[str, str] = field(default_factory=dict)
 
 
 # -- loading ------------------------------------------------------------------------
@@ -440,21 +443,23 @@ def import_model(
     prep = prepare(model)
     try:
         _check_supported_ops(prep.model.graph, prep.origin)
-        mod, node_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
+        mod, node_of, tensor_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
     except ModelLoadError as err:
         if not prep.simplifier:
             raise
         # Preparation must never be the reason a model fails: try the model as given.
         try:
             _check_supported_ops(model.graph)
-            mod, node_of = _to_relax(model, inputs)
+            mod, node_of, tensor_of = _to_relax(model, inputs)
         except ModelLoadError:
             raise err from None
         warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
                       "imported the model as given, without folding", stacklevel=2)
-        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared_model=model)
+        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared_model=model,
+                             tensor_of=tensor_of)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
-                         prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier)
+                         prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier,
+                         tensor_of=tensor_of)
 
 
 def _op_types(model: onnx.ModelProto, origin: Mapping[str, str]) -> dict[str, str]:
@@ -485,11 +490,13 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
 
 def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
               op_types: Mapping[str, str] | None = None):
-    """Import ``model`` into Relax; ``node_of`` names the user's nodes through ``origin``.
+    """Import ``model`` into Relax: ``(mod, node_of, tensor_of)``; see :class:`ImportedModel`.
 
-    ``origin`` maps a (prepared) node name of ``model`` to the user's node
-    and ``op_types`` to that node's op type (see :mod:`byoc.prepare`); a
-    name without an entry is the user's own.
+    ``node_of`` names the user's nodes through ``origin``, which maps a
+    (prepared) node name of ``model`` to the user's node, and ``op_types``
+    to that node's op type (see :mod:`byoc.prepare`); a name without an entry
+    is the user's own. ``tensor_of`` names the tensors of ``model``: a fused
+    node's result holds the tensor it was fused into.
     """
     from tvm import relax
 
@@ -507,6 +514,7 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
             warnings.simplefilter("ignore")
             mod = importer.from_onnx(model.graph, opset)
             owners = importer.binding_provenance(mod["main"])
+            results = importer.results(mod["main"])
             mod = _fold_constants(mod)
             main, renamed = unique_binding_names(mod["main"])
             mod.update_func(mod.get_global_var("main"), main)
@@ -527,11 +535,17 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
         var = renamed.get(var, var)
         if var in kept:
             node_of[var.name] = node
+    outputs_of = {n.name: [o for o in n.output if o] for n in model.graph.node}
+    tensor_of = {}
+    for var, node in results.items():
+        var = renamed.get(var, var)
+        if var in kept and len(outputs_of.get(node.name, ())) == 1:
+            tensor_of[var.name] = outputs_of[node.name][0]
     if origin:
         op_types = op_types or {}
         node_of = {b: OnnxNode(origin.get(n.name, n.name), op_types.get(n.name, n.op_type))
                    for b, n in node_of.items()}
-    return mod, node_of
+    return mod, node_of, tensor_of
 
 
 def _fold_constants(mod):

@@ -28,10 +28,11 @@ from .vendor import Vendor
 
 @dataclass(frozen=True)
 class BoundaryTensor:
-    """A tensor crossing a partition boundary; ``source`` names its producer.
+    """A tensor crossing a partition boundary.
 
-    ``source`` is an ONNX graph input name, or the name of the ONNX node whose
-    result it is.
+    ``source`` is the ONNX tensor's name (a graph input, or the output of a
+    single-output node whose whole result it is), else the name of the ONNX
+    node that produced it (an intermediate value of that node's ops).
     """
 
     source: str
@@ -197,9 +198,9 @@ def _merged_regions(mod) -> list[tuple[object, object]]:
 
 
 def _source_names(imported: ImportedModel, main) -> dict[str, str]:
-    """Main var name -> ONNX input name or producing node name."""
+    """Main var name -> the ONNX tensor it holds (an input or a node's output), else its producing node's name."""
     names = {p.name: spec.name for p, spec in zip(main.params, imported.inputs)}
-    names.update({b: n.name for b, n in imported.node_of.items()})
+    names.update({b: imported.tensor_of.get(b, n.name) for b, n in imported.node_of.items()})
     return names
 
 

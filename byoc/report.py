@@ -177,16 +177,14 @@ def _node_detail(decisions: list, where: list[str], prepared: Optional[str] = No
 
 
 def _host_groups(plan: PartitionPlan) -> list[dict]:
+    """Host ops per ONNX node (a node once, with every reason its ops got), nodes alike grouped together."""
     groups: dict[tuple, dict] = {}
-    for decision in plan.host_ops:
-        op_type = decision.node.op_type if decision.node is not None else decision.op
-        key = (op_type, tuple(decision.reasons.items()))
-        group = groups.setdefault(key, {"op_type": op_type, "nodes": [], "ops": 0,
-                                        "reasons": dict(decision.reasons)})
-        group["ops"] += 1
-        node = decision.node.name if decision.node is not None else "(no ONNX node)"
-        if node not in group["nodes"]:
-            group["nodes"].append(node)
+    for host in plan.host_nodes:
+        op_type = host.node.op_type if host.node is not None else host.ops[0]
+        key = (op_type, tuple(host.reasons.items()))
+        group = groups.setdefault(key, {"op_type": op_type, "nodes": [], "ops": 0, "reasons": dict(host.reasons)})
+        group["ops"] += len(host.ops)
+        group["nodes"].append(host.node.name if host.node is not None else "(no ONNX node)")
     return list(groups.values())
 
 

@@ -135,12 +135,13 @@ def _lowered_module(artifact):
         )
     # The host kernels as the artifact has them (byoc.host_build: fused, parallel, vectorized),
     # in the order of relax.pipeline.default_build_pipeline, stopping before the VM-specific
-    # lowering. RunCodegen only rewrites the partition calls here: the modules byoc's
-    # relax.ext.<vendor> hands back are dropped, the partitions' C is emitted again by
-    # _partition_sources.
+    # lowering. RunCodegen only rewrites the partition calls here: no module is handed to
+    # it, the partitions' C is emitted again by _partition_sources.
+    from .builder import lower_partitions
+
     target = artifact.target.tvm_target()
+    mod = lower_partitions(artifact.plan.mod, {vendor.name: [] for vendor in artifact.plan.vendors})
     passes = [
-        T.RunCodegen(),
         backend.DispatchSampling(),
         backend.DispatchSortScan(),
         host_build.HostLowering(target),
@@ -153,7 +154,7 @@ def _lowered_module(artifact):
         T.AttachGlobalSymbol(),
     ]
     with target:
-        return tvm.transform.Sequential(passes)(artifact.plan.mod)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def _partition_sources(plan) -> dict[str, str]:

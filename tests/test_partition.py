@@ -145,15 +145,19 @@ def test_plan_describes_partitions():
     assert byoc.partition(small_cnn(), ["c_source"]).partitions[1].bindings == second.bindings  # deterministic
 
 
-def test_boundary_tensors_are_labelled_by_their_producers_across_vendors():
-    """Merging renames variables; labels must still name the ONNX producer of each boundary tensor."""
+def test_boundary_tensors_are_labelled_by_their_tensor_names_across_vendors():
+    """Merging renames variables; labels must still name each boundary tensor.
+
+    A node's whole result is its ONNX tensor (conv1 -> c1); a value inside a
+    node (the convolution before Conv's bias add) is named by its node.
+    """
     convs = _vendor("convs", {"conv2d": "relax.nn.conv2d", "matmul": "relax.matmul"})
     plan = byoc.partition(small_cnn(), [convs, "c_source"])
     edges = [(p.name, [t.source for t in p.inputs], [t.source for t in p.outputs]) for p in plan.partitions]
     assert edges == [
-        ("convs_0", ["input"], ["conv1"]), ("c_source_0", ["conv1"], ["conv1"]),
-        ("c_source_1", ["bn1"], ["pool1"]), ("convs_1", ["pool1"], ["conv2"]),
-        ("c_source_2", ["conv2"], ["flatten"]), ("convs_2", ["flatten"], ["fc"]), ("c_source_3", ["fc"], ["fc"]),
+        ("convs_0", ["input"], ["conv1"]), ("c_source_0", ["conv1"], ["c1"]),
+        ("c_source_1", ["bn1"], ["p1"]), ("convs_1", ["p1"], ["conv2"]),
+        ("c_source_2", ["conv2"], ["flat"]), ("convs_2", ["flat"], ["fc"]), ("c_source_3", ["fc"], ["logits"]),
     ]
 
 
