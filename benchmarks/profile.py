@@ -57,10 +57,9 @@ def _load(spec: dict):
     import tvm
     from tvm import relax
 
-    import byoc
+    from byoc.artifact import load_library
 
-    byoc.list_vendors()  # importing the vendor modules registers their runtime loaders
-    vm = relax.VirtualMachine(tvm.runtime.load_module(spec["library"]), tvm.cpu())
+    vm = relax.VirtualMachine(load_library(spec["library"]), tvm.cpu())  # loads the vendor runtimes it holds
     with np.load(spec["inputs"]) as saved:
         args = [tvm.runtime.tensor(saved[f"arr_{i}"]) for i in range(len(saved.files))]
     for _ in range(spec["warmup"]):
@@ -207,12 +206,12 @@ def _model_path(model: str, build: Path) -> Path:
     return models.model_path(model, build)
 
 
-def build(path: Path, vendors: list, target: str, out: Path):
+def build(path: Path, vendors: list, target: str, out: Path, keep_on_host=()):
     """partition + build + export; returns the plan and the artifact's input specs."""
     import byoc
 
-    plan = byoc.partition(byoc.import_model(str(path)), vendors)
-    artifact = byoc.build(plan, target=target)
+    plan = byoc.partition(byoc.import_model(str(path)), vendors, target=target, keep_on_host=keep_on_host)
+    artifact = byoc.build(plan)
     artifact.export(out)
     return plan, artifact.inputs
 
@@ -259,6 +258,8 @@ def parse_args(argv):
     p.add_argument("model", help=f"one of {', '.join(models.ALL_MODELS)}, or a path to an .onnx file")
     p.add_argument("--vendors", required=True, help="the vendor set, comma-separated in priority order")
     p.add_argument("--target", default="x86_64", help="a target preset that runs on this machine (default x86_64)")
+    p.add_argument("--keep-on-host", default="", metavar="NODE|OPTYPE[,...]",
+                   help="ONNX node names or op types to keep on the host, comma-separated")
     p.add_argument("--runs", type=int, default=10, help="measured runs (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="runs first, not measured (default 2, at least 1)")
     p.add_argument("--top", type=int, default=20, help="functions listed (default 20)")
@@ -288,7 +289,8 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         library = tmp / "model.so"
         t0 = time.perf_counter()
-        plan, specs = build(path, vendors, args.target, library)
+        keep = [name for name in args.keep_on_host.split(",") if name]
+        plan, specs = build(path, vendors, args.target, library, keep)
         build_s = time.perf_counter() - t0
         rng = np.random.default_rng(1)
         np.savez(tmp / "inputs.npz", *[rng.standard_normal(s.shape).astype(s.dtype) for s in specs])

@@ -95,6 +95,8 @@ def op_calls(main) -> list[tuple[str, str]]:
 def _keep_set(imported: ImportedModel, keep_on_host: Iterable[str]) -> dict[str, str]:
     """binding name -> the keep_on_host entry that pins it."""
     keep = list(keep_on_host or ())
+    if not keep:
+        return {}
     pinned: dict[str, str] = {}
     for binding, node in imported.node_of.items():
         for entry in keep:

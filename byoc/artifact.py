@@ -96,7 +96,7 @@ class Artifact:
                 else:
                     self._tmpdir = tempfile.mkdtemp(prefix="byoc-artifact-")
                     weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
-                    self._library = _load_library(self.export(Path(self._tmpdir) / "model.so"))
+                    self._library = load_library(self.export(Path(self._tmpdir) / "model.so"))
             return self._library
 
     def _vm(self):
@@ -214,9 +214,15 @@ def _load_runtimes_for(path: Path) -> None:
         codegen.load_runtime()
 
 
-def _load_library(path: Path):
+def load_library(path: Union[str, os.PathLike]):
+    """The TVM runtime module of the library at ``path``, with the vendor runtimes it holds loaded first.
+
+    For tools that drive the Relax VM themselves (benchmarks/profile.py);
+    :func:`load` is the way to get an :class:`Artifact`.
+    """
     import tvm
 
+    path = Path(path)
     _load_runtimes_for(path)
     try:
         return tvm.runtime.load_module(str(path))
@@ -238,7 +244,7 @@ def load(path: Union[str, os.PathLike]) -> Artifact:
                       if path.suffix == ".onnx" or head[:1] == b"\x08" else "")
         raise ArtifactLoadError(f"{str(path)!r} is not a shared library; byoc.load expects the .so that "
                                 f"Artifact.export wrote.{model_hint}")
-    library = _load_library(path)
+    library = load_library(path)
     try:
         import tvm
         from tvm import relax

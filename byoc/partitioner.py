@@ -93,7 +93,8 @@ class PartitionPlan:
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
-        return (f"<PartitionPlan {self.imported.model.graph.name or 'model'!r} for {self.target.name}: "
+        graph = self.imported.model.graph.name if self.imported.model is not None else ""
+        return (f"<PartitionPlan {graph or 'model'!r} for {self.target.name}: "
                 f"{len(self.partitions)} partition(s) ({parts}), {self.offloaded_ops} of {len(self.decisions)} "
                 f"ops offloaded, {len(self.host_nodes)} ONNX node(s) with host ops>")
 

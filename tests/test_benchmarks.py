@@ -138,8 +138,8 @@ print(json.dumps({name: {k: v for k, v in r.items() if k != "outputs"} for name,
 
 def test_profile_groups_time_by_partition_and_host_with_onednn_primitives(tmp_path):
     out = tmp_path / "profile.json"
-    stdout = _run([PROFILE, "tiny_cnn", "--vendors", "dnnl", "--runs", "3", "--warmup", "1", "--onednn-verbose",
-                   "--build", tmp_path / "build", "--json", out])
+    stdout = _run([PROFILE, "tiny_cnn", "--vendors", "dnnl", "--keep-on-host", "bn1", "--runs", "3", "--warmup", "1",
+                   "--onednn-verbose", "--build", tmp_path / "build", "--json", out])
     for heading in ("# Profile: tiny_cnn with byoc[dnnl]", "## Top", "## Totals", "## oneDNN primitives"):
         assert heading in stdout
     report = json.loads(out.read_text())
@@ -147,7 +147,7 @@ def test_profile_groups_time_by_partition_and_host_with_onednn_primitives(tmp_pa
     partitions = [name for name, r in calls.items() if r["where"] == "offloaded (dnnl)"]
     assert len(partitions) == report["partitions"] >= 1
     assert all(calls[name]["calls"] == 1 and calls[name]["ops"][0].isdigit() for name in partitions)
-    assert any(r["where"] == "host (TIR)" for r in report["calls"])  # BatchNormalization stays on the host
+    assert any(r["where"] == "host (TIR)" for r in report["calls"])  # BatchNormalization, kept on the host
     groups = {g["group"]: g for g in report["totals"]}
     assert {"offloaded (dnnl)", "host (TIR)", "host (VM builtins)", "host total", "run (hooked)"} <= set(groups)
     assert groups["run (hooked)"]["ms"] == report["hooked_ms"] > 0
