@@ -371,9 +371,19 @@ def _strided_slice_pattern():
 
 
 def _split_results(match: Match):
-    """static, non-empty results."""
+    """static, non-empty results; a number of sections divides the axis."""
     from tvm import relax
 
+    # The runtime's Split takes equal sections only; TVM splits an uneven axis (7 into 4:
+    # ONNX Split opset 18 num_outputs) into ceil-sized parts and a short last one.
+    for call in calls_of(match, "relax.split"):
+        sections = call.attrs.indices_or_sections
+        if hasattr(sections, "value"):
+            x_shape = static_shape(call.args[0])
+            axis = int(call.attrs.axis)
+            extent = x_shape[axis] if x_shape is not None and -len(x_shape) <= axis < len(x_shape) else None
+            if extent is None or int(sections.value) < 1 or extent % int(sections.value):
+                return f"split of an axis of {extent} into {int(sections.value)} unequal sections"
     ty = match.root.ty
     for field in ty.fields if isinstance(ty, relax.TupleType) else ():
         shape = static_shape(SimpleNamespace(ty=field))  # static_shape reads an expression's type
