@@ -197,11 +197,11 @@ def _resolve_external_data(model: onnx.ModelProto, base_dir, origin: str) -> Non
 
 
 # -- checking -----------------------------------------------------------------------
-def _name_nodes(graph: onnx.GraphProto) -> None:
-    """Give every node a unique, non-empty name (reports are keyed by it)."""
+def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> None:
+    """Give every node a unique, non-empty name (reports are keyed by it); ``unnamed`` formats a missing one."""
     seen: set[str] = set()
     for index, node in enumerate(graph.node):
-        name = node.name or f"{node.op_type}_{index}"
+        name = node.name or unnamed.format(op_type=node.op_type, index=index)
         unique, k = name, 2
         while unique in seen:
             unique, k = f"{name}#{k}", k + 1
@@ -430,7 +430,7 @@ def import_model(
     if isinstance(source, ImportedModel):
         return source
     model = load_model(source, base_dir)
-    _name_nodes(model.graph)
+    name_nodes(model.graph)
     _sort_nodes(model.graph)
     overrides = _apply_input_shapes(model, input_shapes) if input_shapes else []
     model = _check(model, overrides)

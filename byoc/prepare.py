@@ -28,6 +28,7 @@ import onnx
 from onnx import shape_inference
 
 from .errors import ModelLoadError
+from .frontend import name_nodes
 
 __all__ = ["Prepared", "prepare", "SIMPLIFIER"]
 
@@ -104,7 +105,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             origin = {n.name: n.name for n in user.graph.node}
         else:
             prepared = simplified
-            _unique_names(prepared.graph)
+            name_nodes(prepared.graph, unnamed="{op_type}_prepared_{index}")  # a simplifier may add unnamed ones
             origin = _origin(user.graph, prepared.graph)
         try:
             prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
@@ -126,9 +127,9 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     Runs after folding because the unrolling needs static shapes. Returns the
     model, the updated origin and, per user node, how many ops it became.
     """
-    from .recurrent import RECURRENT_OPS, decompose_recurrent
+    from .recurrent import RECURRENT_OPS, decompose_recurrent, graphs
 
-    if not any(n.op_type in RECURRENT_OPS for n in _all_nodes(model.graph)):
+    if not any(n.op_type in RECURRENT_OPS for sub in graphs(model.graph) for n in sub.node):
         return model, origin, {}
     unrolled, made_from = decompose_recurrent(model)
     if not made_from:
@@ -144,18 +145,6 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     for node in unrolled.graph.node:
         origin.setdefault(node.name, node.name)
     return unrolled, origin, counts
-
-
-def _all_nodes(graph: onnx.GraphProto):
-    """The nodes of ``graph`` and of every subgraph under it (If/Loop/Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _all_nodes(sub)
 
 
 # -- simplifying -------------------------------------------------------------------------
@@ -327,18 +316,6 @@ def _changed(model: onnx.ModelProto, simplified: onnx.ModelProto) -> bool:
 
 
 # -- names -------------------------------------------------------------------------------
-def _unique_names(graph: onnx.GraphProto) -> None:
-    """Every node named, uniquely (a simplifier may add unnamed nodes)."""
-    seen: set[str] = set()
-    for index, node in enumerate(graph.node):
-        name = node.name or f"{node.op_type}_prepared_{index}"
-        unique, k = name, 2
-        while unique in seen:
-            unique, k = f"{name}#{k}", k + 1
-        node.name = unique
-        seen.add(unique)
-
-
 def _origin(user: onnx.GraphProto, prepared: onnx.GraphProto) -> dict[str, str]:
     """Prepared node name -> the user node it comes from.
 

@@ -76,13 +76,13 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    graphs = list(_graphs(out.graph))
-    if not any(_is_recurrent(n) for g in graphs for n in g.node):
+    every_graph = list(graphs(out.graph))
+    if not any(_is_recurrent(n) for g in every_graph for n in g.node):
         return out, {}
-    context = _Context(out, graphs)
+    context = _Context(out, every_graph)
     origin: dict[str, str] = {}
     # Subgraphs first: rewriting a graph copies its nodes, and with them their (already rewritten) bodies.
-    for graph in reversed(graphs):
+    for graph in reversed(every_graph):
         if not any(_is_recurrent(n) for n in graph.node):
             continue
         rewritten = []
@@ -108,16 +108,16 @@ def _is_recurrent(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx") and node.op_type in RECURRENT_OPS
 
 
-def _graphs(graph: onnx.GraphProto):
+def graphs(graph: onnx.GraphProto):
     """``graph`` and every subgraph under it (If/Loop/Scan bodies)."""
     yield graph
     for node in graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
+                yield from graphs(attr.g)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for sub in attr.graphs:
-                    yield from _graphs(sub)
+                    yield from graphs(sub)
 
 
 def _value_infos(graph_list):
@@ -186,7 +186,7 @@ class _Context:
             except Exception:  # noqa: BLE001 - inference is a best effort; unknown stays unknown
                 self._inferred = self._model
             else:
-                self._read_types(list(_graphs(self._inferred.graph)))
+                self._read_types(list(graphs(self._inferred.graph)))
             known = self.types.get(name)
         return known if known is not None else (TensorProto.UNDEFINED, None)
 
