@@ -6,9 +6,9 @@ single-op rules they contain, so conv2d + bias + relu is taken whole.
 
 from __future__ import annotations
 
-from byoc.checks import all_of, avg_pool_plain, conv_layout_nchw, dtypes, per_channel_bias, pool_layout_nchw, static_shapes
+from byoc.vendor.checks import all_of, avg_pool_plain, conv_layout_nchw, dtypes, per_channel_bias, pool_layout_nchw, static_shapes
 from byoc.codegens.c_source import CSourceCodegen
-from byoc.registry import register_vendor
+from byoc.vendor.registry import register_vendor
 from byoc.vendor import OpRule, PatternRule, Vendor
 
 NAME = "c_source"

@@ -35,11 +35,11 @@ import itertools
 import math
 from types import SimpleNamespace
 
-from byoc._tvm import const_array, is_prim_value, is_tensor_const
-from byoc.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
+from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
+from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
                          per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
-from byoc.registry import register_vendor
+from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
 
 NAME = "dnnl"

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from byoc.annotations.c_source import RULES as _C_SOURCE_RULES
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
-from byoc.registry import register_vendor
+from byoc.vendor.registry import register_vendor
 from byoc.vendor import Vendor
 
 NAME = "json_runtime"

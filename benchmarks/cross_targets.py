@@ -1,13 +1,13 @@
 """Cross targets: largest |error| vs onnxruntime and wall time of the standalone program.
 
 Run from the repo root: `python benchmarks/cross_targets.py` (needs the cross toolchains
-and qemu-user; `python -c "import byoc.toolchain as t; [t.install_missing(p) for p in (\"ppc64le\", \"s390x\")]"`
+and qemu-user; `python -c "import byoc.deploy.toolchain as t; [t.install_missing(p) for p in (\"ppc64le\", \"s390x\")]"`
 installs them). Times are the median of 5 runs of the program, including qemu start-up.
 """
 
 import sys, time, tempfile, statistics; sys.path.insert(0, "tests")
 import numpy as np, onnxruntime as ort, byoc
-from byoc import standalone
+from byoc.deploy import standalone
 from cross_models import small_cnn, mlp, inputs_for
 MODELS = {"cnn": (small_cnn, dict(vendors=["c_source"], keep_on_host=["Sigmoid", "Flatten"])),
           "cnn_host": (small_cnn, dict(vendors=[])),

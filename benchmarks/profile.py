@@ -57,7 +57,7 @@ def _load(spec: dict):
     import tvm
     from tvm import relax
 
-    from byoc.artifact import load_library
+    from byoc.pipeline.artifact import load_library
 
     vm = relax.VirtualMachine(load_library(spec["library"]), tvm.cpu())  # loads the vendor runtimes it holds
     with np.load(spec["inputs"]) as saved:
@@ -271,7 +271,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.runs < 1 or args.warmup < 1:
         p.error("--runs and --warmup must be at least 1 (the first call is never measured)")
-    from byoc.targets import resolve_target
+    from byoc.deploy.targets import resolve_target
 
     if not resolve_target(args.target).is_host:
         p.error(f"--target {args.target} does not run on this machine; profile a host target")

@@ -31,11 +31,11 @@ and reported as skipped with the reason.
 * byoc: ``byoc.partition`` + ``byoc.build`` per vendor set (``--vendors``,
   repeatable, a set is comma-separated in priority order). Some pairs are
   skipped by default, with the reason (``DEFAULT_SKIPS``; ``--no-default-skips``).
-* memory: ``byoc.memory.estimate_memory(plan)``: TVM's planned activation
+* memory: ``byoc.tools.memory.estimate_memory(plan)``: TVM's planned activation
   bytes next to the ONNC lower bound.
 * scaling: ``byoc.partition`` (annotate + merge + plan) on synthetic Relax
   chains and DAGs against TVM's ``FuseOpsByPattern`` + ``MergeCompositeFunctions``
-  alone with the same patterns and checks (``byoc.annotator.fusion_patterns``).
+  alone with the same patterns and checks (``byoc.pipeline.annotator.fusion_patterns``).
 * boundary: a chain alternating an offloaded Add with a host Neg, against the
   same chain all on the host; (difference of medians) / number of partitions.
 * goals: issue 7's goal figures, each for the vendor set that does best on it,
@@ -81,7 +81,7 @@ BOUNDARY_CALLS = 20  # calls per round in the boundary chain: a few us each, so 
 
 # -- workers: one subprocess per compilation / scaling point --------------------------
 def _host_target():
-    from byoc.targets import resolve_target
+    from byoc.deploy.targets import resolve_target
 
     return resolve_target(HOST_TARGET).tvm_target()
 
@@ -102,7 +102,7 @@ def _work_plain_tvm(task: dict) -> dict:
 
 def _work_byoc(task: dict) -> dict:
     import byoc
-    from byoc.memory import estimate_memory
+    from byoc.tools.memory import estimate_memory
 
     t0 = time.perf_counter()
     imported = byoc.import_model(task["model"])
@@ -151,10 +151,10 @@ def _work_scaling(task: dict) -> dict:
     from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
 
     import byoc
-    from byoc.annotator import fusion_patterns
-    from byoc.frontend import ImportedModel, TensorSpec
+    from byoc.pipeline.annotator import fusion_patterns
+    from byoc.pipeline.frontend import ImportedModel, TensorSpec
 
-    vendors = byoc.registry.resolve_vendors(task["vendors"])
+    vendors = byoc.vendor.registry.resolve_vendors(task["vendors"])
 
     def tvm_alone(mod):
         # byoc's own FusionPatterns (same patterns and checks): without the checks TVM

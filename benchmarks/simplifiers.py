@@ -14,11 +14,11 @@ unzipped under the cache folder (first argument ``--cache DIR``, default
 One JSON line per model and tool: time of the simplifier, node counts,
 nodes whose name is a user node's, whether input/output names survived, and
 whether byoc's op check and TVM's import succeed on the result (and in how
-long). ``byoc`` is :func:`byoc.prepare.prepare` itself.
+long). ``byoc`` is :func:`byoc.pipeline.prepare.prepare` itself.
 """
 import contextlib, glob, io, os, sys, time, warnings, json
 import onnx
-from byoc import frontend as fe
+from byoc.pipeline import frontend as fe
 
 L = os.path.dirname(onnx.__file__) + "/backend/test/data/light/"
 C = os.environ.get("BYOC_MODEL_CACHE", "/work/model_cache").rstrip("/") + "/"
@@ -51,7 +51,7 @@ def simp_onnxslim(m):
 
 
 def simp_byoc(m):
-    from byoc.prepare import prepare
+    from byoc.pipeline.prepare import prepare
     return prepare(m).model
 
 

@@ -18,17 +18,20 @@ Public API: :func:`compile`, :func:`partition`, :func:`annotate`,
 import order nor running the CLI can make one shadow the other.
 """
 
-__version__ = "0.1.0"
+from byoc._version import __version__  # noqa: F401 - public
 
-from .errors import *  # noqa: F401,F403 - the typed errors are public API
-from .frontend import ImportedModel, TensorSpec, import_model, load_model
-from .vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
-from .registry import get_vendor, list_vendors, register_vendor, unregister_vendor
-from .annotator import Annotation, Decision, annotate
-from .partitioner import Partition, PartitionPlan
-from .artifact import Artifact, load
-from .builder import build, compile  # noqa: A004
-from . import partition  # noqa: E402 - the callable module, see the docstring
+from byoc.errors import *  # noqa: F401,F403 - the typed errors are public API
+from byoc.pipeline.frontend import ImportedModel, TensorSpec, import_model, load_model
+from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
+from byoc.pipeline.annotator import Annotation, Decision, annotate
+from byoc.pipeline.partitioner import Partition, PartitionPlan
+from byoc.pipeline.artifact import Artifact, load
+from byoc.pipeline.builder import build, compile  # noqa: A004
+from byoc import partition  # noqa: E402 - the callable module, see the docstring
+from byoc import _moved
+
+_moved.install()
 
 __all__ = [
     "Annotation", "Artifact", "Decision", "ImportedModel", "Match", "OpRule", "Partition",

@@ -186,22 +186,6 @@ def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> 
     return None
 
 
-def _flatten(result) -> list:
-    import numpy as np
-    import tvm_ffi
-
-    if hasattr(result, "numpy"):
-        return [result.numpy()]
-    if isinstance(result, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
-        return [np.array(list(result), dtype=np.int64)]
-    if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
-        return [result]
-    flat = []
-    for item in result:
-        flat.extend(_flatten(item))
-    return flat
-
-
 def _feed(inputs) -> list:
     """The case's inputs as VM arguments (a sequence input is a tuple of tensors)."""
     import tvm
@@ -225,6 +209,8 @@ def run_plain(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
+    from byoc.pipeline.artifact import vm_outputs
+
     model = onnx.load_from_string(model_bytes)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -232,7 +218,7 @@ def run_plain(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
         executable = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
     for inputs, expected in data_sets:
         vm = relax.VirtualMachine(executable, tvm.cpu())
-        problem = _compare(_flatten(vm["main"](*_feed(inputs))), expected, rtol, atol)
+        problem = _compare(vm_outputs(vm["main"](*_feed(inputs))), expected, rtol, atol)
         if problem:
             raise AssertionError(problem)
 

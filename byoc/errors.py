@@ -10,7 +10,13 @@ class ByocError(Exception):
     """Base class of every error byoc raises on purpose."""
 
 
-# -- model loading (byoc.frontend) -------------------------------------------
+def first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (or its type's name when it has none): another tool's words, kept short."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+# -- model loading (byoc.pipeline.frontend) -------------------------------------------
 class ModelLoadError(ByocError):
     """The model could not be read or imported."""
 
@@ -67,6 +73,10 @@ class VendorError(ByocError):
     """A vendor definition or registration is invalid."""
 
 
+class PolicyError(ByocError):
+    """A partitioning policy (``keep_on_host``, ``min_ops``) names something that is not in the model."""
+
+
 class UnknownVendorError(VendorError, KeyError):
     """No vendor is registered under the requested name."""
 
@@ -76,6 +86,14 @@ class UnknownVendorError(VendorError, KeyError):
 
 class CodegenError(ByocError):
     """A vendor's codegen raised or produced code that does not compile."""
+
+
+class UnsupportedConstruct(CodegenError):
+    """A partition holds a construct :class:`byoc.vendor.graph.PartitionGraph` cannot express."""
+
+
+class UnsupportedOp(CodegenError):
+    """A codegen has no code for an op a rule offloaded (the rule and the emitters disagree)."""
 
 
 # -- building and running -------------------------------------------------------
@@ -91,9 +109,21 @@ class TargetError(ByocError):
     """The target is unknown, or its toolchain is missing."""
 
 
+class AptUnavailable(TargetError):
+    """apt-get is missing here, or cannot install (not root); the packages must be installed by hand."""
+
+
+class OnnxExportError(ByocError):
+    """The partitioned model cannot be written as ONNX."""
+
+
 class InputError(ByocError, ValueError):
     """Run-time inputs do not match the model (names, count, shape, dtype)."""
 
 
 class ArtifactLoadError(ByocError):
     """An exported artifact could not be loaded."""
+
+
+#: The error classes (what ``from byoc.errors import *`` and ``byoc`` export).
+__all__ = [name for name, value in list(globals().items()) if isinstance(value, type) and issubclass(value, ByocError)]

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import ByocError
+from byoc.errors import ByocError
 
 IR_VERSION = 8  # readable by onnxruntime (IR <= 13) and every recent tool
 OPSET = 17

@@ -6,7 +6,7 @@ Nothing is written by hand: the ops come from the rules and the patterns they
 build, the constraints from the checks, read in this order:
 
 1. a ``doc`` attribute on the check function;
-2. the check combinators of :mod:`byoc.checks` (``all_of``, ``dtypes``,
+2. the check combinators of :mod:`byoc.vendor.checks` (``all_of``, ``dtypes``,
    ``static_shapes``, ``attr_equals``), read from their closures;
 3. the first line of the check's docstring;
 4. the check's function name.
@@ -22,8 +22,8 @@ import inspect
 import sys
 from typing import Iterable, Sequence
 
-from .registry import get_vendor, list_vendors
-from .vendor import OpRule, Vendor, always
+from byoc.vendor.registry import get_vendor, list_vendors
+from byoc.vendor import OpRule, Vendor, always
 
 
 def describe_pattern(pattern) -> str:
@@ -49,9 +49,9 @@ def _closure(fn) -> dict:
 
 
 def _factory(fn) -> str:
-    """``dtypes`` for a check built by ``byoc.checks.dtypes``, else ''."""
+    """``dtypes`` for a check built by ``byoc.vendor.checks.dtypes``, else ''."""
     parts = getattr(fn, "__qualname__", "").split(".<locals>.")
-    return parts[0] if getattr(fn, "__module__", None) == "byoc.checks" and len(parts) == 2 else ""
+    return parts[0] if getattr(fn, "__module__", None) == "byoc.vendor.checks" and len(parts) == 2 else ""
 
 
 def constraints(check) -> list[str]:
@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m byoc.optable", description=__doc__.splitlines()[0])
     parser.add_argument("--vendor", nargs="+", metavar="NAME", help="vendors to list (default: all registered)")
     args = parser.parse_args(argv)
-    from .errors import ByocError
+    from byoc.errors import ByocError
 
     try:
         sys.stdout.write(markdown(args.vendor))

@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 import byoc
-from byoc.frontend import ImportedModel, TensorSpec
+from byoc.pipeline.frontend import ImportedModel, TensorSpec
 
 from models import const, model, onnxruntime_outputs, random_inputs, rng, single_op, tensor
 
@@ -207,7 +207,7 @@ def test_generated_c_has_no_model_names():
     node = helper.make_node("Relu", ["x*/ #include"], ["y"], name='evil"*/\n#include <x>')
     m = model([node], [tensor("x*/ #include", [2, 2])], [tensor("y", [2, 2])])
     plan = byoc.partition(m, ["c_source"])
-    from byoc.graph import partition_graph
+    from byoc.vendor.graph import partition_graph
     vendor = byoc.get_vendor("c_source")
     source = vendor.codegen.source([partition_graph(plan.mod[p.global_var], p.name) for p in plan.partitions])
     assert "evil" not in source and "x*/" not in source

@@ -2,7 +2,7 @@
 
 Every target's standalone program runs (natively on x86_64, under qemu-user
 for the others) and is compared with onnxruntime on x86. Missing cross
-compilers, C libraries and qemu are installed with apt-get (byoc.toolchain);
+compilers, C libraries and qemu are installed with apt-get (byoc.deploy.toolchain);
 a test skips only when apt-get itself is unavailable.
 """
 
@@ -18,9 +18,10 @@ import onnxruntime as ort
 import pytest
 
 import byoc
-from byoc import standalone, toolchain
+from byoc.deploy import toolchain
+from byoc.deploy.standalone import c_program
 from byoc.errors import TargetError
-from byoc.targets import resolve_target
+from byoc.deploy.targets import resolve_target
 
 from cross_models import inputs_for, mlp, small_cnn
 
@@ -116,7 +117,7 @@ def test_raw_little_endian_weights_break_only_big_endian(target, byte_order_matt
     """
     toolchains(target)
     model, artifact = built("cnn_host", target)
-    monkeypatch.setattr(standalone, "c_array", _raw_little_endian)
+    monkeypatch.setattr(c_program, "c_array", _raw_little_endian)
     inputs = inputs_for(model)
     got, want = artifact.run_emulated(inputs)[0], reference(model, inputs)[0]
     close = np.allclose(got, want, rtol=RTOL, atol=ATOL)

@@ -276,7 +276,7 @@ def test_memory_lower_bound_follows_each_partition_output():
     """
     from onnx import compose
 
-    from byoc.memory import estimate_memory
+    from byoc.tools.memory import estimate_memory
 
     first = encoder_layer(seq=32, hidden=32, heads=4, ffn=64)
     second = compose.add_prefix(encoder_layer(seq=32, hidden=32, heads=4, ffn=64), "l2_")
@@ -424,7 +424,7 @@ def _dnnl_module():
     import tvm_ffi
 
     from byoc.codegens.dnnl import DNNL_RUNTIME
-    from byoc.graph import partition_graph
+    from byoc.vendor.graph import partition_graph
 
     plan = byoc.partition(residual_block(), ["dnnl"])
     part = plan.partitions[0]

@@ -1,4 +1,4 @@
-"""The host build (byoc.host_build): fused, parallel, vectorized TVM kernels, checked against onnxruntime."""
+"""The host build (byoc.host.compiler): fused, parallel, vectorized TVM kernels, checked against onnxruntime."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc import host_build
+from byoc.host import compiler as host_build
 from byoc.errors import TargetError
-from byoc.targets import PRESETS, TargetPreset, host_name, resolve_target
+from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 
 from models import const, model, onnxruntime_outputs, random_inputs, rng, small_cnn, small_mlp, tensor
 

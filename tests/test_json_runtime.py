@@ -24,7 +24,7 @@ from onnx import helper
 
 import byoc
 from byoc.codegens.json_runtime import JsonRuntimeCodegen, serialize
-from byoc.graph import partition_graph
+from byoc.vendor.graph import partition_graph
 
 from models import const, model, onnxruntime_outputs, random_inputs, rng, single_op, small_cnn, small_mlp, tensor
 
@@ -115,7 +115,7 @@ def test_json_is_deterministic_in_and_across_processes():
     script = textwrap.dedent("""
         import hashlib, byoc
         from byoc.codegens.json_runtime import serialize
-        from byoc.graph import partition_graph
+        from byoc.vendor.graph import partition_graph
         from models import small_cnn
         plan = byoc.partition(small_cnn(), ["json_runtime"])
         for p in plan.partitions:

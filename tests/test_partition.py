@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import byoc
-from byoc.annotator import PolicyError
+from byoc.pipeline.annotator import PolicyError
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.vendor import OpRule, Vendor
 

@@ -1,4 +1,4 @@
-"""Model preparation (byoc.prepare): folding before TVM's importer, with the user's names kept.
+"""Model preparation (byoc.pipeline.prepare): folding before TVM's importer, with the user's names kept.
 
 Each model here is one TVM's importer cannot take or splits badly as given;
 after preparation it imports, builds with c_source, and matches onnxruntime
@@ -18,10 +18,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc import frontend
+from byoc.pipeline import frontend
 from byoc.errors import ModelLoadError
-from byoc.onnx_export import partitioned_model
-from byoc.report import REPORT_SCHEMA, build_report, render
+from byoc.tools.onnx_export import partitioned_model
+from byoc.tools.report import REPORT_SCHEMA, build_report, render
 
 from models import const, model, onnxruntime_outputs, random_inputs, rng, tensor
 
@@ -141,7 +141,7 @@ def test_partitioned_export_puts_the_fused_batchnorm_with_its_conv():
 
 
 def test_verify_runs_onnxruntime_on_the_users_model_not_the_prepared_one():
-    from byoc.verify import verify
+    from byoc.tools.verify import verify
 
     plan = byoc.partition(conv_bn(9), ["c_source"])
     assert "BatchNormalization" in {n.op_type for n in plan.imported.model.graph.node}
@@ -353,7 +353,7 @@ def test_light_squeezenet_matches_onnxruntime():
     assert np.max(np.abs(got - want)) <= 1e-3 * np.max(np.abs(want))
 
 
-# -- recurrent ops are unrolled after folding (byoc.recurrent) ------------------------------
+# -- recurrent ops are unrolled after folding (byoc.pipeline.recurrent) ------------------------------
 def lstm_model() -> onnx.ModelProto:
     """A shape-folded Reshape in front of an LSTM whose hidden state feeds a Gemm."""
     r = rng(7)

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 import byoc
-from byoc import registry
+from byoc.vendor import registry
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import UnknownVendorError, VendorError
 from byoc.vendor import OpRule, Vendor

@@ -1,4 +1,4 @@
-"""byoc.report, byoc.memory and byoc.onnx_export on the small CLI models.
+"""byoc.tools.report, byoc.tools.memory and byoc.tools.onnx_export on the small CLI models.
 
 References are independent of byoc: the JSON Schema validator, onnx.checker,
 onnxruntime, and sizes worked out by hand from the model definitions.
@@ -14,9 +14,9 @@ import onnxruntime as ort
 import pytest
 
 import byoc
-from byoc.memory import estimate_memory
-from byoc.onnx_export import partitioned_model
-from byoc.report import FORMATS, REPORT_SCHEMA, SCHEMA_VERSION, build_report, render
+from byoc.tools.memory import estimate_memory
+from byoc.tools.onnx_export import partitioned_model
+from byoc.tools.report import FORMATS, REPORT_SCHEMA, SCHEMA_VERSION, build_report, render
 
 from cli_models import small_cnn, small_mlp
 

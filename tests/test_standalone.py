@@ -16,11 +16,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc import standalone, toolchain
-from byoc.artifact import Artifact
+from byoc.deploy import standalone, toolchain
+from byoc.pipeline.artifact import Artifact
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import InputError
-from byoc.standalone import StandaloneError, read_tensors, write_tensors
+from byoc.deploy.standalone import StandaloneError, read_tensors, write_tensors
 from byoc.vendor import SUPPORTED, OpRule, Vendor
 
 from cross_models import inputs_for, mlp, small_cnn

@@ -190,7 +190,7 @@ def test_toy_npu_takes_what_is_within_its_limits(toy_npu, model, rules):
 # -- tutorial 2: deploy to s390x ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def s390x_toolchain():
-    from byoc.toolchain import AptUnavailable, install_missing
+    from byoc.deploy.toolchain import AptUnavailable, install_missing
 
     try:
         return install_missing("s390x")

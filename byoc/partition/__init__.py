@@ -1,7 +1,7 @@
 """``byoc.partition``: the partition function, and the package of its CLI.
 
 This module object is callable: ``byoc.partition(model, vendors, ...)`` runs
-:func:`byoc.partitioner.partition`, while ``python -m byoc.partition`` runs
+:func:`byoc.pipeline.partitioner.partition`, while ``python -m byoc.partition`` runs
 the CLI in ``__main__``. Making one object serve both means importing the
 submodule can never shadow the function (Python sets ``byoc.partition`` to
 the submodule whenever it is imported). ``help(byoc.partition)`` and
@@ -12,7 +12,7 @@ import inspect
 import sys
 import types
 
-from ..partitioner import partition as _partition
+from byoc.pipeline.partitioner import partition as _partition
 
 
 class _CallableModule(types.ModuleType):

@@ -54,7 +54,7 @@ def _names(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    from ..report import FORMATS
+    from byoc.tools.report import FORMATS
 
     parser = _Parser(
         prog=PROG,
@@ -111,7 +111,7 @@ def _check_paths(args) -> None:
 
 
 def _list_vendors() -> str:
-    from ..registry import get_vendor, list_vendors
+    from byoc.vendor.registry import get_vendor, list_vendors
 
     names = list_vendors()
     width = max((len(n) for n in names), default=0)
@@ -119,14 +119,14 @@ def _list_vendors() -> str:
 
 
 def _run(args, say) -> int:
-    from ..frontend import import_model
-    from ..memory import estimate_memory
-    from ..onnx_export import export_onnx
-    from ..partitioner import partition
-    from ..registry import resolve_vendors
-    from ..report import build_report, render
-    from ..targets import resolve_target
-    from ..verify import load_inputs, verify
+    from byoc.pipeline.frontend import import_model
+    from byoc.tools.memory import estimate_memory
+    from byoc.tools.onnx_export import export_onnx
+    from byoc.pipeline.partitioner import partition
+    from byoc.vendor.registry import resolve_vendors
+    from byoc.tools.report import build_report, render
+    from byoc.deploy.targets import resolve_target
+    from byoc.tools.verify import load_inputs, verify
 
     if args.list_vendors:
         sys.stdout.write(_list_vendors())
@@ -179,7 +179,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG}: error: {' '.join(str(message).split())}", file=sys.stderr)
         return EXIT_USAGE
 
-    from ..errors import ByocError
+    from byoc.errors import ByocError
 
     try:
         args = build_parser().parse_args(argv)

@@ -24,8 +24,12 @@ class CSourceCodegen:
     emitters: Mapping[str, OpEmitter] = OP_EMITTERS
 
     def source(self, partitions: Sequence) -> str:
-        """The C source for ``partitions`` (``byoc.graph.PartitionGraph``)."""
+        """The C source for ``partitions`` (``byoc.vendor.graph.PartitionGraph``)."""
         return emit_source(partitions, dict(self.emitters))
+
+    def standalone_source(self, partitions: Sequence) -> str:
+        """The same C, for a standalone program (the capability :func:`byoc.vendor.standalone_source` looks for)."""
+        return self.source(partitions)
 
     def compile(self, partitions: Sequence, options: Mapping) -> list:
         import tvm

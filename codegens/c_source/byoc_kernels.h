@@ -87,6 +87,22 @@ BYOC_K_FN void byoc_k_valid_range(int64_t off, int64_t stride, int64_t in_len, i
   *hi = h;
 }
 
+/* Advance an odometer over dims [0, ndim) of `shape` by one step, moving the offsets of two
+   operands (strides `as`, `bs`) with it; a dim that wraps resets to 0 and carries. */
+BYOC_K_FN void byoc_k_advance2(int64_t* idx, const int64_t* shape, int ndim, const int64_t* as,
+                                 const int64_t* bs, int64_t* ao, int64_t* bo) {
+  int d;
+  for (d = ndim - 1; d >= 0; --d) {
+    ++idx[d];
+    *ao += as[d];
+    *bo += bs[d];
+    if (idx[d] < shape[d]) return;
+    *ao -= as[d] * shape[d];
+    *bo -= bs[d] * shape[d];
+    idx[d] = 0;
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* elementwise binary with numpy broadcasting                                */
 /* ------------------------------------------------------------------------ */
@@ -138,16 +154,7 @@ BYOC_K_FN void byoc_k_binary(int op, const float* a, const int64_t* a_shape, int
         for (j = 0; j < inner; ++j) o[j] = pa[j * sa] / pb[j * sb];
         break;
     }
-    /* advance the odometer over the outer dims */
-    for (d = last - 1; d >= 0; --d) {
-      ++idx[d];
-      ao += as[d];
-      bo += bs[d];
-      if (idx[d] < out_shape[d]) break;
-      ao -= as[d] * out_shape[d];
-      bo -= bs[d] * out_shape[d];
-      idx[d] = 0;
-    }
+    byoc_k_advance2(idx, out_shape, last, as, bs, &ao, &bo);
   }
 }
 
@@ -226,15 +233,7 @@ BYOC_K_FN void byoc_k_matmul(const float* a, const int64_t* a_shape, int a_ndim,
         for (j = 0; j < n; ++j) crow[j] += av * brow[j];
       }
     }
-    for (d = o_b - 1; d >= 0; --d) {
-      ++idx[d];
-      ao += as[d];
-      bo += bs[d];
-      if (idx[d] < out_shape[d]) break;
-      ao -= as[d] * out_shape[d];
-      bo -= bs[d] * out_shape[d];
-      idx[d] = 0;
-    }
+    byoc_k_advance2(idx, out_shape, o_b, as, bs, &ao, &bo);
   }
 }
 

@@ -6,8 +6,12 @@ Layout of the emitted source:
    include path, which matters for cross compilers);
 2. the few tvm-ffi ABI structs the entry points read (DLPack and TVMFFIAny
    are ABI-stable, so they are declared here rather than included);
-3. constants as decimal float literals (``%.9g`` round-trips float32 and is
-   the same text on little- and big-endian targets);
+3. constants as string literals of their little-endian bytes (octal
+   escapes): gcc reads a string literal as one token, so 100 MB of weights
+   compile in seconds where an initializer list of float literals took a
+   quarter of an hour and many GB. Little-endian targets use the bytes in
+   place; big-endian targets (s390x) decode each constant once, on first
+   use, into a static array;
 4. per partition, a body function over raw float pointers, and an entry
    point ``__tvm_ffi_<symbol>`` (tvm-ffi safe-call ABI, ``extern "C"``)
    that checks every argument before calling the body.
@@ -23,7 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from byoc.graph import OpCall, PartitionGraph, Tensor
+from byoc.errors import UnsupportedOp
+from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
 #: The tvm-ffi safe-call ABI types (tvm/ffi/c_api.h, dlpack.h) that generated C
 #: reads; both are ABI-stable, so they are declared rather than included.
@@ -86,7 +91,36 @@ static float* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int nd
   }
   return (float*)((char*)t->data + t->byte_offset);
 }
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define BYOC_BIG_ENDIAN 1
+/* A constant's little-endian bytes as native floats, decoded into `decoded` on first use.
+   Two threads that race here write the same values, so the race is benign. */
+static const float* byoc_le_floats(const unsigned char* bytes, float* decoded, int64_t n, int* ready) {
+  int64_t i;
+  if (!*ready) {
+    for (i = 0; i < n; ++i) {
+      const unsigned char* b = bytes + 4 * i;
+      uint32_t u = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+      memcpy(&decoded[i], &u, 4);
+    }
+    *ready = 1;
+  }
+  return decoded;
+}
+#endif
 """
+
+#: ``\ooo`` for each byte value: every byte as a fixed-width octal escape, so no escape can absorb
+#: the character after it (as ``\x`` escapes do) and the text is exactly four characters per byte.
+_OCTAL = np.array([f"\\{i:03o}".encode() for i in range(256)], dtype="S4")
+
+
+def c_string_literal(data: bytes, bytes_per_line: int = 1024) -> str:
+    """``data`` as adjacent C string literals, one line per ``bytes_per_line`` bytes (no NUL added)."""
+    escaped = _OCTAL[np.frombuffer(data, dtype=np.uint8)]
+    lines = [escaped[i : i + bytes_per_line].tobytes().decode("ascii") for i in range(0, escaped.size, bytes_per_line)]
+    return "\n".join(f'"{line}"' for line in lines) or '""'
 
 
 def kernels_source() -> str:
@@ -94,13 +128,15 @@ def kernels_source() -> str:
     return resources.files(__package__).joinpath("byoc_kernels.h").read_text()
 
 
-def float_literal(value: float) -> str:
-    """A C float literal with the exact float32 value, for any byte order."""
+def float_literal(value: float, dtype: str = "float32") -> str:
+    """A C literal of the exact ``dtype`` (float32/float64) value; the value, not the bytes, so any byte order works."""
     value = float(value)
     if math.isnan(value):
         return "NAN"
     if math.isinf(value):
         return "INFINITY" if value > 0 else "(-INFINITY)"
+    if dtype == "float64":
+        return value.hex()  # C99 hexadecimal float literal, exact
     text = f"{np.float32(value):.9g}"
     if not any(c in text for c in ".en"):
         text += ".0"
@@ -128,11 +164,20 @@ class _Unit:
         return name
 
     def constant(self, tensor: Tensor) -> str:
+        """Declare ``tensor``'s data (see the module docstring, item 3); returns an expression of type const float*."""
         name = self.fresh("byoc_const")
-        flat = np.asarray(tensor.data, dtype=np.float32).reshape(-1)
-        rows = [", ".join(float_literal(v) for v in flat[i : i + 8]) for i in range(0, flat.size, 8)]
-        body = ",\n  ".join(rows) if rows else "0.0f"
-        self.decls.append(f"static const float {name}[{max(flat.size, 1)}] = {{\n  {body}\n}};")
+        flat = np.asarray(tensor.data, dtype="<f4").reshape(-1)
+        size = max(flat.size, 1)
+        literal = c_string_literal(flat.tobytes())
+        self.decls.append(
+            # the union gives the bytes a float's alignment; a literal exactly as long as the array
+            # (no room for its NUL) is valid C
+            f"static const union {{ unsigned char bytes[{4 * size}]; float align; }} {name}_le = {{\n{literal}\n}};\n"
+            f"#ifdef BYOC_BIG_ENDIAN\n"
+            f"static float {name}_be[{size}];\nstatic int {name}_ready;\n"
+            f"#define {name} byoc_le_floats({name}_le.bytes, {name}_be, {size}, &{name}_ready)\n"
+            f"#else\n#define {name} ((const float*){name}_le.bytes)\n#endif"
+        )
         return name
 
 
@@ -301,9 +346,6 @@ OP_EMITTERS: dict[str, OpEmitter] = {
     "relax.permute_dims": _transpose,
 }
 
-
-class UnsupportedOp(Exception):
-    """The emitter has no C for this op (a rule offloaded what it cannot emit)."""
 
 
 def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter]) -> str:

@@ -38,7 +38,7 @@ class JsonRuntimeCodegen:
         self.library.load()
 
     def serialize(self, partition) -> SerializedGraph:
-        """The JSON graph and constants of ``partition`` (a ``byoc.graph.PartitionGraph``)."""
+        """The JSON graph and constants of ``partition`` (a ``byoc.vendor.graph.PartitionGraph``)."""
         return serialize(partition)
 
     def compile(self, partitions: Sequence, options: Mapping) -> list:

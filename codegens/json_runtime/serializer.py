@@ -1,4 +1,4 @@
-"""Serialize a partition (:class:`byoc.graph.PartitionGraph`) to a JSON graph.
+"""Serialize a partition (:class:`byoc.vendor.graph.PartitionGraph`) to a JSON graph.
 
 Schema ``byoc.json_runtime.graph``, version 1 (:data:`SCHEMA_VERSION`)::
 
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from byoc.errors import CodegenError
-from byoc.graph import PartitionGraph, Tensor
+from byoc.vendor.graph import PartitionGraph, Tensor
 
 FORMAT = "byoc.json_runtime.graph"
 SCHEMA_VERSION = 1

@@ -25,7 +25,7 @@ import onnxruntime as ort
 
 import byoc
 from byoc.examples import write_example
-from byoc.standalone import read_tensors, write_tensors
+from byoc.deploy.standalone import read_tensors, write_tensors
 
 EXAMPLE = "small_cnn.onnx"
 

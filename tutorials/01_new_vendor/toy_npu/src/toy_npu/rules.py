@@ -5,7 +5,7 @@ prints as the rule's constraints, so keep it in step with the limits below.
 """
 
 from byoc import SUPPORTED, OpRule, PatternRule
-from byoc.checks import all_of, calls_of, dtypes, static_shape, static_shapes
+from byoc.vendor.checks import all_of, calls_of, dtypes, static_shape, static_shapes
 
 MAX_KERNEL = 5  # kernel height and width
 CHANNEL_MULTIPLE = 8  # the NPU's vector width, in channels

@@ -7,6 +7,8 @@ these helpers instead of spelling the class names.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 
@@ -36,3 +38,19 @@ def const_nbytes(expr) -> int:
     for extent in value.shape:
         count *= int(extent)
     return count * np.dtype(str(value.dtype)).itemsize
+
+
+def static_dims(shape) -> Optional[tuple[int, ...]]:
+    """The dims of a Relax shape (a ``ShapeExpr``, or a tensor type's ``shape``) as ints.
+
+    None when the shape is unknown (``None``, a tensor of unknown rank) or any dim is symbolic.
+    """
+    if shape is None:
+        return None
+    dims = []
+    for d in shape.values:
+        value = getattr(d, "value", None)
+        if not isinstance(value, int):
+            return None
+        dims.append(value)
+    return tuple(dims)

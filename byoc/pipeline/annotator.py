@@ -18,18 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Union
 
-from .errors import ByocError
-from .frontend import ImportedModel, OnnxNode
-from .registry import resolve_vendors
-from .vendor import SUPPORTED, Match, Vendor
+from byoc.errors import ByocError, PolicyError
+from byoc.pipeline.frontend import ImportedModel, OnnxNode
+from byoc.vendor.registry import resolve_vendors
+from byoc.vendor import SUPPORTED, Match, Vendor
 
 BINDINGS_ATTR = "byoc.bindings"
 VENDOR_ATTR = "byoc.vendor"
+# The annotation under which byoc asks FuseOpsByPattern for a match's root expression: the
+# key that carries a match's binding names from its check to the attributes of its function.
+_ROOT = "byoc_root"
 HOST = "host"
 
-
-class PolicyError(ByocError):
-    """A partitioning policy names something that is not in the model."""
 
 
 @dataclass(frozen=True)
@@ -131,11 +131,12 @@ class _RuleChecker:
             )
         if reason is not None:
             return False
-        self.state.pending = ",".join(names)
+        self.state.accepted[(self.rule.name, ctx.matched_expr)] = ",".join(names)
         return True
 
-    def attrs(self, _annotated) -> dict:
-        return {BINDINGS_ATTR: self.state.pending, VENDOR_ATTR: self.vendor.name}
+    def attrs(self, annotated) -> dict:
+        bindings = self.state.accepted[(self.rule.name, annotated[_ROOT])]
+        return {BINDINGS_ATTR: bindings, VENDOR_ATTR: self.vendor.name}
 
     def _policy_reason(self, ctx, matched, root_var) -> Optional[str]:
         for var in matched:
@@ -166,7 +167,7 @@ class _RuleChecker:
         match = Match(
             rule=self.rule.name,
             root=ctx.matched_expr,
-            annotated=dict(ctx.annotated_expr.items()),
+            annotated={k: v for k, v in ctx.annotated_expr.items() if k != _ROOT},
             calls=calls,
             options=self.vendor.options,
         )
@@ -186,7 +187,8 @@ class _State:
     pinned: dict[str, str]
     demoted: Mapping[tuple[str, str], str]
     attempts: dict[str, list[_Attempt]] = field(default_factory=dict)
-    pending: str = ""
+    # (rule, matched root expression) -> its binding names, comma-joined, for each accepted match
+    accepted: dict[tuple, str] = field(default_factory=dict)
 
 
 def _fusion_patterns(vendors: list[Vendor], state: _State):
@@ -197,6 +199,7 @@ def _fusion_patterns(vendors: list[Vendor], state: _State):
         for rule in vendor.rules:
             pattern, annotations = rule.dataflow_pattern()
             annotations = {k: (pattern if v is None else v) for k, v in annotations.items()}
+            annotations[_ROOT] = pattern
             checker = _RuleChecker(vendor, rule, state)
             patterns.append(FusionPattern(rule.name, pattern, annotations, checker.check, checker.attrs))
     return patterns
@@ -249,7 +252,7 @@ def annotate(
     """
     from tvm.relax.transform import FuseOpsByPattern
 
-    from .frontend import import_model
+    from byoc.pipeline.frontend import import_model
 
     imported = import_model(model)
     vendor_list = resolve_vendors(vendors)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
 
-from .errors import VendorError
+from byoc.errors import VendorError
 
 
 class _Supported:
@@ -125,7 +125,7 @@ Rule = Union[OpRule, PatternRule]
 class Codegen(Protocol):
     """Turns a vendor's partitions into TVM runtime modules.
 
-    ``compile`` receives :class:`byoc.graph.PartitionGraph` objects (one per
+    ``compile`` receives :class:`byoc.vendor.graph.PartitionGraph` objects (one per
     partition, with ``symbol`` the function name to export) and the vendor's
     options, and returns a list of ``tvm.runtime.Module``.
     """
@@ -144,6 +144,20 @@ def runtime_module_kinds(codegen: Codegen) -> tuple[str, ...]:
     return tuple(getattr(codegen, "module_kinds", ()))
 
 
+def standalone_source(codegen: Codegen) -> Optional[Callable[[Sequence[Any]], str]]:
+    """How ``codegen`` writes its partitions into a standalone C program, or None when it cannot.
+
+    A codegen whose partitions can be linked into byoc's standalone program
+    (plain C, no TVM runtime; see :mod:`byoc.deploy.standalone`) declares it
+    with a ``standalone_source(partitions) -> str`` method. The C it returns
+    defines, for each :class:`~byoc.vendor.graph.PartitionGraph` it is given,
+    the tvm-ffi packed entry point ``__tvm_ffi_<symbol>``. Codegens whose
+    modules need the TVM runtime (JSON runtime, oneDNN) do not have it.
+    """
+    method = getattr(codegen, "standalone_source", None)
+    return method if callable(method) else None
+
+
 @dataclass(frozen=True)
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options."""
@@ -153,7 +167,7 @@ class Vendor:
     codegen: Codegen
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
-    # Target presets (``byoc.targets``) whose artifacts can run this vendor's
+    # Target presets (``byoc.deploy.targets``) whose artifacts can run this vendor's
     # modules; empty means every target.
     targets: tuple = ()
 

@@ -6,7 +6,7 @@ BatchNormalization after a Conv, ``If`` on a constant, Identity and Dropout,
 weights made by ConstantOfShape. With the static input shapes applied, all of
 that is computable at compile time. :func:`prepare` folds it with
 onnx-simplifier (``onnxsim``, chosen by measurement: docs/design.md, "Model
-preparation"), then unrolls recurrent ops (:mod:`byoc.recurrent`).
+preparation"), then unrolls recurrent ops (:mod:`byoc.pipeline.recurrent`).
 
 Preparation never changes what the model computes and never loses the
 user's names: if the simplifier fails, or its result fails the checker or
@@ -27,8 +27,8 @@ from importlib import metadata
 import onnx
 from onnx import shape_inference
 
-from .errors import ModelLoadError
-from .frontend import name_nodes
+from byoc.errors import ModelLoadError, first_line
+from byoc.pipeline.frontend import name_nodes
 
 __all__ = ["Prepared", "prepare", "SIMPLIFIER"]
 
@@ -127,7 +127,7 @@ def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
     Runs after folding because the unrolling needs static shapes. Returns the
     model, the updated origin and, per user node, how many ops it became.
     """
-    from .recurrent import RECURRENT_OPS, decompose_recurrent, graphs
+    from byoc.pipeline.recurrent import RECURRENT_OPS, decompose_recurrent, graphs
 
     if not any(n.op_type in RECURRENT_OPS for sub in graphs(model.graph) for n in sub.node):
         return model, origin, {}
@@ -199,7 +199,7 @@ def _candidates(model: onnx.ModelProto):
                 warnings.simplefilter("ignore")
                 simplified = run(model)
         except Exception as err:  # noqa: BLE001 - the simplifiers raise every kind of error
-            problems.append(f"{tool}: {_first_line(err)}")
+            problems.append(f"{tool}: {first_line(err)}")
             continue
         checked, problem = _accepted(model, simplified)
         if problem:
@@ -225,7 +225,7 @@ def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto:
 def _onnxsim_pass(onnxsim, model: onnx.ModelProto, optimize: bool) -> onnx.ModelProto:
     simplified, _ = onnxsim.simplify(
         _loosened(model),
-        check_n=0,  # byoc.verify compares the build with onnxruntime on the user's model
+        check_n=0,  # byoc.tools.verify compares the build with onnxruntime on the user's model
         perform_optimization=optimize,
         skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
         skipped_optimizers=list(_SKIPPED_PASSES),
@@ -255,11 +255,11 @@ def _accepted(model: onnx.ModelProto, simplified: onnx.ModelProto) -> tuple[onnx
         # A model that only passes non-strict inference (frontend._check accepts it
         # with a warning) may stay so; one that passed strict must still pass.
         if _strict_ok(model):
-            return None, f"shape inference failed on its result: {_first_line(err)}"
+            return None, f"shape inference failed on its result: {first_line(err)}"
         try:
             return shape_inference.infer_shapes(simplified), ""
         except Exception as again:  # noqa: BLE001 - as above
-            return None, f"shape inference failed on its result: {_first_line(again)}"
+            return None, f"shape inference failed on its result: {first_line(again)}"
 
 
 def _strict_ok(model: onnx.ModelProto) -> bool:
@@ -275,11 +275,6 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "?"
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _fallback(why: str) -> None:
@@ -304,7 +299,7 @@ def _refuse(model: onnx.ModelProto, simplified: onnx.ModelProto) -> str:
     try:
         onnx.checker.check_model(simplified)
     except (onnx.checker.ValidationError, ValueError) as err:
-        return f"its result fails onnx.checker: {_first_line(err)}"
+        return f"its result fails onnx.checker: {first_line(err)}"
     return ""
 
 

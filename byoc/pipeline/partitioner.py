@@ -17,13 +17,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from ._tvm import const_nbytes
-from .annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
-from .errors import ByocError, TargetError
-from .frontend import ImportedModel, OnnxNode, TensorSpec, import_model
-from .registry import resolve_vendors
-from .targets import TargetPreset, resolve_target
-from .vendor import Vendor
+from byoc.vendor.values import const_nbytes, static_dims
+from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
+from byoc.errors import ByocError, TargetError
+from byoc.pipeline.frontend import ImportedModel, OnnxNode, TensorSpec, import_model
+from byoc.vendor.registry import resolve_vendors
+from byoc.deploy.targets import TargetPreset, resolve_target
+from byoc.vendor import Vendor
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class PartitionPlan:
         ``format`` is ``"text"``, ``"json"``, ``"dot"`` or ``"html"``;
         ``model_name`` defaults to the ONNX graph's name.
         """
-        from .report import build_report, render
+        from byoc.tools.report import build_report, render
 
         name = model_name or self.imported.model.graph.name or "model"
         return render(build_report(self, name, self.target.name), format)
@@ -177,10 +177,6 @@ def _tensor_types(ty) -> list:
     if isinstance(ty, relax.TupleType):
         return [f for field_ty in ty.fields for f in _tensor_types(field_ty)]
     return [ty]
-
-
-def _shape_of(ty) -> tuple[int, ...]:
-    return tuple(int(d) for d in ty.shape.values)
 
 
 def _merged_regions(mod) -> list[tuple[object, object]]:
@@ -367,12 +363,12 @@ def _partition_of(imported, annotation, merged, call, label, sources) -> Partiti
     for arg in call.args:
         names = label.get(arg, arg.name)
         for i, ty in enumerate(_tensor_types(arg.ty)):
-            inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, _shape_of(ty), str(ty.dtype)))
+            inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, static_dims(ty.shape), str(ty.dtype)))
     out_types = _tensor_types(func.ret_ty)
     escaping = _escaping(imported.mod["main"], set(bindings))
     labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
         [f"{name}:{i}" for i in range(len(out_types))]
-    outputs = [BoundaryTensor(lbl, _shape_of(ty), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
+    outputs = [BoundaryTensor(lbl, static_dims(ty.shape), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
     return Partition(
         name=name, vendor=str(func.attrs["Codegen"]), bindings=bindings, onnx_nodes=nodes,
         ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),

@@ -22,8 +22,8 @@ import warnings
 from importlib import metadata
 from typing import Callable, Iterable, Union
 
-from .errors import UnknownVendorError, VendorError
-from .vendor import Vendor
+from byoc.errors import UnknownVendorError, VendorError
+from byoc.vendor.rules import Vendor
 
 ENTRY_POINT_GROUP = "byoc.vendors"
 BUILTIN_MODULES = ("byoc.annotations.c_source", "byoc.annotations.json_runtime", "byoc.annotations.dnnl")

@@ -19,14 +19,14 @@ import uuid
 import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from . import __version__
-from .artifact import METADATA_FUNCTION, Artifact
-from .errors import BuildError, ByocError, CodegenError, TargetError
-from .graph import UnsupportedConstruct, partition_graph
-from .host_build import compile_host
-from .partitioner import PartitionPlan, partition
-from .targets import TargetPreset, resolve_target
-from .vendor import Vendor
+from byoc._version import __version__
+from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
+from byoc.errors import BuildError, ByocError, CodegenError, TargetError
+from byoc.vendor.graph import UnsupportedConstruct, partition_graph
+from byoc.host.compiler import compile_host
+from byoc.pipeline.partitioner import PartitionPlan, partition
+from byoc.deploy.targets import TargetPreset, resolve_target
+from byoc.vendor import Vendor
 
 @contextlib.contextmanager
 def _codegens_for_this_build(mod, modules: dict[str, list]):
@@ -108,15 +108,15 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
         graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
     except UnsupportedConstruct as err:
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
+    failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
     try:
         modules = list(vendor.codegen.compile(graphs, dict(vendor.options)))
+    except CodegenError as err:
+        raise CodegenError(f"{failed_on}: {err}") from err
     except ByocError:
-        raise
+        raise  # e.g. a BuildError: the vendor's runtime is not installed, which no host fallback may hide
     except Exception as err:
-        raise CodegenError(
-            f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}: "
-            f"{type(err).__name__}: {err}"
-        ) from err
+        raise CodegenError(f"{failed_on}: {type(err).__name__}: {err}") from err
     _check_c_sources(modules, vendor, target)
     return modules
 
@@ -206,7 +206,6 @@ def build(
     is then the plan actually built. With ``strict=True`` that is a
     :class:`CodegenError` instead.
     """
-    from tvm import relax
 
     if isinstance(plan_or_model, PartitionPlan):
         if vendors is not None or partition_options:

@@ -18,11 +18,11 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .builder import build
-from .errors import ByocError, InputError
-from .frontend import TensorSpec
-from .partitioner import PartitionPlan, partition
-from .targets import resolve_target
+from byoc.pipeline.builder import build
+from byoc.errors import ByocError, InputError
+from byoc.pipeline.frontend import TensorSpec
+from byoc.pipeline.partitioner import PartitionPlan, partition
+from byoc.deploy.targets import resolve_target
 
 SEED = 0
 # Vendor kernels may sum in another order than onnxruntime: per-dtype tolerance (rtol, atol).
@@ -143,7 +143,7 @@ def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.n
 
 def _run(plan: PartitionPlan, target, inputs, want) -> list[OutputCheck]:
     artifact = build(plan, target=target)
-    # Foreign targets run as the standalone program (under qemu); see byoc.standalone.
+    # Foreign targets run as the standalone program (under qemu); see byoc.deploy.standalone.
     got = artifact.run(inputs) if artifact.target.is_host else artifact.run_emulated(inputs)
     return compare([s.name for s in plan.imported.outputs], got, want)
 

@@ -1,6 +1,6 @@
 """The partition report: which ONNX node went where, and why, as data and as text/JSON/DOT/HTML.
 
-:func:`build_report` turns a :class:`~byoc.partitioner.PartitionPlan` into a
+:func:`build_report` turns a :class:`~byoc.pipeline.partitioner.PartitionPlan` into a
 plain dict (the JSON format, schema :data:`REPORT_SCHEMA`, version
 :data:`SCHEMA_VERSION`); :func:`render` draws that dict in one of
 :data:`FORMATS`. Everything is keyed by ONNX node names and op types, never
@@ -16,8 +16,8 @@ import json
 from collections import defaultdict
 from typing import Mapping, Optional
 
-from .errors import ByocError
-from .partitioner import PartitionPlan
+from byoc.errors import ByocError
+from byoc.pipeline.partitioner import PartitionPlan
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "json", "dot", "html")
@@ -225,8 +225,8 @@ def build_report(
 
     ``model_name`` is how the model is named in the report (a file name, not
     a path, so reports compare equal across machines); ``memory`` is
-    :meth:`byoc.memory.MemoryEstimate.as_dict` and ``verification`` what
-    :mod:`byoc.verify` found, when they were computed.
+    :meth:`byoc.tools.memory.MemoryEstimate.as_dict` and ``verification`` what
+    :mod:`byoc.tools.verify` found, when they were computed.
     """
     vendors = [v.name for v in plan.vendors]
     offloaded = {v: 0 for v in vendors}

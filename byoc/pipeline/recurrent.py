@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
+from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
 
 __all__ = ["RECURRENT_OPS", "decompose_recurrent"]
 

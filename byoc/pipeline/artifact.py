@@ -18,9 +18,9 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .errors import ArtifactLoadError, BuildError, InputError, TargetError
-from .frontend import TensorSpec
-from .targets import TargetPreset, resolve_target
+from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError
+from byoc.pipeline.frontend import TensorSpec
+from byoc.deploy.targets import TargetPreset, resolve_target
 
 METADATA_FUNCTION = "byoc_metadata"
 
@@ -34,7 +34,7 @@ def _specs(rows) -> list[TensorSpec]:
 class Artifact:
     """A compiled model.
 
-    ``plan`` is the :class:`~byoc.partitioner.PartitionPlan` it was built
+    ``plan`` is the :class:`~byoc.pipeline.partitioner.PartitionPlan` it was built
     from (None for an artifact loaded from disk). ``inputs``/``outputs``
     describe the ONNX model's tensors, in ONNX order.
     """
@@ -151,9 +151,9 @@ class Artifact:
         """Write a standalone C program (no TVM runtime) for this artifact's target.
 
         ``overwrite=True`` replaces a folder byoc wrote before, never another.
-        See :mod:`byoc.standalone` for what it covers and the I/O file format.
+        See :mod:`byoc.deploy.standalone` for what it covers and the I/O file format.
         """
-        from .standalone import export_standalone
+        from byoc.deploy.standalone import export_standalone
 
         return export_standalone(self, directory, overwrite)
 
@@ -162,7 +162,7 @@ class Artifact:
 
         Natively on x86_64, under qemu for ppc64le and s390x; outputs in ONNX order.
         """
-        from .standalone import run_emulated
+        from byoc.deploy.standalone import run_emulated
 
         return run_emulated(self, inputs)
 
@@ -173,8 +173,7 @@ class Artifact:
         arrays = self.check_inputs(inputs)
         vm = self._vm()
         result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
-        outputs = _flatten(result)
-        return [np.asarray(o.numpy()) for o in outputs]
+        return vm_outputs(result)
 
 
 def _holds_c_source(module) -> bool:
@@ -182,13 +181,17 @@ def _holds_c_source(module) -> bool:
     return module.kind == "c" or any(_holds_c_source(m) for m in module.imports)
 
 
-def _flatten(result) -> list:
+def vm_outputs(result) -> list[np.ndarray]:
+    """A Relax VM result (a tensor, a shape, a scalar, or nested tuples of them) as numpy arrays, in order."""
+    import tvm_ffi
+
     if hasattr(result, "numpy"):
-        return [result]
-    flat = []
-    for item in result:
-        flat.extend(_flatten(item))
-    return flat
+        return [np.asarray(result.numpy())]
+    if isinstance(result, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
+        return [np.array(list(result), dtype=np.int64)]
+    if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
+        return [np.asarray(result)]
+    return [array for item in result for array in vm_outputs(item)]
 
 
 def _load_runtimes_for(path: Path) -> None:
@@ -201,8 +204,8 @@ def _load_runtimes_for(path: Path) -> None:
     """
     import mmap
 
-    from .registry import get_vendor, list_vendors
-    from .vendor import runtime_module_kinds
+    from byoc.vendor.registry import get_vendor, list_vendors
+    from byoc.vendor import runtime_module_kinds
 
     wanted = {kind.encode(): get_vendor(name).codegen for name in list_vendors()
               for kind in runtime_module_kinds(get_vendor(name).codegen)}

@@ -23,7 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import external_data_helper, shape_inference
 
-from .errors import (
+from byoc.errors import (
     DynamicShapeError,
     ExternalDataError,
     InvalidModelError,
@@ -32,6 +32,7 @@ from .errors import (
     NotOnnxError,
     TruncatedModelError,
     UnsupportedOpsError,
+    first_line,
 )
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
@@ -81,7 +82,7 @@ class ImportedModel:
     #: User node name -> what preparation made of it, for each node not imported
     #: as itself ("folded into a constant", "fused into Conv `conv1`", ...).
     prepared: dict[str, str] = field(default_factory=dict)
-    #: The graph TVM imported (``model`` after :mod:`byoc.prepare`); None for
+    #: The graph TVM imported (``model`` after :mod:`byoc.pipeline.prepare`); None for
     #: an ImportedModel made by hand, which then stands for ``model`` itself.
     prepared_model: onnx.ModelProto | None = None
     #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.
@@ -363,12 +364,12 @@ def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelP
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise InvalidModelError(f"onnx.checker rejected the model: {first}") from None
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # onnx raises several private error types here
-        strict_error = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        strict_error = first_line(err)
     if strict_error.count("Inference error(s)") < 2:
         # An error on a node of the user's graph (declared and inferred shapes differ, an
         # attribute no shape fits): the model is wrong, and TVM would build nonsense from it.
@@ -392,7 +393,7 @@ def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelP
     try:
         return shape_inference.infer_shapes(model, strict_mode=False)
     except Exception as err:  # noqa: BLE001 - as above
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
 
 
@@ -436,7 +437,7 @@ def import_model(
     model = _check(model, overrides)
     inputs = _static_inputs(model)
     _check_tensor_sizes(model.graph)
-    from .prepare import prepare
+    from byoc.pipeline.prepare import prepare
 
     # Folding and unrolling run before the op check: a recurrent op is
     # supported once it is unrolled, and a folded op no longer needs TVM.
@@ -494,13 +495,12 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
 
     ``node_of`` names the user's nodes through ``origin``, which maps a
     (prepared) node name of ``model`` to the user's node, and ``op_types``
-    to that node's op type (see :mod:`byoc.prepare`); a name without an entry
+    to that node's op type (see :mod:`byoc.pipeline.prepare`); a name without an entry
     is the user's own. ``tensor_of`` names the tensors of ``model``: a fused
     node's result holds the tensor it was fused into.
     """
-    from tvm import relax
 
-    from ._importer import ProvenanceImporter, unique_binding_names
+    from byoc.pipeline.importer import ProvenanceImporter, unique_binding_names
 
     opset = next(
         (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1
@@ -523,7 +523,7 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
     except Exception as err:  # noqa: BLE001 - TVM's converters raise every kind of error
         node = importer.current_node
         where = f" at node {(origin or {}).get(node.name, node.name)!r} ({node.op_type})" if node else ""
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        first = first_line(err)
         raise ModelLoadError(
             f"TVM could not import the model{where}: {first}; "
             "this op or attribute combination is not supported by TVM's ONNX importer"

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ._tvm import const_array, is_prim_value, is_tensor_const
+from byoc.errors import UnsupportedConstruct
+from byoc.vendor.values import const_array, is_prim_value, is_tensor_const, static_dims
 
 
 @dataclass
@@ -70,9 +71,6 @@ class PartitionGraph:
         return list(seen.values())
 
 
-class UnsupportedConstruct(Exception):
-    """The partition holds a construct the flat view cannot express."""
-
 
 # Multi-result ops whose results are independent: each becomes an OpCall of its
 # own, with ``attrs["result_index"]`` saying which result it computes.
@@ -116,12 +114,10 @@ def attrs_dict(attrs) -> dict[str, Any]:
 def _static_shape(ty) -> tuple[int, ...]:
     if ty.shape is None:
         raise UnsupportedConstruct("a tensor of unknown rank")
-    dims = []
-    for d in ty.shape.values:
-        if not hasattr(d, "value"):
-            raise UnsupportedConstruct(f"a symbolic dimension {d}")
-        dims.append(int(d.value))
-    return tuple(dims)
+    dims = static_dims(ty.shape)
+    if dims is None:
+        raise UnsupportedConstruct(f"a symbolic dimension in {ty.shape}")
+    return dims
 
 
 class _Builder:

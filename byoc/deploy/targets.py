@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
-from .errors import TargetError
+from byoc.errors import TargetError
 
 
 @dataclass(frozen=True)

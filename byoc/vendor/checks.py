@@ -1,6 +1,6 @@
 """Building blocks for rule checks, in the spirit of torch.fx's operator_support.
 
-A check takes a :class:`~byoc.vendor.Match` and returns ``SUPPORTED`` or a
+A check takes a :class:`~byoc.vendor.rules.Match` and returns ``SUPPORTED`` or a
 reason. The helpers here read types and attributes off Relax expressions,
 and :func:`all_of` chains checks so the first reason wins.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from ._tvm import is_tensor_const
-from .vendor import SUPPORTED, Check, CheckResult, Match
+from byoc.vendor.values import is_tensor_const, static_dims
+from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match
 
 
 def tensor_type(expr):
@@ -24,14 +24,7 @@ def tensor_type(expr):
 def static_shape(expr) -> Optional[tuple[int, ...]]:
     """The static shape of a tensor expression, or None if any dim is symbolic."""
     ty = tensor_type(expr)
-    if ty is None or ty.shape is None:
-        return None
-    dims = []
-    for d in ty.shape.values:
-        if not isinstance(getattr(d, "value", None), int):
-            return None
-        dims.append(int(d.value))
-    return tuple(dims)
+    return None if ty is None else static_dims(ty.shape)
 
 
 def _tensors(expr) -> Iterable:

@@ -19,10 +19,12 @@ a vendor's kernels is the vendor's own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from .partitioner import PartitionPlan
-from .targets import resolve_target
+from byoc.pipeline.partitioner import PartitionPlan
+from byoc.deploy.targets import resolve_target
+from byoc.vendor.values import static_dims
 
 PLANNED_SOURCE = "TVM StaticPlanBlockMemory (alloc_storage + unplanned alloc_tensor) on the host program"
 LOWER_BOUND_SOURCE = "max total size of tensors live at once, in executed order (ONNC)"
@@ -94,12 +96,8 @@ def _externalize_partitions(mod):
 
 def _static_extent(shape_expr) -> int | None:
     """Product of a ShapeExpr's extents, or None when one is symbolic."""
-    total = 1
-    for extent in shape_expr.values:
-        if not hasattr(extent, "value"):
-            return None
-        total *= int(extent.value)
-    return total
+    dims = static_dims(shape_expr)
+    return None if dims is None else math.prod(dims)
 
 
 def _alloc_bytes(call) -> int | None:

@@ -46,7 +46,7 @@ import logging
 import re
 from typing import Optional
 
-from .targets import TargetPreset
+from byoc.deploy.targets import TargetPreset
 
 _SCHEDULED = "tirx.is_scheduled"
 # Ops whose vector form computes something else: x86 vector shifts (the TIR

@@ -15,12 +15,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Union
 
-from .errors import ByocError, TargetError
-from .targets import TargetPreset, resolve_target
+from byoc.errors import AptUnavailable, TargetError
+from byoc.deploy.targets import TargetPreset, resolve_target
 
-
-class AptUnavailable(ByocError):
-    """apt-get is missing here, or cannot install (not root); the packages must be installed by hand."""
 
 
 @dataclass(frozen=True)

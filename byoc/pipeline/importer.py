@@ -16,8 +16,8 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-from ._tvm import const_array, is_tensor_const
-from .frontend import OnnxNode
+from byoc.vendor.values import const_array, is_tensor_const
+from byoc.pipeline.frontend import OnnxNode
 
 
 class ProvenanceImporter(ONNXGraphImporter):

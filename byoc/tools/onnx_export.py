@@ -26,17 +26,14 @@ from typing import Union
 import onnx
 from onnx import helper
 
-from .errors import ByocError
-from .partitioner import PartitionPlan
-from .report import HOST, node_targets
+from byoc.errors import OnnxExportError, first_line
+from byoc.pipeline.partitioner import PartitionPlan
+from byoc.tools.report import HOST, node_targets
 
 DOMAIN_PREFIX = "byoc."
 FUNCTION_OPSET = 1  # version of every byoc.<vendor> domain
 MIN_IR_VERSION = 8  # model-local functions need IR version 8
 
-
-class OnnxExportError(ByocError):
-    """The partitioned model cannot be written as ONNX."""
 
 
 def node_partitions(plan: PartitionPlan) -> dict[str, str]:
@@ -147,7 +144,7 @@ def partitioned_model(plan: PartitionPlan) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as err:
-        first = str(err).strip().splitlines()[0]
+        first = first_line(err)
         raise OnnxExportError(f"the partitioned ONNX model does not pass onnx.checker: {first}") from None
     return model
 

@@ -1,0 +1,263 @@
+"""Standalone deployment: a built model as a C program that needs no TVM runtime.
+
+:func:`export_standalone` writes a folder that builds, with the target's C
+compiler alone, into a static program running the whole model;
+:func:`run_emulated` builds that program for the artifact's target and runs it
+(natively on x86_64, under qemu-user for ppc64le and s390x).
+
+How it is made. The artifact's partitioned Relax module goes through TVM's
+own build pipeline (``RunCodegen`` then the passes of
+``relax.pipeline.default_build_pipeline`` up to ``LowerAllocTensor``), so
+the buffers are TVM's static memory plan. ``main`` is then walked binding by
+binding and becomes straight-line C:
+
+- calls to TIR PrimFuncs (what ``call_tir`` lowers to) call the host kernels,
+  built by LLVM for the target into ``kernels.o`` and called through their
+  tvm-ffi packed ABI (``__tvm_ffi_<name>``, arguments as DLTensor pointers);
+- ``call_dps_packed`` to a C-source partition calls its ``__tvm_ffi_<name>``
+  entry point, whose C comes from the vendor's C-source codegen;
+- ``alloc_storage``/``alloc_tensor`` become static 64-byte-aligned arrays and
+  offsets into them; ``reshape`` is a view; tuples, several inputs and
+  several outputs are supported;
+- host-kernel weights become C literals (float32 through
+  :func:`byoc.codegens.c_source.float_literal`, float64 as hexadecimal
+  literals, integers as integer literals), so the value and not the byte
+  pattern is compiled in: correct on little- and big-endian targets;
+- the runtime symbols the kernels use are stubs: workspace allocation with
+  malloc, a serial ``parallel launch``, and error reporting to stderr.
+
+What it does not do: the host kernels are built again by LLVM from the same
+lowered module for the same target (not extracted from the artifact's
+executable), parallel loops run serially, and :func:`run_emulated` builds the
+program afresh on every call (seconds, not milliseconds).
+
+Refused, with a :class:`StandaloneError` that says why: artifacts loaded from
+a file (the Relax program is no longer there), symbolic shapes, partitions of
+codegens that are not C-source (a JSON-runtime partition is run by a C++
+runtime module on top of tvm-ffi, which does not exist for the cross
+targets), packed calls other than C-source partitions, tensors of dtypes
+other than float16/32/64 and (u)int8..64, and any other Relax construct
+(control flow, ``match_cast``, calls to other Relax functions).
+
+Inputs and outputs travel as tensor files, whose format
+:mod:`byoc.deploy.standalone.tensor_file` defines.
+
+The program is ``model INPUTS OUTPUTS``: it checks every input's dtype and
+shape against the model, and writes the outputs in ONNX output order. It exits
+0 on success, 2 on bad input files and 1 when a kernel reports an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+from byoc.deploy.standalone.c_program import c_array, model_source
+from byoc.deploy.standalone.tensor_file import read_tensors, write_tensors
+from byoc.deploy.targets import TargetPreset
+from byoc.errors import StandaloneError
+from byoc.host import compiler as host_build
+
+__all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
+           "run_program", "write_tensors"]
+
+PROGRAM = "model"
+KERNELS_OBJECT = "kernels.o"
+
+
+# -- lowering ----------------------------------------------------------------------------
+def _lowered_module(artifact):
+    """The artifact's module after TVM's build pipeline up to static memory planning."""
+    import tvm
+    from tvm.relax import backend
+    from tvm.relax import transform as T
+
+    if artifact.plan is None:
+        raise StandaloneError(
+            "this artifact was loaded from a file, which holds compiled code but not the Relax "
+            "program; build it again with byoc.compile(...) to export a standalone program"
+        )
+    # The host kernels as the artifact has them (byoc.host.compiler: fused, parallel, vectorized),
+    # in the order of relax.pipeline.default_build_pipeline, stopping before the VM-specific
+    # lowering. RunCodegen only rewrites the partition calls here: no module is handed to
+    # it, the partitions' C is emitted again by _partition_sources.
+    from byoc.pipeline.builder import lower_partitions
+
+    target = artifact.target.tvm_target()
+    mod = lower_partitions(artifact.plan.mod, {vendor.name: [] for vendor in artifact.plan.vendors})
+    passes = [
+        backend.DispatchSampling(),
+        backend.DispatchSortScan(),
+        host_build.HostLowering(target),
+        T.RewriteDataflowReshape(),
+        T.ToNonDataflow(),
+        T.RemovePurityChecking(),
+        T.CallTIRRewrite(),
+        T.StaticPlanBlockMemory(),
+        T.LowerAllocTensor(),
+        T.AttachGlobalSymbol(),
+    ]
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def _partition_sources(plan) -> dict[str, str]:
+    """C source per vendor (file stem -> text) for every partition in ``plan``."""
+    from byoc.vendor import standalone_source
+    from byoc.vendor.graph import UnsupportedConstruct, partition_graph
+
+    sources = {}
+    for vendor in plan.vendors:
+        parts = [p for p in plan.partitions if p.vendor == vendor.name]
+        if not parts:
+            continue
+        emit = standalone_source(vendor.codegen)
+        if emit is None:
+            raise StandaloneError(
+                f"partitions {', '.join(p.name for p in parts)} of vendor {vendor.name!r} are compiled by "
+                f"{type(vendor.codegen).__name__}, whose modules run on the TVM runtime; a standalone "
+                "program links only partitions whose codegen has standalone_source (C-source codegens). "
+                "Build with such a vendor, or keep these ops on the host (keep_on_host=...)"
+            )
+        try:
+            graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
+        except UnsupportedConstruct as err:
+            raise StandaloneError(f"vendor {vendor.name!r}: a partition holds {err}") from None
+        sources[f"partitions_{vendor.name}"] = emit(graphs)
+    return sources
+
+
+def _kernels_object(mod, target: TargetPreset, path: Path) -> bool:
+    """Build the module's PrimFuncs with LLVM for ``target`` into ``path``; False if there are none."""
+    import tvm
+    from tvm import tirx
+
+    funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+    if not funcs:
+        return False
+    try:
+        lib = tvm.tirx.build(tvm.IRModule(funcs), target=target.tvm_target())
+        lib.write_to_file(str(path))
+    except Exception as err:  # TVM raises many error types from deep inside
+        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise StandaloneError(f"LLVM could not build the host kernels for {target.name}: {first}") from err
+    return True
+
+
+
+# -- the program ---------------------------------------------------------------------------
+@dataclass
+class StandaloneProgram:
+    """A standalone program's folder: its C sources and object, for ``target``."""
+
+    directory: Path
+    target: TargetPreset
+    sources: list[str] = field(default_factory=list)
+    objects: list[str] = field(default_factory=list)
+
+    def build_command(self, cc: str) -> list[str]:
+        """The compiler command (run inside :attr:`directory`) that links the program."""
+        return [cc, "-O2", "-o", PROGRAM, *self.sources, *self.objects, "-lm", "-static"]
+
+
+MAKEFILE_MARK = "# Builds the standalone byoc program for"
+
+
+def _written_by_byoc(directory: Path) -> bool:
+    makefile = directory / "Makefile"
+    return directory.is_dir() and makefile.is_file() and makefile.read_text(errors="replace").startswith(MAKEFILE_MARK)
+
+
+def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: bool = False) -> StandaloneProgram:
+    """Write ``artifact`` as a standalone C program into ``directory`` (new or empty).
+
+    With ``overwrite=True`` a folder that byoc wrote before (it has byoc's
+    ``Makefile``) is emptied and written again; any other non-empty folder is
+    refused, so no file of the user's is lost.
+
+    The folder holds ``model.c`` (the runner, the buffers, host-kernel
+    weights), one ``partitions_<vendor>.c`` per C-source vendor, ``kernels.o``
+    (host kernels for the artifact's target) and a ``Makefile``. ``make``
+    with the target's C compiler builds ``model``, a static executable; see
+    the module docstring for what is covered and the tensor file format.
+    """
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        if not (overwrite and _written_by_byoc(directory)):
+            hint = "" if overwrite else " (or pass overwrite=True to replace a folder byoc wrote)"
+            raise StandaloneError(f"{str(directory)!r} exists and is not an empty folder, nor one byoc wrote; "
+                                  f"choose a new or empty one{hint}")
+        shutil.rmtree(directory)
+    plan = artifact.plan
+    mod = _lowered_module(artifact)
+    partition_sources = _partition_sources(plan)
+    symbols = {p.name for p in plan.partitions}
+    model_c = model_source(artifact, mod, symbols)
+    directory.mkdir(parents=True, exist_ok=True)
+    program = StandaloneProgram(directory, artifact.target)
+    (directory / "model.c").write_text(model_c)
+    program.sources.append("model.c")
+    for stem, text in partition_sources.items():
+        (directory / f"{stem}.c").write_text(text)
+        program.sources.append(f"{stem}.c")
+    if _kernels_object(mod, artifact.target, directory / KERNELS_OBJECT):
+        program.objects.append(KERNELS_OBJECT)
+    command = " ".join(program.build_command("$(CC)"))
+    (directory / "Makefile").write_text(
+        f"{MAKEFILE_MARK} {artifact.target.name}.\n"
+        f"CC = {artifact.target.cc}\n\n{PROGRAM}: {' '.join(program.sources + program.objects)}\n"
+        f"\t{command}\n"
+    )
+    return program
+
+
+def build_program(program: StandaloneProgram) -> Path:
+    """Compile and link ``program`` with its target's C compiler; returns the executable."""
+    cc = program.target.compiler()
+    program.target.static_libc()
+    proc = subprocess.run(program.build_command(cc), cwd=program.directory, capture_output=True, text=True)
+    if proc.returncode != 0:
+        undefined = sorted(set(re.findall(r"undefined reference to `([^']+)'", proc.stderr)))
+        if undefined:
+            raise StandaloneError(
+                f"the program for {program.target.name} needs runtime symbols a standalone program does "
+                f"not provide: {', '.join(undefined)}"
+            )
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise StandaloneError(f"compiling the standalone program for {program.target.name} failed:\n{tail}")
+    return program.directory / PROGRAM
+
+
+def run_program(program: StandaloneProgram, arrays: list[np.ndarray], executable: Path) -> list[np.ndarray]:
+    """Run a built program on ``arrays`` (under qemu when the target is not the host)."""
+    prefix = program.target.runner()
+    inputs, outputs = program.directory / "inputs.bin", program.directory / "outputs.bin"
+    write_tensors(inputs, arrays)
+    proc = subprocess.run(prefix + [str(executable), str(inputs), str(outputs)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:]) or f"exit status {proc.returncode}"
+        how = f" under {Path(prefix[0]).name}" if prefix else ""
+        raise StandaloneError(f"the standalone program for {program.target.name} failed{how}: {tail}")
+    return read_tensors(outputs)
+
+
+def run_emulated(artifact, inputs) -> list[np.ndarray]:
+    """Build the standalone program for the artifact's target and run it on ``inputs``.
+
+    Runs natively on the build host's target and under qemu-user otherwise;
+    returns numpy arrays in ONNX output order. Each call builds the program
+    afresh in a temporary folder.
+    """
+    arrays = artifact.check_inputs(inputs)
+    artifact.target.runner()  # a missing emulator is reported before any building
+    with tempfile.TemporaryDirectory(prefix="byoc-standalone-") as tmp:
+        program = export_standalone(artifact, Path(tmp) / "program")
+        return run_program(program, arrays, build_program(program))

@@ -1,0 +1,29 @@
+"""The vendor API: everything a vendor writes against, and nothing else.
+
+- :mod:`byoc.vendor.rules` - :class:`Vendor`, :class:`OpRule`,
+  :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and the
+  :class:`Codegen` protocol with its optional capabilities;
+- :mod:`byoc.vendor.checks` - reusable checks and combinators (dtypes,
+  static shapes, layouts, constant weights, ``all_of``);
+- :mod:`byoc.vendor.graph` - :class:`~byoc.vendor.graph.PartitionGraph`,
+  the plain-Python view of a partition that a codegen compiles;
+- :mod:`byoc.vendor.values` - readers of Relax values (constants, prim
+  values, static shapes) that hide TVM 0.27's class names;
+- :mod:`byoc.vendor.registry` - :func:`register_vendor` and friends, and the
+  discovery of vendors installed as ``byoc.vendors`` entry points.
+
+A vendor module usually needs only::
+
+    from byoc.vendor import OpRule, PatternRule, Vendor, register_vendor
+    from byoc.vendor.checks import all_of, dtypes, static_shapes
+"""
+
+from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, Vendor, always,
+                               runtime_module_kinds, standalone_source)
+from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
+
+__all__ = [
+    "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "PatternRule", "Rule", "Vendor", "always",
+    "get_vendor", "list_vendors",
+    "register_vendor", "runtime_module_kinds", "standalone_source", "unregister_vendor",
+]

@@ -1,0 +1,140 @@
+"""The layers of docs/design.md hold in the source: no module imports from a row above its own.
+
+Every ``from byoc... import`` / ``import byoc...`` in the package (at module
+level or inside a function) is read with ``ast`` and ranked by the row of
+the layer picture its module belongs to. Vendor packages (``annotations/``,
+``codegens/``) may use the vendor contract and each other, nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BYOC = ROOT / "byoc"
+
+# rows of the picture in docs/design.md, bottom first: (module prefix, row)
+ROWS = [
+    ("byoc.errors", 0), ("byoc._version", 0),
+    ("byoc.vendor", 1), ("byoc.codegens", 1), ("byoc.annotations", 1),  # the contract and the vendors on it
+    ("byoc.deploy", 2),  # targets, toolchain; the package itself imports nothing
+    ("byoc.deploy.targets", 2), ("byoc.deploy.toolchain", 2),
+    ("byoc.host", 3),
+    ("byoc.pipeline", 4),
+    ("byoc.deploy.standalone", 5),
+    ("byoc.tools", 6),
+    ("byoc._moved", 7),
+    ("byoc.partition", 7),  # the callable module behind byoc.partition(...): the API
+    ("byoc.partition.__main__", 8), ("byoc.examples", 8), ("byoc.optable", 8), ("byoc.conformance", 8),
+]
+API_ROW = 7  # byoc/__init__.py, and ``import byoc`` / ``from byoc import X``
+VENDOR_SIDE = ("byoc.codegens", "byoc.annotations", "byoc.vendor", "byoc.errors")
+# The two conveniences the design names: methods that import a higher layer when called.
+LAZY_UPWARD = {
+    ("byoc.pipeline.partitioner", "byoc.tools.report"),  # PartitionPlan.report()
+    ("byoc.pipeline.artifact", "byoc.deploy.standalone"),  # Artifact.export_standalone() / run_emulated()
+}
+
+
+def _row(module: str) -> int:
+    if module == "byoc":
+        return API_ROW
+    for prefix, row in sorted(ROWS, key=lambda r: -len(r[0])):
+        if module == prefix or module.startswith(prefix + "."):
+            return row
+    raise AssertionError(f"{module} is in no row of the layer picture; add it to docs/design.md and ROWS")
+
+
+def _module_name(path: Path, root: Path, package: str) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join([package, *parts])
+
+
+def _imports(path: Path, relative_ok: bool = False) -> list[str]:
+    """The byoc modules ``path`` imports, anywhere in it (relative imports only where ``relative_ok``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "byoc":
+            if node.module == "byoc":  # from byoc import X: a submodule or an API name
+                found += [f"byoc.{a.name}" if (BYOC / a.name).exists() or (BYOC / f"{a.name}.py").exists()
+                          else "byoc" for a in node.names]
+            else:
+                found.append(node.module)
+        elif isinstance(node, ast.ImportFrom) and node.level and not relative_ok:
+            raise AssertionError(f"{path}: relative import; byoc uses absolute imports")
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "byoc"]
+    return found
+
+
+def _package_modules():
+    for path in sorted(BYOC.rglob("*.py")):
+        if path.relative_to(BYOC).parts[0] in ("codegens", "annotations"):
+            continue  # symlinks to the vendor packages, checked below
+        yield _module_name(path, BYOC, "byoc"), path
+
+
+def test_every_module_imports_only_from_its_row_or_below():
+    upward = []
+    for name, path in _package_modules():
+        row = API_ROW if name == "byoc" else _row(name)
+        for imported in _imports(path):
+            if _row(imported) > row and (name, _base(imported)) not in LAZY_UPWARD:
+                upward.append(f"{name} (row {row}) imports {imported} (row {_row(imported)})")
+    assert not upward, "\n".join(upward)
+
+
+def _base(module: str) -> str:
+    """The LAZY_UPWARD target ``module`` is (or is inside), else ``module``."""
+    for _, target in LAZY_UPWARD:
+        if module == target or module.startswith(target + "."):
+            return target
+    return module
+
+
+@pytest.mark.parametrize("package", ["annotations", "codegens"])
+def test_vendor_packages_use_only_the_vendor_contract(package):
+    offending = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for imported in _imports(path, relative_ok=True):  # a vendor package is its own
+            if not imported.startswith(VENDOR_SIDE) or imported == "byoc":
+                offending.append(f"{path.relative_to(ROOT)} imports {imported}")
+    assert not offending, "\n".join(offending)
+
+
+def test_the_lazy_upward_imports_are_inside_functions():
+    for module, target in LAZY_UPWARD:
+        path = BYOC.joinpath(*module.split(".")[1:]).with_suffix(".py")
+        tree = ast.parse(path.read_text())
+        top_level = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(target)]
+        assert not top_level, f"{module} imports {target} at module level"
+        assert any(i.startswith(target) for i in _imports(path)), (
+            f"{module} no longer imports {target}: drop it from LAZY_UPWARD and docs/design.md"
+        )
+
+
+def test_old_import_paths_give_the_moved_module_with_a_deprecation_warning():
+    import importlib
+    import sys
+
+    from byoc._moved import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == [
+            f"{old} moved to {new}; import it from there (the old path goes in 0.3)"
+        ], old
+    # state reached through an old path is the same object: one registry, not two
+    from byoc.vendor.registry import REGISTRY
+
+    assert importlib.import_module("byoc.registry").REGISTRY is REGISTRY
