@@ -67,9 +67,8 @@ Configurations (``--configs``, each a comma-separated vendor set in priority
 order): ``dnnl,c_source`` and ``c_source`` by default. Every configuration is
 built and checked against onnxruntime; only those in ``--latency`` (default:
 every configuration but ``c_source`` alone, whose reference kernels are slow)
-are timed. Builds run in their own process with ``--timeout``; some
-model/configuration pairs are skipped by default with the reason
-(``DEFAULT_SKIPS``; ``--no-default-skips``).
+are timed. Builds run in their own process with ``--timeout``; ``--skip``
+leaves a model/configuration pair out, with the reason printed.
 """
 
 from __future__ import annotations
@@ -160,15 +159,6 @@ MODELS: dict[str, RealModel] = {
        for name, file in LIGHT.items()},
 }
 SMALL_MODELS = ("squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15")  # the CI test
-# MODEL:CONFIG pairs not built unless --no-default-skips, with the reason printed.
-_C_LITERALS = ("default skip: c_source writes the weights as C literals; for {mb} MB gcc needs many GB and a "
-               "quarter of an hour or more (as BERT's 340 MB in benchmarks/run.py; --no-default-skips builds it)")
-DEFAULT_SKIPS: dict[str, str] = {
-    "resnet50:c_source": _C_LITERALS.format(mb=102),
-    "alexnet:c_source": _C_LITERALS.format(mb=244),
-    "vgg19:c_source": _C_LITERALS.format(mb=513),
-    "zfnet512:c_source": _C_LITERALS.format(mb=340),
-}
 
 
 # -- fetching ----------------------------------------------------------------------------
@@ -653,9 +643,7 @@ def parse_args(argv):
     p.add_argument("--round-timeout", type=float, default=300,
                    help="seconds a timing process may take for one run before it is killed (default 300)")
     p.add_argument("--skip", action="append", default=[], metavar="MODEL:VENDORSET",
-                   help="a model / configuration pair not to build (repeatable)"
-                        + (f"; skipped by default: {', '.join(DEFAULT_SKIPS)}" if DEFAULT_SKIPS else ""))
-    p.add_argument("--no-default-skips", action="store_true", help="build the default-skipped pairs too")
+                   help="a model / configuration pair not to build (repeatable)")
     p.add_argument("--cache", type=Path, default=None,
                    help="model cache (default $BYOC_MODEL_CACHE or ~/.cache/byoc-models)")
     p.add_argument("--fetch", action="store_true", help="only fetch the models into the cache and print their paths")
@@ -680,7 +668,7 @@ def parse_args(argv):
     bad = [s for s in args.skip if s.count(":") != 1]
     if bad:
         p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
-    args.skip = {**({} if args.no_default_skips else DEFAULT_SKIPS), **{s: "--skip" for s in args.skip}}
+    args.skip = {s: "--skip" for s in args.skip}
     args.cache = args.cache or default_cache()
     return args
 

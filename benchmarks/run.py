@@ -29,8 +29,8 @@ and reported as skipped with the reason.
 * plain TVM: ``tvm.compile(byoc.import_model(model).mod)`` for the same host
   target byoc builds for.
 * byoc: ``byoc.partition`` + ``byoc.build`` per vendor set (``--vendors``,
-  repeatable, a set is comma-separated in priority order). Some pairs are
-  skipped by default, with the reason (``DEFAULT_SKIPS``; ``--no-default-skips``).
+  repeatable, a set is comma-separated in priority order); ``--skip`` leaves a
+  pair out.
 * memory: ``byoc.tools.memory.estimate_memory(plan)``: TVM's planned activation
   bytes next to the ONNC lower bound.
 * scaling: ``byoc.partition`` (annotate + merge + plan) on synthetic Relax
@@ -70,12 +70,6 @@ HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
 QUICK_MODELS = ("tiny_cnn", "tiny_mlp")
 DEFAULT_VENDOR_SETS = ("c_source", "json_runtime", "dnnl")
-# MODEL:VENDORSET pairs not built unless --no-default-skips, with the reason printed.
-DEFAULT_SKIPS = {
-    # Measured: build + export 17.6 min wall, gcc (cc1) peak RSS 10.3 GB, a 680 MB library.
-    "bert:c_source": "default skip: c_source writes the weights as C literals; for BERT's 340 MB of weights gcc "
-                     "needs about 10 GB and a quarter of an hour (--no-default-skips builds it)",
-}
 BOUNDARY_CALLS = 20  # calls per round in the boundary chain: a few us each, so one request runs several
 
 
@@ -687,9 +681,7 @@ def parse_args(argv):
                    help="seconds a timing process may take for one run before it is killed and skipped (default 300)")
     p.add_argument("--skip-plain-tvm-for", default="", help="comma-separated models not to build with plain TVM")
     p.add_argument("--skip", action="append", default=[], metavar="MODEL:VENDORSET",
-                   help="a model / vendor set pair not to build (repeatable); "
-                        f"skipped by default: {', '.join(DEFAULT_SKIPS)}")
-    p.add_argument("--no-default-skips", action="store_true", help=f"build {', '.join(DEFAULT_SKIPS)} too")
+                   help="a model / vendor set pair not to build (repeatable)")
     p.add_argument("--scaling-sizes", help="comma-separated op counts (default 1000,10000,50000; --quick 100,300)")
     p.add_argument("--scaling-vendors", help="the vendor set of the scaling runs (default: the first --vendors)")
     p.add_argument("--boundary-ops", type=int, help="ops in the boundary chain (default 200; --quick 20)")
@@ -708,7 +700,7 @@ def parse_args(argv):
     bad = [s for s in args.skip if s.count(":") != 1]
     if bad:
         p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
-    args.skip = {**({} if args.no_default_skips else DEFAULT_SKIPS), **{s: "--skip" for s in args.skip}}
+    args.skip = {s: "--skip" for s in args.skip}
     args.scaling_sizes = [int(s) for s in (args.scaling_sizes or ("100,300" if q else "1000,10000,50000")).split(",")]
     args.scaling_vendors = args.scaling_vendors or args.vendors[0]
     args.boundary_ops = args.boundary_ops or (20 if q else 200)

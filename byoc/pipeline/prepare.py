@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -194,8 +196,10 @@ def _candidates(model: onnx.ModelProto):
     for tool, run in (("onnxsim", _run_onnxsim), ("onnxslim", _run_onnxslim)):
         tool = f"{tool} {_version(tool)}"
         try:
-            # The simplifiers print progress and warn on their own; a library must not.
-            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            # The simplifiers print progress and warn on their own, from Python and from C++
+            # (onnxsim's "WARNING: failed to run ... op" and the tracebacks of its onnxruntime
+            # runs); a library must not: what they print is dropped, their errors are kept.
+            with warnings.catch_warnings(), _output_silenced():
                 warnings.simplefilter("ignore")
                 simplified = run(model)
         except Exception as err:  # noqa: BLE001 - the simplifiers raise every kind of error
@@ -209,6 +213,29 @@ def _candidates(model: onnx.ModelProto):
     if problems:
         _fallback("; ".join(problems))
     yield None, ""
+
+
+@contextlib.contextmanager
+def _output_silenced():
+    """Send what this process writes to stdout and stderr, Python and native code alike, to nowhere.
+
+    The file descriptors are process-wide, so output of other threads in the
+    meantime is dropped too; the simplifiers take well under a minute.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            os.dup2(null.fileno(), 1)
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
 
 
 def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto:
