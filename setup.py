@@ -58,7 +58,8 @@ def _onednn_flags():
     if header is None or library is None:
         return None
     # Linked by soname (libdnnl.so.3); byoc loads the wheel's copy by path before this library.
-    return [f"-I{header.parents[2]}"], [str(library)]
+    # -fopenmp: the runtime sizes each primitive's OpenMP team (the libgomp oneDNN runs on).
+    return [f"-I{header.parents[2]}", "-fopenmp"], [str(library), "-fopenmp"]
 
 
 class NativeLibrary(Extension):

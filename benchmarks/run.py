@@ -244,10 +244,10 @@ def _tvm_runner(lib_path: str, inputs: dict):
     return run
 
 
-def _byoc_runner(lib_path: str, inputs: dict):
+def _byoc_runner(lib_path: str, inputs: dict, threads=None):
     import byoc
 
-    artifact = byoc.load(lib_path)
+    artifact = byoc.load(lib_path, threads=threads)
     return lambda: artifact.run(inputs)
 
 
@@ -262,7 +262,8 @@ def _timer_main(spec_file: str) -> int:
     os.dup2(2, 1)
     with np.load(spec["inputs"]) as saved:
         inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(spec["input_names"])}
-    run = RUNNERS[spec["kind"]](spec["path"], inputs)
+    options = {"threads": spec["threads"]} if spec.get("threads") else {}  # byoc only (benchmarks/under_load.py)
+    run = RUNNERS[spec["kind"]](spec["path"], inputs, **options)
     replies.write("ready\n")
     outputs = None
     for line in sys.stdin:

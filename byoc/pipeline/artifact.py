@@ -21,6 +21,7 @@ import numpy as np
 from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError
 from byoc.pipeline.frontend import TensorSpec
 from byoc.deploy.targets import TargetPreset, resolve_target
+from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 METADATA_FUNCTION = "byoc_metadata"
 
@@ -36,11 +37,12 @@ class Artifact:
 
     ``plan`` is the :class:`~byoc.pipeline.partitioner.PartitionPlan` it was built
     from (None for an artifact loaded from disk). ``inputs``/``outputs``
-    describe the ONNX model's tensors, in ONNX order.
+    describe the ONNX model's tensors, in ONNX order. ``threads`` sizes the
+    host thread pool of each thread that runs it (see :mod:`byoc.host.threads`).
     """
 
     def __init__(self, executable, metadata: dict, plan=None, target: Optional[TargetPreset] = None,
-                 library=None):
+                 library=None, threads: Optional[int] = None):
         self.executable = executable
         self.metadata = metadata
         self.plan = plan
@@ -51,6 +53,7 @@ class Artifact:
         self._library_lock = threading.Lock()
         self._local = threading.local()
         self._tmpdir: Optional[str] = None
+        self.threads = check_threads(threads)
 
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
@@ -96,7 +99,7 @@ class Artifact:
                 else:
                     self._tmpdir = tempfile.mkdtemp(prefix="byoc-artifact-")
                     weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
-                    self._library = load_library(self.export(Path(self._tmpdir) / "model.so"))
+                    self._library = load_library(self.export(Path(self._tmpdir) / "model.so"), self.threads)
             return self._library
 
     def _vm(self):
@@ -106,7 +109,9 @@ class Artifact:
             import tvm
             from tvm import relax
 
-            vm = relax.VirtualMachine(self._loaded_library(), tvm.cpu())
+            library = self._loaded_library()
+            configure_host_pool(self.threads)  # TVM's pool is per thread: sized before this thread's first run
+            vm = relax.VirtualMachine(library, tvm.cpu())
             self._local.vm = vm
         return vm
 
@@ -217,16 +222,18 @@ def _load_runtimes_for(path: Path) -> None:
         codegen.load_runtime()
 
 
-def load_library(path: Union[str, os.PathLike]):
+def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     """The TVM runtime module of the library at ``path``, with the vendor runtimes it holds loaded first.
 
-    For tools that drive the Relax VM themselves (benchmarks/profile.py);
-    :func:`load` is the way to get an :class:`Artifact`.
+    ``threads`` is handed to those runtimes before they create their modules
+    (:mod:`byoc.host.threads`). For tools that drive the Relax VM themselves
+    (benchmarks/profile.py); :func:`load` is the way to get an :class:`Artifact`.
     """
     import tvm
 
     path = Path(path)
     _load_runtimes_for(path)
+    set_vendor_threads(check_threads(threads))
     try:
         return tvm.runtime.load_module(str(path))
     except Exception as err:
@@ -234,8 +241,13 @@ def load_library(path: Union[str, os.PathLike]):
         raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
 
 
-def load(path: Union[str, os.PathLike]) -> Artifact:
-    """Load an artifact written by :meth:`Artifact.export` (works in a fresh process)."""
+def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Artifact:
+    """Load an artifact written by :meth:`Artifact.export` (works in a fresh process).
+
+    ``threads``: how many threads it may use, host and vendors alike (default:
+    the user's OMP_NUM_THREADS / TVM_NUM_THREADS, else the CPUs the process may
+    use; see :mod:`byoc.host.threads`).
+    """
     path = Path(path)
     if not path.is_file():
         kind = "a folder, not an artifact file" if path.is_dir() else "not found"
@@ -247,7 +259,7 @@ def load(path: Union[str, os.PathLike]) -> Artifact:
                       if path.suffix == ".onnx" or head[:1] == b"\x08" else "")
         raise ArtifactLoadError(f"{str(path)!r} is not a shared library; byoc.load expects the .so that "
                                 f"Artifact.export wrote.{model_hint}")
-    library = load_library(path)
+    library = load_library(path, threads)
     try:
         import tvm
         from tvm import relax
@@ -259,4 +271,4 @@ def load(path: Union[str, os.PathLike]) -> Artifact:
             f"{str(path)!r} is a TVM library but not a byoc artifact (no {METADATA_FUNCTION}); "
             "export it with byoc"
         ) from None
-    return Artifact(None, metadata, plan=None, library=library)
+    return Artifact(None, metadata, plan=None, library=library, threads=threads)

@@ -24,9 +24,10 @@ from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
 from byoc.errors import BuildError, ByocError, CodegenError, TargetError
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
+from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
-from byoc.vendor import Vendor
+from byoc.vendor import Vendor, runtime_module_kinds
 
 @contextlib.contextmanager
 def _codegens_for_this_build(mod, modules: dict[str, list]):
@@ -191,6 +192,7 @@ def build(
     target: Union[str, TargetPreset, None] = None,
     *,
     strict: bool = False,
+    threads: Optional[int] = None,
     **partition_options,
 ) -> Artifact:
     """Compile a :class:`PartitionPlan` (or a model, partitioned first) into an :class:`Artifact`.
@@ -205,7 +207,12 @@ def build(
     ``RuntimeWarning`` naming the vendor and the error; ``artifact.plan``
     is then the plan actually built. With ``strict=True`` that is a
     :class:`CodegenError` instead.
+
+    ``threads``: how many threads the artifact may use, host pool and vendor
+    runtimes alike (default: the user's OMP_NUM_THREADS / TVM_NUM_THREADS,
+    else the CPUs the process may use; see :mod:`byoc.host.threads`).
     """
+    check_threads(threads)
 
     if isinstance(plan_or_model, PartitionPlan):
         if vendors is not None or partition_options:
@@ -217,6 +224,7 @@ def build(
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), target=preset,
                          strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
+    _prepare_vendor_runtimes(plan, threads)
     plan, modules = _codegen_all(plan, preset, strict)
     mod = lower_partitions(plan.mod, modules)
     mod = _with_metadata(mod, _metadata(plan, preset))
@@ -225,7 +233,15 @@ def build(
     except Exception as err:  # TVM raises many error types from deep inside
         first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
-    return Artifact(executable, json.loads(_metadata(plan, preset)), plan=plan, target=preset)
+    return Artifact(executable, json.loads(_metadata(plan, preset)), plan=plan, target=preset, threads=threads)
+
+
+def _prepare_vendor_runtimes(plan: PartitionPlan, threads: Optional[int]) -> None:
+    """Load the runtimes the plan's vendors need and give them the thread count, before they create modules."""
+    for vendor in plan.vendors:
+        if runtime_module_kinds(vendor.codegen) and any(p.vendor == vendor.name for p in plan.partitions):
+            vendor.codegen.load_runtime()
+    set_vendor_threads(threads)
 
 
 def compile(  # noqa: A001 - the public name the product promises
@@ -237,14 +253,15 @@ def compile(  # noqa: A001 - the public name the product promises
     keep_on_host: Sequence[str] = (),
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     strict: bool = False,
+    threads: Optional[int] = None,
 ) -> Artifact:
     """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
 
     ``strict`` is as in :func:`build`: a failing codegen raises instead of
     sending its partitions back to the host; and as in :func:`byoc.partition`:
     a vendor that cannot run on ``target`` is an error instead of taking
-    nothing.
+    nothing. ``threads`` is as in :func:`build`.
     """
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
                      input_shapes=input_shapes, strict=strict)
-    return build(plan, strict=strict)
+    return build(plan, strict=strict, threads=threads)

@@ -15,6 +15,7 @@ loads by path before itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from importlib import metadata
 from pathlib import Path
@@ -52,8 +53,9 @@ def onednn_library() -> list[Path]:
     return [_located(LIBRARY_DIST, "libdnnl.so.3")]
 
 
-def bound_openmp_spinning() -> None:
-    """Let idle OpenMP threads spin briefly, then sleep, unless the user chose a policy.
+@contextlib.contextmanager
+def bound_openmp_spinning():
+    """While oneDNN's libraries load, let idle OpenMP threads spin briefly, then sleep, unless the user chose a policy.
 
     oneDNN runs on OpenMP threads. By default libgomp lets an idle thread spin
     for a long time (about 300 000 rounds) after every primitive, so between
@@ -71,11 +73,19 @@ def bound_openmp_spinning() -> None:
 
     so a short spin keeps the default's speed and bounds what idle threads
     take from the rest of the process. libgomp reads the variable once, when
-    it starts, so this only has an effect if nothing in the process has started
-    OpenMP yet; OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user win.
+    it is loaded: it is set for the duration of the load and removed again, so
+    ``os.environ`` is left as it was. It has no effect when something in the
+    process loaded libgomp before; OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the
+    user win.
     """
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = "10000"
+    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
+        yield
+        return
+    os.environ["GOMP_SPINCOUNT"] = "10000"
+    try:
+        yield
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
 
 
 DNNL_RUNTIME = RuntimeLibrary("dnnl", package=__package__, dependencies=onednn_library,

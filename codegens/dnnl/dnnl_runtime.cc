@@ -15,9 +15,23 @@
  * Calls are thread safe: a call takes a Workspace (arena, scratchpad, memory
  * objects, stream) from a pool and gives it back; a second thread running at
  * the same time gets its own.
+ *
+ * Threads: each primitive gets its own OpenMP team size, decided when it is
+ * created from the work it does. Small primitives, and every primitive of a
+ * module whose whole run is short, run on the calling thread alone: a team of
+ * two pays a barrier per primitive, which costs microseconds on an idle
+ * machine and a scheduler time slice (milliseconds) when another process
+ * holds the other core. Larger ones use up to the process-wide
+ * maximum byoc sets (byoc.dnnl.set_max_threads: threads= or the CPUs the
+ * process may use), else OpenMP's own default. oneDNN fixes a primitive's
+ * work split when it is created, so the maximum applies to modules created
+ * after it is set; a call restores the caller's OpenMP setting when it ends.
  */
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <omp.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -44,6 +58,35 @@ dnnl::engine& Engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
 }
+
+// -- threads -------------------------------------------------------------------------------
+std::atomic<int> g_max_threads{0};  // set by byoc (byoc.dnnl.set_max_threads); 0: OpenMP's default
+
+int MaxThreads() {
+  int n = g_max_threads.load();
+  return n > 0 ? n : omp_get_max_threads();
+}
+
+// Single-thread work in microseconds, roughly, on AVX2: multiply-adds of a convolution or
+// matmul, and elements read and written by anything else.
+constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
+// A primitive below this runs on one thread; so does every primitive of a module whose
+// total is below kParallelModuleUs (a whole run shorter than one scheduler time slice
+// gains nothing from a team that may wait a time slice for its second thread).
+constexpr double kParallelOpUs = 25, kParallelModuleUs = 1000;
+
+// Sets the calling thread's OpenMP team size for its lifetime, then puts the caller's back.
+class OmpThreads {
+ public:
+  OmpThreads() : saved_(omp_get_max_threads()), current_(saved_) {}
+  ~OmpThreads() { omp_set_num_threads(saved_); }
+  void Set(int n) {
+    if (n != current_) omp_set_num_threads(current_ = n);
+  }
+
+ private:
+  int saved_, current_;
+};
 
 constexpr size_t kAlign = 64;
 
@@ -105,6 +148,7 @@ struct Step {
   dnnl::primitive primitive;
   std::vector<Arg> args;
   Desc scratchpad;
+  int threads;  // the OpenMP team size it was created for
 };
 
 // One post-op: an element-wise function, or a binary op with a second tensor.
@@ -142,7 +186,12 @@ class DnnlExecutor {
       }
     }
     const std::vector<BodyOp>& ops = g_.ops();
+    OmpThreads omp;  // oneDNN sizes each primitive's work split for the team size current at creation
+    double total_us = 0;
+    for (const BodyOp& op : ops) total_us += WorkUs(op);
     for (size_t k = 0; k < ops.size();) {
+      threads_ = total_us >= kParallelModuleUs && WorkUs(ops[k]) >= kParallelOpUs ? MaxThreads() : 1;
+      omp.Set(threads_);
       try {
         k = CompileOp(k);
       } catch (const dnnl::error& err) {
@@ -157,8 +206,14 @@ class DnnlExecutor {
     std::unique_ptr<Workspace> ws = Take();
     for (Bound& b : ws->inputs) b.mem.set_data_handle(reinterpret_cast<char*>(in[b.slot]) + b.offset);
     for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
-    for (size_t i = 0; i < steps_.size(); ++i) steps_[i].primitive.execute(ws->stream, ws->args[i]);
-    ws->stream.wait();
+    {
+      OmpThreads omp;
+      for (size_t i = 0; i < steps_.size(); ++i) {
+        omp.Set(std::min(steps_[i].threads, MaxThreads()));  // a lower count set since creation still caps it
+        steps_[i].primitive.execute(ws->stream, ws->args[i]);
+      }
+      ws->stream.wait();
+    }
     Give(std::move(ws));
   }
 
@@ -238,7 +293,28 @@ class DnnlExecutor {
       if (life.first < 0 || life.first > step) life.first = step;
       life.second = std::max(life.second, step);
     }
-    steps_.push_back({std::move(primitive), std::move(args), scratchpad});
+    steps_.push_back({std::move(primitive), std::move(args), scratchpad, threads_});
+  }
+
+  // Estimated single-thread time of op `op` (the head of the primitive it starts), in microseconds.
+  double WorkUs(const BodyOp& op) const {
+    auto numel = [this](int id) {
+      double n = 1;
+      for (int64_t d : g_.Shape(id)) n *= static_cast<double>(d);
+      return n;
+    };
+    double out = numel(op.output), macs = 0, elements = out;
+    if ((op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
+      const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
+      double per = 1;
+      for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
+      macs = (op.kernel == "relax.nn.conv2d" ? out : numel(op.inputs[0])) * per;
+    } else if (op.kernel == "relax.matmul" && !op.inputs.empty() && !g_.Shape(op.inputs[0]).empty()) {
+      macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
+    }
+    for (int x : op.inputs)
+      if (x >= 0) elements += numel(x);
+    return macs / kMacsPerUs + elements / kElementsPerUs;
   }
 
   int NewTemp(const Desc& desc) {
@@ -1291,12 +1367,22 @@ class DnnlExecutor {
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::vector<Step> steps_;
+  int threads_ = 1;  // the team size of the op being compiled
   size_t arena_bytes_ = 0, scratch_bytes_ = 0;
   mutable std::mutex pool_mutex_;
   mutable std::vector<std::unique_ptr<Workspace>> pool_;
 };
 
-TVM_FFI_STATIC_INIT_BLOCK() { RegisterGraphRuntime<DnnlExecutor>(); }
+TVM_FFI_STATIC_INIT_BLOCK() {
+  RegisterGraphRuntime<DnnlExecutor>();
+  tvm::ffi::reflection::GlobalDef()
+      .def("byoc.dnnl.set_max_threads",
+           [](int64_t n) {
+             if (n < 0) Fail("set_max_threads: a thread count is >= 0 (0: OpenMP's default)");
+             g_max_threads.store(static_cast<int>(n));
+           })
+      .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); });
+}
 
 }  // namespace dnnl_runtime
 }  // namespace byoc

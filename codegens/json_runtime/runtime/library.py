@@ -6,8 +6,10 @@ Each runtime (``json_runtime.cc``, ``dnnl_runtime.cc``, both with the shared
 compiler. Nothing happens at import: :meth:`RuntimeLibrary.load` runs when an
 artifact that needs the runtime is built or loaded. It loads the runtime's
 own dependencies first (``dependencies``: e.g. oneDNN from its wheel, by path),
-runs ``prepare`` (process settings that must precede the library), then loads
-the library with ``RTLD_GLOBAL``, which registers the module factory and the
+and the library with ``RTLD_GLOBAL`` inside ``prepare`` (a context for process
+settings that must be in place while the libraries load, e.g. environment
+variables a dependency reads once, at its own load, and that are restored right
+after), which registers the module factory and the
 ``ffi.Module.load_from_bytes.byoc_<name>`` loader.
 
 Where the package is imported from a source checkout while byoc is installed
@@ -18,13 +20,14 @@ not next to the source; it is then found in the installed copy on
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ContextManager, Sequence
 
 from byoc.errors import BuildError
 
@@ -38,13 +41,13 @@ class RuntimeLibrary:
     ``dependencies`` returns the shared libraries to load first, by path, or
     raises a :class:`BuildError` saying what to install (called when the
     library is needed, so a missing optional dependency is reported then, not
-    at import). ``prepare`` runs just before the library is loaded.
+    at import). ``prepare()`` returns a context the libraries are loaded in.
     """
 
     name: str  # "json_runtime": the library's file name, the error prefix and the global names
     package: str  # the Python package whose folder holds libbyoc_<name>.so
     dependencies: Callable[[], Sequence[Path]] = tuple
-    prepare: Callable[[], None] = lambda: None
+    prepare: Callable[[], ContextManager] = contextlib.nullcontext
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _loaded: Path | None = field(default=None, repr=False)
 
@@ -89,11 +92,11 @@ class RuntimeLibrary:
             path = self.library_path()
             dependencies = list(self.dependencies())
             if tvm_ffi.get_global_func(self.factory, allow_missing=True) is None:
-                self.prepare()
                 try:
-                    for dependency in dependencies:
-                        ctypes.CDLL(str(dependency), mode=ctypes.RTLD_GLOBAL)
-                    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+                    with self.prepare():
+                        for dependency in dependencies:
+                            ctypes.CDLL(str(dependency), mode=ctypes.RTLD_GLOBAL)
+                        ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
                 except OSError as err:
                     raise BuildError(f"cannot load the {self.name} runtime library {str(path)!r}: {err}; "
                                      f"{REINSTALL_HINT}") from None

@@ -1,0 +1,164 @@
+"""Thread counts: from what the process may use, one ``threads=`` for host and vendors, no environment writes.
+
+Behaviour only, never timings: which count reaches TVM's pool and the dnnl
+runtime, how many threads do work during runs (CPU time per thread from
+/proc), and what ``os.environ`` holds afterwards. Runs that load runtimes
+happen in fresh subprocesses, so that each starts from the process defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from byoc.errors import ByocError
+from byoc.host import threads
+
+TWO_CPUS = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs in the affinity mask")
+
+# A convolution big enough that the dnnl runtime runs it on a team (1.8 G multiply-adds per run).
+BIG_CONV = """
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(0)
+w1 = numpy_helper.from_array(rng.standard_normal((64, 3, 3, 3)).astype(np.float32), "w1")
+w2 = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05, "w2")
+nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv1"),
+         helper.make_node("Relu", ["a"], ["b"], name="relu"),
+         helper.make_node("Conv", ["b", "w2"], ["y"], pads=[1, 1, 1, 1], name="conv2")]
+graph = helper.make_graph(nodes, "big_conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 224, 224])], [w1, w2])
+MODEL = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+MODEL.ir_version = 8
+X = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+"""
+
+
+def _run(code: str, unset: tuple = ()) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_available_cpus_follow_the_affinity_mask():
+    first = min(os.sched_getaffinity(0))
+    got = _run(f"""
+        import json, os
+        os.sched_setaffinity(0, {{{first}}})  # as `taskset -c {first}` would
+        from byoc.host.threads import available_cpus
+        print(json.dumps(available_cpus()))
+    """)
+    assert got == 1
+
+
+@pytest.mark.parametrize("cpu_max, expected", [("150000 100000\n", 1.5), ("max 100000\n", None), ("junk", None)])
+def test_cgroup_quota_is_read_from_cpu_max(tmp_path, monkeypatch, cpu_max, expected):
+    path = tmp_path / "cpu.max"
+    path.write_text(cpu_max)
+    monkeypatch.setattr(threads, "_CGROUP_V2", path)
+    monkeypatch.setattr(threads, "_CGROUP_V1", (tmp_path / "absent", tmp_path / "absent"))
+    assert threads.cgroup_cpus() == expected
+    if expected is not None:  # a quota of 1.5 CPUs lets 2 threads run, never more than the affinity allows
+        assert threads.available_cpus() == min(2, len(threads.affinity()))
+
+
+def test_cgroup_v1_quota(tmp_path, monkeypatch):
+    quota, period = tmp_path / "quota", tmp_path / "period"
+    quota.write_text("100000\n")
+    period.write_text("100000\n")
+    monkeypatch.setattr(threads, "_CGROUP_V2", tmp_path / "absent")
+    monkeypatch.setattr(threads, "_CGROUP_V1", (quota, period))
+    assert threads.cgroup_cpus() == 1.0 and threads.available_cpus() == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_threads_must_be_a_whole_number_of_at_least_one(bad):
+    import byoc
+    import byoc.examples
+
+    with pytest.raises(ByocError, match="threads="):
+        byoc.build(byoc.examples.small_cnn(), ["c_source"], threads=bad)
+
+
+def test_the_user_environment_wins_over_the_default(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    assert threads.vendor_threads(None) == threads.available_cpus()
+    assert threads.host_threads(None) is not None
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.vendor_threads(None) == 0  # 0: OpenMP's own default, which reads OMP_NUM_THREADS
+    assert threads.host_threads(None) is None  # TVM reads it itself
+    assert threads.vendor_threads(2) == 2 and threads.host_threads(2) == 2  # an explicit threads= wins
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_threads_reach_the_host_pool_and_the_dnnl_runtime(count):
+    if count > len(os.sched_getaffinity(0)):
+        pytest.skip("needs 2 CPUs in the affinity mask")
+    got = _run(f"""
+        import json, numpy as np, tvm_ffi, byoc, byoc.examples
+        artifact = byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"], threads={count})
+        dnnl = tvm_ffi.get_global_func("byoc.dnnl.max_threads")()
+        artifact.run([np.zeros(artifact.inputs[0].shape, np.float32)])
+        host = tvm_ffi.get_global_func("runtime.NumThreads")()
+        print(json.dumps([dnnl, host]))
+    """)
+    assert got == [count, count]
+
+
+def test_load_takes_threads_too(tmp_path):
+    got = _run(f"""
+        import json, numpy as np, tvm_ffi, byoc, byoc.examples
+        byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"]).export({str(tmp_path / 'm.so')!r})
+        artifact = byoc.load({str(tmp_path / 'm.so')!r}, threads=1)
+        artifact.run([np.zeros(artifact.inputs[0].shape, np.float32)])
+        print(json.dumps([tvm_ffi.get_global_func("byoc.dnnl.max_threads")(),
+                          tvm_ffi.get_global_func("runtime.NumThreads")()]))
+    """)
+    assert got == [1, 1]
+
+
+def _working_threads(count: int) -> int:
+    """How many threads of a fresh process gain CPU time while a big dnnl convolution runs with ``threads=count``."""
+    return _run(BIG_CONV + f"""
+import json, os, byoc
+
+def cpu_ticks():
+    ticks = {{}}
+    for tid in os.listdir("/proc/self/task"):
+        fields = open(f"/proc/self/task/{{tid}}/stat").read().rsplit(")", 1)[1].split()
+        ticks[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+artifact = byoc.compile(MODEL, vendors=["dnnl"], threads={count})
+artifact.run([X])
+before = cpu_ticks()
+for _ in range(15):
+    artifact.run([X])
+after = cpu_ticks()
+print(json.dumps(sum(1 for tid, t in after.items() if t - before.get(tid, 0) >= 5)))
+""")
+
+
+@TWO_CPUS
+def test_threads_1_runs_single_threaded_and_threads_2_does_not():
+    assert _working_threads(1) == 1
+    assert _working_threads(2) >= 2  # the same check sees a team when there is one
+
+
+def test_building_and_loading_dnnl_leave_the_environment_alone(tmp_path):
+    got = _run(f"""
+        import json, os, byoc, byoc.examples
+        before = dict(os.environ)
+        byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"]).export({str(tmp_path / 'm.so')!r})
+        byoc.load({str(tmp_path / 'm.so')!r})
+        print(json.dumps([k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)]))
+    """, unset=("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))  # so that byoc's own spin setting applies
+    assert got == []
