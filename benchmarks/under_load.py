@@ -59,11 +59,13 @@ def stop_busy(procs: list[subprocess.Popen]) -> None:
         proc.wait()
 
 
-def time_once(kind: str, path: Path, inputs: dict, args, tmp: Path) -> dict:
-    """One fresh timing process: load, warm up, time; ``{"median_s"}`` or ``{"why"}``."""
-    input_file = tmp / f"inputs-{time.monotonic_ns()}.npz"
-    np.savez(input_file, *inputs.values())
-    spec = {"kind": kind, "path": str(path), "inputs": str(input_file), "input_names": list(inputs),
+def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) -> dict:
+    """One fresh timing process: load, warm up, time; ``{"median_s"}`` or ``{"why"}``.
+
+    ``inputs`` is the .npz file of the inputs and their names, written once per model.
+    """
+    input_file, input_names = inputs
+    spec = {"kind": kind, "path": str(path), "inputs": input_file, "input_names": input_names,
             "outputs": str(tmp / f"out-{time.monotonic_ns()}.npz")}
     if kind == "byoc" and args.threads:
         spec["threads"] = args.threads
@@ -81,7 +83,7 @@ def time_once(kind: str, path: Path, inputs: dict, args, tmp: Path) -> dict:
         proc.close()
 
 
-def time_side(kind: str, path: Path, inputs: dict, args, tmp: Path) -> dict:
+def time_side(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) -> dict:
     """The worst median over ``--processes`` fresh processes, and every median."""
     medians = []
     for _ in range(args.processes):
@@ -118,12 +120,14 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     if built.get("status") != "ok" or built.get("stage") != "done":
         return {"status": "build failed", "why": built.get("why") or built.get("error")}
     entry = {"status": "ok", "partitions": built["partitions"], "loads": {}}
+    saved = (task["inputs"], task["input_names"])
     for busy in (0, args.busy):
         procs = start_busy(busy, args.busy_seconds)
         try:
             time.sleep(0.5 if busy else 0)  # let the loops get going
-            entry["loads"][busy] = {side: time_side(kind, path if kind == "onnxruntime" else lib, inputs, args, tmp)
-                                    for side, kind in (("byoc", "byoc"), ("onnxruntime", "onnxruntime"))}
+            # keyed by the count as text, as the JSON holds it
+            entry["loads"][str(busy)] = {kind: time_side(kind, path if kind == "onnxruntime" else lib, saved, args, tmp)
+                                         for kind in ("byoc", "onnxruntime")}
         finally:
             stop_busy(procs)
     return entry
@@ -197,8 +201,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="byoc-load-") as tmp:
         for name in names:
             print(f"[{time.strftime('%H:%M:%S')}] {name}", file=sys.stderr, flush=True)
-            entry = bench_model(name, args, Path(tmp))
-            report["models"][name] = json.loads(json.dumps(entry))  # load counts as strings, as in the JSON
+            report["models"][name] = bench_model(name, args, Path(tmp))
     print_table(report, args.busy)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

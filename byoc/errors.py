@@ -16,6 +16,12 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def last_line(err: BaseException) -> str:
+    """The last line of ``err``'s message (or its type's name): where TVM puts the message, after its traceback."""
+    text = str(err).strip()
+    return text.splitlines()[-1] if text else type(err).__name__
+
+
 # -- model loading (byoc.pipeline.frontend) -------------------------------------------
 class ModelLoadError(ByocError):
     """The model could not be read or imported."""

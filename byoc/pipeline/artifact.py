@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError
+from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError, last_line
 from byoc.pipeline.frontend import TensorSpec
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
@@ -76,7 +76,7 @@ class Artifact:
             self.executable.export_library(tmp, cc=cc)
             os.replace(tmp, path)
         except Exception as err:
-            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            first = last_line(err)
             raise BuildError(f"exporting for {self.target.name} with {cc} failed: {first}") from err
         finally:
             if os.path.exists(tmp):
@@ -237,7 +237,7 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     try:
         return tvm.runtime.load_module(str(path))
     except Exception as err:
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        first = last_line(err)
         raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
 
 

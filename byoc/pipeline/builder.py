@@ -21,7 +21,7 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc._version import __version__
 from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
-from byoc.errors import BuildError, ByocError, CodegenError, TargetError
+from byoc.errors import BuildError, ByocError, CodegenError, TargetError, last_line
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
@@ -231,7 +231,7 @@ def build(
     try:
         executable = compile_host(mod, preset)
     except Exception as err:  # TVM raises many error types from deep inside
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        first = last_line(err)
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
     return Artifact(executable, json.loads(_metadata(plan, preset)), plan=plan, target=preset, threads=threads)
 

@@ -19,7 +19,7 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc.vendor.values import const_nbytes, static_dims
 from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
-from byoc.errors import ByocError, TargetError
+from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import ImportedModel, OnnxNode, TensorSpec, import_model
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
@@ -244,7 +244,7 @@ def partition(
         try:
             merged = MergeCompositeFunctions()(annotation.fused)
         except Exception as err:  # TVM refuses e.g. match_cast or If bindings in main
-            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            first = last_line(err)
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
             warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
             everything = {(v.name, b): reason for v in annotation.vendors for b in annotation.decisions}

@@ -209,7 +209,7 @@ class DnnlExecutor {
     {
       OmpThreads omp;
       for (size_t i = 0; i < steps_.size(); ++i) {
-        omp.Set(std::min(steps_[i].threads, MaxThreads()));  // a lower count set since creation still caps it
+        omp.Set(steps_[i].threads);
         steps_[i].primitive.execute(ws->stream, ws->args[i]);
       }
       ws->stream.wait();

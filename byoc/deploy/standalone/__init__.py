@@ -63,7 +63,7 @@ import numpy as np
 from byoc.deploy.standalone.c_program import c_array, model_source
 from byoc.deploy.standalone.tensor_file import read_tensors, write_tensors
 from byoc.deploy.targets import TargetPreset
-from byoc.errors import StandaloneError
+from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
@@ -147,7 +147,7 @@ def _kernels_object(mod, target: TargetPreset, path: Path) -> bool:
         lib = tvm.tirx.build(tvm.IRModule(funcs), target=target.tvm_target())
         lib.write_to_file(str(path))
     except Exception as err:  # TVM raises many error types from deep inside
-        first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        first = last_line(err)
         raise StandaloneError(f"LLVM could not build the host kernels for {target.name}: {first}") from err
     return True
 
