@@ -206,11 +206,12 @@ def _model_path(model: str, build: Path) -> Path:
     return models.model_path(model, build)
 
 
-def build(path: Path, vendors: list, target: str, out: Path, keep_on_host=()):
+def build(path: Path, vendors: list, target: str, out: Path, keep_on_host=(), input_shapes=None):
     """partition + build + export; returns the plan and the artifact's input specs."""
     import byoc
 
-    plan = byoc.partition(byoc.import_model(str(path)), vendors, target=target, keep_on_host=keep_on_host)
+    imported = byoc.import_model(str(path), input_shapes=input_shapes or None)
+    plan = byoc.partition(imported, vendors, target=target, keep_on_host=keep_on_host)
     artifact = byoc.build(plan)
     artifact.export(out)
     return plan, artifact.inputs
@@ -253,6 +254,12 @@ def print_report(report: dict, top: int) -> None:
                   f"{k['percent']:.1f}% |")
 
 
+def _input_shape(text: str):
+    from byoc.partition.__main__ import _input_shape as parse  # the CLI's own NAME=D1,D2 parser
+
+    return parse(text)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help=f"one of {', '.join(models.ALL_MODELS)}, or a path to an .onnx file")
@@ -260,6 +267,8 @@ def parse_args(argv):
     p.add_argument("--target", default="x86_64", help="a target preset that runs on this machine (default x86_64)")
     p.add_argument("--keep-on-host", default="", metavar="NODE|OPTYPE[,...]",
                    help="ONNX node names or op types to keep on the host, comma-separated")
+    p.add_argument("--input-shape", type=_input_shape, action="append", default=[], metavar="NAME=D1,D2,...",
+                   help="static shape of an input with symbolic dimensions (repeatable), as in byoc.partition")
     p.add_argument("--runs", type=int, default=10, help="measured runs (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="runs first, not measured (default 2, at least 1)")
     p.add_argument("--top", type=int, default=20, help="functions listed (default 20)")
@@ -290,7 +299,7 @@ def main(argv=None) -> int:
         library = tmp / "model.so"
         t0 = time.perf_counter()
         keep = [name for name in args.keep_on_host.split(",") if name]
-        plan, specs = build(path, vendors, args.target, library, keep)
+        plan, specs = build(path, vendors, args.target, library, keep, dict(args.input_shape))
         build_s = time.perf_counter() - t0
         rng = np.random.default_rng(1)
         np.savez(tmp / "inputs.npz", *[rng.standard_normal(s.shape).astype(s.dtype) for s in specs])

@@ -41,7 +41,8 @@ and reported as skipped with the reason.
 * goals: issue 7's goal figures, each for the vendor set that does best on it,
   met or missed (printed, never asserted).
 
-Setting ``OMP_WAIT_POLICY=PASSIVE`` keeps idle OpenMP threads from spinning.
+byoc loads oneDNN's OpenMP with ``OMP_WAIT_POLICY=PASSIVE`` unless the
+environment sets a wait policy (``codegens/dnnl/__init__.py`` has the figures).
 """
 
 from __future__ import annotations
@@ -286,7 +287,8 @@ def _timer_main(spec_file: str) -> int:
 class TimingProcess:
     """One configuration in its own process; ``why`` is set (and the process gone) once it failed."""
 
-    def __init__(self, name: str, spec: dict, tmp: Path):
+    def __init__(self, name: str, spec: dict, tmp: Path, env: dict | None = None):
+        """``env``: variables set in the process on top of this one's environment."""
         self.name, self.spec = name, spec
         self.status, self.why = "ok", None
         slug = "".join(c if c.isalnum() else "-" for c in name) + f"-{time.monotonic_ns()}"
@@ -295,7 +297,8 @@ class TimingProcess:
         self._stderr = open(tmp / f"timer-{slug}.err", "w+")
         # Own session: a hung child and everything it started are killed together.
         self.proc = subprocess.Popen([sys.executable, __file__, "--timer", str(spec_file)], start_new_session=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     env={**os.environ, **(env or {})})
         self._buffer = b""
 
     def request(self, command: str, timeout: float, expect: str | None = None):

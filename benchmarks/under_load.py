@@ -17,7 +17,11 @@ after ``--busy-seconds``, so none outlives a crashed run.
 
 onnxruntime runs the original model with ``intra_op_num_threads=2``, as in
 the other benchmarks; byoc runs with its defaults (no ``threads=``), or with
-``--threads``. The script prints ratios, never asserts timings.
+``--threads``. Each ``--byoc-env KEY=VALUE[,...]`` adds a byoc side run with
+those environment settings (``BYOC_DNNL_CONTENTION=off``, the behaviour before
+the dnnl runtime chose programs per call; ``OMP_WAIT_POLICY=PASSIVE``), so a
+setting is compared with the default in the same run, under the same noise.
+The script prints ratios, never asserts timings.
 """
 
 from __future__ import annotations
@@ -59,7 +63,20 @@ def stop_busy(procs: list[subprocess.Popen]) -> None:
         proc.wait()
 
 
-def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) -> dict:
+def sides(args) -> dict[str, tuple[str, dict]]:
+    """What is timed, by label: its kind (``byoc`` or ``onnxruntime``) and the environment it adds.
+
+    ``byoc`` and ``onnxruntime`` run in this process's environment; every
+    ``--byoc-env`` adds a byoc side labelled by its settings, so a setting is
+    compared with byoc's default in the same run.
+    """
+    chosen = {"byoc": ("byoc", {}), "onnxruntime": ("onnxruntime", {})}
+    for settings in args.byoc_env:
+        chosen[f"byoc {settings}"] = ("byoc", dict(item.split("=", 1) for item in settings.split(",")))
+    return chosen
+
+
+def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path, env: dict) -> dict:
     """One fresh timing process: load, warm up, time; ``{"median_s"}`` or ``{"why"}``.
 
     ``inputs`` is the .npz file of the inputs and their names, written once per model.
@@ -69,7 +86,7 @@ def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) 
             "outputs": str(tmp / f"out-{time.monotonic_ns()}.npz")}
     if kind == "byoc" and args.threads:
         spec["threads"] = args.threads
-    proc = bench.TimingProcess(kind, spec, tmp)
+    proc = bench.TimingProcess(kind, spec, tmp, env)
     try:
         if proc.reply("load", args.timeout, expect="ready") is None:
             return {"why": proc.why}
@@ -83,11 +100,11 @@ def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) 
         proc.close()
 
 
-def time_side(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path) -> dict:
+def time_side(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path, env: dict) -> dict:
     """The worst median over ``--processes`` fresh processes, and every median."""
     medians = []
     for _ in range(args.processes):
-        result = time_once(kind, path, inputs, args, tmp)
+        result = time_once(kind, path, inputs, args, tmp, env)
         if "why" in result:
             return {"status": "error", "why": result["why"]}
         medians.append(result["median_s"])
@@ -126,8 +143,9 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         try:
             time.sleep(0.5 if busy else 0)  # let the loops get going
             # keyed by the count as text, as the JSON holds it
-            entry["loads"][str(busy)] = {kind: time_side(kind, path if kind == "onnxruntime" else lib, saved, args, tmp)
-                                         for kind in ("byoc", "onnxruntime")}
+            entry["loads"][str(busy)] = {
+                label: time_side(kind, path if kind == "onnxruntime" else lib, saved, args, tmp, env)
+                for label, (kind, env) in sides(args).items()}
         finally:
             stop_busy(procs)
     return entry
@@ -168,6 +186,24 @@ def print_table(report: dict, busy: int) -> None:
               f"byoc/onnxruntime idle {geo['idle']:.2f}x, busy {geo['busy']:.2f}x")
 
 
+def print_variants(report: dict, busy: int) -> None:
+    """Each ``--byoc-env`` side against byoc's default, idle and busy, in the same run."""
+    print("\n## byoc settings compared in the same run (worst median; ratio to byoc's default)\n")
+    print("| model | side | idle | vs default idle | busy | vs default busy | busy / idle |")
+    print("|---|---|---|---|---|---|---|")
+    for name, entry in report["models"].items():
+        if entry["status"] != "ok":
+            continue
+        idle, loaded = entry["loads"]["0"], entry["loads"][str(busy)]
+        for label in idle:
+            if label == "onnxruntime" or not all(load[s].get("status") == "ok" for load in (idle, loaded)
+                                                 for s in (label, "byoc")):
+                continue
+            i, b = idle[label]["worst_ms"], loaded[label]["worst_ms"]
+            print(f"| {name} | {label} | {i:.2f} ms | {i / idle['byoc']['worst_ms']:.2f}x | {b:.2f} ms | "
+                  f"{b / loaded['byoc']['worst_ms']:.2f}x | {b / i:.2f}x |")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
@@ -175,6 +211,8 @@ def parse_args(argv):
     p.add_argument("--run-models", default="", help="comma-separated benchmarks/run.py models too (needs torch)")
     p.add_argument("--vendors", default="dnnl,c_source", help="byoc's vendor set (default dnnl,c_source)")
     p.add_argument("--threads", type=int, default=None, help="byoc.load(threads=...) (default: byoc's default)")
+    p.add_argument("--byoc-env", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="also time byoc with these environment settings (repeatable), e.g. OMP_WAIT_POLICY=PASSIVE")
     p.add_argument("--busy", type=int, default=1, help="busy processes beside the model (default 1)")
     p.add_argument("--busy-seconds", type=float, default=900, help="a busy process ends itself after this")
     p.add_argument("--processes", type=int, default=2, help="fresh timing processes per side and load (>= 2)")
@@ -187,6 +225,9 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.processes < 1 or args.busy < 1:
         p.error("--processes and --busy take a count >= 1")
+    for settings in args.byoc_env:
+        if not all("=" in item and item.split("=", 1)[0] for item in settings.split(",")):
+            p.error(f"--byoc-env takes KEY=VALUE[,KEY=VALUE], not {settings!r}")
     args.cache = args.cache or rm.default_cache()
     return args
 
@@ -203,6 +244,8 @@ def main(argv=None) -> int:
             print(f"[{time.strftime('%H:%M:%S')}] {name}", file=sys.stderr, flush=True)
             report["models"][name] = bench_model(name, args, Path(tmp))
     print_table(report, args.busy)
+    if args.byoc_env:
+        print_variants(report, args.busy)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

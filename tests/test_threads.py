@@ -38,6 +38,22 @@ MODEL.ir_version = 8
 X = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
 """
 
+# Thirty mid-sized convolutions (7 M multiply-adds each): a team of two meets its second thread
+# at thirty barriers per run.
+CONV_CHAIN = """
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(0)
+inits = [numpy_helper.from_array(rng.standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.06, f"w{i}") for i in range(30)]
+nodes = [helper.make_node("Conv", ["x" if i == 0 else f"a{i - 1}", f"w{i}"], [f"a{i}" if i < 29 else "y"],
+                          pads=[1, 1, 1, 1], name=f"conv{i}") for i in range(30)]
+graph = helper.make_graph(nodes, "conv_chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 28, 28])], inits)
+MODEL = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+MODEL.ir_version = 8
+X = rng.standard_normal((1, 32, 28, 28)).astype(np.float32)
+"""
+
 
 def _run(code: str, unset: tuple = ()) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -147,6 +163,35 @@ print(json.dumps(sum(1 for tid, t in after.items() if t - before.get(tid, 0) >= 
 """)
 
 
+def _team_and_serial_runs(busy_core: bool, contention: str = "on", runs: int = 40, model: str = CONV_CHAIN) -> list:
+    """``byoc.dnnl.run_counts()`` over ``runs`` runs of ``model`` with ``threads=2`` (after one warm-up run).
+
+    ``busy_core``: a busy-looping process (in a session of its own, as another
+    program would be) is pinned to one of the CPUs, so a team of two waits for
+    its second thread at every primitive while one thread runs undisturbed.
+    """
+    return _run(model + f"""
+import json, os, subprocess, sys
+if {busy_core}:
+    loop = "import os, time; os.sched_setaffinity(0, {{max(os.sched_getaffinity(0))}}); end = time.time() + 120\\n" \\
+           "while time.time() < end: pass"
+    busy = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
+os.environ["BYOC_DNNL_CONTENTION"] = {contention!r}
+import byoc, tvm_ffi
+
+artifact = byoc.compile(MODEL, vendors=["dnnl"], threads=2)
+artifact.run([X])
+counts = tvm_ffi.get_global_func("byoc.dnnl.run_counts")
+before = list(counts())
+for _ in range({runs}):
+    artifact.run([X])
+after = list(counts())
+if {busy_core}:
+    busy.kill()
+print(json.dumps([a - b for a, b in zip(after, before)]))
+""")
+
+
 @TWO_CPUS
 def test_threads_1_runs_single_threaded_and_threads_2_does_not():
     assert _working_threads(1) == 1
@@ -162,3 +207,32 @@ def test_building_and_loading_dnnl_leave_the_environment_alone(tmp_path):
         print(json.dumps([k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)]))
     """, unset=("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"))  # so that byoc's own spin setting applies
     assert got == []
+
+
+@TWO_CPUS
+def test_a_team_that_waits_for_its_core_gives_way_to_the_serial_program():
+    # Beside a busy loop that holds one CPU, a team of two waits at each of the chain's thirty
+    # barriers, so the runtime runs the program compiled for one thread, trying the team again
+    # now and then (after 1, 4, 8, 16 ... serial calls).
+    team, serial = _team_and_serial_runs(busy_core=True)
+    assert serial >= 30 and team + serial == 40, (team, serial)
+
+
+def test_an_idle_team_keeps_its_calls_and_off_keeps_them_always():
+    # On an idle machine the big convolutions' team is about twice as fast as one thread: its
+    # caller is on a CPU all run long, and nothing sends calls to the serial program.
+    team, serial = _team_and_serial_runs(busy_core=False, runs=15, model=BIG_CONV)
+    assert serial <= 3 and team + serial == 15, (team, serial)  # a stray slow pair may cost a trial
+    assert _team_and_serial_runs(busy_core=True, contention="off") == [40, 0]
+
+
+def test_a_bad_contention_setting_is_named(monkeypatch):
+    pytest.importorskip("byoc.codegens.dnnl")
+    import numpy as np
+
+    import byoc
+    import byoc.examples
+
+    monkeypatch.setenv("BYOC_DNNL_CONTENTION", "maybe")
+    with pytest.raises(ByocError, match="BYOC_DNNL_CONTENTION=maybe is neither on nor off"):
+        byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"]).run([np.zeros((1, 3, 16, 16), np.float32)])

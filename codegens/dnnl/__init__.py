@@ -97,3 +97,17 @@ class DnnlCodegen(JsonRuntimeCodegen):
 
     def __init__(self):
         super().__init__(DNNL_RUNTIME)
+
+    def load_runtime(self) -> None:
+        """Load the oneDNN runtime, after checking the runtime's own setting in the environment.
+
+        ``BYOC_DNNL_CONTENTION`` (``on``, the default, or ``off``) says whether a
+        module watches its runs for a busy machine and then runs serially
+        (``dnnl_runtime.cc``, "contention"). The runtime reads it when a module
+        is created; a misspelt value is a set-up error here, not a failed
+        codegen whose partitions would quietly run on the host.
+        """
+        value = os.environ.get("BYOC_DNNL_CONTENTION", "")
+        if value not in ("", "on", "off"):
+            raise BuildError(f"BYOC_DNNL_CONTENTION={value} is neither on nor off; unset it or choose one")
+        super().load_runtime()

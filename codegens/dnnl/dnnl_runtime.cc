@@ -19,19 +19,26 @@
  * Threads: each primitive gets its own OpenMP team size, decided when it is
  * created from the work it does. Small primitives, and every primitive of a
  * module whose whole run is short, run on the calling thread alone: a team of
- * two pays a barrier per primitive, which costs microseconds on an idle
- * machine and a scheduler time slice (milliseconds) when another process
- * holds the other core. Larger ones use up to the process-wide
+ * two pays a wake-up and a barrier per primitive, which costs tens of
+ * microseconds on an idle machine and a scheduler time slice (milliseconds)
+ * when another process holds the other core. Larger ones use up to the process-wide
  * maximum byoc sets (byoc.dnnl.set_max_threads: threads= or the CPUs the
  * process may use), else OpenMP's own default. oneDNN fixes a primitive's
  * work split when it is created, so the maximum applies to modules created
  * after it is set; a call restores the caller's OpenMP setting when it ends.
+ * On a busy machine a module runs a second program, compiled for one thread,
+ * while its team's runs are mostly waiting (see "contention" below).
  */
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <omp.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <atomic>
+#include <limits>
+#include <memory>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
@@ -166,12 +173,10 @@ struct Fused {
   size_t next;    // first op index after the chain
 };
 
-class DnnlExecutor {
+// A partition compiled into oneDNN primitives for teams of at most `max_threads` threads.
+class Program {
  public:
-  static constexpr const char* kName = "dnnl";
-  static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
-
-  explicit DnnlExecutor(const ParsedGraph& graph) : g_(graph), value_of_(graph.tensors().size(), -1) {
+  Program(const ParsedGraph& graph, int max_threads) : g_(graph), value_of_(graph.tensors().size(), -1) {
     for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
       int id = g_.inputs()[slot];
       value_of_[id] = NewValue(Plain(g_.Shape(id)), Storage::kInput, static_cast<int>(slot));
@@ -190,7 +195,7 @@ class DnnlExecutor {
     double total_us = 0;
     for (const BodyOp& op : ops) total_us += WorkUs(op);
     for (size_t k = 0; k < ops.size();) {
-      threads_ = total_us >= kParallelModuleUs && WorkUs(ops[k]) >= kParallelOpUs ? MaxThreads() : 1;
+      threads_ = total_us >= kParallelModuleUs && WorkUs(ops[k]) >= kParallelOpUs ? max_threads : 1;
       omp.Set(threads_);
       try {
         k = CompileOp(k);
@@ -200,6 +205,13 @@ class DnnlExecutor {
     }
     BindOutputs();
     PlanArena();
+  }
+
+  // Whether any primitive runs on a team (else running it serially changes nothing).
+  bool parallel() const {
+    for (const Step& step : steps_)
+      if (step.threads > 1) return true;
+    return false;
   }
 
   void Run(float* const* in, float* const* out) const {
@@ -1373,6 +1385,133 @@ class DnnlExecutor {
   mutable std::vector<std::unique_ptr<Workspace>> pool_;
 };
 
+// -- contention ----------------------------------------------------------------------------
+// A team of two waits for its second thread at every primitive. When another process holds
+// the other core, each wait is a scheduler time slice, and a run takes 10-100x its idle time.
+// So a module that has team primitives keeps a second program, compiled for one thread, and
+// ProgramChooser sends each call to whichever was faster when last timed:
+// - kSlowRuns team runs in a row that were slow send the next calls to the serial program.
+//   Slow means slower than the last serial run by kSwitchMargin; before the serial program
+//   has run, it means that the calling thread spent most of the run off a CPU (its CPU time
+//   under kBusyShare of the wall time: it slept waiting for its team, or for a core).
+// - After the serial calls (one, the first time, to time it), kTrials team calls try the
+//   team again (the first of them wakes the sleeping team, so the best one counts). Faster
+//   than the last serial run, the team keeps the calls; slower, the serial program gets
+//   twice as many calls as before (from kFirstBackoff up to kMaxBackoff).
+// Every serial stretch re-times the serial program, so a stale time corrects itself. The
+// serial program is compiled the first time it is needed (its reordered weights are a second
+// copy). BYOC_DNNL_CONTENTION=off, read when a module is created, keeps every call on the
+// team's program. byoc.dnnl.run_counts() says how many runs each kind of program made.
+constexpr double kBusyShare = 0.8;  // an idle team's caller spins at barriers: its share is ~1
+constexpr double kMinContendedUs = 200;  // shorter runs cannot have waited a time slice
+constexpr double kSwitchMargin = 1.2;
+constexpr int kSlowRuns = 2, kTrials = 2, kFirstBackoff = 4, kMaxBackoff = 1024;
+
+std::atomic<int64_t> g_team_runs{0}, g_serial_runs{0};
+
+double WallUs() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+double ThreadCpuUs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+bool ContentionWatchOn() {
+  const char* text = std::getenv("BYOC_DNNL_CONTENTION");
+  if (text == nullptr || *text == '\0' || std::string(text) == "on") return true;
+  if (std::string(text) == "off") return false;
+  Fail(std::string("BYOC_DNNL_CONTENTION=") + text + " is neither on nor off");
+}
+
+// Which program the next call runs, learnt from the timings of the calls before it.
+class ProgramChooser {
+ public:
+  bool NextIsSerial() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (serial_left_ == 0) return false;
+    --serial_left_;
+    return true;
+  }
+
+  void SerialRan(double wall_us) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    serial_us_ = wall_us;
+  }
+
+  void TeamRan(double wall_us, double cpu_us) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (trials_left_ > 0) {
+      trial_best_us_ = std::min(trial_best_us_, wall_us);
+      if (--trials_left_ > 0) return;
+      if (trial_best_us_ > serial_us_) {
+        backoff_ = std::min(2 * backoff_, kMaxBackoff);
+        GoSerial(backoff_);
+      } else {
+        backoff_ = kFirstBackoff;
+      }
+      return;
+    }
+    bool slow = serial_us_ > 0 ? wall_us > kSwitchMargin * serial_us_
+                               : wall_us > kMinContendedUs && cpu_us < kBusyShare * wall_us;
+    slow_streak_ = slow ? slow_streak_ + 1 : 0;
+    if (slow_streak_ >= kSlowRuns) GoSerial(serial_us_ > 0 ? backoff_ : 1);
+  }
+
+ private:
+  void GoSerial(int calls) {
+    serial_left_ = calls;
+    trials_left_ = kTrials;
+    trial_best_us_ = std::numeric_limits<double>::infinity();
+    slow_streak_ = 0;
+  }
+
+  std::mutex mutex_;
+  int serial_left_ = 0, trials_left_ = 0, slow_streak_ = 0, backoff_ = kFirstBackoff;
+  double serial_us_ = 0, trial_best_us_ = 0;  // serial_us_: the last serial run; 0 before the first
+};
+
+class DnnlExecutor {
+ public:
+  static constexpr const char* kName = "dnnl";
+  static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
+
+  explicit DnnlExecutor(const ParsedGraph& graph)
+      : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
+
+  void Run(float* const* in, float* const* out) const {
+    if (watch_ && chooser_.NextIsSerial()) {
+      g_serial_runs.fetch_add(1, std::memory_order_relaxed);
+      const Program& serial = Serial();  // compiled on first use, outside the timing
+      double wall = WallUs();
+      serial.Run(in, out);
+      chooser_.SerialRan(WallUs() - wall);
+      return;
+    }
+    g_team_runs.fetch_add(1, std::memory_order_relaxed);
+    double wall = WallUs(), cpu = ThreadCpuUs();
+    team_.Run(in, out);
+    if (watch_) chooser_.TeamRan(WallUs() - wall, ThreadCpuUs() - cpu);
+  }
+
+ private:
+  const Program& Serial() const {
+    std::call_once(serial_once_, [this] { serial_ = std::make_unique<Program>(g_, 1); });
+    return *serial_;
+  }
+
+  const ParsedGraph& g_;
+  Program team_;
+  bool watch_;
+  mutable ProgramChooser chooser_;
+  mutable std::once_flag serial_once_;
+  mutable std::unique_ptr<Program> serial_;
+};
+
 TVM_FFI_STATIC_INIT_BLOCK() {
   RegisterGraphRuntime<DnnlExecutor>();
   tvm::ffi::reflection::GlobalDef()
@@ -1381,7 +1520,10 @@ TVM_FFI_STATIC_INIT_BLOCK() {
              if (n < 0) Fail("set_max_threads: a thread count is >= 0 (0: OpenMP's default)");
              g_max_threads.store(static_cast<int>(n));
            })
-      .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); });
+      .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); })
+      .def("byoc.dnnl.run_counts", []() -> tvm::ffi::Array<int64_t> {
+        return {g_team_runs.load(), g_serial_runs.load()};
+      });
 }
 
 }  // namespace dnnl_runtime
