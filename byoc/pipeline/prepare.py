@@ -4,9 +4,11 @@ Real models carry what TVM's importer cannot take or takes badly: shape
 computations (Shape -> Gather -> Concat) feeding Reshape, opset<=12
 BatchNormalization after a Conv, ``If`` on a constant, Identity and Dropout,
 weights made by ConstantOfShape. With the static input shapes applied, all of
-that is computable at compile time. :func:`prepare` folds it with
-onnx-simplifier (``onnxsim``, chosen by measurement: docs/design.md, "Model
-preparation"), then unrolls recurrent ops (:mod:`byoc.pipeline.recurrent`).
+that is computable at compile time. :func:`prepare` checks quantization
+parameters and rewrites QOperator nodes as QDQ units
+(:mod:`byoc.pipeline.quantized`), folds the rest with onnx-simplifier
+(``onnxsim``, chosen by measurement: docs/design.md, "Model preparation"),
+then unrolls recurrent ops (:mod:`byoc.pipeline.recurrent`).
 
 Preparation never changes what the model computes and never loses the
 user's names: if the simplifier fails, or its result fails the checker or
@@ -93,22 +95,26 @@ class Prepared:
 
 
 def prepare(model: onnx.ModelProto) -> Prepared:
-    """Fold what is computable at compile time and unroll recurrent ops.
+    """Rewrite QOperator nodes as QDQ, fold what is computable at compile time and unroll recurrent ops.
 
     ``model`` is byoc's checked, shape-inferred copy with static input shapes.
     Returns a :class:`Prepared` whose ``model`` computes the same outputs
     under the same input and output names.
     """
+    from byoc.pipeline.quantized import check_quantization, rewrite_qoperators
+
+    check_quantization(model)
     user = model
+    source, quantized_from = rewrite_qoperators(user)
     failure = None
-    for simplified, tool in _candidates(user):
+    for simplified, tool in _candidates(source):
         if simplified is None:
-            prepared = user  # read-only from here on; no copy of a model's weights for nothing
-            origin = {n.name: n.name for n in user.graph.node}
+            prepared = source  # read-only from here on; no copy of a model's weights for nothing
+            origin = {n.name: n.name for n in source.graph.node}
         else:
             prepared = simplified
             name_nodes(prepared.graph, unnamed="{op_type}_prepared_{index}")  # a simplifier may add unnamed ones
-            origin = _origin(user.graph, prepared.graph)
+            origin = _origin(source.graph, prepared.graph)
         try:
             prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
         except ModelLoadError as err:
@@ -116,11 +122,32 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             # may unroll after another's: the next candidate gets its turn.
             failure = failure or err
             continue
-        fate = _fates(user.graph, prepared.graph, origin)
+        fate = _fates(source.graph, prepared.graph, origin)
+        if quantized_from:
+            origin, fate, rewritten = _through_rewrite(prepared, origin, fate, quantized_from)
+            decomposed.update(rewritten)
         for name, count in decomposed.items():
             fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
         return Prepared(prepared, origin, fate, tool)
     raise failure
+
+
+def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: dict[str, str],
+                     made_from: dict[str, str]):
+    """origin and fate in the user's names, for a model whose QOperator nodes were rewritten first.
+
+    ``made_from`` maps each node of the rewrite to the QOperator node it came
+    from; returns the origin and fate translated, and the number of imported
+    ops per QOperator node (its "decomposed into" count).
+    """
+    origin = {name: made_from.get(source, source) for name, source in origin.items()}
+    fate = {name: why for name, why in fate.items() if name not in made_from}
+    counts: dict[str, int] = {}
+    imported = {n.name for n in prepared.graph.node}
+    for name, source in origin.items():
+        if name in imported and source in made_from.values():
+            counts[source] = counts.get(source, 0) + 1
+    return origin, fate, counts
 
 
 def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):

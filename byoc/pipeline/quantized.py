@@ -1,0 +1,311 @@
+"""Quantized ONNX models in one form: QOperator nodes rewritten as QDQ, and their parameters checked.
+
+ONNX has two ways to write an int8 model. QDQ (what
+``onnxruntime.quantization`` writes by default) keeps float ops between
+DequantizeLinear and QuantizeLinear nodes; QOperator uses integer ops
+(QLinearConv, QLinearMatMul, ConvInteger, and onnxruntime's ``com.microsoft``
+QLinearAdd, QLinearMul, QLinearConcat, ...). TVM's Relax importer reads
+Quantize/DequantizeLinear but none of the QOperator ops, so
+:func:`rewrite_qoperators` turns each QOperator node into the QDQ node unit
+that means the same: ``QLinearConv(x, w, b)`` becomes ``DQ(x), DQ(w),
+DQ(b) -> Conv -> Q(y)``. One partitioner then serves both formats.
+
+The rewritten unit computes what the integer op computes up to the rounding
+of float arithmetic: the int32 accumulation ``sum((x - x_zp)(w - w_zp)) + b``
+times ``x_scale * w_scale``, requantized to ``y_scale``, so outputs agree
+with onnxruntime's integer kernels within one quantum. ConvInteger, whose
+int32 output is compared exactly, is computed in float64, which holds every
+int32 accumulation exactly.
+
+:func:`check_quantization` rejects parameters ONNX forbids or onnxruntime
+would not run: a scale that is zero, negative or not finite, a zero point
+outside its tensor's type, and scales or zero points whose length does not
+match the quantized axis. Every error names the node.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from byoc.errors import InvalidModelError, UnsupportedAttributeError
+
+__all__ = ["QOPERATOR_OPS", "QuantizationError", "check_quantization", "rewrite_qoperators"]
+
+MS_DOMAIN = "com.microsoft"
+
+
+class QuantizationError(InvalidModelError):
+    """A quantization parameter the ONNX spec does not allow (named with its node)."""
+
+
+# -- QOperator -> QDQ ------------------------------------------------------------------------
+
+class _Unit:
+    """Builds the QDQ nodes that replace one QOperator node; names derive from the node's."""
+
+    def __init__(self, node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict[str, np.ndarray]):
+        self.node, self.graph, self.constants = node, graph, constants
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def input(self, index: int) -> str:
+        """The node's input ``index``, or '' when it is absent."""
+        return self.node.input[index] if index < len(self.node.input) else ""
+
+    def attr(self, name: str, default=None):
+        for a in self.node.attribute:
+            if a.name == name:
+                return helper.get_attribute_value(a)
+        return default
+
+    def add(self, op_type: str, inputs: list[str], suffix: str, output: Optional[str] = None, **attrs) -> str:
+        out = output or f"{self.node.name}/{suffix}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{self.node.name}/{suffix}", **attrs))
+        return out
+
+    def const(self, suffix: str, value: np.ndarray) -> str:
+        name = f"{self.node.name}/{suffix}"
+        self.initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def dequantize(self, x: str, scale: str, zero_point: str, suffix: str, axis: Optional[int] = None) -> str:
+        inputs = [x, scale] + ([zero_point] if zero_point else [])
+        return self.add("DequantizeLinear", inputs, suffix, **({} if axis is None else {"axis": axis}))
+
+    def quantize(self, y: str, scale: str, zero_point: str, output: str, axis: Optional[int] = None) -> str:
+        inputs = [y, scale] + ([zero_point] if zero_point else [])
+        return self.add("QuantizeLinear", inputs, "q", output=output, **({} if axis is None else {"axis": axis}))
+
+    def plain_attrs(self, drop: tuple = ()) -> dict:
+        return {a.name: helper.get_attribute_value(a) for a in self.node.attribute if a.name not in drop}
+
+    def product_scale(self, a: str, b: str) -> str:
+        """``a * b`` (the bias scale of QLinearConv/QGemm): a constant when both are, else a Mul node."""
+        if a in self.constants and b in self.constants:
+            return self.const("bias_scale", (self.constants[a].astype(np.float32) *
+                                             self.constants[b].astype(np.float32)).reshape(-1))
+        return self.add("Mul", [a, b], "bias_scale")
+
+
+def _per_channel_axis(unit: _Unit, scale: str, axis: int) -> Optional[int]:
+    """``axis`` when ``scale`` may hold one value per channel (a DQ axis), else None (per tensor)."""
+    value = unit.constants.get(scale)
+    return None if value is not None and value.size == 1 else axis
+
+
+def _qlinear_conv(u: _Unit) -> None:
+    x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
+    w = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_w", axis=_per_channel_axis(u, u.input(4), 0))
+    inputs = [x, w]
+    if u.input(8):
+        scale = u.product_scale(u.input(1), u.input(4))
+        inputs.append(u.dequantize(u.input(8), scale, "", "dq_b", axis=0))
+    y = u.add("Conv", inputs, "conv", **u.plain_attrs())
+    u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+
+
+def _qlinear_matmul(u: _Unit) -> None:
+    a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
+    b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), -1))
+    y = u.add("MatMul", [a, b], "matmul")
+    u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+
+
+def _conv_integer(u: _Unit) -> None:
+    """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly."""
+    x = u.add("Cast", [u.input(0)], "x_f64", to=TensorProto.DOUBLE)
+    w = u.add("Cast", [u.input(1)], "w_f64", to=TensorProto.DOUBLE)
+    if u.input(2):  # a scalar
+        x = u.add("Sub", [x, u.add("Cast", [u.input(2)], "x_zp_f64", to=TensorProto.DOUBLE)], "x_centred")
+    if u.input(3):  # a scalar, or one per output channel: shaped [M, 1, ...] to broadcast over the weight
+        weight = u.constants.get(u.input(1))
+        if weight is None:
+            raise UnsupportedAttributeError(f"ConvInteger node {u.node.name!r}: a weight that is not a constant "
+                                            "is not supported; export the weight as an initializer")
+        zp = u.add("Cast", [u.input(3)], "w_zp_f64", to=TensorProto.DOUBLE)
+        channels = u.const("w_zp_shape", np.array([-1] + [1] * (weight.ndim - 1), np.int64))
+        w = u.add("Sub", [w, u.add("Reshape", [zp, channels], "w_zp_channels")], "w_centred")
+    y = u.add("Conv", [x, w], "conv", **u.plain_attrs())
+    u.add("Cast", [y], "cast", output=u.node.output[0], to=TensorProto.INT32)
+
+
+def _qlinear_binary(op_type: str) -> Callable[[_Unit], None]:
+    def rewrite(u: _Unit) -> None:
+        a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
+        b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b")
+        y = u.add(op_type, [a, b], op_type.lower())
+        u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+
+    return rewrite
+
+
+def _qlinear_unary(op_type: str, drop: tuple = ()) -> Callable[[_Unit], None]:
+    """X, x_scale, x_zp, y_scale, y_zp -> op_type (QLinearSigmoid, QLinearLeakyRelu, pools)."""
+
+    def rewrite(u: _Unit) -> None:
+        if u.attr("channels_last", 0):
+            raise UnsupportedAttributeError(f"{u.node.op_type} node {u.node.name!r}: channels_last=1 is not supported; "
+                                            "export the model with channels first (NCHW)")
+        x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
+        y = u.add(op_type, [x], op_type.lower(), **u.plain_attrs(drop=("channels_last",) + drop))
+        u.quantize(y, u.input(3), u.input(4), u.node.output[0])
+
+    return rewrite
+
+
+def _qlinear_concat(u: _Unit) -> None:
+    parts = []
+    for k, first in enumerate(range(2, len(u.node.input), 3)):
+        parts.append(u.dequantize(u.input(first), u.input(first + 1), u.input(first + 2), f"dq_{k}"))
+    y = u.add("Concat", parts, "concat", axis=u.attr("axis"))
+    u.quantize(y, u.input(0), u.input(1), u.node.output[0])
+
+
+def _qgemm(u: _Unit) -> None:
+    a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
+    b_axis = 0 if u.attr("transB", 0) else 1  # per output column
+    b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), b_axis))
+    inputs = [a, b]
+    if u.input(6):
+        inputs.append(u.dequantize(u.input(6), u.product_scale(u.input(1), u.input(4)), "", "dq_c", axis=0))
+    attrs = u.plain_attrs()
+    if u.input(7):
+        y = u.add("Gemm", inputs, "gemm", **attrs)
+        u.quantize(y, u.input(7), u.input(8), u.node.output[0])
+    else:  # no y_scale: a float output
+        u.add("Gemm", inputs, "gemm", output=u.node.output[0], **attrs)
+
+
+#: (domain, op type) -> its rewrite. The default domain's QOperator ops, and the com.microsoft
+#: ones onnxruntime.quantization writes in QOperator format.
+QOPERATOR_OPS: dict[tuple[str, str], Callable[[_Unit], None]] = {
+    ("", "QLinearConv"): _qlinear_conv,
+    ("", "QLinearMatMul"): _qlinear_matmul,
+    ("", "ConvInteger"): _conv_integer,
+    (MS_DOMAIN, "QLinearAdd"): _qlinear_binary("Add"),
+    (MS_DOMAIN, "QLinearMul"): _qlinear_binary("Mul"),
+    (MS_DOMAIN, "QLinearSigmoid"): _qlinear_unary("Sigmoid"),
+    (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_unary("LeakyRelu"),
+    (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_unary("GlobalAveragePool"),
+    (MS_DOMAIN, "QLinearAveragePool"): _qlinear_unary("AveragePool"),
+    (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
+    (MS_DOMAIN, "QGemm"): _qgemm,
+}
+
+
+def _key(node: onnx.NodeProto) -> tuple[str, str]:
+    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
+
+
+def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A new model with every QOperator node of the main graph replaced by its QDQ unit.
+
+    Returns the model and a map from each new node's name to the QOperator
+    node it replaces. Output tensors keep their names. A model without
+    QOperator nodes is returned as given, with ``{}``.
+    """
+    graph = model.graph
+    if not any(_key(n) in QOPERATOR_OPS for n in graph.node):
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    constants = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    nodes, made_from, initializers = [], {}, []
+    for node in out.graph.node:
+        rewrite = QOPERATOR_OPS.get(_key(node))
+        if rewrite is None:
+            nodes.append(node)
+            continue
+        unit = _Unit(node, out.graph, constants)
+        rewrite(unit)
+        nodes.extend(unit.nodes)
+        initializers.extend(unit.initializers)
+        made_from.update({n.name: node.name for n in unit.nodes})
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    out.graph.initializer.extend(initializers)
+    _drop_unused_ms_opset(out)
+    return out, made_from
+
+
+def _drop_unused_ms_opset(model: onnx.ModelProto) -> None:
+    if any(n.domain == MS_DOMAIN for n in model.graph.node):
+        return
+    kept = [o for o in model.opset_import if o.domain != MS_DOMAIN]
+    del model.opset_import[:]
+    model.opset_import.extend(kept)
+
+
+# -- checking parameters ---------------------------------------------------------------------
+
+def check_quantization(model: onnx.ModelProto) -> None:
+    """Raise a :class:`QuantizationError` naming the node for a forbidden quantization parameter.
+
+    Checks every QuantizeLinear/DequantizeLinear of the main graph whose scale
+    (and zero point) are initializers or Constant nodes. ``model`` must carry
+    inferred shapes (``value_info``) for the axis check.
+    """
+    graph = model.graph
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = next((a for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                constants[node.output[0]] = numpy_helper.to_array(value.t)
+    ranks = _ranks(model)
+    for node in graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain not in ("", "ai.onnx"):
+            continue
+        _check_node(node, constants, ranks)
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, tuple]:
+    shapes = {}
+    for info in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        t = info.type.tensor_type
+        if t.HasField("shape"):
+            shapes[info.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    for init in model.graph.initializer:
+        shapes[init.name] = tuple(init.dims)
+    return shapes
+
+
+def _check_node(node: onnx.NodeProto, constants: dict, shapes: dict) -> None:
+    where = f"{node.op_type} node {node.name!r}"
+    scale = constants.get(node.input[1]) if len(node.input) > 1 else None
+    zero_point = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if scale is not None:
+        if not np.issubdtype(scale.dtype, np.floating):
+            raise QuantizationError(f"{where}: its scale {node.input[1]!r} is {scale.dtype}, not a float type")
+        bad = scale[~(np.isfinite(scale) & (scale > 0))]
+        if bad.size:
+            raise QuantizationError(f"{where}: scale {node.input[1]!r} holds {bad.reshape(-1)[0]!r}; a scale must be "
+                                    "positive and finite (re-run the quantizer's calibration)")
+    axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 1)
+    if next((helper.get_attribute_value(a) for a in node.attribute if a.name == "block_size"), 0):
+        return  # blocked quantization: scales of the input's shape, checked by onnx's checker
+    shape = shapes.get(node.input[0])
+    if scale is not None and scale.size > 1 and shape is not None:
+        rank = len(shape)
+        if not -rank <= axis < rank:
+            raise QuantizationError(f"{where}: axis {axis} is outside its {rank}-d input")
+        dim = shape[axis]
+        if scale.ndim != 1 or (dim is not None and scale.size != dim):
+            raise QuantizationError(f"{where}: scale {node.input[1]!r} has shape {list(scale.shape)}, but a per-axis "
+                                    f"scale on axis {axis} of an input of shape {list(shape)} holds {dim} values")
+    if zero_point is not None and scale is not None and zero_point.size != scale.size:
+        raise QuantizationError(f"{where}: zero point {node.input[2]!r} has {zero_point.size} values but the scale "
+                                f"has {scale.size}; give one zero point per scale")
+    if zero_point is not None and node.op_type == "DequantizeLinear":
+        _check_zero_point_dtype(where, node, zero_point, constants)
+
+
+def _check_zero_point_dtype(where: str, node: onnx.NodeProto, zero_point: np.ndarray, constants: dict) -> None:
+    x = constants.get(node.input[0])
+    if x is not None and x.dtype != zero_point.dtype:
+        raise QuantizationError(f"{where}: zero point {node.input[2]!r} is {zero_point.dtype} but the tensor it "
+                                f"dequantizes is {x.dtype}; they must have the same type")

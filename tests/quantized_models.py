@@ -1,0 +1,89 @@
+"""Quantized test models: float graphs quantized by onnxruntime.quantization, as users make them.
+
+Each float model is built with onnx.helper and quantized with
+``quantize_static`` (calibrated on a few random inputs) in QDQ or QOperator
+format, per tensor or per channel: u8 activations and s8 weights, the
+quantizer's defaults for CPUs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _init(rng, name: str, shape, scale: float = 0.2) -> onnx.TensorProto:
+    return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _model(nodes, x_shape, y_shape, inits, name: str) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def residual_cnn(seed: int = 0) -> onnx.ModelProto:
+    """conv-relu-conv-relu, a 1x1 conv added back to the first activation, pools, a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 3, 3, 3)), _init(rng, "b1", (8,)), _init(rng, "w2", (8, 8, 3, 3)),
+             _init(rng, "b2", (8,)), _init(rng, "w3", (8, 8, 1, 1)), _init(rng, "fc", (8, 10)), _init(rng, "fcb", (10,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1] * 4, name="conv2"),
+             node("Relu", ["c2"], ["r2"], name="relu2"),
+             node("Conv", ["r2", "w3"], ["c3"], name="conv3"),
+             node("Add", ["c3", "r1"], ["s"], name="add"),
+             node("Relu", ["s"], ["r3"], name="relu3"),
+             node("MaxPool", ["r3"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+             node("Flatten", ["g"], ["f"], name="flatten"),
+             node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "residual_cnn")
+
+
+def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False, reduce_range: bool = False,
+             seed: int = 1, samples: int = 8) -> onnx.ModelProto:
+    """``model`` quantized by onnxruntime (``fmt``: "QDQ" or "QOperator"), calibrated on random inputs.
+
+    ``reduce_range`` quantizes weights to 7 bits, as onnxruntime advises for CPUs
+    without VNNI: its AVX2 u8 x s8 kernels add pairs of products in int16, which
+    saturates with full-range weights.
+    """
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    rng = np.random.default_rng(seed)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    batches = [{model.graph.input[0].name: rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter(batches)
+
+        def get_next(self):
+            return next(self.data, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
+        onnx.save(model, src)
+        quantize_static(str(src), str(out), Reader(), quant_format=getattr(QuantFormat, fmt),
+                        per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
+                        weight_type=QuantType.QInt8)
+        return onnx.load(out)
+
+
+def output_scale(model: onnx.ModelProto) -> float:
+    """The scale of the quantized tensor the model's float output is dequantized from: one quantum."""
+    producer = {out: n for n in model.graph.node for out in n.output}
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    node = producer[model.graph.output[0].name]
+    if node.op_type != "DequantizeLinear":
+        raise ValueError(f"output {model.graph.output[0].name} comes from {node.op_type}, not DequantizeLinear")
+    return float(inits[node.input[1]].reshape(-1)[0])
