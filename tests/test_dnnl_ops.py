@@ -494,3 +494,19 @@ def test_pad_stays_on_host_as_tvm_imports_it_as_a_tir_kernel():
     m = model(nodes, [tensor("x", [1, 3, 4, 4])], [tensor("y", [1, 3, 7, 5])],
               [const("pads", np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64)), const("value", np.array(1.5, np.float32))])
     assert _reason(m, "call_tir(pad)") == "no dnnl rule for call_tir(pad)"
+
+
+# -- sums and means over axes oneDNN has only its reference reduction for -------------------------
+@pytest.mark.parametrize("op,shape,axes,out", [
+    ("ReduceSum", [1, 512, 256], [1], [1, 1, 256]),  # Magika's: 4 ms in oneDNN's reference kernel
+    ("ReduceMean", [2, 6, 5, 7], [1, 2], [2, 1, 1, 7]),
+    ("ReduceSum", [3, 4, 5], [0, 1], [1, 1, 5]),
+    ("ReduceMean", [2, 1, 6, 5], [0, 2], [1, 1, 1, 5]),  # a size-1 axis between the reduced ones
+    ("ReduceSum", [2, 6, 5, 7], [1, 3], [2, 1, 5, 1]),  # not one run of axes: the reduction primitive
+    ("ReduceMean", [4, 9], [1], [4, 1]),  # innermost: oneDNN's jit reduction
+])
+def test_reductions_over_any_axes(op, shape, axes, out):
+    """A sum (mean) over consecutive axes that are not innermost runs as a matmul with a row of ones."""
+    m = model([helper.make_node(op, ["x", "axes"], ["y"], name="reduce")], [tensor("x", shape)], [tensor("y", out)],
+              [const("axes", np.array(axes, np.int64))], opset=18)
+    assert _rules(_compile(m)) == {f"dnnl.{op[6:].lower()}"}
