@@ -290,12 +290,14 @@ def _layer_norm_last_axis(match: Match):
 
 
 def _broadcast_second(match: Match):
-    """the first operand has the output shape (the second may broadcast)."""
+    """the first operand has the output shape (the second may broadcast), or c - x with a scalar constant c."""
     call = match.root
     out = static_shape(call)
     a, b = (static_shape(arg) for arg in call.args[:2])
     if a == out or (call.op.name in ("relax.add", "relax.multiply") and b == out):
         return SUPPORTED
+    if call.op.name == "relax.subtract" and b == out and _scalar(call.args[0]) is not None:
+        return SUPPORTED  # the runtime computes it as an eltwise_linear (-1 * x + c)
     return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
 
 

@@ -510,3 +510,20 @@ def test_reductions_over_any_axes(op, shape, axes, out):
     m = model([helper.make_node(op, ["x", "axes"], ["y"], name="reduce")], [tensor("x", shape)], [tensor("y", out)],
               [const("axes", np.array(axes, np.int64))], opset=18)
     assert _rules(_compile(m)) == {f"dnnl.{op[6:].lower()}"}
+
+
+# -- a scalar constant operand over a conv output in a blocked layout ------------------------------
+@pytest.mark.parametrize("op,scalar_first,host_ops", [
+    ("Add", False, ()), ("Add", True, ()), ("Sub", False, ()), ("Sub", True, ()), ("Mul", False, ()),
+    ("Div", False, ()), ("Div", True, ("relax.divide",))])
+def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first, host_ops):
+    """x+c, c+x, x-c, c-x, x*c and x/c run as one eltwise_linear over the conv's blocked output (oneDNN's binary
+    would broadcast the scalar with its reference kernel); c/x is no linear function of x and stays on the host."""
+    conv, inits = _conv("x", "a", 3, 8, "c1", seed=3)
+    operands = ["c", "a"] if scalar_first else ["a", "c"]
+    # the conv's output is read twice, so the scalar op cannot be one of its post-ops
+    nodes = [conv, helper.make_node(op, operands, ["b"], name="scalar_op"), helper.make_node("Mul", ["b", "a"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["y"])]
+    m = model(nodes, [tensor("x", [1, 3, 24, 96])], [tensor("y", [1, 8, 24, 96])],
+              inits + [const("c", np.array(0.75, np.float32))])
+    _compile(m, host_ops=host_ops, inputs={"x": _f(1, 3, 24, 96)}, scale=1.0)
