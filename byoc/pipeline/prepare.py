@@ -144,8 +144,9 @@ def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: di
     fate = {name: why for name, why in fate.items() if name not in made_from}
     counts: dict[str, int] = {}
     imported = {n.name for n in prepared.graph.node}
+    rewritten = set(made_from.values())
     for name, source in origin.items():
-        if name in imported and source in made_from.values():
+        if name in imported and source in rewritten:
             counts[source] = counts.get(source, 0) + 1
     return origin, fate, counts
 

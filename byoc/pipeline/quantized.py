@@ -18,9 +18,9 @@ int32 output is compared exactly, is computed in float64, which holds every
 int32 accumulation exactly.
 
 :func:`check_quantization` rejects parameters ONNX forbids or onnxruntime
-would not run: a scale that is zero, negative or not finite, a zero point
-outside its tensor's type, and scales or zero points whose length does not
-match the quantized axis. Every error names the node.
+would not run: a scale that is zero, negative or not finite, a zero point of
+another type than the tensor it dequantizes, and scales or zero points whose
+length does not match the quantized axis. Every error names the node.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class QuantizationError(InvalidModelError):
 class _Unit:
     """Builds the QDQ nodes that replace one QOperator node; names derive from the node's."""
 
-    def __init__(self, node: onnx.NodeProto, graph: onnx.GraphProto, constants: dict[str, np.ndarray]):
-        self.node, self.graph, self.constants = node, graph, constants
+    def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray]):
+        self.node, self.constants = node, constants
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
@@ -76,9 +76,9 @@ class _Unit:
         inputs = [x, scale] + ([zero_point] if zero_point else [])
         return self.add("DequantizeLinear", inputs, suffix, **({} if axis is None else {"axis": axis}))
 
-    def quantize(self, y: str, scale: str, zero_point: str, output: str, axis: Optional[int] = None) -> str:
+    def quantize(self, y: str, scale: str, zero_point: str, output: str) -> str:
         inputs = [y, scale] + ([zero_point] if zero_point else [])
-        return self.add("QuantizeLinear", inputs, "q", output=output, **({} if axis is None else {"axis": axis}))
+        return self.add("QuantizeLinear", inputs, "q", output=output)
 
     def plain_attrs(self, drop: tuple = ()) -> dict:
         return {a.name: helper.get_attribute_value(a) for a in self.node.attribute if a.name not in drop}
@@ -143,7 +143,7 @@ def _qlinear_binary(op_type: str) -> Callable[[_Unit], None]:
     return rewrite
 
 
-def _qlinear_unary(op_type: str, drop: tuple = ()) -> Callable[[_Unit], None]:
+def _qlinear_unary(op_type: str) -> Callable[[_Unit], None]:
     """X, x_scale, x_zp, y_scale, y_zp -> op_type (QLinearSigmoid, QLinearLeakyRelu, pools)."""
 
     def rewrite(u: _Unit) -> None:
@@ -151,7 +151,7 @@ def _qlinear_unary(op_type: str, drop: tuple = ()) -> Callable[[_Unit], None]:
             raise UnsupportedAttributeError(f"{u.node.op_type} node {u.node.name!r}: channels_last=1 is not supported; "
                                             "export the model with channels first (NCHW)")
         x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
-        y = u.add(op_type, [x], op_type.lower(), **u.plain_attrs(drop=("channels_last",) + drop))
+        y = u.add(op_type, [x], op_type.lower(), **u.plain_attrs(drop=("channels_last",)))
         u.quantize(y, u.input(3), u.input(4), u.node.output[0])
 
     return rewrite
@@ -220,7 +220,7 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
         if rewrite is None:
             nodes.append(node)
             continue
-        unit = _Unit(node, out.graph, constants)
+        unit = _Unit(node, constants)
         rewrite(unit)
         nodes.extend(unit.nodes)
         initializers.extend(unit.initializers)
@@ -256,14 +256,15 @@ def check_quantization(model: onnx.ModelProto) -> None:
             value = next((a for a in node.attribute if a.name == "value"), None)
             if value is not None:
                 constants[node.output[0]] = numpy_helper.to_array(value.t)
-    ranks = _ranks(model)
+    shapes = _shapes(model)
     for node in graph.node:
         if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or node.domain not in ("", "ai.onnx"):
             continue
-        _check_node(node, constants, ranks)
+        _check_node(node, constants, shapes)
 
 
-def _ranks(model: onnx.ModelProto) -> dict[str, tuple]:
+def _shapes(model: onnx.ModelProto) -> dict[str, tuple]:
+    """Tensor name -> its inferred shape (None for a symbolic dimension)."""
     shapes = {}
     for info in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
         t = info.type.tensor_type

@@ -437,6 +437,24 @@ class Program {
     return g_.const_data(other)[0];
   }
 
+  // `x op c` (or `c op x` when !x_first) with a scalar c as alpha * x + beta, for add, subtract,
+  // multiply and x / c (as x * (1/c)); false for anything else, or when c is NaN (no scalar).
+  static bool LinearOf(const std::string& kernel, float c, bool x_first, float* alpha, float* beta) {
+    if (std::isnan(c)) return false;
+    if (kernel == "relax.multiply") {
+      *alpha = c, *beta = 0.0f;
+    } else if (kernel == "relax.divide" && x_first) {
+      *alpha = 1.0f / c, *beta = 0.0f;
+    } else if (kernel == "relax.add") {
+      *alpha = 1.0f, *beta = c;
+    } else if (kernel == "relax.subtract") {
+      *alpha = x_first ? 1.0f : -1.0f, *beta = x_first ? -c : c;
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   static bool Near(float value, double want) { return std::fabs(value - want) <= 1e-6 * std::fabs(want) + 1e-7; }
 
   // x*0.5*(1+erf(x/sqrt(2))) spelled as five ops (the ONNX export of GELU): length of the match at j, or 0.
@@ -536,14 +554,8 @@ class Program {
         const std::string& kernel = op.kernel;
         if (kernel == "relax.add" && f.post.empty() && f.bias < 0 && bias_ok(other)) {
           f.bias = other;
-        } else if (!std::isnan(c) && kernel == "relax.multiply") {
-          f.post.push_back({algorithm::eltwise_linear, c, 0.0f});
-        } else if (!std::isnan(c) && kernel == "relax.divide" && x_first) {
-          f.post.push_back({algorithm::eltwise_linear, 1.0f / c, 0.0f});
-        } else if (!std::isnan(c) && kernel == "relax.add") {
-          f.post.push_back({algorithm::eltwise_linear, 1.0f, c});
-        } else if (!std::isnan(c) && kernel == "relax.subtract") {
-          f.post.push_back({algorithm::eltwise_linear, x_first ? 1.0f : -1.0f, x_first ? -c : c});
+        } else if (PostOp p{algorithm::eltwise_linear}; LinearOf(kernel, c, x_first, &p.alpha, &p.beta)) {
+          f.post.push_back(p);
         } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || Commutes(kernel)) &&
                    Broadcasts(g_.Shape(other), shape)) {
           PostOp p;
@@ -914,7 +926,7 @@ class Program {
 
   void Binary(const BodyOp& op, algorithm alg, bool commutes) {
     Arity(op, 2);
-    if (ScalarLinear(op, alg)) return;
+    if (ScalarLinear(op)) return;
     const auto& ys = g_.Shape(op.output);
     int full = op.inputs[0], other = op.inputs[1];
     if (g_.Shape(full) != ys && commutes) std::swap(full, other);
@@ -934,25 +946,14 @@ class Program {
   // x + c, x - c, c - x, x * c and x / c with a scalar constant c as one eltwise_linear, which
   // reads any layout with a jit kernel: oneDNN's binary broadcasting a plain scalar over a
   // blocked tensor is its reference kernel (measured: 1.6-1.8 ms each for 18 k elements in
-  // PP-OCR cls's hard-swish, 75% of the model's time). x / c is x * (1/c), as in the post-ops
-  // of a conv. False, having added nothing, for any other operands.
-  bool ScalarLinear(const BodyOp& op, algorithm alg) {
+  // PP-OCR cls's hard-swish, 75% of the model's time). False, having added nothing, for any
+  // other operands.
+  bool ScalarLinear(const BodyOp& op) {
     for (int x : op.inputs) {
       bool x_first = false;
-      float c = ScalarOperand(op, x, &x_first);
-      if (std::isnan(c) || g_.Shape(x) != g_.Shape(op.output) || value_of_[x] < 0) continue;
-      float alpha, beta = 0.0f;
-      if (alg == algorithm::binary_add) {
-        alpha = 1.0f, beta = c;
-      } else if (alg == algorithm::binary_sub) {
-        alpha = x_first ? 1.0f : -1.0f, beta = x_first ? -c : c;
-      } else if (alg == algorithm::binary_mul) {
-        alpha = c;
-      } else if (alg == algorithm::binary_div && x_first) {
-        alpha = 1.0f / c;
-      } else {
+      float c = ScalarOperand(op, x, &x_first), alpha, beta;
+      if (g_.Shape(x) != g_.Shape(op.output) || value_of_[x] < 0 || !LinearOf(op.kernel, c, x_first, &alpha, &beta))
         continue;
-      }
       Eltwise(op, x, algorithm::eltwise_linear, alpha, beta, op.output);
       return true;
     }
@@ -1470,15 +1471,10 @@ constexpr int kSlowRuns = 2, kTrials = 2, kFirstBackoff = 4, kMaxBackoff = 1024;
 
 std::atomic<int64_t> g_team_runs{0}, g_serial_runs{0};
 
-double WallUs() {
+// CLOCK_MONOTONIC: wall time; CLOCK_THREAD_CPUTIME_ID: the calling thread's time on a CPU.
+double ClockUs(clockid_t clock) {
   timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
-}
-
-double ThreadCpuUs() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  clock_gettime(clock, &t);
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
@@ -1545,18 +1541,22 @@ class DnnlExecutor {
       : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
 
   void Run(float* const* in, float* const* out) const {
-    if (watch_ && chooser_.NextIsSerial()) {
+    if (!watch_) {  // nothing to choose: no clock reads on the path of small modules
+      g_team_runs.fetch_add(1, std::memory_order_relaxed);
+      return team_.Run(in, out);
+    }
+    if (chooser_.NextIsSerial()) {
       g_serial_runs.fetch_add(1, std::memory_order_relaxed);
       const Program& serial = Serial();  // compiled on first use, outside the timing
-      double wall = WallUs();
+      double wall = ClockUs(CLOCK_MONOTONIC);
       serial.Run(in, out);
-      chooser_.SerialRan(WallUs() - wall);
+      chooser_.SerialRan(ClockUs(CLOCK_MONOTONIC) - wall);
       return;
     }
     g_team_runs.fetch_add(1, std::memory_order_relaxed);
-    double wall = WallUs(), cpu = ThreadCpuUs();
+    double wall = ClockUs(CLOCK_MONOTONIC), cpu = ClockUs(CLOCK_THREAD_CPUTIME_ID);
     team_.Run(in, out);
-    if (watch_) chooser_.TeamRan(WallUs() - wall, ThreadCpuUs() - cpu);
+    chooser_.TeamRan(ClockUs(CLOCK_MONOTONIC) - wall, ClockUs(CLOCK_THREAD_CPUTIME_ID) - cpu);
   }
 
  private:
