@@ -170,3 +170,28 @@ def test_a_zero_point_of_another_type_is_named(quantized):
     node = _weight_dequantize(model)
     with pytest.raises(InvalidModelError, match=node.name):
         byoc.import_model(_with_initializer(model, node.input[2], np.array(200, np.uint8)))
+
+
+def test_what_the_rewrite_cannot_take_is_named():
+    from onnx import TensorProto, helper
+
+    from byoc.errors import UnsupportedAttributeError
+
+    def model_of(node, inputs, initializers=()):
+        graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+                                  list(initializers))
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                       helper.make_opsetid("com.microsoft", 1)])
+
+    conv = helper.make_node("ConvInteger", ["x", "w", "", "w_zp"], ["y"], name="convint")
+    weight_input = model_of(conv, [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 5, 5]),
+                                   helper.make_tensor_value_info("w", TensorProto.INT8, [4, 3, 3, 3])],
+                            [numpy_helper.from_array(np.zeros(4, np.int8), "w_zp")])
+    with pytest.raises(UnsupportedAttributeError, match="ConvInteger node 'convint': a weight that is not a constant"):
+        rewrite_qoperators(weight_input)
+    pool = helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "s", "z"], ["y"], name="gap",
+                            domain="com.microsoft", channels_last=1)
+    channels_last = model_of(pool, [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 5, 5, 3])],
+                             [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(0), "z")])
+    with pytest.raises(UnsupportedAttributeError, match="QLinearGlobalAveragePool node 'gap': channels_last=1"):
+        rewrite_qoperators(channels_last)
