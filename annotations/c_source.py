@@ -1,12 +1,15 @@
 """Rules of the ``c_source`` vendor: what the reference C kernels support.
 
-float32 only, static shapes, NCHW/OIHW layouts. Patterns come before the
-single-op rules they contain, so conv2d + bias + relu is taken whole.
+float32, static shapes, NCHW/OIHW layouts; and int8 QDQ node units (see
+:mod:`byoc.vendor.quantized`), computed with ONNX's integer semantics.
+Patterns come before the single-op rules they contain, so conv2d + bias +
+relu is taken whole, and a QDQ unit before the float op at its core.
 """
 
 from __future__ import annotations
 
 from byoc.vendor.checks import all_of, avg_pool_plain, conv_layout_nchw, dtypes, per_channel_bias, pool_layout_nchw, static_shapes
+from byoc.vendor.quantized import qdq_rules, qdq_supported
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import OpRule, PatternRule, Vendor
@@ -14,6 +17,9 @@ from byoc.vendor import OpRule, PatternRule, Vendor
 NAME = "c_source"
 
 _base = all_of(dtypes("float32"), static_shapes(8))
+# Ops that only pick or move values also run on the 8-bit integers a QOperator model
+# leaves between its integer ops (its MaxPool and Flatten read uint8 as they are).
+_moves = all_of(dtypes("float32", "int8", "uint8"), static_shapes(8))
 
 
 def _conv_pattern(bias: bool, relu: bool):
@@ -44,6 +50,7 @@ _conv_check = all_of(_base, conv_layout_nchw)
 _conv_bias_check = all_of(_conv_check, per_channel_bias)
 
 RULES = (
+    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(8), conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
     PatternRule(f"{NAME}.conv2d_bias_relu", _conv_pattern(True, True), _conv_bias_check),
     PatternRule(f"{NAME}.conv2d_bias", _conv_pattern(True, False), _conv_bias_check),
     PatternRule(f"{NAME}.conv2d_relu", _conv_pattern(False, True), _conv_check),
@@ -58,13 +65,13 @@ RULES = (
     OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
     OpRule(f"{NAME}.tanh", "relax.tanh", _base),
     OpRule(f"{NAME}.clip", "relax.clip", _base),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
+    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
-    OpRule(f"{NAME}.reshape", "relax.reshape", _base),
-    OpRule(f"{NAME}.concat", "relax.concat", _base),
-    OpRule(f"{NAME}.transpose", "relax.permute_dims", _base),
+    OpRule(f"{NAME}.reshape", "relax.reshape", _moves),
+    OpRule(f"{NAME}.concat", "relax.concat", _moves),
+    OpRule(f"{NAME}.transpose", "relax.permute_dims", _moves),
 )
 
 VENDOR = register_vendor(

@@ -49,6 +49,44 @@ def residual_cnn(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "residual_cnn")
 
 
+def depthwise_cnn(seed: int = 0) -> onnx.ModelProto:
+    """MobileNet-like: a strided conv, a depthwise conv with relu6, a pointwise conv, a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 3, 3, 3)), _init(rng, "b1", (8,)), _init(rng, "dw", (8, 1, 3, 3), 0.5),
+             _init(rng, "dwb", (8,)), _init(rng, "pw", (16, 8, 1, 1)), _init(rng, "pwb", (16,)),
+             _init(rng, "fc", (16, 10)), _init(rng, "fcb", (10,)),
+             numpy_helper.from_array(np.float32(0.0), "zero"), numpy_helper.from_array(np.float32(6.0), "six")]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2], name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("Conv", ["r1", "dw", "dwb"], ["c2"], pads=[1] * 4, group=8, name="depthwise"),
+             node("Clip", ["c2", "zero", "six"], ["r2"], name="relu6"),
+             node("Conv", ["r2", "pw", "pwb"], ["c3"], name="pointwise"),
+             node("Relu", ["c3"], ["r3"], name="relu3"),
+             node("AveragePool", ["r3"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             node("GlobalAveragePool", ["p"], ["g"], name="gap"),
+             node("Flatten", ["g"], ["f"], name="flatten"),
+             node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 3, 32, 32], [1, 10], inits, "depthwise_cnn")
+
+
+def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
+    """A transformer's MLP block on 8 tokens of width 16: two linear layers, relu, a residual add, softmax."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (16, 32), 0.3), _init(rng, "b1", (32,)), _init(rng, "w2", (32, 16), 0.3),
+             _init(rng, "b2", (16,))]
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+             node("Relu", ["hb"], ["a"], name="relu"),
+             node("MatMul", ["a", "w2"], ["o"], name="fc2"),
+             node("Add", ["o", "b2"], ["ob"], name="fc2_bias"),
+             node("Add", ["ob", "x"], ["s"], name="residual"),
+             node("Softmax", ["s"], ["y"], axis=-1, name="softmax")]
+    return _model(nodes, [1, 8, 16], [1, 8, 16], inits, "transformer_mlp")
+
+
 def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False, reduce_range: bool = False,
              seed: int = 1, samples: int = 8) -> onnx.ModelProto:
     """``model`` quantized by onnxruntime (``fmt``: "QDQ" or "QOperator"), calibrated on random inputs.

@@ -500,14 +500,18 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
     node's result holds the tensor it was fused into.
     """
 
-    from byoc.pipeline.importer import ProvenanceImporter, unique_binding_names
+    from byoc.pipeline.importer import ProvenanceImporter, bind_trailing_params, unique_binding_names
+    from byoc.pipeline.qdq_form import held_integer_constants
 
     opset = next(
         (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1
     )
-    importer = ProvenanceImporter(
-        {s.name: list(s.shape) for s in inputs}, {s.name: s.dtype for s in inputs}
-    )
+    # FoldConstant would compute DQ(integer weight) into a float constant: the weights
+    # are parameters while it runs, and bound as constants after.
+    model, held = held_integer_constants(model)
+    specs = list(inputs) + [TensorSpec(name, tuple(t.dims), str(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)))
+                            for name, t in held.items()]
+    importer = ProvenanceImporter({s.name: list(s.shape) for s in specs}, {s.name: s.dtype for s in specs})
     try:
         # TVM's importer prints and warns on its own; a library must not.
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -516,6 +520,8 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
             owners = importer.binding_provenance(mod["main"])
             results = importer.results(mod["main"])
             mod = _fold_constants(mod)
+            if held:
+                mod = bind_trailing_params(mod, [onnx.numpy_helper.to_array(t) for t in held.values()])
             main, renamed = unique_binding_names(mod["main"])
             mod.update_func(mod.get_global_var("main"), main)
     except ModelLoadError:

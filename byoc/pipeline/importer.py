@@ -140,3 +140,21 @@ def unique_binding_names(main: relax.Function) -> tuple[relax.Function, dict]:
     old_vars = [b.var for block in main.body.blocks for b in block.bindings]
     new_vars = [b.var for block in new.body.blocks for b in block.bindings]
     return new, dict(zip(old_vars, new_vars))
+
+
+def bind_trailing_params(mod, values: list):
+    """``mod`` whose ``main`` has its last ``len(values)`` parameters bound to ``values`` (numpy) as constants.
+
+    The bound parameters leave ``main``'s signature and its ``num_input``.
+    """
+    import tvm
+
+    main = mod["main"]
+    params = list(main.params)[len(main.params) - len(values):]
+    binding = {param: relax.const(tvm.runtime.tensor(value), str(value.dtype)) for param, value in zip(params, values)}
+    bound = relax.transform.BindParams("main", binding)(mod)
+    func = bound["main"]
+    if func.attrs is not None and "num_input" in func.attrs:
+        func = func.with_attr("num_input", len(func.params))
+        bound.update_func(bound.get_global_var("main"), func)
+    return bound

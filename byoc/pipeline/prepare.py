@@ -101,18 +101,22 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     Returns a :class:`Prepared` whose ``model`` computes the same outputs
     under the same input and output names.
     """
+    from byoc.pipeline.qdq_form import held_integer_constants, restore_held, unshared_dequantize
     from byoc.pipeline.quantized import check_quantization, rewrite_qoperators
 
     check_quantization(model)
     user = model
     source, quantized_from = rewrite_qoperators(user)
+    # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
+    foldable, held = held_integer_constants(source)
     failure = None
-    for simplified, tool in _candidates(source):
+    for simplified, tool in _candidates(foldable):
         if simplified is None:
             prepared = source  # read-only from here on; no copy of a model's weights for nothing
             origin = {n.name: n.name for n in source.graph.node}
         else:
             prepared = simplified
+            restore_held(prepared, held)
             name_nodes(prepared.graph, unnamed="{op_type}_prepared_{index}")  # a simplifier may add unnamed ones
             origin = _origin(source.graph, prepared.graph)
         try:
@@ -122,6 +126,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             # may unroll after another's: the next candidate gets its turn.
             failure = failure or err
             continue
+        prepared, copies = unshared_dequantize(prepared)
+        origin.update({copy: origin.get(original, original) for copy, original in copies.items()})
         fate = _fates(source.graph, prepared.graph, origin)
         if quantized_from:
             origin, fate, rewritten = _through_rewrite(prepared, origin, fate, quantized_from)

@@ -157,6 +157,16 @@ def _qlinear_unary(op_type: str) -> Callable[[_Unit], None]:
     return rewrite
 
 
+def _qlinear_softmax(u: _Unit) -> None:
+    """QLinearSoftmax over the last axis, where every opset's Softmax means the same."""
+    if u.attr("axis", -1) != -1:
+        raise UnsupportedAttributeError(f"QLinearSoftmax node {u.node.name!r}: axis={u.attr('axis')} is not supported "
+                                        "(the last axis, -1, only)")
+    x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
+    y = u.add("Softmax", [x], "softmax", axis=-1)
+    u.quantize(y, u.input(3), u.input(4), u.node.output[0])
+
+
 def _qlinear_concat(u: _Unit) -> None:
     parts = []
     for k, first in enumerate(range(2, len(u.node.input), 3)):
@@ -193,6 +203,7 @@ QOPERATOR_OPS: dict[tuple[str, str], Callable[[_Unit], None]] = {
     (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_unary("GlobalAveragePool"),
     (MS_DOMAIN, "QLinearAveragePool"): _qlinear_unary("AveragePool"),
     (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
+    (MS_DOMAIN, "QLinearSoftmax"): _qlinear_softmax,
     (MS_DOMAIN, "QGemm"): _qgemm,
 }
 

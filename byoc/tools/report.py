@@ -113,6 +113,8 @@ REPORT_SCHEMA = {
                     "inputs": {"type": "array", "items": {"type": "string"}},
                     "outputs": {"type": "array", "items": {"type": "string"}},
                     "detail": {"type": "string"},
+                    # the node is the core of a quantized node unit a vendor took as one int8 op
+                    "quantized_unit": {"type": "boolean"},
                 },
             },
         },
@@ -188,8 +190,18 @@ def _host_groups(plan: PartitionPlan) -> list[dict]:
     return list(groups.values())
 
 
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _unit_rules(plan: PartitionPlan) -> set[str]:
+    from byoc.vendor.quantized import QuantizedUnitRule
+
+    return {rule.name for vendor in plan.vendors for rule in vendor.rules if isinstance(rule, QuantizedUnitRule)}
+
+
 def _nodes(plan: PartitionPlan) -> list[dict]:
     graph = plan.imported.model.graph
+    unit_rules = _unit_rules(plan)
     initializers = {t.name for t in graph.initializer}
     targets = node_targets(plan)
     vendor_of = {p.name: p.vendor for p in plan.partitions}
@@ -210,6 +222,8 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
             "inputs": [n for n in node.input if n and n not in initializers],
             "outputs": [n for n in node.output if n],
             "detail": _node_detail(decisions_of[node.name], where, prepared.get(node.name)),
+            "quantized_unit": node.op_type not in _QDQ_OPS and any(
+                d.rule in unit_rules for d in decisions_of[node.name]),
         })
     return nodes
 
@@ -348,7 +362,9 @@ def render_text(report: Mapping) -> str:
               _tensors(p["outputs"]), str(p["constant_bytes"]), str(p["boundary_bytes"])] for p in parts],
         )
         lines.append("")
-        lines += [f"  {p['name']} nodes: {', '.join(p['onnx_nodes'])}" for p in parts]
+        units = {n["name"] for n in report["nodes"] if n.get("quantized_unit")}
+        lines += [f"  {p['name']} nodes: {', '.join(n + (' (QDQ int8)' if n in units else '') for n in p['onnx_nodes'])}"
+                  for p in parts]
     else:
         lines.append("  none: every op runs on the host")
     lines += ["", "Host ops (grouped by reason)"]

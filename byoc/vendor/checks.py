@@ -138,9 +138,12 @@ def per_channel_bias(match: Match) -> CheckResult:
     return SUPPORTED
 
 
+_POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
+
+
 def pool_layout_nchw(match: Match) -> CheckResult:
     """NCHW layout only."""
-    for call in match.calls:
+    for call in (c for c in match.calls if c.op.name in _POOLS):
         if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
             return f"layout {call.attrs.layout} not supported (NCHW only)"
     return SUPPORTED
@@ -148,7 +151,7 @@ def pool_layout_nchw(match: Match) -> CheckResult:
 
 def avg_pool_plain(match: Match) -> CheckResult:
     """no dilation, no ceil_mode."""
-    for call in match.calls:
+    for call in calls_of(match, "relax.nn.avg_pool2d"):
         if tuple(call.attrs.dilation) != (1, 1):
             return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
         if call.attrs.ceil_mode:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from byoc.errors import UnsupportedConstruct
+from byoc.vendor.quantized import QParams, QuantizedUnit, qparams, quantized_range
 from byoc.vendor.values import const_array, is_prim_value, is_tensor_const, static_dims
 
 
@@ -41,6 +42,11 @@ class OpCall:
     their argument names (``min``/``max`` of clip, ``shape`` of reshape).
     ``rule`` is the vendor rule that took this op and ``group`` numbers the
     composite (pattern match) it belongs to.
+
+    A quantized node unit is one call named ``qnn.<op>`` (``qnn.conv2d``):
+    its inputs are the integer tensors (a conv's or matmul's int32 bias
+    last), ``attrs`` are the float op's, and ``quant`` holds the scales and
+    zero points (see :mod:`byoc.vendor.quantized`).
     """
 
     op: str
@@ -49,6 +55,7 @@ class OpCall:
     attrs: dict[str, Any]
     rule: str
     group: int
+    quant: Optional[QuantizedUnit] = None
 
 
 @dataclass
@@ -229,4 +236,85 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     for item in outputs:
         if isinstance(item, _Unavailable):
             raise UnsupportedConstruct(f"result {item.index} of {item.op} (only the first result is computed)")
-    return PartitionGraph(symbol, inputs, outputs, ops, func)
+    return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func)
+
+
+# -- quantized node units -------------------------------------------------------------------------
+_WEIGHTED = ("relax.nn.conv2d", "relax.matmul")
+
+
+def _with_units_folded(ops: list[OpCall]) -> list[OpCall]:
+    """``ops`` with each quantized node unit (a composite ending in quantize) as one ``qnn.*`` call."""
+    groups: dict[int, list[OpCall]] = {}
+    for call in ops:
+        if call.rule:
+            groups.setdefault(call.group, []).append(call)
+    units = {}
+    for group, calls in groups.items():
+        unit = _unit_call(calls) if len(calls) > 1 else None
+        if unit is not None:
+            units[group] = unit
+    if not units:
+        return ops
+    out = []
+    for call in ops:
+        unit = units.get(call.group) if call.rule else None
+        if unit is None:
+            out.append(call)
+        elif call is groups[call.group][-1]:
+            out.append(unit)
+    return out
+
+
+def _dq_params(call: OpCall) -> QParams:
+    x, scale, zero_point = call.inputs
+    return qparams(scale.data, zero_point.data, call.attrs.get("axis", 1), len(x.shape), x.dtype)
+
+
+def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
+    """The ``qnn.*`` call ``calls`` (one composite) stand for, or None when they are no unit."""
+    quantize = calls[-1]
+    if quantize.op != "relax.quantize" or any(t.kind != "const" for t in quantize.inputs[1:]):
+        return None
+    producer = {c.output.id: c for c in calls}
+
+    def made_by(tensor: Tensor, *ops: str) -> Optional[OpCall]:
+        call = producer.get(tensor.id)
+        return call if call is not None and call.op in ops else None
+
+    used = [quantize]
+    core = producer.get(quantize.inputs[0].id)
+    low, high = -np.inf, np.inf
+    if core is not None and core.op in ("relax.nn.relu", "relax.clip") \
+            and made_by(core.inputs[0], "relax.dequantize") is None:
+        low, high = (0.0, np.inf) if core.op == "relax.nn.relu" else (core.attrs["min"], core.attrs["max"])
+        used.append(core)
+        core = producer.get(core.inputs[0].id)
+    bias = None
+    if core is not None and core.op == "relax.add" and made_by(core.inputs[0], *_WEIGHTED):
+        used.append(core)
+        reshape = made_by(core.inputs[1], "relax.reshape")
+        bias = made_by(reshape.inputs[0] if reshape else core.inputs[1], "relax.dequantize")
+        if bias is None or bias.inputs[0].kind != "const":
+            return None
+        used += [reshape, bias] if reshape else [bias]
+        core = producer[core.inputs[0].id]
+    if core is None:
+        return None
+    dequantized = [made_by(t, "relax.dequantize") for t in core.inputs]
+    if not dequantized or None in dequantized or any(t.kind != "const" for d in dequantized for t in d.inputs[1:]):
+        return None
+    used += [core, *dequantized]
+    if len({id(c) for c in used}) != len(calls):
+        return None  # more in the composite than a unit holds
+    output = qparams(quantize.inputs[1].data, quantize.inputs[2].data, quantize.attrs.get("axis", 1),
+                     len(quantize.output.shape), quantize.output.dtype)
+    if output.per_channel:
+        return None
+    params = [_dq_params(d) for d in dequantized] + ([_dq_params(bias)] if bias else [])
+    inputs = [d.inputs[0] for d in dequantized] + ([bias.inputs[0]] if bias else [])
+    float_ops = tuple(c.op for c in reversed(used) if c.op not in ("relax.dequantize", "relax.quantize",
+                                                                   "relax.reshape") or c is core)
+    unit = QuantizedUnit(tuple(params), output, quantized_range(output, low, high), float_ops)
+    return OpCall("qnn." + core.op.rsplit(".", 1)[1], inputs, quantize.output, dict(core.attrs), quantize.rule,
+                  quantize.group, unit)

@@ -2,7 +2,8 @@
  * byoc_kernels.h -- reference float32 CPU kernels for byoc-generated C code.
  *
  * Conventions
- *  - All tensors are float32, dense, contiguous and row-major (C order).
+ *  - Tensors are float32 (int8, uint8 and int32 for the quantization kernels at
+ *    the end), dense, contiguous and row-major (C order).
  *  - Shapes are int64_t arrays of rank <= BYOC_MAX_RANK; rank 0 is a scalar
  *    (one element, the shape pointer is not read).
  *  - Semantics follow ONNX (numpy broadcasting for elementwise ops, numpy.matmul
@@ -198,96 +199,103 @@ BYOC_K_FN void byoc_k_unary(int op, const float* x, float* y, int64_t n, float p
 /* matmul (numpy.matmul semantics)                                           */
 /* ------------------------------------------------------------------------ */
 
-BYOC_K_FN void byoc_k_matmul(const float* a, const int64_t* a_shape, int a_ndim,
-                             const float* b, const int64_t* b_shape, int b_ndim,
-                             float* out, const int64_t* out_shape, int out_ndim) {
-  int64_t as[BYOC_MAX_RANK], bs[BYOC_MAX_RANK], idx[BYOC_MAX_RANK];
-  int64_t m, k, n, nbatch, bi, i, kk, j, ao = 0, bo = 0;
-  int a_b, b_b, o_b, d;
-
-  if (a_ndim < 1 || b_ndim < 1) return;
-  m = a_ndim >= 2 ? a_shape[a_ndim - 2] : 1;
-  k = a_shape[a_ndim - 1];
-  n = b_ndim >= 2 ? b_shape[b_ndim - 1] : 1;
-  a_b = a_ndim >= 2 ? a_ndim - 2 : 0;
-  b_b = b_ndim >= 2 ? b_ndim - 2 : 0;
-  o_b = out_ndim - (a_ndim >= 2 ? 1 : 0) - (b_ndim >= 2 ? 1 : 0);
-  if (o_b < 0) return;
-
-  byoc_k_bcast_strides(a_shape, a_b, o_b, m * k, as);
-  byoc_k_bcast_strides(b_shape, b_b, o_b, k * n, bs);
-  for (d = 0; d < o_b; ++d) idx[d] = 0;
-  nbatch = byoc_k_numel(out_shape, o_b);
-
-  for (bi = 0; bi < nbatch; ++bi) {
-    const float* pa = a + ao;
-    const float* pb = b + bo;
-    float* pc = out + bi * m * n;
-    for (i = 0; i < m * n; ++i) pc[i] = 0.0f;
-    for (i = 0; i < m; ++i) {
-      float* crow = pc + i * n;
-      const float* arow = pa + i * k;
-      for (kk = 0; kk < k; ++kk) {
-        const float av = arow[kk];
-        const float* brow = pb + kk * n;
-        for (j = 0; j < n; ++j) crow[j] += av * brow[j];
-      }
-    }
-    byoc_k_advance2(idx, out_shape, o_b, as, bs, &ao, &bo);
-  }
+/* One definition for float32 and for int32 (the integer accumulation of quantized units). */
+#define BYOC_K_DEFINE_MATMUL(NAME, T)                                                               \
+BYOC_K_FN void NAME(const T* a, const int64_t* a_shape, int a_ndim,                                 \
+                             const T* b, const int64_t* b_shape, int b_ndim,                        \
+                             T* out, const int64_t* out_shape, int out_ndim) {                      \
+  int64_t as[BYOC_MAX_RANK], bs[BYOC_MAX_RANK], idx[BYOC_MAX_RANK];                                 \
+  int64_t m, k, n, nbatch, bi, i, kk, j, ao = 0, bo = 0;                                            \
+  int a_b, b_b, o_b, d;                                                                             \
+                                                                                                    \
+  if (a_ndim < 1 || b_ndim < 1) return;                                                             \
+  m = a_ndim >= 2 ? a_shape[a_ndim - 2] : 1;                                                        \
+  k = a_shape[a_ndim - 1];                                                                          \
+  n = b_ndim >= 2 ? b_shape[b_ndim - 1] : 1;                                                        \
+  a_b = a_ndim >= 2 ? a_ndim - 2 : 0;                                                               \
+  b_b = b_ndim >= 2 ? b_ndim - 2 : 0;                                                               \
+  o_b = out_ndim - (a_ndim >= 2 ? 1 : 0) - (b_ndim >= 2 ? 1 : 0);                                   \
+  if (o_b < 0) return;                                                                              \
+                                                                                                    \
+  byoc_k_bcast_strides(a_shape, a_b, o_b, m * k, as);                                               \
+  byoc_k_bcast_strides(b_shape, b_b, o_b, k * n, bs);                                               \
+  for (d = 0; d < o_b; ++d) idx[d] = 0;                                                             \
+  nbatch = byoc_k_numel(out_shape, o_b);                                                            \
+                                                                                                    \
+  for (bi = 0; bi < nbatch; ++bi) {                                                                 \
+    const T* pa = a + ao;                                                                           \
+    const T* pb = b + bo;                                                                           \
+    T* pc = out + bi * m * n;                                                                       \
+    for (i = 0; i < m * n; ++i) pc[i] = (T)0;                                                       \
+    for (i = 0; i < m; ++i) {                                                                       \
+      T* crow = pc + i * n;                                                                         \
+      const T* arow = pa + i * k;                                                                   \
+      for (kk = 0; kk < k; ++kk) {                                                                  \
+        const T av = arow[kk];                                                                      \
+        const T* brow = pb + kk * n;                                                                \
+        for (j = 0; j < n; ++j) crow[j] += av * brow[j];                                            \
+      }                                                                                             \
+    }                                                                                               \
+    byoc_k_advance2(idx, out_shape, o_b, as, bs, &ao, &bo);                                         \
+  }                                                                                                 \
 }
+BYOC_K_DEFINE_MATMUL(byoc_k_matmul, float)
+BYOC_K_DEFINE_MATMUL(byoc_k_matmul_i32, int32_t)
 
 /* ------------------------------------------------------------------------ */
 /* conv2d (NCHW, OIHW, groups, optional bias and fused relu)                 */
 /* ------------------------------------------------------------------------ */
 
-BYOC_K_FN void byoc_k_conv2d(const float* x, const float* w, const float* bias, float* y,
-                             int64_t n, int64_t c, int64_t h, int64_t wd,
-                             int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
-                             int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,
-                             int64_t dil_h, int64_t dil_w, int64_t groups, int relu) {
-  int64_t cpg, opg, nn, g, ocg, icg, oy, ki, kj, ox, i;
-  if (groups < 1) groups = 1;
-  cpg = c / groups;
-  opg = o / groups;
-
-  for (nn = 0; nn < n; ++nn) {
-    for (g = 0; g < groups; ++g) {
-      for (ocg = 0; ocg < opg; ++ocg) {
-        const int64_t oc = g * opg + ocg;
-        float* yp = y + (nn * o + oc) * oh * ow;
-        const float b0 = bias ? bias[oc] : 0.0f;
-        for (i = 0; i < oh * ow; ++i) yp[i] = b0;
-
-        for (icg = 0; icg < cpg; ++icg) {
-          const int64_t ic = g * cpg + icg;
-          const float* xp = x + (nn * c + ic) * h * wd;
-          const float* wp = w + (oc * cpg + icg) * kh * kw;
-          for (oy = 0; oy < oh; ++oy) {
-            float* yrow = yp + oy * ow;
-            for (ki = 0; ki < kh; ++ki) {
-              const int64_t iy = oy * stride_h - pad_t + ki * dil_h;
-              const float* xrow;
-              if (iy < 0 || iy >= h) continue;
-              xrow = xp + iy * wd;
-              for (kj = 0; kj < kw; ++kj) {
-                const float wv = wp[ki * kw + kj];
-                const int64_t off = kj * dil_w - pad_l;
-                int64_t lo, hi;
-                byoc_k_valid_range(off, stride_w, wd, ow, &lo, &hi);
-                for (ox = lo; ox < hi; ++ox) yrow[ox] += wv * xrow[ox * stride_w + off];
-              }
-            }
-          }
-        }
-        if (relu) {
-          for (i = 0; i < oh * ow; ++i)
-            if (yp[i] < 0.0f) yp[i] = 0.0f;
-        }
-      }
-    }
-  }
+#define BYOC_K_DEFINE_CONV2D(NAME, T)                                                               \
+BYOC_K_FN void NAME(const T* x, const T* w, const T* bias, T* y,                                    \
+                             int64_t n, int64_t c, int64_t h, int64_t wd,                           \
+                             int64_t o, int64_t kh, int64_t kw, int64_t oh, int64_t ow,             \
+                             int64_t stride_h, int64_t stride_w, int64_t pad_t, int64_t pad_l,      \
+                             int64_t dil_h, int64_t dil_w, int64_t groups, int relu) {              \
+  int64_t cpg, opg, nn, g, ocg, icg, oy, ki, kj, ox, i;                                             \
+  if (groups < 1) groups = 1;                                                                       \
+  cpg = c / groups;                                                                                 \
+  opg = o / groups;                                                                                 \
+                                                                                                    \
+  for (nn = 0; nn < n; ++nn) {                                                                      \
+    for (g = 0; g < groups; ++g) {                                                                  \
+      for (ocg = 0; ocg < opg; ++ocg) {                                                             \
+        const int64_t oc = g * opg + ocg;                                                           \
+        T* yp = y + (nn * o + oc) * oh * ow;                                                        \
+        const T b0 = bias ? bias[oc] : (T)0;                                                        \
+        for (i = 0; i < oh * ow; ++i) yp[i] = b0;                                                   \
+                                                                                                    \
+        for (icg = 0; icg < cpg; ++icg) {                                                           \
+          const int64_t ic = g * cpg + icg;                                                         \
+          const T* xp = x + (nn * c + ic) * h * wd;                                                 \
+          const T* wp = w + (oc * cpg + icg) * kh * kw;                                             \
+          for (oy = 0; oy < oh; ++oy) {                                                             \
+            T* yrow = yp + oy * ow;                                                                 \
+            for (ki = 0; ki < kh; ++ki) {                                                           \
+              const int64_t iy = oy * stride_h - pad_t + ki * dil_h;                                \
+              const T* xrow;                                                                        \
+              if (iy < 0 || iy >= h) continue;                                                      \
+              xrow = xp + iy * wd;                                                                  \
+              for (kj = 0; kj < kw; ++kj) {                                                         \
+                const T wv = wp[ki * kw + kj];                                                      \
+                const int64_t off = kj * dil_w - pad_l;                                             \
+                int64_t lo, hi;                                                                     \
+                byoc_k_valid_range(off, stride_w, wd, ow, &lo, &hi);                                \
+                for (ox = lo; ox < hi; ++ox) yrow[ox] += wv * xrow[ox * stride_w + off];            \
+              }                                                                                     \
+            }                                                                                       \
+          }                                                                                         \
+        }                                                                                           \
+        if (relu) {                                                                                 \
+          for (i = 0; i < oh * ow; ++i)                                                             \
+            if (yp[i] < (T)0) yp[i] = (T)0;                                                         \
+        }                                                                                           \
+      }                                                                                             \
+    }                                                                                               \
+  }                                                                                                 \
 }
+BYOC_K_DEFINE_CONV2D(byoc_k_conv2d, float)
+BYOC_K_DEFINE_CONV2D(byoc_k_conv2d_i32, int32_t)
 
 /* ------------------------------------------------------------------------ */
 /* pooling (NCHW)                                                            */
@@ -489,6 +497,76 @@ BYOC_K_FN void byoc_k_transpose(const float* x, const int64_t* shape, int ndim,
       off -= ost[d] * osh[d];
       idx[d] = 0;
     }
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* quantization (ONNX QuantizeLinear / DequantizeLinear, int8 units)         */
+/* ------------------------------------------------------------------------ */
+/* Integer tensors are passed as void* with a type code. A scale or zero point
+ * array holds one value per tensor (axis_len 1) or one per index of the
+ * quantized axis, whose elements lie `inner` apart (the product of the dims
+ * after it). Rounding is half to even (nearbyint in the default mode). */
+
+enum { BYOC_U8 = 0, BYOC_I8 = 1, BYOC_I32 = 2 };
+
+BYOC_K_FN int32_t byoc_k_load(const void* x, int code, int64_t i) {
+  if (code == BYOC_U8) return ((const uint8_t*)x)[i];
+  if (code == BYOC_I8) return ((const int8_t*)x)[i];
+  return ((const int32_t*)x)[i];
+}
+
+BYOC_K_FN int64_t byoc_k_channel(int64_t i, int64_t axis_len, int64_t inner) {
+  return axis_len == 1 ? 0 : (i / inner) % axis_len;
+}
+
+/* Stores `v` clamped to [lo, hi] (within the type's range). */
+BYOC_K_FN void byoc_k_store(void* y, int code, int64_t i, double v, int32_t lo, int32_t hi) {
+  int32_t q;
+  if (v < (double)lo) v = (double)lo;
+  if (v > (double)hi) v = (double)hi;
+  q = (int32_t)v;
+  if (code == BYOC_U8) ((uint8_t*)y)[i] = (uint8_t)q;
+  else if (code == BYOC_I8) ((int8_t*)y)[i] = (int8_t)q;
+  else ((int32_t*)y)[i] = q;
+}
+
+/* out = x - zero_point, as int32. */
+BYOC_K_FN void byoc_k_widen(const void* x, int code, int64_t n, const int32_t* zp, int64_t axis_len,
+                            int64_t inner, int32_t* out) {
+  int64_t i;
+  for (i = 0; i < n; ++i) out[i] = byoc_k_load(x, code, i) - zp[byoc_k_channel(i, axis_len, inner)];
+}
+
+BYOC_K_FN void byoc_k_dequantize(const void* x, int code, int64_t n, const float* scale, const int32_t* zp,
+                                 int64_t axis_len, int64_t inner, float* y) {
+  int64_t i;
+  for (i = 0; i < n; ++i) {
+    const int64_t ch = byoc_k_channel(i, axis_len, inner);
+    y[i] = (float)(byoc_k_load(x, code, i) - zp[ch]) * scale[ch];
+  }
+}
+
+/* y = clamp(round(x / scale) + zero_point, lo, hi); a NaN becomes the zero point. */
+BYOC_K_FN void byoc_k_quantize(const float* x, int64_t n, const float* scale, const int32_t* zp,
+                               int64_t axis_len, int64_t inner, int code, int32_t lo, int32_t hi, void* y) {
+  int64_t i;
+  for (i = 0; i < n; ++i) {
+    const int64_t ch = byoc_k_channel(i, axis_len, inner);
+    const float r = nearbyintf(x[i] / scale[ch]);
+    byoc_k_store(y, code, i, (r == r ? (double)r : 0.0) + (double)zp[ch], lo, hi);
+  }
+}
+
+/* An int32 accumulation back to 8 bits: y = clamp(round(acc * mult + offset) + zp, lo, hi), with
+ * mult (x_scale * w_scale / y_scale) and offset (bias * bias_scale / y_scale) per output channel. */
+BYOC_K_FN void byoc_k_requantize(const int32_t* acc, int64_t n, const double* mult, const double* offset,
+                                 int64_t axis_len, int64_t inner, int32_t zp, int code, int32_t lo, int32_t hi,
+                                 void* y) {
+  int64_t i;
+  for (i = 0; i < n; ++i) {
+    const int64_t ch = byoc_k_channel(i, axis_len, inner);
+    byoc_k_store(y, code, i, nearbyint((double)acc[i] * mult[ch] + offset[ch]) + (double)zp, lo, hi);
   }
 }
 

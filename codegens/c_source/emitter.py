@@ -65,9 +65,9 @@ static int byoc_fail(const char* kind, const char* symbol, const char* what) {
   return -1;
 }
 
-/* The float32 data of argument `i`, checked against the expected shape. */
-static float* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndim,
-                       const char* symbol, int* error) {
+/* The data of argument `i`, checked against the expected DLPack type (code, bits) and shape. */
+static void* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndim, int code, int bits,
+                      const char* symbol, int* error) {
   const byoc_dltensor* t = NULL;
   int d;
   int64_t expect = 1;
@@ -78,8 +78,8 @@ static float* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int nd
   }
   if (t == NULL) { *error = byoc_fail("TypeError", symbol, "an argument is not a tensor"); return NULL; }
   if (t->device.device_type != 1) { *error = byoc_fail("ValueError", symbol, "a tensor is not on the CPU"); return NULL; }
-  if (t->dtype.code != 2 || t->dtype.bits != 32 || t->dtype.lanes != 1) {
-    *error = byoc_fail("TypeError", symbol, "a tensor is not float32"); return NULL;
+  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
+    *error = byoc_fail("TypeError", symbol, "a tensor has the wrong dtype"); return NULL;
   }
   if (t->ndim != ndim) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong rank"); return NULL; }
   for (d = ndim - 1; d >= 0; --d) {
@@ -89,20 +89,20 @@ static float* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int nd
     }
     expect *= shape[d];
   }
-  return (float*)((char*)t->data + t->byte_offset);
+  return (char*)t->data + t->byte_offset;
 }
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define BYOC_BIG_ENDIAN 1
-/* A constant's little-endian bytes as native floats, decoded into `decoded` on first use.
-   Two threads that race here write the same values, so the race is benign. */
-static const float* byoc_le_floats(const unsigned char* bytes, float* decoded, int64_t n, int* ready) {
+/* A constant's little-endian 4-byte words (float32, int32) in native order, decoded into `decoded`
+   on first use. Two threads that race here write the same values, so the race is benign. */
+static const void* byoc_le_words(const unsigned char* bytes, void* decoded, int64_t n, int* ready) {
   int64_t i;
   if (!*ready) {
     for (i = 0; i < n; ++i) {
       const unsigned char* b = bytes + 4 * i;
       uint32_t u = (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
-      memcpy(&decoded[i], &u, 4);
+      memcpy((char*)decoded + 4 * i, &u, 4);
     }
     *ready = 1;
   }
@@ -143,6 +143,18 @@ def float_literal(value: float, dtype: str = "float32") -> str:
     return text + "f"
 
 
+#: dtype -> (C type, DLPack type code, bits) of the tensors the emitted C reads and writes.
+_DTYPES = {"float32": ("float", 2, 32), "int8": ("int8_t", 0, 8), "uint8": ("uint8_t", 1, 8),
+           "int32": ("int32_t", 0, 32)}
+
+
+def c_type(dtype: str) -> str:
+    """The C element type of a tensor of ``dtype``."""
+    if dtype not in _DTYPES:
+        raise UnsupportedOp(f"a {dtype} tensor (the C emitter takes {', '.join(_DTYPES)})")
+    return _DTYPES[dtype][0]
+
+
 def _int_list(values: Sequence[int]) -> str:
     return ", ".join(str(int(v)) for v in values) or "0"
 
@@ -164,20 +176,35 @@ class _Unit:
         return name
 
     def constant(self, tensor: Tensor) -> str:
-        """Declare ``tensor``'s data (see the module docstring, item 3); returns an expression of type const float*."""
+        """Declare ``tensor``'s data (see the module docstring, item 3); returns a pointer expression to it."""
         name = self.fresh("byoc_const")
-        flat = np.asarray(tensor.data, dtype="<f4").reshape(-1)
-        size = max(flat.size, 1)
+        ctype = c_type(tensor.dtype)
+        flat = np.asarray(tensor.data, dtype=np.dtype(tensor.dtype).newbyteorder("<")).reshape(-1)
+        size, width = max(flat.size, 1), flat.dtype.itemsize
         literal = c_string_literal(flat.tobytes())
-        self.decls.append(
-            # the union gives the bytes a float's alignment; a literal exactly as long as the array
-            # (no room for its NUL) is valid C
-            f"static const union {{ unsigned char bytes[{4 * size}]; float align; }} {name}_le = {{\n{literal}\n}};\n"
-            f"#ifdef BYOC_BIG_ENDIAN\n"
-            f"static float {name}_be[{size}];\nstatic int {name}_ready;\n"
-            f"#define {name} byoc_le_floats({name}_le.bytes, {name}_be, {size}, &{name}_ready)\n"
-            f"#else\n#define {name} ((const float*){name}_le.bytes)\n#endif"
-        )
+        # the union gives the bytes a float's alignment; a literal exactly as long as the array
+        # (no room for its NUL) is valid C
+        decl = f"static const union {{ unsigned char bytes[{width * size}]; float align; }} {name}_le = {{\n{literal}\n}};"
+        if width == 1:
+            self.decls.append(f"{decl}\n#define {name} (({ctype}*){name}_le.bytes)")
+        else:
+            self.decls.append(
+                f"{decl}\n#ifdef BYOC_BIG_ENDIAN\n"
+                f"static {ctype} {name}_be[{size}];\nstatic int {name}_ready;\n"
+                f"#define {name} (({ctype}*)byoc_le_words({name}_le.bytes, {name}_be, {size}, &{name}_ready))\n"
+                f"#else\n#define {name} (({ctype}*){name}_le.bytes)\n#endif"
+            )
+        return name
+
+    def array(self, ctype: str, values) -> str:
+        """A static const C array of ``values`` (int32_t, double or float), by name."""
+        name = self.fresh("byoc_arr")
+        values = np.asarray(values).reshape(-1)
+        if ctype == "int32_t":
+            text = _int_list(values)
+        else:
+            text = ", ".join(float_literal(v, "float64" if ctype == "double" else "float32") for v in values)
+        self.decls.append(f"static const {ctype} {name}[] = {{{text or '0'}}};")
         return name
 
 
@@ -187,8 +214,8 @@ OpEmitter = Callable[["_Body", OpCall], None]
 class _Body:
     """Emits the statements of one partition body."""
 
-    def __init__(self, unit: _Unit, graph: PartitionGraph, names: dict[int, str]):
-        self.unit, self.graph, self.names = unit, graph, names
+    def __init__(self, unit: _Unit, graph: PartitionGraph, names: dict[int, str], temps: list):
+        self.unit, self.graph, self.names, self.temps = unit, graph, names, temps
         self.lines: list[str] = []
         self.skip: set[int] = set()
         self.referenced: set[str] = set()
@@ -200,6 +227,14 @@ class _Body:
 
     def emit(self, line: str) -> None:
         self.lines.append("  " + line)
+
+    def scratch(self, dtype: str, shape: Sequence[int]) -> Tensor:
+        """A fresh temporary tensor, allocated and freed with the body's other temporaries."""
+        tensor = Tensor(-len(self.names) - 1, tuple(shape), dtype, "op")
+        name = self.unit.fresh("t")
+        self.names[tensor.id] = name
+        self.temps.append((name, c_type(dtype), tensor.size))
+        return tensor
 
 
 def _unary(kind: str, low="0.0f", high="0.0f"):
@@ -303,7 +338,7 @@ def _softmax(body: _Body, call: OpCall) -> None:
 
 def _copy(body: _Body, call: OpCall) -> None:
     body.emit(f"memcpy({body.ref(call.output)}, {body.ref(call.inputs[0])}, "
-              f"sizeof(float) * (size_t){call.output.size});")
+              f"sizeof({c_type(call.output.dtype)}) * (size_t){call.output.size});")
 
 
 def _concat(body: _Body, call: OpCall) -> None:
@@ -349,29 +384,33 @@ OP_EMITTERS: dict[str, OpEmitter] = {
 
 
 def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter]) -> str:
+    from .quantized import INTEGER_AS_FLOAT, QDQ_OPS, emit_quantized  # it builds on this module
+
     fn = unit.fresh("byoc_body")
     names: dict[int, str] = {}
     for i, t in enumerate(graph.inputs):
-        names[t.id] = f"in[{i}]"
+        names[t.id] = f"(({c_type(t.dtype)}*)in[{i}])"
     for t in graph.constants:
-        names[t.id] = f"(float*){unit.constant(t)}"
+        names[t.id] = unit.constant(t)
     outputs_by_id: dict[int, int] = {}
     for i, t in enumerate(graph.outputs):
         outputs_by_id.setdefault(t.id, i)
     temps = []
     for call in graph.ops:
         if call.output.id in outputs_by_id:
-            names[call.output.id] = f"out[{outputs_by_id[call.output.id]}]"
+            names[call.output.id] = f"(({c_type(call.output.dtype)}*)out[{outputs_by_id[call.output.id]}])"
         else:
             temp = unit.fresh("t")
             names[call.output.id] = temp
-            temps.append((temp, call.output.size))
-    body = _Body(unit, graph, names)
+            temps.append((temp, c_type(call.output.dtype), call.output.size))
+    body = _Body(unit, graph, names, temps)
     for index, call in enumerate(graph.ops):
         if index in body.skip:
             continue
         if call.op == "relax.nn.conv2d":
             _conv2d(body, call, index)
+        elif call.quant is not None or call.op in QDQ_OPS or call.op in INTEGER_AS_FLOAT and call.output.dtype != "float32":
+            emit_quantized(body, call, emitters)
         elif call.op in emitters:
             emitters[call.op](body, call)
         else:
@@ -379,18 +418,19 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
     # Outputs that are not produced by an op here (an input passed through,
     # or one tensor returned twice) are copied.
     for i, t in enumerate(graph.outputs):
-        if names.get(t.id) != f"out[{i}]":
-            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof(float) * (size_t){t.size});")
+        if names.get(t.id) != f"(({c_type(t.dtype)}*)out[{i}])":
+            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t){t.size});")
     # Fused ops leave some temporaries unused: allocate only the ones written.
-    used = [(t, size) for t, size in temps if t in body.referenced]
-    lines = [f"static int {fn}(float* const* in, float* const* out) {{", "  int status = 0;"]
-    lines += [f"  float* {t} = (float*)malloc(sizeof(float) * (size_t){max(size, 1)});" for t, size in used]
+    used = [(t, ctype, size) for t, ctype, size in temps if t in body.referenced]
+    lines = [f"static int {fn}(void* const* in, void* const* out) {{", "  int status = 0;"]
+    lines += [f"  {ctype}* {t} = ({ctype}*)malloc(sizeof({ctype}) * (size_t){max(size, 1)});"
+              for t, ctype, size in used]
     if used:
-        lines.append("  if (" + " || ".join(f"!{t}" for t, _ in used) + ") { status = -2; goto done; }")
+        lines.append("  if (" + " || ".join(f"!{t}" for t, _, _ in used) + ") { status = -2; goto done; }")
     lines += body.lines
     if used:
         lines.append("done:")
-    lines += [f"  free({t});" for t, _ in used]
+    lines += [f"  free({t});" for t, _, _ in used]
     lines += ["  return status;", "}"]
     unit.decls.append("\n".join(lines))
     return fn
@@ -404,8 +444,8 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
     shapes = [unit.shape(t.shape) for t in tensors]
     lines = [
         f"int __tvm_ffi_{symbol}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
-        f"  float* in[{max(len(graph.inputs), 1)}];",
-        f"  float* out[{max(len(graph.outputs), 1)}];",
+        f"  void* in[{max(len(graph.inputs), 1)}];",
+        f"  void* out[{max(len(graph.outputs), 1)}];",
         "  int error = 0;",
         "  int status;",
         "  (void)self; (void)result;",
@@ -414,7 +454,9 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
     ]
     for i, t in enumerate(tensors):
         slot = f"in[{i}]" if i < len(graph.inputs) else f"out[{i - len(graph.inputs)}]"
-        lines.append(f"  {slot} = byoc_arg(args, {i}, {shapes[i]}, {len(t.shape)}, {sym_lit}, &error);")
+        c_type(t.dtype)  # names a dtype the C does not take
+        _, code, bits = _DTYPES[t.dtype]
+        lines.append(f"  {slot} = byoc_arg(args, {i}, {shapes[i]}, {len(t.shape)}, {code}, {bits}, {sym_lit}, &error);")
         lines.append("  if (error) return error;")
     lines += [
         f"  status = {body_fn}(in, out);",

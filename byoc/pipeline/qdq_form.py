@@ -1,0 +1,112 @@
+"""Keep a QDQ model's node units whole through simplification and import.
+
+A vendor takes ``DQ(x), DQ(w), DQ(b) -> Conv -> Q(y)`` as one int8 conv
+only when it sees the integer weight and its scale. Two steps of preparation
+would lose them:
+
+* constant folding (onnxsim, onnxslim, then Relax's ``FoldConstant``)
+  computes ``DequantizeLinear`` of a constant integer weight into a float
+  constant. :func:`held_integer_constants` lifts every integer tensor a
+  DequantizeLinear reads into a graph input for the time of folding, and
+  :func:`restore_held` puts it back as an initializer;
+* onnxruntime's quantizer writes one DequantizeLinear per tensor, shared by
+  every consumer (a residual branch reads it twice), while a node unit owns
+  its DequantizeLinear nodes. :func:`unshared_dequantize` gives each consumer
+  its own copy, as onnxruntime's ``EnsureUniqueDQForNodeUnit`` does.
+
+Neither step changes what the model computes.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+_INTEGER_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
+
+
+def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
+    """``model`` with the integer initializers DequantizeLinear reads turned into graph inputs.
+
+    Returns ``(model, held)``: ``model`` itself when nothing is held (no copy),
+    else a copy, and the held initializers by name.
+    """
+    initializers = {t.name: t for t in model.graph.initializer}
+    names = {n.input[0] for n in model.graph.node
+             if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input
+             and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES}
+    if not names:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    held = {t.name: t for t in out.graph.initializer if t.name in names}
+    kept = [t for t in out.graph.initializer if t.name not in names]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
+    for name, tensor in held.items():
+        out.graph.input.append(helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
+    return out, held
+
+
+def restore_held(model: onnx.ModelProto, held: dict[str, onnx.TensorProto]) -> None:
+    """Turn the graph inputs :func:`held_integer_constants` made back into initializers, in place.
+
+    An input the simplifier dropped (its reader was dead code) is not restored.
+    """
+    if not held:
+        return
+    inputs = [vi for vi in model.graph.input if vi.name not in held]
+    present = {vi.name for vi in model.graph.input if vi.name in held}
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+    model.graph.initializer.extend(held[name] for name in held if name in present)
+
+
+def unshared_dequantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """Give every consumer of a shared DequantizeLinear its own copy.
+
+    Returns ``(model, copies)``: ``model`` itself when no DequantizeLinear is
+    shared, else a changed copy, and ``{copy's node name: the original's
+    name}``. A DequantizeLinear whose result is also a graph output keeps it.
+    """
+    if not any(_shared(model.graph)):
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, index))
+    outputs = {o.name for o in graph.output}
+    copies: dict[str, str] = {}
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        readers = consumers.get(node.output[0], [])
+        for k, (reader, index) in enumerate(readers[1:] if node.output[0] not in outputs else readers, start=1):
+            name = f"{node.name}/for_{reader.name}_{k}"
+            copy = helper.make_node("DequantizeLinear", list(node.input), [name], name=name)
+            copy.attribute.extend(node.attribute)
+            reader.input[index] = name
+            nodes.append(copy)
+            copies[name] = node.name
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out, copies
+
+
+def _shared(graph: onnx.GraphProto):
+    """Yields once per DequantizeLinear result that more than one node input reads."""
+    reads: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            reads[name] = reads.get(name, 0) + 1
+    outputs = {o.name for o in graph.output}
+    for node in graph.node:
+        if node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx"):
+            count = reads.get(node.output[0], 0) + (node.output[0] in outputs)
+            if count > 1:
+                yield node.name

@@ -1,0 +1,194 @@
+"""Quantized node units: ``DQ(x), DQ(w), DQ(b) -> Conv -> Q(y)`` offered to a vendor as one int8 op.
+
+A QDQ model (what ``onnxruntime.quantization`` writes) computes each int8 op
+as float ops between DequantizeLinear and QuantizeLinear. byoc keeps the
+integer weights (see :mod:`byoc.pipeline.qdq_form`), so after import a unit
+reads, in Relax::
+
+    quantize(relu(add(conv2d(dequantize(x), dequantize(w)), reshape(dequantize(b)))))
+
+For the rules, :func:`qdq_rules` builds one :class:`~byoc.vendor.PatternRule`
+per unit kind (conv2d, matmul, add, multiply, pooling, mean, concat,
+reshape, transpose, sigmoid, softmax, relu, clip) plus op rules for the
+lone QuantizeLinear and DequantizeLinear at the model's edges, and
+:func:`qdq_supported` is the check every vendor needs first: 8-bit
+integers, per-tensor activations, per-channel scales only along a weight's
+output channels.
+
+For the codegen, :func:`byoc.vendor.graph.partition_graph` folds each unit
+into one :class:`~byoc.vendor.graph.OpCall` named ``qnn.<op>``
+(``qnn.conv2d``), whose inputs are the integer tensors and whose ``quant``
+(:class:`QuantizedUnit`) holds the scales and zero points as numpy values,
+the quantization axes and the output range a folded relu or clip leaves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match, OpRule, PatternRule
+from byoc.vendor.values import const_array, is_tensor_const
+
+__all__ = ["QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules", "qdq_supported",
+           "quantized_range"]
+
+#: Quantized unit kinds: the float op at the unit's core (Relax name).
+UNIT_OPS = (
+    "relax.nn.conv2d", "relax.matmul", "relax.add", "relax.multiply", "relax.nn.max_pool2d",
+    "relax.nn.avg_pool2d", "relax.mean", "relax.concat", "relax.reshape", "relax.permute_dims", "relax.sigmoid",
+    "relax.nn.softmax", "relax.nn.relu", "relax.clip",
+)
+_ACTIVATIONS = ("relax.nn.relu", "relax.clip")
+_INT8 = ("int8", "uint8")
+_CONCAT_INPUTS = range(2, 9)
+
+
+@dataclass(frozen=True)
+class QParams:
+    """How one integer tensor maps to real values: ``real = (q - zero_point) * scale``.
+
+    ``scale`` (float32) and ``zero_point`` (the tensor's dtype) are 0-d for a
+    per-tensor quantization, else 1-d along ``axis`` of the tensor.
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: Optional[int]
+    dtype: str
+
+    @property
+    def per_channel(self) -> bool:
+        return self.axis is not None
+
+
+@dataclass(frozen=True)
+class QuantizedUnit:
+    """The quantization of a ``qnn.*`` op call.
+
+    ``inputs`` holds one :class:`QParams` per input of the op call (a conv's
+    int32 bias included); ``output`` the result's; ``output_range`` the
+    integer range the result is clamped to, narrower than its dtype's when
+    the unit ends in a relu or clip; ``float_ops`` the Relax ops the unit
+    stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
+    """
+
+    inputs: tuple
+    output: QParams
+    output_range: tuple[int, int]
+    float_ops: tuple[str, ...]
+
+
+def qparams(scale: np.ndarray, zero_point: np.ndarray, axis: int, ndim: int, dtype: str) -> QParams:
+    """:class:`QParams` from a Q/DQ op's constants and axis attribute (normalized to 0..ndim-1)."""
+    scale = np.asarray(scale, dtype=np.float32)
+    zero_point = np.asarray(zero_point)
+    if scale.size == 1:
+        return QParams(scale.reshape(()), zero_point.reshape(()).astype(dtype), None, dtype)
+    return QParams(scale.reshape(-1), zero_point.reshape(-1).astype(dtype), axis % ndim if ndim else 0, dtype)
+
+
+def quantized_range(params: QParams, low: float = -np.inf, high: float = np.inf) -> tuple[int, int]:
+    """The integer range of ``quantize(clip(x, low, high))`` for a per-tensor ``params``."""
+    info = np.iinfo(params.dtype)
+    lo, hi = int(info.min), int(info.max)
+    scale, zp = float(params.scale), int(params.zero_point)
+    if np.isfinite(low):
+        lo = max(lo, int(np.rint(np.float32(low) / np.float32(scale))) + zp)
+    if np.isfinite(high):
+        hi = min(hi, int(np.rint(np.float32(high) / np.float32(scale))) + zp)
+    return lo, hi
+
+
+# -- patterns -----------------------------------------------------------------------------------
+
+def _dequantized(x=None):
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    return is_op("relax.dequantize")(x if x is not None else wildcard(), is_const(), is_const())
+
+
+def _unit_pattern(op: str):
+    """``quantize([relu|clip](core))`` around one unit kind; annotations: ``core``."""
+    import tvm
+    from tvm.relax.dpl import is_const, is_op, is_tuple, wildcard
+
+    if op == "relax.nn.conv2d":
+        core = is_op(op)(_dequantized(), _dequantized(is_const()))
+        bias = _dequantized(is_const())
+        body = core | is_op("relax.add")(core, bias | is_op("relax.reshape")(bias, wildcard()))
+    elif op == "relax.matmul":
+        core = is_op(op)(_dequantized(), _dequantized())
+        body = core | is_op("relax.add")(core, _dequantized(is_const()))
+    elif op == "relax.concat":
+        tuples = [is_tuple([_dequantized() for _ in range(n)]) for n in _CONCAT_INPUTS]
+        either = tuples[0]
+        for t in tuples[1:]:
+            either = either | t
+        core = body = is_op(op)(either)
+    else:
+        arity = tvm.ir.Op.get(op).num_inputs
+        core = body = is_op(op)(_dequantized(), *[wildcard() for _ in range(arity - 1)])
+    if op not in _ACTIVATIONS:
+        body = body | is_op("relax.nn.relu")(body) | is_op("relax.clip")(body, wildcard(), wildcard())
+    return is_op("relax.quantize")(body, is_const(), is_const()), {"core": core}
+
+
+@dataclass(frozen=True)
+class QuantizedUnitRule(PatternRule):
+    """A :class:`PatternRule` that takes a QDQ node unit; reports name the nodes it takes "(QDQ int8)"."""
+
+
+def qdq_rules(vendor: str, check: Check, ops: tuple[str, ...] = UNIT_OPS) -> tuple:
+    """Rules that take the QDQ units of ``ops`` and the lone Q/DQ ops, all under ``check``.
+
+    List them before a vendor's float rules: a unit is larger than the float
+    op at its core. Rule names are ``<vendor>.q<op>`` (``acme.qconv2d``),
+    ``<vendor>.quantize`` and ``<vendor>.dequantize``.
+    """
+    rules = []
+    for op in ops:
+        if op not in UNIT_OPS:
+            raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS)}")
+        short = op.rsplit(".", 1)[1]
+        rules.append(QuantizedUnitRule(f"{vendor}.q{short}", (lambda op=op: _unit_pattern(op)), check))
+    rules.append(OpRule(f"{vendor}.quantize", "relax.quantize", check))
+    rules.append(OpRule(f"{vendor}.dequantize", "relax.dequantize", check))
+    return tuple(rules)
+
+
+# -- the check ------------------------------------------------------------------------------------
+
+def _qdq_calls(match: Match):
+    return [c for c in match.calls if c.op.name in ("relax.quantize", "relax.dequantize")]
+
+
+def qdq_supported(match: Match) -> CheckResult:
+    """8-bit QDQ with constant parameters; per-channel only along a weight's output channels.
+
+    A conv's or matmul's constant bias may be int32 (onnxruntime's quantizer
+    writes it so, with the scale ``x_scale * w_scale``).
+    """
+    core = match.annotated.get("core")
+    core_op = core.op.name if core is not None else None
+    weighted = core_op in ("relax.nn.conv2d", "relax.matmul")
+    for call in _qdq_calls(match):
+        quantized = call.ty if call.op.name == "relax.quantize" else call.args[0].ty
+        dtype = str(quantized.dtype)
+        constant = call.op.name == "relax.dequantize" and is_tensor_const(call.args[0])
+        if dtype not in _INT8 and not (dtype == "int32" and constant and weighted):
+            return f"{dtype} QDQ (int8 and uint8 only)"
+        for arg in call.args[1:3]:
+            if not is_tensor_const(arg):
+                return "a scale or zero point that is not a constant"
+        if const_array(call.args[1]).size == 1 or core_op is None:
+            continue  # per tensor, or a lone Q/DQ, which computes any axis
+        ndim = len(quantized.shape.values)
+        axis = int(call.attrs.axis) % ndim
+        if constant and weighted and (dtype == "int32" or axis == (0 if core_op == "relax.nn.conv2d" else ndim - 1)):
+            continue
+        what = "the weight" if constant else ("the output" if call.op.name == "relax.quantize" else "the input")
+        return f"per-channel scale on axis {axis} of {what}"
+    return SUPPORTED

@@ -1,0 +1,182 @@
+"""C for quantized node units (``qnn.*`` op calls) and the lone QuantizeLinear / DequantizeLinear.
+
+conv2d and matmul run on integers, as ONNX's QLinearConv and QLinearMatMul
+define them: inputs minus their zero points, int32 accumulation, then
+requantization ``round(acc * x_scale * w_scale / y_scale + bias term)``
+rounded half to even, plus the output zero point, saturated to the output
+range (narrowed by a folded relu or clip).
+
+Every other unit computes what its QDQ form says, literally: each input
+dequantized to float, the float op (the float emitter of that op), and the
+result quantized. That is the ONNX definition of the unit, so it needs no
+integer kernel of its own.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from byoc.errors import UnsupportedOp
+from byoc.vendor.graph import OpCall, Tensor
+from byoc.vendor.quantized import QParams
+
+from .emitter import OpEmitter, _Body
+
+_CODES = {"uint8": "BYOC_U8", "int8": "BYOC_I8", "int32": "BYOC_I32"}
+
+#: The lone Q/DQ ops this module emits, besides ``qnn.*`` calls.
+QDQ_OPS = ("relax.quantize", "relax.dequantize")
+#: Ops that run on 8-bit integers exactly through their float emitter (see _integer_as_float).
+INTEGER_AS_FLOAT = ("relax.nn.max_pool2d", "relax.permute_dims", "relax.concat")
+
+
+def _code(tensor: Tensor) -> str:
+    if tensor.dtype not in _CODES:
+        raise UnsupportedOp(f"a {tensor.dtype} quantized tensor (int8, uint8 and int32 only)")
+    return _CODES[tensor.dtype]
+
+
+def _layout(params: QParams, shape) -> tuple[int, int]:
+    """(axis_len, inner) of ``params`` over a tensor of ``shape``: (1, 1) per tensor."""
+    if not params.per_channel:
+        return 1, 1
+    return shape[params.axis], int(np.prod(shape[params.axis + 1:], dtype=np.int64))
+
+
+def _params(body: _Body, params: QParams) -> tuple[str, str]:
+    """C arrays of the scales (float) and zero points (int32)."""
+    return (body.unit.array("float", params.scale),
+            body.unit.array("int32_t", params.zero_point.astype(np.int64)))
+
+
+def _dequantize(body: _Body, x: Tensor, params: QParams, y: Tensor) -> None:
+    scale, zp = _params(body, params)
+    axis_len, inner = _layout(params, x.shape)
+    body.emit(f"byoc_k_dequantize({body.ref(x)}, {_code(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, "
+              f"{body.ref(y)});")
+
+
+def _quantize(body: _Body, x: Tensor, params: QParams, y: Tensor, lo: int, hi: int) -> None:
+    scale, zp = _params(body, params)
+    axis_len, inner = _layout(params, y.shape)
+    body.emit(f"byoc_k_quantize({body.ref(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, {_code(y)}, "
+              f"{lo}, {hi}, {body.ref(y)});")
+
+
+def _lone_params(call: OpCall) -> QParams:
+    from byoc.vendor.quantized import qparams
+
+    integer = call.output if call.op == "relax.quantize" else call.inputs[0]
+    return qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
+                   integer.dtype)
+
+
+def _lone(body: _Body, call: OpCall) -> None:
+    params = _lone_params(call)
+    if call.op == "relax.dequantize":
+        _dequantize(body, call.inputs[0], params, call.output)
+    else:
+        info = np.iinfo(call.output.dtype)
+        _quantize(body, call.inputs[0], params, call.output, int(info.min), int(info.max))
+
+
+def _widened(body: _Body, x: Tensor, params: QParams) -> Tensor:
+    """``x - zero_point`` as an int32 scratch tensor."""
+    out = body.scratch("int32", x.shape)
+    zp = body.unit.array("int32_t", params.zero_point.astype(np.int64))
+    axis_len, inner = _layout(params, x.shape)
+    body.emit(f"byoc_k_widen({body.ref(x)}, {_code(x)}, {x.size}, {zp}, {axis_len}, {inner}, {body.ref(out)});")
+    return out
+
+
+def _requantize(body: _Body, call: OpCall, acc: Tensor, channel_axis: int) -> None:
+    """Write ``call``'s output from the int32 ``acc``, per output channel along ``channel_axis``."""
+    unit = call.quant
+    x, w, out = unit.inputs[0], unit.inputs[1], unit.output
+    channels = call.output.shape[channel_axis]
+    y_scale = np.float64(out.scale)
+    mult = np.broadcast_to(np.float64(x.scale) * w.scale.astype(np.float64) / y_scale, (channels,))
+    offset = np.zeros(channels)
+    if len(call.inputs) == 3:
+        bias = unit.inputs[2]
+        values = np.broadcast_to(call.inputs[2].data.reshape(-1).astype(np.float64), (channels,))
+        offset = (values - bias.zero_point.astype(np.float64)) * bias.scale.astype(np.float64) / y_scale
+    inner = int(np.prod(call.output.shape[channel_axis + 1:], dtype=np.int64))
+    lo, hi = unit.output_range
+    body.emit(f"byoc_k_requantize({body.ref(acc)}, {acc.size}, {body.unit.array('double', mult)}, "
+              f"{body.unit.array('double', np.broadcast_to(offset, (channels,)))}, {channels}, {inner}, "
+              f"{int(out.zero_point)}, {_code(call.output)}, {lo}, {hi}, {body.ref(call.output)});")
+
+
+def _conv2d(body: _Body, call: OpCall) -> None:
+    x, w = (_widened(body, t, p) for t, p in zip(call.inputs[:2], call.quant.inputs[:2]))
+    acc = body.scratch("int32", call.output.shape)
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    _, _, oh, ow = acc.shape
+    a = call.attrs
+    body.emit(
+        f"byoc_k_conv2d_i32({body.ref(x)}, {body.ref(w)}, NULL, {body.ref(acc)}, {n}, {c}, {h}, {wd}, "
+        f"{o}, {kh}, {kw}, {oh}, {ow}, {a['strides'][0]}, {a['strides'][1]}, {a['padding'][0]}, {a['padding'][1]}, "
+        f"{a['dilation'][0]}, {a['dilation'][1]}, {a['groups']}, 0);"
+    )
+    _requantize(body, call, acc, 1)
+
+
+def _matmul(body: _Body, call: OpCall) -> None:
+    a, b = (_widened(body, t, p) for t, p in zip(call.inputs[:2], call.quant.inputs[:2]))
+    acc = body.scratch("int32", call.output.shape)
+    args = []
+    for t in (a, b, acc):
+        args += [body.ref(t), body.unit.shape(t.shape), str(len(t.shape))]
+    body.emit(f"byoc_k_matmul_i32({', '.join(args)});")
+    _requantize(body, call, acc, len(call.output.shape) - 1)
+
+
+def _through_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+    """Dequantize the inputs, run the float op's emitter, quantize the result."""
+    op = call.quant.float_ops[0]
+    if op not in emitters:
+        raise UnsupportedOp(f"no C emitter for the float op of {call.op} (rule {call.rule})")
+    floats = []
+    for tensor, params in zip(call.inputs, call.quant.inputs):
+        real = body.scratch("float32", tensor.shape)
+        _dequantize(body, tensor, params, real)
+        floats.append(real)
+    result = body.scratch("float32", call.output.shape)
+    emitters[op](body, OpCall(op, floats, result, call.attrs, call.rule, call.group))
+    _quantize(body, result, call.quant.output, call.output, *call.quant.output_range)
+
+
+def _integer_as_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+    """A data-movement op (max pooling, transpose, concat) on 8-bit integers, through its float emitter.
+
+    Every 8-bit integer is a float exactly, and these ops only pick or move
+    values, so the result is exact.
+    """
+    identity = QParams(np.float32(1.0), np.int32(0), None, call.output.dtype)
+    floats = []
+    for tensor in call.inputs:
+        real = body.scratch("float32", tensor.shape)
+        _dequantize(body, tensor, identity, real)
+        floats.append(real)
+    result = body.scratch("float32", call.output.shape)
+    emitters[call.op](body, OpCall(call.op, floats, result, call.attrs, call.rule, call.group))
+    info = np.iinfo(call.output.dtype)
+    _quantize(body, result, identity, call.output, int(info.min), int(info.max))
+
+
+def emit_quantized(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+    """Emit a ``qnn.*`` call, a lone quantize/dequantize, or a data-movement op on integers."""
+    if call.quant is None and call.op not in QDQ_OPS:
+        _integer_as_float(body, call, emitters)
+    elif call.op in QDQ_OPS:
+        _lone(body, call)
+    elif call.op == "qnn.conv2d":
+        _conv2d(body, call)
+    elif call.op == "qnn.matmul":
+        _matmul(body, call)
+    else:
+        _through_float(body, call, emitters)
