@@ -85,7 +85,12 @@ def rule_rows(vendor: Vendor) -> list[tuple[str, str, str]]:
     """(rule, Relax op or pattern, constraints) for each of ``vendor``'s rules, in priority order."""
     rows = []
     for rule in vendor.rules:
-        what = rule.op if isinstance(rule, OpRule) else describe_pattern(rule.dataflow_pattern()[0])
+        if isinstance(rule, OpRule):
+            what = rule.op
+        elif callable(getattr(rule, "describe", None)):  # a rule that says what it takes in one line
+            what = rule.describe()
+        else:
+            what = describe_pattern(rule.dataflow_pattern()[0])
         rows.append((rule.name, what, "; ".join(constraints(rule.check)) or "-"))
     return rows
 

@@ -1,4 +1,4 @@
-"""Quantized models (issue 16, first part): QDQ and QOperator import, run and match onnxruntime's int8 run.
+"""Quantized models: QDQ and QOperator import, their node units go to vendors as int8 ops, and match onnxruntime.
 
 Models are quantized here by onnxruntime.quantization (tests/quantized_models.py).
 Every result is compared with onnxruntime running the same quantized model
@@ -24,7 +24,7 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import output_scale, quantize, residual_cnn
+from quantized_models import depthwise_cnn, output_scale, quantize, residual_cnn, transformer_mlp
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
 
@@ -44,8 +44,8 @@ def quantized():
     return get
 
 
-def _feed(seed: int = 5) -> dict:
-    return {"x": np.random.default_rng(seed).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+def _feed(seed: int = 5, shape=(1, 3, 16, 16)) -> dict:
+    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
 
 
 def _ort(model: onnx.ModelProto, feed: dict, integer_kernels: bool = True) -> np.ndarray:
@@ -195,3 +195,206 @@ def test_what_the_rewrite_cannot_take_is_named():
                              [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(0), "z")])
     with pytest.raises(UnsupportedAttributeError, match="QLinearGlobalAveragePool node 'gap': channels_last=1"):
         rewrite_qoperators(channels_last)
+
+
+# -- int8 units offered to vendors -----------------------------------------------------------------
+
+MODELS = {"residual": (residual_cnn, (1, 3, 16, 16)), "depthwise": (depthwise_cnn, (1, 3, 32, 32)),
+          "mlp": (transformer_mlp, (1, 8, 16))}
+QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
+
+
+def _within_one_quantum(model: onnx.ModelProto, artifact, shape) -> None:
+    quantum = output_scale(model)
+    for seed in (5, 6):
+        feed = _feed(seed, shape)
+        got = artifact.run(feed)[0]
+        for integer_kernels in (True, False):
+            expected = _ort(model, feed, integer_kernels)
+            assert np.abs(got - expected).max() <= 1.001 * quantum, (integer_kernels, np.abs(got - expected).max())
+        assert np.abs(expected).max() > 10 * quantum
+
+
+@pytest.mark.parametrize("fmt,per_channel", FORMATS, ids=[f"{f}-{'channel' if c else 'tensor'}" for f, c in FORMATS])
+@pytest.mark.parametrize("name", ["depthwise", "mlp", "residual"])
+@pytest.mark.parametrize("vendors", [["c_source"], ["dnnl", "c_source"]], ids=",".join)
+def test_c_source_takes_every_unit_and_matches_onnxruntime(name, fmt, per_channel, vendors):
+    """Listed after dnnl too: dnnl's float rules do not split a unit (they would take the conv at its core)."""
+    make, shape = MODELS[name]
+    model = quantize(make(), fmt, per_channel, reduce_range=per_channel)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=vendors)
+        artifact = byoc.compile(model, vendors=vendors)
+    on_host = {h.node.op_type for h in plan.host_nodes if h.node is not None}
+    assert not on_host & QDQ_OPS, [(h.node.name, dict(h.reasons)) for h in plan.host_nodes]
+    assert len(plan.partitions) <= 2
+    cores = {n.name for n in model.graph.node if n.op_type in ("Conv", "MatMul", "QLinearConv", "QLinearMatMul")}
+    taken = {d.node.name: d.rule for d in plan.decisions.values() if d.node is not None and not d.on_host}
+    for core in cores:
+        assert taken.get(core, "").startswith("c_source.q"), (core, taken.get(core))  # as an int8 unit, not float
+    _within_one_quantum(model, artifact, shape)
+
+
+class _Recording:
+    """A codegen that keeps the partitions it is given and compiles them as c_source does."""
+
+    def __init__(self):
+        from byoc.codegens.c_source import CSourceCodegen
+
+        self.inner, self.partitions = CSourceCodegen(), []
+
+    def compile(self, partitions, options):
+        self.partitions.extend(partitions)
+        return self.inner.compile(partitions, options)
+
+
+def _probe_vendor():
+    from byoc.vendor.quantized import qdq_rules, qdq_supported
+
+    codegen = _Recording()
+    return byoc.Vendor("probe", qdq_rules("probe", qdq_supported), codegen), codegen
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_a_vendor_sees_int8_tensors_scales_and_zero_points(quantized, per_channel):
+    model = quantized("QDQ", per_channel)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    vendor, codegen = _probe_vendor()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        byoc.compile(model, vendors=[vendor])
+    convs = [c for g in codegen.partitions for c in g.ops if c.op == "qnn.conv2d"]
+    assert len(convs) == 3
+    first = next(c for c in convs if c.inputs[1].shape == (8, 3, 3, 3))
+    x, w, b = first.inputs
+    assert (x.dtype, w.dtype, b.dtype) == ("uint8", "int8", "int32")
+    np.testing.assert_array_equal(w.data, inits["w1_quantized"])
+    np.testing.assert_array_equal(b.data, inits["b1_quantized"])
+    weight = first.quant.inputs[1]
+    np.testing.assert_array_equal(weight.scale, inits["w1_scale"])
+    assert weight.axis == (0 if per_channel else None) and weight.per_channel == per_channel
+    assert first.quant.output.dtype == "uint8" and first.quant.output.scale.shape == ()
+    assert first.quant.float_ops == ("relax.nn.conv2d", "relax.add")
+    assert first.attrs["padding"] == (1, 1, 1, 1)  # the conv's own attributes
+    # No op of the partitions is a float op between Q/DQ nodes.
+    assert not [c.op for g in codegen.partitions for c in g.ops
+                if not c.op.startswith("qnn.") and c.op not in ("relax.quantize", "relax.dequantize")]
+
+
+def _qdq_conv_relu(zero_point: int, act: str) -> onnx.ModelProto:
+    """DQ(x), DQ(w) -> Conv -> Relu or Clip(-1, 2) -> Q(y, zero point) -> DQ, written by hand (the quantizer drops the
+    activation)."""
+    rng = np.random.default_rng(3)
+    node = onnx.helper.make_node
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (4, 2, 3, 3)).astype(np.int8), "w"),
+             numpy_helper.from_array(np.float32(0.01), "w_scale"), numpy_helper.from_array(np.int8(0), "w_zp"),
+             numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "zp"),
+             numpy_helper.from_array(np.float32(0.03), "y_scale"), numpy_helper.from_array(np.uint8(zero_point), "y_zp"),
+             numpy_helper.from_array(np.float32(-1.0), "lo"), numpy_helper.from_array(np.float32(2.0), "hi")]
+    act_node = node("Relu", ["c"], ["a"], name="act") if act == "relu" else node("Clip", ["c", "lo", "hi"], ["a"],
+                                                                                  name="act")
+    nodes = [node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q_x"),
+             node("DequantizeLinear", ["xq", "s", "zp"], ["xd"], name="dq_x"),
+             node("DequantizeLinear", ["w", "w_scale", "w_zp"], ["wd"], name="dq_w"),
+             node("Conv", ["xd", "wd"], ["c"], pads=[1] * 4, name="conv"), act_node,
+             node("QuantizeLinear", ["a", "y_scale", "y_zp"], ["yq"], name="q_y"),
+             node("DequantizeLinear", ["yq", "y_scale", "y_zp"], ["y"], name="dq_y")]
+    graph = onnx.helper.make_graph(
+        nodes, "qdq_conv_relu", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 6, 6])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 19)])  # onnx.reference has Q/DQ from 19
+    model.ir_version = 9
+    return model
+
+
+@pytest.mark.parametrize("act,zero_point,expected", [("relu", 10, (10, 255)), ("relu", 0, (0, 255)),
+                                                     ("clip", 100, (67, 167))])
+def test_a_folded_activation_narrows_the_output_range(act, zero_point, expected):
+    from onnx.reference import ReferenceEvaluator
+
+    model = _qdq_conv_relu(zero_point, act)
+    vendor, codegen = _probe_vendor()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=[vendor])
+    (conv,) = [c for g in codegen.partitions for c in g.ops if c.op == "qnn.conv2d"]
+    assert conv.quant.output_range == expected  # clip: -1/0.03 -> -33 + 100, 2/0.03 -> 67 + 100
+    assert conv.quant.float_ops[-1] == ("relax.nn.relu" if act == "relu" else "relax.clip")
+    feed = {"x": np.random.default_rng(1).uniform(-6, 6, (1, 2, 6, 6)).astype(np.float32)}
+    expected_y = ReferenceEvaluator(model).run(None, feed)[0]
+    got = artifact.run(feed)[0]
+    assert np.abs(got - expected_y).max() <= 0.03 * 1.001
+    assert got.min() >= (expected[0] - zero_point) * 0.03 - 1e-6 and np.any(got != got.flat[0])
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    """Lone QuantizeLinear/DequantizeLinear on c_source, at ties and beyond the range, bit for bit with onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+
+    node = onnx.helper.make_node
+    inits = [numpy_helper.from_array(np.float32(0.5), "s"), numpy_helper.from_array(np.int8(3), "zp")]
+    graph = onnx.helper.make_graph(
+        [node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q"),
+         node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="dq")], "qdq",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [12])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [12])], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 19)])  # onnx.reference has Q/DQ from 19
+    model.ir_version = 9
+    # x / 0.5 = -2.5, -1.5, -0.5, 0.5, 1.5, 2.5 (ties), 0.75, then far beyond int8 on both sides, and NaN
+    x = np.array([-1.25, -0.75, -0.25, 0.25, 0.75, 1.25, 0.375, 1000, -1000, 62.0, -66.0, np.nan], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=["c_source"])
+        artifact = byoc.compile(model, vendors=["c_source"])
+    assert not plan.host_nodes
+    got = artifact.run({"x": x})[0]
+    with np.errstate(invalid="ignore"):  # the reference casts the NaN
+        expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got[:-1], expected[:-1])
+    assert got[7] == (127 - 3) * 0.5 and got[8] == (-128 - 3) * 0.5  # saturated
+
+
+def test_units_a_vendor_does_not_take_stay_on_the_host_with_a_reason():
+    """int16 activations (QDQ with QuantType.QInt16) are no int8 unit; the model still runs as ONNX defines it."""
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    batches = iter([_feed(s) for s in range(4)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(residual_cnn(), Path(tmp) / "f.onnx")
+        quantize_static(str(Path(tmp) / "f.onnx"), str(Path(tmp) / "q.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt16, weight_type=QuantType.QInt8)
+        model = onnx.load(Path(tmp) / "q.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=["c_source"])
+        artifact = byoc.compile(model, vendors=["c_source"])
+    reasons = {h.node.name: h.reasons.get("c_source", "") for h in plan.host_nodes if h.node is not None}
+    assert reasons["x_QuantizeLinear"] == reasons["r1_DequantizeLinear"] == "int16 QDQ (int8 and uint8 only)"
+    rules = {d.rule for d in plan.decisions.values() if d.node is not None and d.node.name == "conv1"}
+    assert "c_source.conv2d" in rules and not any(r.startswith("c_source.q") for r in rules)  # float, not int8
+    feed = _feed(5)
+    expected = _ort(model, feed, integer_kernels=False)
+    np.testing.assert_allclose(artifact.run(feed)[0], expected, atol=2 * output_scale(model))
+
+
+def test_the_report_names_int8_units(quantized, tmp_path):
+    from byoc.partition.__main__ import main
+
+    path = tmp_path / "qdq.onnx"
+    onnx.save(quantized("QDQ", False), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = tmp_path / "report.txt"
+        assert main([str(path), "--vendor", "c_source", "--output", str(report)]) == 0
+    text = report.read_text()
+    assert "conv1 (QDQ int8)" in text and "fc (QDQ int8)" in text
+    assert "x_QuantizeLinear (QDQ int8)" not in text  # Q/DQ nodes belong to a unit; the core op is named

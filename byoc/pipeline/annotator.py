@@ -2,7 +2,9 @@
 
 Matching is TVM's ``FuseOpsByPattern`` (``annotate_codegen=False``), fed with
 every vendor's rules in priority order: vendor order first, then each
-vendor's rule order. Around each rule's check byoc adds what TVM lacks:
+vendor's rule order; except that quantized node units
+(:class:`~byoc.vendor.quantized.QuantizedUnitRule`) of every vendor come
+before all float rules, so that no float rule splits a unit. Around each rule's check byoc adds what TVM lacks:
 
 * every rejection is recorded with its reason, per vendor, per binding;
 * policies (``keep_on_host``, demotions from ``min_ops``) reject with a reason;
@@ -194,14 +196,19 @@ class _State:
 def _fusion_patterns(vendors: list[Vendor], state: _State):
     from tvm.relax.transform import FusionPattern
 
+    from byoc.vendor.quantized import QuantizedUnitRule
+
+    # Every vendor's quantized node units come before any float rule: a float rule that takes
+    # the op at a unit's core (dnnl's conv2d) would leave its Q/DQ nodes to run alone.
+    ordered = [(vendor, rule) for vendor in vendors for rule in vendor.rules]
+    ordered.sort(key=lambda item: not isinstance(item[1], QuantizedUnitRule))  # stable: priority order otherwise
     patterns = []
-    for vendor in vendors:
-        for rule in vendor.rules:
-            pattern, annotations = rule.dataflow_pattern()
-            annotations = {k: (pattern if v is None else v) for k, v in annotations.items()}
-            annotations[_ROOT] = pattern
-            checker = _RuleChecker(vendor, rule, state)
-            patterns.append(FusionPattern(rule.name, pattern, annotations, checker.check, checker.attrs))
+    for vendor, rule in ordered:
+        pattern, annotations = rule.dataflow_pattern()
+        annotations = {k: (pattern if v is None else v) for k, v in annotations.items()}
+        annotations[_ROOT] = pattern
+        checker = _RuleChecker(vendor, rule, state)
+        patterns.append(FusionPattern(rule.name, pattern, annotations, checker.check, checker.attrs))
     return patterns
 
 

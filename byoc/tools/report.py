@@ -113,8 +113,8 @@ REPORT_SCHEMA = {
                     "inputs": {"type": "array", "items": {"type": "string"}},
                     "outputs": {"type": "array", "items": {"type": "string"}},
                     "detail": {"type": "string"},
-                    # the node is the core of a quantized node unit a vendor took as one int8 op
-                    "quantized_unit": {"type": "boolean"},
+                    # present (true) when the node is the core of a quantized node unit a vendor took as one op
+                    "quantized_unit": {"const": True},
                 },
             },
         },
@@ -222,9 +222,9 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
             "inputs": [n for n in node.input if n and n not in initializers],
             "outputs": [n for n in node.output if n],
             "detail": _node_detail(decisions_of[node.name], where, prepared.get(node.name)),
-            "quantized_unit": node.op_type not in _QDQ_OPS and any(
-                d.rule in unit_rules for d in decisions_of[node.name]),
         })
+        if node.op_type not in _QDQ_OPS and any(d.rule in unit_rules for d in decisions_of[node.name]):
+            nodes[-1]["quantized_unit"] = True  # only then, so float models' reports stay as they were
     return nodes
 
 

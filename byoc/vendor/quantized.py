@@ -87,7 +87,9 @@ def qparams(scale: np.ndarray, zero_point: np.ndarray, axis: int, ndim: int, dty
     zero_point = np.asarray(zero_point)
     if scale.size == 1:
         return QParams(scale.reshape(()), zero_point.reshape(()).astype(dtype), None, dtype)
-    return QParams(scale.reshape(-1), zero_point.reshape(-1).astype(dtype), axis % ndim if ndim else 0, dtype)
+    # A per-axis scale may come with one zero point (the default 0): it holds for every channel.
+    zero_point = np.broadcast_to(zero_point.reshape(-1), (scale.size,)).astype(dtype)
+    return QParams(scale.reshape(-1), zero_point, axis % ndim if ndim else 0, dtype)
 
 
 def quantized_range(params: QParams, low: float = -np.inf, high: float = np.inf) -> tuple[int, int]:
@@ -128,7 +130,9 @@ def _unit_pattern(op: str):
         for t in tuples[1:]:
             either = either | t
         core = body = is_op(op)(either)
-    else:
+    elif op in ("relax.add", "relax.multiply"):
+        core = body = is_op(op)(_dequantized(), _dequantized())
+    else:  # one tensor operand; the other arguments are attributes (a shape, clip's bounds)
         arity = tvm.ir.Op.get(op).num_inputs
         core = body = is_op(op)(_dequantized(), *[wildcard() for _ in range(arity - 1)])
     if op not in _ACTIVATIONS:
@@ -138,7 +142,20 @@ def _unit_pattern(op: str):
 
 @dataclass(frozen=True)
 class QuantizedUnitRule(PatternRule):
-    """A :class:`PatternRule` that takes a QDQ node unit; reports name the nodes it takes "(QDQ int8)"."""
+    """A :class:`PatternRule` that takes a QDQ node unit; reports name the nodes it takes "(QDQ int8)".
+
+    ``unit`` is the float op at the unit's core (``"relax.nn.conv2d"``).
+    """
+
+    unit: str = ""
+
+    def describe(self) -> str:
+        """The unit in one line, for the op table (the pattern itself spells out every alternative)."""
+        operands = {"relax.nn.conv2d": "DQ(*), DQ(const) [+ DQ(const bias)]",
+                    "relax.matmul": "DQ(*), DQ(*) [+ DQ(const bias)]",
+                    "relax.concat": "DQ(*), ..."}.get(self.unit, "DQ(*)")
+        tail = "" if self.unit in _ACTIVATIONS else " [-> relu | clip]"
+        return f"QDQ unit: {operands} -> {self.unit}{tail} -> Q"
 
 
 def qdq_rules(vendor: str, check: Check, ops: tuple[str, ...] = UNIT_OPS) -> tuple:
@@ -153,7 +170,7 @@ def qdq_rules(vendor: str, check: Check, ops: tuple[str, ...] = UNIT_OPS) -> tup
         if op not in UNIT_OPS:
             raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS)}")
         short = op.rsplit(".", 1)[1]
-        rules.append(QuantizedUnitRule(f"{vendor}.q{short}", (lambda op=op: _unit_pattern(op)), check))
+        rules.append(QuantizedUnitRule(f"{vendor}.q{short}", (lambda op=op: _unit_pattern(op)), check, unit=op))
     rules.append(OpRule(f"{vendor}.quantize", "relax.quantize", check))
     rules.append(OpRule(f"{vendor}.dequantize", "relax.dequantize", check))
     return tuple(rules)
@@ -168,8 +185,9 @@ def _qdq_calls(match: Match):
 def qdq_supported(match: Match) -> CheckResult:
     """8-bit QDQ with constant parameters; per-channel only along a weight's output channels.
 
-    A conv's or matmul's constant bias may be int32 (onnxruntime's quantizer
-    writes it so, with the scale ``x_scale * w_scale``).
+    A constant may be int32: a conv's or matmul's bias (onnxruntime's
+    quantizer writes it so, with the scale ``x_scale * w_scale``), or the
+    input of a lone DequantizeLinear.
     """
     core = match.annotated.get("core")
     core_op = core.op.name if core is not None else None
@@ -178,7 +196,7 @@ def qdq_supported(match: Match) -> CheckResult:
         quantized = call.ty if call.op.name == "relax.quantize" else call.args[0].ty
         dtype = str(quantized.dtype)
         constant = call.op.name == "relax.dequantize" and is_tensor_const(call.args[0])
-        if dtype not in _INT8 and not (dtype == "int32" and constant and weighted):
+        if dtype not in _INT8 and not (dtype == "int32" and constant and (weighted or core_op is None)):
             return f"{dtype} QDQ (int8 and uint8 only)"
         for arg in call.args[1:3]:
             if not is_tensor_const(arg):
