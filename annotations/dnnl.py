@@ -41,6 +41,7 @@ from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_
 from byoc.codegens.dnnl import DnnlCodegen
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+from byoc.vendor.quantized import qdq_rules, qdq_supported
 
 NAME = "dnnl"
 MAX_RANK = 8  # graph_runtime.h's kMaxRank
@@ -57,6 +58,9 @@ def _non_empty(match: Match):
 
 
 _base = all_of(dtypes("float32"), static_shapes(MAX_RANK), _non_empty)
+# Ops that only pick or move values also take the 8-bit integers a QOperator model leaves
+# between its integer ops (codegens/dnnl/quantized.py runs them on the values as floats).
+_moves = all_of(dtypes("float32", "uint8", "int8"), static_shapes(MAX_RANK), _non_empty)
 
 
 def _scalar(expr):
@@ -501,7 +505,41 @@ def _gelu_pattern():
 
 _elementwise = all_of(_base, _broadcast_second)
 
+
+def _int8_limits(match: Match):
+    """int8 conv/matmul weights: constant s8 with zero point 0; per-tensor zero points; the core's float limits."""
+    core = match.annotated.get("core")
+    for call in (c for c in match.calls if c.op.name in ("relax.quantize", "relax.dequantize")):
+        zero_points = const_array(call.args[2]).reshape(-1)
+        if zero_points.size > 1 and (zero_points != zero_points[0]).any():
+            return "per-axis zero points (oneDNN takes one zero point per tensor)"
+    if core is None:
+        return SUPPORTED
+    name = core.op.name
+    if name in ("relax.nn.conv2d", "relax.matmul"):
+        weights = [c for c in match.calls if c.op.name == "relax.dequantize" and is_tensor_const(c.args[0])
+                   and str(c.args[0].ty.dtype) != "int32"]  # an int32 one is the bias
+        if not weights:
+            return "the second matmul operand is not a constant (oneDNN int8 weights are reordered at load)"
+        weight = weights[0]
+        if str(weight.args[0].ty.dtype) != "int8":
+            return f"{weight.args[0].ty.dtype} weights (oneDNN int8 weights are s8)"
+        if const_array(weight.args[2]).any():
+            return "a weight zero point other than 0 (oneDNN int8 weights are symmetric)"
+    if name in ("relax.add", "relax.multiply"):
+        out, a, b = static_shape(core), static_shape(core.args[0]), static_shape(core.args[1])
+        if a != out and b != out:
+            return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
+    if name == "relax.concat" and len(static_shape(core)) > MAX_RANK:
+        return f"rank above {MAX_RANK}"
+    return SUPPORTED
+
+
 RULES = (
+    # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
+    # the other units as dequantize -> float primitive -> quantize.
+    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
+                            avg_pool_plain, _int8_limits)),
     *_conv_rules(),
     OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", all_of(_base, conv_layout_nchw, constant_conv_weight)),
     *_matmul_rules(),
@@ -513,11 +551,11 @@ RULES = (
       for kind in ACTIVATIONS),
     OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
     PatternRule(f"{NAME}.lrn", _lrn_pattern, all_of(_base, _lrn)),
-    OpRule(f"{NAME}.concat", "relax.concat", all_of(_base, _concat_rank)),
+    OpRule(f"{NAME}.concat", "relax.concat", all_of(_moves, _concat_rank)),
     OpRule(f"{NAME}.split", "relax.split", all_of(_base, _split_results)),
     OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
     PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_base, pool_layout_nchw)),
+    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
     OpRule(f"{NAME}.sum", "relax.sum", _base),
@@ -540,11 +578,11 @@ RULES = (
     OpRule(f"{NAME}.power", "relax.power", all_of(_base, _scalar_exponent)),
     # Layout ops, so the glue between heavy ops does not split a partition:
     # reshapes are views of the same buffer, a transpose is one reorder.
-    OpRule(f"{NAME}.reshape", "relax.reshape", _base),
-    OpRule(f"{NAME}.squeeze", "relax.squeeze", _base),
-    OpRule(f"{NAME}.expand_dims", "relax.expand_dims", _base),
-    OpRule(f"{NAME}.flatten", "relax.flatten", _base),
-    OpRule(f"{NAME}.transpose", "relax.permute_dims", _base),
+    OpRule(f"{NAME}.reshape", "relax.reshape", _moves),
+    OpRule(f"{NAME}.squeeze", "relax.squeeze", _moves),
+    OpRule(f"{NAME}.expand_dims", "relax.expand_dims", _moves),
+    OpRule(f"{NAME}.flatten", "relax.flatten", _moves),
+    OpRule(f"{NAME}.transpose", "relax.permute_dims", _moves),
 )
 
 VENDOR = register_vendor(
@@ -552,7 +590,8 @@ VENDOR = register_vendor(
         NAME,
         RULES,
         DnnlCodegen(),
-        description="oneDNN 3.2 primitives (conv2d, matmul, pooling, softmax, layer norm, element-wise; float32)",
+        description="oneDNN 3.2 primitives (conv2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
+                    "and int8 QDQ units)",
         targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
     )
 )

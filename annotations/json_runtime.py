@@ -2,9 +2,11 @@
 
 The runtime runs the reference kernels that the C-source codegen compiles in
 (``byoc_kernels.h``), so it supports exactly the same ops, patterns and
-limits: the rules are c_source's, under this vendor's name, with the same
-checks and rejection reasons (float32 only, static shapes of rank <= 8,
-NCHW/OIHW, per-channel conv bias, no dilated or ceil-mode average pooling).
+limits: the rules are c_source's float rules, under this vendor's name, with
+the same checks and rejection reasons (float32 only, static shapes of rank <=
+8, NCHW/OIHW, per-channel conv bias, no dilated or ceil-mode average
+pooling). c_source's int8 rules (QDQ units, lone Q/DQ, data movement on 8-bit
+integers) are not taken: the runtime's kernels are float32 only.
 
 Importing this module loads nothing: the runtime library (compiled when byoc
 is installed) is loaded when an artifact that needs it is built or loaded.
@@ -16,12 +18,20 @@ from dataclasses import replace
 
 from byoc.annotations.c_source import RULES as _C_SOURCE_RULES
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
+from byoc.vendor.checks import all_of, dtypes
+from byoc.vendor.quantized import QuantizedUnitRule
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import Vendor
 
 NAME = "json_runtime"
+_FLOAT32 = dtypes("float32")
+_INT8_OPS = ("relax.quantize", "relax.dequantize")
 
-RULES = tuple(replace(rule, name=f"{NAME}.{rule.name.split('.', 1)[1]}") for rule in _C_SOURCE_RULES)
+RULES = tuple(
+    replace(rule, name=f"{NAME}.{rule.name.split('.', 1)[1]}", check=all_of(_FLOAT32, rule.check))
+    for rule in _C_SOURCE_RULES
+    if not isinstance(rule, QuantizedUnitRule) and getattr(rule, "op", None) not in _INT8_OPS
+)
 
 VENDOR = register_vendor(
     Vendor(

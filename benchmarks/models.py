@@ -5,7 +5,8 @@ torchvision: there is no CPU build of it on this machine), exported to ONNX
 with ``torch==2.13.0`` (``pip install torch==2.13.0``: the CPU wheel on
 disk) and cached as ``<build>/<name>.onnx``; they are never committed.
 The tiny models (``tiny_cnn``, ``tiny_mlp``) are built with ``onnx.helper``
-and need no torch, so the smoke test runs without it.
+and need no torch, so the smoke test runs without it. ``<model>_int8`` is
+that model quantized by ``onnxruntime.quantization`` (QDQ, u8/s8, per tensor).
 
 ``python benchmarks/models.py [--build DIR] [NAME ...]`` builds the cache.
 """
@@ -170,7 +171,33 @@ def tiny_mlp() -> onnx.ModelProto:
 
 
 TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp}
-ALL_MODELS = tuple(TINY_MODELS) + TORCH_MODELS
+
+# -- int8 models: a float model above quantized by onnxruntime -----------------------
+#: "<float model>_int8": QDQ format, u8 activations, s8 weights, per tensor (onnxruntime's
+#: defaults), calibrated on CALIBRATION_SAMPLES random inputs.
+INT8_MODELS = ("tiny_cnn_int8", "mobilenetv2_int8", "resnet50_int8")
+CALIBRATION_SAMPLES = 4
+
+
+def _quantize(float_path: Path, path: Path) -> None:
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    model = onnx.load(str(float_path))
+    vi = model.graph.input[0]
+    shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(SEED)
+    batches = iter([{vi.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(CALIBRATION_SAMPLES)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    quantize_static(str(float_path), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+ALL_MODELS = tuple(TINY_MODELS) + TORCH_MODELS + INT8_MODELS
 
 
 def model_path(name: str, build: Path = DEFAULT_BUILD) -> Path:
@@ -184,6 +211,8 @@ def model_path(name: str, build: Path = DEFAULT_BUILD) -> Path:
         onnx.save(TINY_MODELS[name](), str(path))
     elif name in TORCH_MODELS:
         _export_torch(name, path)
+    elif name in INT8_MODELS:
+        _quantize(model_path(name.removesuffix("_int8"), build), path)
     else:
         raise SystemExit(f"unknown model {name!r}; choose from {', '.join(ALL_MODELS)}")
     return path

@@ -91,7 +91,7 @@ def rule_rows(vendor: Vendor) -> list[tuple[str, str, str]]:
             what = rule.describe()
         else:
             what = describe_pattern(rule.dataflow_pattern()[0])
-        rows.append((rule.name, what, "; ".join(constraints(rule.check)) or "-"))
+        rows.append((rule.name, what, "; ".join(dict.fromkeys(constraints(rule.check))) or "-"))
     return rows
 
 

@@ -88,7 +88,7 @@ def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
 
 
 def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False, reduce_range: bool = False,
-             seed: int = 1, samples: int = 8) -> onnx.ModelProto:
+             seed: int = 1, samples: int = 8, weight_type: str = "QInt8") -> onnx.ModelProto:
     """``model`` quantized by onnxruntime (``fmt``: "QDQ" or "QOperator"), calibrated on random inputs.
 
     ``reduce_range`` quantizes weights to 7 bits, as onnxruntime advises for CPUs
@@ -113,7 +113,7 @@ def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False
         onnx.save(model, src)
         quantize_static(str(src), str(out), Reader(), quant_format=getattr(QuantFormat, fmt),
                         per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
-                        weight_type=QuantType.QInt8)
+                        weight_type=getattr(QuantType, weight_type))
         return onnx.load(out)
 
 

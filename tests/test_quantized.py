@@ -13,7 +13,11 @@ byoc follows the ONNX definition (test_full_range_weights_follow_the_definition)
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -217,9 +221,9 @@ def _within_one_quantum(model: onnx.ModelProto, artifact, shape) -> None:
 
 @pytest.mark.parametrize("fmt,per_channel", FORMATS, ids=[f"{f}-{'channel' if c else 'tensor'}" for f, c in FORMATS])
 @pytest.mark.parametrize("name", ["depthwise", "mlp", "residual"])
-@pytest.mark.parametrize("vendors", [["c_source"], ["dnnl", "c_source"]], ids=",".join)
-def test_c_source_takes_every_unit_and_matches_onnxruntime(name, fmt, per_channel, vendors):
-    """Listed after dnnl too: dnnl's float rules do not split a unit (they would take the conv at its core)."""
+@pytest.mark.parametrize("vendors", [["c_source"], ["dnnl"], ["json_runtime", "c_source"]], ids=",".join)
+def test_every_unit_goes_to_an_int8_vendor_and_matches_onnxruntime(name, fmt, per_channel, vendors):
+    """json_runtime (float only) first: its float rules do not split a unit (they would take the conv at its core)."""
     make, shape = MODELS[name]
     model = quantize(make(), fmt, per_channel, reduce_range=per_channel)
     with warnings.catch_warnings():
@@ -231,8 +235,9 @@ def test_c_source_takes_every_unit_and_matches_onnxruntime(name, fmt, per_channe
     assert len(plan.partitions) <= 2
     cores = {n.name for n in model.graph.node if n.op_type in ("Conv", "MatMul", "QLinearConv", "QLinearMatMul")}
     taken = {d.node.name: d.rule for d in plan.decisions.values() if d.node is not None and not d.on_host}
+    int8_vendor = vendors[-1]
     for core in cores:
-        assert taken.get(core, "").startswith("c_source.q"), (core, taken.get(core))  # as an int8 unit, not float
+        assert taken.get(core, "").startswith(f"{int8_vendor}.q"), (core, taken.get(core))  # an int8 unit, not float
     _within_one_quantum(model, artifact, shape)
 
 
@@ -358,7 +363,6 @@ def test_quantize_rounds_half_to_even_and_saturates():
 def test_units_a_vendor_does_not_take_stay_on_the_host_with_a_reason():
     """int16 activations (QDQ with QuantType.QInt16) are no int8 unit; the model still runs as ONNX defines it."""
     import tempfile
-    from pathlib import Path
 
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -398,3 +402,39 @@ def test_the_report_names_int8_units(quantized, tmp_path):
     text = report.read_text()
     assert "conv1 (QDQ int8)" in text and "fc (QDQ int8)" in text
     assert "x_QuantizeLinear (QDQ int8)" not in text  # Q/DQ nodes belong to a unit; the core op is named
+
+
+def test_dnnl_runs_int8_primitives():
+    """oneDNN's own log: the convolutions and the matmul read u8 activations and s8 weights and write u8."""
+    script = (
+        "import sys, warnings; sys.path.insert(0, %r)\n"
+        "import numpy as np, byoc\n"
+        "from quantized_models import quantize, residual_cnn\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    artifact = byoc.compile(quantize(residual_cnn()), vendors=['dnnl'])\n"
+        "artifact.run({'x': np.ones((1, 3, 16, 16), np.float32)})\n"
+    ) % str(Path(__file__).parent)
+    log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    assert log.returncode == 0, log.stderr[-2000:]
+    executed = [line for line in log.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+    convs = [line for line in executed if ",convolution," in line]
+    matmuls = [line for line in executed if ",matmul," in line]
+    assert len(convs) == 3 and len(matmuls) == 1, executed
+    for line in convs + matmuls:
+        assert "src_u8" in line and "wei_s8" in line and "dst_u8" in line, line
+
+
+def test_dnnl_names_the_int8_units_it_cannot_run():
+    """uint8 weights: oneDNN's int8 weights are s8; the units go to c_source, listed after it, with dnnl's reason."""
+    model = quantize(residual_cnn(), "QDQ", weight_type="QUInt8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=["dnnl", "c_source"])
+        artifact = byoc.compile(model, vendors=["dnnl", "c_source"])
+    conv = next(d for d in plan.decisions.values() if d.node is not None and d.node.name == "conv1"
+                and d.op == "relax.nn.conv2d")
+    assert conv.rule == "c_source.qconv2d"
+    assert conv.reasons["dnnl"] == "uint8 weights (oneDNN int8 weights are s8)"
+    _within_one_quantum(model, artifact, (1, 3, 16, 16))

@@ -20,7 +20,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from byoc.codegens.json_runtime import JsonRuntimeCodegen
+from byoc.codegens.json_runtime import JsonRuntimeCodegen, SerializedGraph, serialize
 from byoc.codegens.json_runtime.runtime import RuntimeLibrary
 from byoc.errors import BuildError
 
@@ -97,6 +97,12 @@ class DnnlCodegen(JsonRuntimeCodegen):
 
     def __init__(self):
         super().__init__(DNNL_RUNTIME)
+
+    def serialize(self, partition) -> SerializedGraph:
+        """The JSON graph of ``partition``, its quantized units as the runtime runs them (``quantized.py``)."""
+        from .quantized import lowered_for_dnnl
+
+        return serialize(lowered_for_dnnl(partition), dtypes=("float32", "uint8", "int8"))
 
     def load_runtime(self) -> None:
         """Load the oneDNN runtime, after checking the runtime's own setting in the environment.

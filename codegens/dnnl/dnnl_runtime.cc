@@ -40,6 +40,7 @@
 #include <limits>
 #include <memory>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -107,7 +108,7 @@ Dims DimsOf(const std::vector<int64_t>& shape) {
 
 // Row-major (the layout of every tensor the caller and TVM hand over); a
 // shape (scalars included) or oneDNN dims.
-Desc Plain(const std::vector<int64_t>& shape) {
+Desc Plain(const std::vector<int64_t>& shape, memory::data_type type = memory::data_type::f32) {
   Dims dims = DimsOf(shape);
   Dims strides(dims.size());
   int64_t stride = 1;
@@ -115,7 +116,12 @@ Desc Plain(const std::vector<int64_t>& shape) {
     strides[i - 1] = stride;
     stride *= dims[i - 1];
   }
-  return Desc(dims, memory::data_type::f32, strides);
+  return Desc(dims, type, strides);
+}
+
+// The oneDNN type of a graph tensor (8-bit ones are the int8 units' activations).
+memory::data_type DataType(const TensorInfo& t) {
+  return t.dtype == "uint8" ? memory::data_type::u8 : t.dtype == "int8" ? memory::data_type::s8 : memory::data_type::f32;
 }
 
 // `shape` with leading 1s up to `rank` (numpy broadcasting).
@@ -125,7 +131,9 @@ Dims Padded(const std::vector<int64_t>& shape, size_t rank) {
   return dims;
 }
 
-Desc Any(const Dims& dims) { return Desc(dims, memory::data_type::f32, memory::format_tag::any); }
+Desc Any(const Dims& dims, memory::data_type type = memory::data_type::f32) {
+  return Desc(dims, type, memory::format_tag::any);
+}
 
 primitive_attr UserScratchpad(const post_ops& ops = post_ops()) {
   primitive_attr attr;
@@ -179,7 +187,7 @@ class Program {
   Program(const ParsedGraph& graph, int max_threads) : g_(graph), value_of_(graph.tensors().size(), -1) {
     for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
       int id = g_.inputs()[slot];
-      value_of_[id] = NewValue(Plain(g_.Shape(id)), Storage::kInput, static_cast<int>(slot));
+      value_of_[id] = NewValue(Plain(g_.Shape(id), DataType(g_.tensor(id))), Storage::kInput, static_cast<int>(slot));
     }
     for (size_t id = 0; id < g_.tensors().size(); ++id) {
       if (g_.tensor(id).kind == Kind::kConst) {
@@ -280,7 +288,7 @@ class Program {
   static std::string DescKey(const Desc& d) {
     std::ostringstream os;
     for (auto x : d.get_dims()) os << x << ',';
-    os << '|' << static_cast<int>(d.get_format_kind()) << '|';
+    os << '|' << static_cast<int>(d.get_data_type()) << '|' << static_cast<int>(d.get_format_kind()) << '|';
     if (d.get_format_kind() == memory::format_kind::blocked) {
       for (auto x : d.get_strides()) os << x << ',';
       os << '|';
@@ -316,12 +324,14 @@ class Program {
       return n;
     };
     double out = numel(op.output), macs = 0, elements = out;
-    if ((op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
+    bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "qnn.conv2d";
+    if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
       const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
       double per = 1;
       for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
-      macs = (op.kernel == "relax.nn.conv2d" ? out : numel(op.inputs[0])) * per;
-    } else if (op.kernel == "relax.matmul" && !op.inputs.empty() && !g_.Shape(op.inputs[0]).empty()) {
+      macs = (conv ? out : numel(op.inputs[0])) * per;
+    } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul") && !op.inputs.empty() &&
+               !g_.Shape(op.inputs[0]).empty()) {
       macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
     }
     for (int x : op.inputs)
@@ -348,6 +358,12 @@ class Program {
     const std::string& kernel = op.kernel;
     if (kernel == "relax.nn.conv2d") return Conv2d(k, a);
     if (kernel == "relax.matmul") return Matmul(k);
+    if (kernel == "qnn.conv2d") return QuantizedConv2d(k, a);
+    if (kernel == "qnn.matmul") return QuantizedMatmul(k, a);
+    if (kernel == "relax.quantize" || kernel == "relax.dequantize") {
+      QuantizeReorder(op, a, kernel == "relax.quantize");
+      return k + 1;
+    }
     if (kernel == "relax.nn.conv2d_transpose") return Deconv2d(k, a);
     if (size_t n = LrnAt(k)) return k + n;
     for (int x : op.inputs) {  // an activation spelled as several ops (GELU, swish, hard-swish...) on its own
@@ -723,6 +739,145 @@ class Program {
     args.push_back({DNNL_ARG_DST, Define(f.last, dst_desc), dst_desc});
     AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
     return f.next;
+  }
+
+  // -- int8 (see codegens/dnnl/quantized.py for what the Python side sends) ---------------
+  // oneDNN's quantization: real = scale * (q - zero_point). Scales and zero points are
+  // execution arguments; the module keeps them as constants.
+  template <class T>
+  int OwnedConst(const std::vector<T>& values, memory::data_type type) {
+    Desc desc({static_cast<int64_t>(values.size())}, type, memory::format_tag::a);
+    memory m(desc, Engine());
+    std::memcpy(m.get_data_handle(), values.data(), values.size() * sizeof(T));
+    consts_.push_back(m);
+    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+  }
+
+  // Arguments and attribute masks of one scale (per tensor, or per index of `mask`'s axes).
+  void Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales, int mask) {
+    attr->set_scales_mask(arg, scales.size() > 1 ? mask : 0);
+    int v = OwnedConst(std::vector<float>(scales.begin(), scales.end()), memory::data_type::f32);
+    args->push_back({DNNL_ARG_ATTR_SCALES | arg, v, values_[v].desc});
+  }
+
+  void ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point) {
+    if (zero_point == 0) return;
+    attr->set_zero_points_mask(arg, 0);
+    int v = OwnedConst(std::vector<int32_t>{static_cast<int32_t>(zero_point)}, memory::data_type::s32);
+    args->push_back({DNNL_ARG_ATTR_ZERO_POINTS | arg, v, values_[v].desc});
+  }
+
+  // A folded relu or clip: the output range narrower than the type's, as a clip in real units
+  // (post-ops run before the output scale).
+  post_ops OutputRange(const Attrs& a, memory::data_type type) const {
+    post_ops ops;
+    int64_t lo = a.Int("out_min"), hi = a.Int("out_max");
+    int64_t type_lo = type == memory::data_type::u8 ? 0 : -128, type_hi = type == memory::data_type::u8 ? 255 : 127;
+    if (lo > type_lo || hi < type_hi) {
+      double scale = a.Float("y_scale"), zp = static_cast<double>(a.Int("y_zero_point"));
+      ops.append_eltwise(algorithm::eltwise_clip, static_cast<float>((lo - zp) * scale),
+                         static_cast<float>((hi - zp) * scale));
+    }
+    return ops;
+  }
+
+  // relax.quantize (f32 -> u8/s8) or relax.dequantize (u8/s8 -> f32): one reorder with scale and
+  // zero point, from the input in whatever layout it has to a plain output.
+  void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
+    Arity(op, 1);
+    int x = op.inputs[0];
+    SameShape(op, x);
+    std::vector<int64_t> zero_points = a.Ints("zero_point");
+    for (int64_t z : zero_points)
+      if (z != zero_points[0]) Fail(op.where + ": per-axis zero points are not supported (scales are)");
+    int arg = quantize ? DNNL_ARG_DST : DNNL_ARG_SRC;
+    int from = value_of_[x];
+    if (from < 0) Fail("tensor " + g_.tensor(x).name + " is read before it is computed");
+    Desc src = values_[from].desc, dst = Plain(g_.Shape(op.output), DataType(g_.tensor(op.output)));
+    primitive_attr attr = UserScratchpad();
+    std::vector<Arg> args;
+    int64_t axis = a.Int("axis");
+    Scales(&attr, &args, arg, a.Floats("scale"), 1 << axis);
+    ZeroPoint(&attr, &args, arg, zero_points[0]);
+    dnnl::reorder::primitive_desc pd(Engine(), src, Engine(), dst, attr);
+    args.push_back({DNNL_ARG_FROM, from, src});
+    args.push_back({DNNL_ARG_TO, Define(op.output, dst), dst});
+    AddStep(dnnl::reorder(pd), std::move(args), pd.scratchpad_desc());
+  }
+
+  // The scales, zero points and output range of a qnn.conv2d / qnn.matmul.
+  primitive_attr QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args) {
+    primitive_attr attr = UserScratchpad(OutputRange(a, out));
+    Scales(&attr, args, DNNL_ARG_SRC, {a.Float("x_scale")}, 0);
+    Scales(&attr, args, DNNL_ARG_WEIGHTS, a.Floats("w_scale"), weight_mask);
+    Scales(&attr, args, DNNL_ARG_DST, {a.Float("y_scale")}, 0);
+    ZeroPoint(&attr, args, DNNL_ARG_SRC, a.Int("x_zero_point"));
+    ZeroPoint(&attr, args, DNNL_ARG_DST, a.Int("y_zero_point"));
+    return attr;
+  }
+
+  // An int8 convolution: u8/s8 source, s8 weights (sent as float32 integers, reordered once),
+  // an optional f32 bias in real units, u8/s8 destination.
+  size_t QuantizedConv2d(size_t k, const Attrs& a) {
+    const BodyOp& op = g_.ops()[k];
+    if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
+    int x = op.inputs[0], w = op.inputs[1];
+    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+    Conv2dGeometry geometry = CheckConv2d(a, xs, ws, ys, op.where);
+    const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
+    int64_t groups = geometry.groups;
+    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
+    memory::data_type out = DataType(g_.tensor(op.output));
+    std::vector<Arg> args;
+    primitive_attr attr = QuantizedAttr(a, out, groups == 1 ? 1 : 3, &args);  // per output channel
+    Desc bias = Plain({ys[1]});
+    Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]},
+         pad_r = {pad[2], pad[3]};
+    Desc src_any = Any(DimsOf(xs), DataType(g_.tensor(x))), w_any = Any(wdims, memory::data_type::s8),
+         dst_any = Any(DimsOf(ys), out);
+    auto pd = op.inputs.size() == 3
+                  ? dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                              algorithm::convolution_direct, src_any, w_any, bias,
+                                                              dst_any, strides, dilation, pad_l, pad_r, attr)
+                  : dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                              algorithm::convolution_direct, src_any, w_any, dst_any,
+                                                              strides, dilation, pad_l, pad_r, attr);
+    args.push_back({DNNL_ARG_SRC, As(x, pd.src_desc()), pd.src_desc()});
+    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(wdims)), pd.weights_desc()),
+                    pd.weights_desc()});
+    if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+    args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
+    AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
+    return k + 1;
+  }
+
+  // An int8 matmul with constant s8 weights (per tensor, or per output column).
+  size_t QuantizedMatmul(size_t k, const Attrs& a) {
+    const BodyOp& op = g_.ops()[k];
+    if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
+    int x = op.inputs[0], w = op.inputs[1];
+    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+    if (xs.size() < 2 || ws.size() < 2 || xs.back() != ws[ws.size() - 2] || ys.back() != ws.back() ||
+        ys.size() != std::max(xs.size(), ws.size()))
+      Fail(op.where + ": shapes " + ShapeStr(xs) + " x " + ShapeStr(ws) + " -> " + ShapeStr(ys) + " do not match");
+    size_t rank = ys.size();
+    memory::data_type out = DataType(g_.tensor(op.output));
+    std::vector<Arg> args;
+    primitive_attr attr = QuantizedAttr(a, out, 1 << (rank - 1), &args);
+    Desc src = Plain(Padded(xs, rank), DataType(g_.tensor(x))), dst = Plain(DimsOf(ys), out);
+    Desc bias = Plain(Padded({ys.back()}, rank));
+    Desc w_any = Any(Padded(ws, rank), memory::data_type::s8);
+    auto pd = op.inputs.size() == 3 ? dnnl::matmul::primitive_desc(Engine(), src, w_any, bias, dst, attr)
+                                    : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
+    args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, DataType(g_.tensor(x)))), src});
+    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(Padded(ws, rank))), pd.weights_desc()),
+                    pd.weights_desc()});
+    if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+    args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
+    AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
+    return k + 1;
   }
 
   // Same bytes, other shape: a view of the input in plain layout, no step.
@@ -1350,7 +1505,7 @@ class Program {
     std::vector<bool> taken(values_.size(), false);
     for (size_t slot = 0; slot < g_.outputs().size(); ++slot) {
       int id = g_.outputs()[slot];
-      Desc plain = Plain(g_.Shape(id));
+      Desc plain = Plain(g_.Shape(id), DataType(g_.tensor(id)));
       int v = value_of_[id];
       if (v < 0) Fail("graph output " + g_.tensor(id).name + " is never computed");
       if (values_[v].storage == Storage::kTemp && values_[v].base < 0 && values_[v].desc == plain && !taken[v]) {

@@ -115,21 +115,26 @@ class _Names:
         return self.names.setdefault(t.id, f"t{t.id}")
 
 
-def _tensor_entry(t: Tensor, name: str, where: str) -> dict:
-    if t.dtype not in DTYPES:
-        raise CodegenError(f"{where}: tensor of dtype {t.dtype}; the json_runtime kernels take {'/'.join(DTYPES)} only")
+def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple) -> dict:
+    if t.dtype not in dtypes or (t.kind == "const" and t.dtype != "float32"):
+        raise CodegenError(f"{where}: {t.kind} tensor of dtype {t.dtype}; the runtime takes {'/'.join(dtypes)} "
+                           "(constants float32)")
     return {"name": name, "kind": t.kind, "shape": [int(d) for d in t.shape], "dtype": t.dtype}
 
 
-def serialize(graph: PartitionGraph) -> SerializedGraph:
-    """The JSON graph and constants of one partition (schema in the module docstring)."""
+def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES) -> SerializedGraph:
+    """The JSON graph and constants of one partition (schema in the module docstring).
+
+    ``dtypes`` are the tensor dtypes the executing runtime takes (the oneDNN
+    runtime adds uint8 and int8); constants are float32 whatever they hold.
+    """
     name = _Names(graph)
     where = f"partition {graph.symbol}"
     tensors: dict[str, dict] = {}
 
     def declare(t: Tensor) -> str:
         n = name(t)
-        tensors.setdefault(n, _tensor_entry(t, n, where))
+        tensors.setdefault(n, _tensor_entry(t, n, where, dtypes))
         return n
 
     for t in graph.inputs:

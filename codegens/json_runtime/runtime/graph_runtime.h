@@ -261,6 +261,12 @@ class Attrs {
   }
   std::string Str(const char* key) const { return AsString(Value(key, "str"), Where(key)); }
   std::vector<int64_t> Ints(const char* key) const { return AsInts(Value(key, "int[]"), Where(key)); }
+  std::vector<double> Floats(const char* key) const {
+    JArray items = AsArray(Value(key, "float[]"), Where(key));
+    std::vector<double> out;
+    for (size_t i = 0; i < items.size(); ++i) out.push_back(AsFloat(items[i], Where(key)));
+    return out;
+  }
 
  private:
   std::string Where(const char* key) const { return where_ + " attribute \"" + key + "\""; }
@@ -287,6 +293,7 @@ enum class Kind { kInput, kConst, kOp };
 struct TensorInfo {
   std::string name;
   Kind kind;
+  std::string dtype;  // float32; uint8 or int8 where an executor takes quantized tensors
   std::vector<int64_t> shape;
   int64_t numel = 1;
   int slot = -1;  // input index, constant index, or -1
@@ -422,8 +429,11 @@ class ParsedGraph {
       std::string kind = AsString(Field(t, "kind", where), where + " kind");
       info.kind = kind == "input" ? Kind::kInput : kind == "const" ? Kind::kConst : Kind::kOp;
       if (kind != "input" && kind != "const" && kind != "op") Fail(where + " has unknown kind " + kind);
-      if (AsString(Field(t, "dtype", where), where + " dtype") != "float32")
-        Fail(where + " is not float32 (the runtime is float32 only)");
+      info.dtype = AsString(Field(t, "dtype", where), where + " dtype");
+      // Constants travel as float32 (an int8 weight's values are exact in it); an executor
+      // that has no 8-bit kernels refuses the other dtypes.
+      if (info.dtype != "float32" && !((info.dtype == "uint8" || info.dtype == "int8") && info.kind != Kind::kConst))
+        Fail(where + " has dtype " + info.dtype + " (float32, and uint8/int8 for non-constants, only)");
       info.shape = AsInts(Field(t, "shape", where), where + " shape");
       if (info.shape.size() > kMaxRank) Fail(where + " has rank above " + std::to_string(kMaxRank));
       for (int64_t d : info.shape) {
@@ -617,8 +627,10 @@ class GraphModuleObj : public ModuleObj {
     if (!dl.has_value()) TVM_FFI_THROW(TypeError) << where() << " is not a tensor";
     const DLTensor* x = *dl;
     if (x->device.device_type != kDLCPU) TVM_FFI_THROW(ValueError) << where() << " is not on the CPU";
-    if (x->dtype.code != kDLFloat || x->dtype.bits != 32 || x->dtype.lanes != 1)
-      TVM_FFI_THROW(TypeError) << where() << " is not float32";
+    bool float32 = t.dtype == "float32";
+    uint8_t code = float32 ? kDLFloat : t.dtype == "uint8" ? kDLUInt : kDLInt;
+    if (x->dtype.code != code || x->dtype.bits != (float32 ? 32 : 8) || x->dtype.lanes != 1)
+      TVM_FFI_THROW(TypeError) << where() << " is not " << t.dtype;
     if (static_cast<size_t>(x->ndim) != t.shape.size() || !std::equal(t.shape.begin(), t.shape.end(), x->shape)) {
       std::vector<int64_t> shape(x->shape, x->shape + x->ndim);
       TVM_FFI_THROW(ValueError) << where() << " has shape " << ShapeStr(shape) << ", expected " << ShapeStr(t.shape);

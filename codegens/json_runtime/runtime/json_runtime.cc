@@ -36,6 +36,8 @@ class ReferenceExecutor {
   static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'J', 'S', 'R', 'T'};
 
   explicit ReferenceExecutor(const ParsedGraph& graph) : g_(graph) {
+    for (const TensorInfo& t : g_.tensors())
+      if (t.dtype != "float32") Fail("tensor " + t.name + " is " + t.dtype + " (the reference kernels are float32 only)");
     const std::vector<BodyOp>& ops = g_.ops();
     for (size_t k = 0; k < ops.size(); ++k) {
       const BodyOp& op = ops[k];

@@ -1,0 +1,139 @@
+"""Quantized units (``qnn.*`` op calls) rewritten into what the oneDNN runtime executes.
+
+- ``qnn.conv2d`` and ``qnn.matmul`` stay one op: an int8 oneDNN convolution or
+  matmul (u8/s8 activations, s8 weights) with the scales and zero points as
+  attributes. The weight travels as float32 (every int8 value is exact in
+  it) and is reordered to s8 once at load; the int32 bias is sent in real
+  units, ``(b - zero_point) * scale``, which is what oneDNN adds before the
+  output scale. A folded relu or clip becomes a clip post-op in real units.
+- Every other unit becomes its QDQ definition: each input dequantized (a
+  oneDNN reorder with scale and zero point), the float op the runtime
+  already runs, a clip for a narrowed output range, and a quantizing reorder.
+- A lone quantize or dequantize keeps its op, with scale and zero point as
+  attributes instead of constant inputs; one of a constant is computed here.
+- A data-movement op on 8-bit integers (max pooling, reshape, transpose,
+  concat: what a QOperator model leaves between its integer ops) runs on
+  their float values, exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
+from byoc.vendor.quantized import QParams, qparams
+
+_INTEGER_CORES = ("qnn.conv2d", "qnn.matmul")
+
+
+def _qattrs(params: QParams) -> dict:
+    return {"scale": [float(s) for s in np.atleast_1d(params.scale)],
+            "zero_point": [int(z) for z in np.atleast_1d(params.zero_point)],
+            "axis": int(params.axis) if params.per_channel else 0}
+
+
+class _Lowering:
+    def __init__(self, graph: PartitionGraph):
+        self.next_id = 1 + max([t.id for t in graph.inputs] + [c.output.id for c in graph.ops]
+                               + [t.id for c in graph.ops for t in c.inputs])
+
+    def tensor(self, shape, dtype: str = "float32", kind: str = "op", data=None) -> Tensor:
+        self.next_id += 1
+        return Tensor(self.next_id, tuple(shape), dtype, kind, data)
+
+    def lone(self, call: OpCall) -> list[OpCall]:
+        integer = call.output if call.op == "relax.quantize" else call.inputs[0]
+        params = qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
+                         integer.dtype)
+        return [OpCall(call.op, [call.inputs[0]], call.output, _qattrs(params), call.rule, call.group)]
+
+    def integer_core(self, call: OpCall) -> list[OpCall]:
+        unit = call.quant
+        x, w = unit.inputs[0], unit.inputs[1]
+        weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
+        inputs = [call.inputs[0], weight]
+        if len(call.inputs) == 3:
+            b = unit.inputs[2]
+            real = (call.inputs[2].data.astype(np.float64) - b.zero_point.astype(np.float64)) * b.scale
+            inputs.append(self.tensor(call.inputs[2].shape, kind="const", data=real.astype(np.float32)))
+        out = unit.output
+        lo, hi = unit.output_range
+        attrs = dict(call.attrs, x_scale=float(x.scale), x_zero_point=int(x.zero_point),
+                     w_scale=[float(s) for s in np.atleast_1d(w.scale)], y_scale=float(out.scale),
+                     y_zero_point=int(out.zero_point), out_min=int(lo), out_max=int(hi))
+        return [OpCall(call.op, inputs, call.output, attrs, call.rule, call.group)]
+
+    def dequantized_constant(self, tensor: Tensor, params: QParams) -> Tensor:
+        """A float32 constant holding DQ(``tensor``), computed now (the runtime takes float32 constants only)."""
+        scale, zero_point = params.scale.astype(np.float32), params.zero_point.astype(np.float32)
+        if params.per_channel:
+            shape = [1] * tensor.data.ndim
+            shape[params.axis] = -1
+            scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+        real = (tensor.data.astype(np.float32) - zero_point) * scale
+        return self.tensor(tensor.shape, kind="const", data=real.astype(np.float32))
+
+    def through_float(self, call: OpCall) -> list[OpCall]:
+        unit = call.quant
+        ops, reals = [], []
+        for tensor, params in zip(call.inputs, unit.inputs):
+            if tensor.kind == "const":
+                reals.append(self.dequantized_constant(tensor, params))
+                continue
+            real = self.tensor(tensor.shape)
+            ops.append(OpCall("relax.dequantize", [tensor], real, _qattrs(params), call.rule, call.group))
+            reals.append(real)
+        result = self.tensor(call.output.shape)
+        ops.append(OpCall(unit.float_ops[0], reals, result, dict(call.attrs), call.rule, call.group))
+        info = np.iinfo(call.output.dtype)
+        lo, hi = unit.output_range
+        if (lo, hi) != (info.min, info.max):
+            scale, zp = float(unit.output.scale), int(unit.output.zero_point)
+            clipped = self.tensor(call.output.shape)
+            ops.append(OpCall("relax.clip", [result], clipped, {"min": (lo - zp) * scale, "max": (hi - zp) * scale},
+                              call.rule, call.group))
+            result = clipped
+        ops.append(OpCall("relax.quantize", [result], call.output, _qattrs(unit.output), call.rule, call.group))
+        return ops
+
+
+    def integer_as_float(self, call: OpCall) -> list[OpCall]:
+        """A data-movement op on 8-bit integers (a QOperator model's MaxPool, Flatten): through float, exactly."""
+        identity = {"scale": [1.0], "zero_point": [0], "axis": 0}
+        ops, reals = [], []
+        for tensor in call.inputs:
+            real = self.tensor(tensor.shape)
+            ops.append(OpCall("relax.dequantize", [tensor], real, identity, call.rule, call.group))
+            reals.append(real)
+        result = self.tensor(call.output.shape)
+        ops.append(OpCall(call.op, reals, result, call.attrs, call.rule, call.group))
+        ops.append(OpCall("relax.quantize", [result], call.output, identity, call.rule, call.group))
+        return ops
+
+
+def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
+    """``graph`` with its quantized ops as the oneDNN runtime takes them (see the module docstring)."""
+    if not any(c.quant is not None or c.op in ("relax.quantize", "relax.dequantize") or c.output.dtype != "float32"
+               for c in graph.ops):
+        return graph
+    lowering = _Lowering(graph)
+    ops, computed = [], {}  # computed: DQ of a constant, by the id of the tensor it stands for
+    for call in graph.ops:
+        call.inputs = [computed.get(t.id, t) for t in call.inputs]
+        if call.op == "relax.dequantize" and call.inputs[0].kind == "const":
+            integer = call.inputs[0]
+            params = qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
+                             integer.dtype)
+            computed[call.output.id] = lowering.dequantized_constant(integer, params)
+        elif call.op in ("relax.quantize", "relax.dequantize"):
+            ops += lowering.lone(call)
+        elif call.quant is None and call.output.dtype != "float32":
+            ops += lowering.integer_as_float(call)
+        elif call.quant is None:
+            ops.append(call)
+        elif call.op in _INTEGER_CORES:
+            ops += lowering.integer_core(call)
+        else:
+            ops += lowering.through_float(call)
+    outputs = [computed.get(t.id, t) for t in graph.outputs]
+    return PartitionGraph(graph.symbol, graph.inputs, outputs, ops, graph.function)
