@@ -492,7 +492,8 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         elif config["status"] == "ok":
             config["latency"] = "not timed (--latency)"
     if len(timed) > 1 and args.runs > 0:
-        measured = bench.time_interleaved(timed, inputs, args, tmp, args.runs, args.warmup)
+        measured = bench.time_interleaved(timed, inputs, args, tmp, args.runs, args.warmup, calls=args.calls,
+                                          settle_ms=args.settle_ms)
         ort = measured["onnxruntime"]
         entry["onnxruntime"] = ({"status": "ok", "latency_ms": ort["median_s"] * 1e3} if ort["status"] == "ok"
                                 else {"status": ort["status"], "why": ort["why"]})
@@ -640,6 +641,10 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1200,
                    help="seconds per build (import + partition + build + one run + export), and for a timing "
                         "process to load (default 1200)")
+    p.add_argument("--calls", type=int, default=bench.CALLS_PER_REQUEST,
+                   help=f"back-to-back calls per timed request (default {bench.CALLS_PER_REQUEST}; see benchmarks/run.py)")
+    p.add_argument("--settle-ms", type=float, default=bench.SETTLE_MS,
+                   help=f"pause before each timed request (default {bench.SETTLE_MS}; see benchmarks/run.py)")
     p.add_argument("--round-timeout", type=float, default=300,
                    help="seconds a timing process may take for one run before it is killed (default 300)")
     p.add_argument("--skip", action="append", default=[], metavar="MODEL:VENDORSET",

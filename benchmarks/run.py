@@ -20,7 +20,15 @@ library once; the parent then runs rounds, asking one process at a time to run
 configuration works at a time and machine noise hits all alike. A latency is
 the median of ``--runs`` rounds after ``--warmup`` rounds, measured in the
 timing process around one call that includes converting the numpy inputs and
-reading the outputs back. At the end each process saves its outputs
+reading the outputs back. Before each request the parent pauses ``--settle-ms``
+(default 50): onnxruntime's idle intra-op threads spin on after its call, and
+whatever runs next would share the cores with them (measured: byoc[dnnl]
+ResNet-50 int8 31.8 ms timed alone, 58.6 ms right after onnxruntime's turn,
+31.6 ms with the pause). Each request runs ``--calls`` (default 3) calls back
+to back, each one a sample: the first wakes the process's sleeping threads,
+and the median is the steady latency (MobileNetV2, byoc[dnnl] / onnxruntime
+in one run: 14.2 / 7.2 ms one call right after onnxruntime, 7.6 / 8.8 ms with
+the pause and 4 calls). At the end each process saves its outputs
 (``save`` -> ``np.savez``) and the parent compares them with onnxruntime's. A
 process that dies, or does not answer within ``--round-timeout``, is killed
 and reported as skipped with the reason.
@@ -71,6 +79,14 @@ HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
 QUICK_MODELS = ("tiny_cnn", "tiny_mlp")
 DEFAULT_VENDOR_SETS = ("c_source", "json_runtime", "dnnl")
+# Pause before each timed request: onnxruntime's intra-op threads keep spinning for a while after
+# its call returns, and a configuration timed right after it shares the 2 cores with them
+# (measured on byoc[dnnl] ResNet-50 int8: 31.8 ms timed alone in this harness, 58.6 ms right after
+# onnxruntime's turn).
+SETTLE_MS = 50
+# Calls per timed request: after the pause, a first call wakes the process's sleeping threads
+# (oneDNN's OpenMP team, onnxruntime's pool); the median over the calls is the steady latency.
+CALLS_PER_REQUEST = 3
 BOUNDARY_CALLS = 20  # calls per round in the boundary chain: a few us each, so one request runs several
 
 
@@ -362,7 +378,8 @@ class TimingProcess:
                 stream.close()
 
 
-def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, warmup: int, calls: int = 1) -> dict:
+def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, warmup: int, calls: int = 1,
+                     settle_ms: float = SETTLE_MS) -> dict:
     """Time each configuration in its own process, one at a time per round.
 
     ``configs`` maps a name to ``(kind, path)`` (kind: onnxruntime | tvm |
@@ -381,6 +398,7 @@ def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, 
     times = {name: [] for name in procs}
     for round_ in range(warmup + rounds):
         for name, proc in procs.items():
+            time.sleep(settle_ms / 1e3)  # the previous process's idle threads stop spinning first
             line = proc.request(f"run {calls}", args.round_timeout * calls)
             if line is not None and round_ >= warmup:
                 times[name].extend(float(t) for t in line.split())
@@ -423,7 +441,8 @@ def bench_model(name: str, args, tmp: Path, skipped: list) -> dict:
         result[key] = run_worker(task, args.timeout, tmp)
         timed[key] = ("byoc", lib)
     timed = {key: config for key, config in timed.items() if result[key]["status"] == "ok"}
-    measured = time_interleaved(timed, random_inputs(path), args, tmp, args.runs, args.warmup)
+    measured = time_interleaved(timed, random_inputs(path), args, tmp, args.runs, args.warmup,
+                                calls=args.calls, settle_ms=args.settle_ms)
     for key, m in measured.items():
         if m["status"] == "ok":
             result[key]["latency_ms"] = m["median_s"] * 1e3
@@ -500,7 +519,8 @@ def bench_boundary(args, tmp: Path, skipped: list) -> list:
             configs[vendor_set], built[vendor_set] = ("byoc", lib), result
         else:
             skipped.append({"what": f"boundary: {vendor_set}", "why": f"{result['status']}: {result['why']}"})
-    measured = time_interleaved(configs, random_inputs(path), args, tmp, args.runs, args.warmup, BOUNDARY_CALLS)
+    measured = time_interleaved(configs, random_inputs(path), args, tmp, args.runs, args.warmup, BOUNDARY_CALLS,
+                                settle_ms=args.settle_ms)
     if measured["host"]["status"] != "ok":
         skipped.append({"what": "boundary: all-host chain", "why": f"{measured['host']['status']}: "
                                                                   f"{measured['host']['why']}"})
@@ -620,8 +640,9 @@ def _bytes(n):
 
 def print_tables(report: dict) -> None:
     settings = report["settings"]
-    print("## Latency (median of %d runs after %d warm-up, each configuration in its own process; "
-          "onnxruntime with 2 threads)" % (settings["runs"], settings["warmup"]))
+    print("## Latency (median of %d rounds of %d calls after %d warm-up rounds, a %g ms pause before each; "
+          "each configuration in its own process; onnxruntime with 2 threads)"
+          % (settings["runs"], settings.get("calls", 1), settings["warmup"], settings.get("settle_ms", 0)))
     print()
     print("| model | config | latency | vs onnxruntime | speedup vs plain TVM | compile | partitions | "
           "planned act. memory | lower bound | max abs err |")
@@ -681,6 +702,11 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, help="untimed rounds first (default 2; --quick 1)")
     p.add_argument("--timeout", type=float, default=1200,
                    help="seconds per compilation or scaling point, and for a timing process to load (default 1200)")
+    p.add_argument("--calls", type=int, default=CALLS_PER_REQUEST,
+                   help=f"back-to-back calls per timed request, each one a sample (default {CALLS_PER_REQUEST})")
+    p.add_argument("--settle-ms", type=float, default=SETTLE_MS,
+                   help=f"pause before each timed request, so no other process's threads still spin "
+                        f"(default {SETTLE_MS})")
     p.add_argument("--round-timeout", type=float, default=300,
                    help="seconds a timing process may take for one run before it is killed and skipped (default 300)")
     p.add_argument("--skip-plain-tvm-for", default="", help="comma-separated models not to build with plain TVM")

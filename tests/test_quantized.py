@@ -438,3 +438,23 @@ def test_dnnl_names_the_int8_units_it_cannot_run():
     assert conv.rule == "c_source.qconv2d"
     assert conv.reasons["dnnl"] == "uint8 weights (oneDNN int8 weights are s8)"
     _within_one_quantum(model, artifact, (1, 3, 16, 16))
+
+
+def test_verify_compares_quantized_outputs_in_quanta_against_the_definition(quantized):
+    """onnxruntime's fused int8 kernels and its unfused run differ by 2 quanta on verify's inputs; byoc follows the
+    definition, and verify says what it compared."""
+    from byoc.tools.verify import output_quanta, random_inputs, verify
+
+    model = quantized("QDQ", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=["dnnl"])
+        result = verify(plan)
+    assert result.ok, result.lines
+    quantum = output_scale(model)
+    assert output_quanta(plan.imported.model) == {"y": quantum}
+    assert any("within one quantum" in line for line in result.lines)
+    assert any("as ONNX defines it" in line for line in result.lines)
+    feed = random_inputs(plan.imported.inputs)
+    fused, unfused = _ort(model, feed, True), _ort(model, feed, False)
+    assert np.abs(fused - unfused).max() > 1.5 * quantum  # why the fused kernels cannot be the reference

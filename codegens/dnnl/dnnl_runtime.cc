@@ -360,6 +360,10 @@ class Program {
     if (kernel == "relax.matmul") return Matmul(k);
     if (kernel == "qnn.conv2d") return QuantizedConv2d(k, a);
     if (kernel == "qnn.matmul") return QuantizedMatmul(k, a);
+    if (kernel == "qnn.add") {
+      QuantizedAdd(op, a);
+      return k + 1;
+    }
     if (kernel == "relax.quantize" || kernel == "relax.dequantize") {
       QuantizeReorder(op, a, kernel == "relax.quantize");
       return k + 1;
@@ -781,6 +785,43 @@ class Program {
     return ops;
   }
 
+  // `desc`'s layout for tensor `t` (its dtype) when it is a strided one (an int8 conv's NHWC), else
+  // plain: a quantize feeding the next int8 conv, or a dequantize feeding a float op, moves no
+  // data twice.
+  static Desc Retyped(const Desc& desc, const TensorInfo& t) {
+    if (desc.get_format_kind() == memory::format_kind::blocked && desc.get_inner_blks().empty())
+      return Desc(desc.get_dims(), DataType(t), desc.get_strides());
+    return Plain(t.shape, DataType(t));
+  }
+
+  // qnn.add of two 8-bit tensors of one shape as one binary: scale_a * a + scale_b * b in f32,
+  // then a linear post-op to the output's quantized units (1 / y_scale, the zero points folded
+  // into the offset), clipped to the output range, rounded and saturated on the store.
+  void QuantizedAdd(const BodyOp& op, const Attrs& a) {
+    Arity(op, 2);
+    int x = op.inputs[0], y = op.inputs[1];
+    if (g_.Shape(x) != g_.Shape(op.output) || g_.Shape(y) != g_.Shape(op.output))
+      Fail(op.where + ": operands of one shape only");
+    int from = value_of_[x];
+    if (from < 0) Fail("tensor " + g_.tensor(x).name + " is read before it is computed");
+    Desc src0 = values_[from].desc, src1 = Retyped(src0, g_.tensor(y)), dst = Retyped(src0, g_.tensor(op.output));
+    double sa = a.Float("a_scale"), sb = a.Float("b_scale"), sy = a.Float("y_scale");
+    double offset = static_cast<double>(a.Int("y_zero_point")) -
+                    (static_cast<double>(a.Int("a_zero_point")) * sa + static_cast<double>(a.Int("b_zero_point")) * sb) / sy;
+    post_ops ops;
+    ops.append_eltwise(algorithm::eltwise_linear, static_cast<float>(1.0 / sy), static_cast<float>(offset));
+    ops.append_eltwise(algorithm::eltwise_clip, static_cast<float>(a.Int("out_min")), static_cast<float>(a.Int("out_max")));
+    primitive_attr attr = UserScratchpad(ops);
+    std::vector<Arg> args;
+    Scales(&attr, &args, DNNL_ARG_SRC_0, {sa}, 0);
+    Scales(&attr, &args, DNNL_ARG_SRC_1, {sb}, 0);
+    dnnl::binary::primitive_desc pd(Engine(), algorithm::binary_add, src0, src1, dst, attr);
+    args.push_back({DNNL_ARG_SRC_0, As(x, src0), src0});
+    args.push_back({DNNL_ARG_SRC_1, As(y, src1), src1});
+    args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
+    AddStep(dnnl::binary(pd), std::move(args), pd.scratchpad_desc());
+  }
+
   // relax.quantize (f32 -> u8/s8) or relax.dequantize (u8/s8 -> f32): one reorder with scale and
   // zero point, from the input in whatever layout it has to a plain output.
   void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
@@ -793,7 +834,7 @@ class Program {
     int arg = quantize ? DNNL_ARG_DST : DNNL_ARG_SRC;
     int from = value_of_[x];
     if (from < 0) Fail("tensor " + g_.tensor(x).name + " is read before it is computed");
-    Desc src = values_[from].desc, dst = Plain(g_.Shape(op.output), DataType(g_.tensor(op.output)));
+    Desc src = values_[from].desc, dst = Retyped(src, g_.tensor(op.output));
     primitive_attr attr = UserScratchpad();
     std::vector<Arg> args;
     int64_t axis = a.Int("axis");
@@ -890,7 +931,9 @@ class Program {
       value_of_[op.output] = value_of_[op.inputs[0]];  // the same tensor: keep its layout, blocked or not
       return;
     }
-    value_of_[op.output] = NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]))), Plain(g_.Shape(op.output)));
+    memory::data_type type = DataType(g_.tensor(op.output));
+    value_of_[op.output] =
+        NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), type)), Plain(g_.Shape(op.output), type));
   }
 
   // A reorder from the input seen through permuted strides into a plain output.
@@ -914,6 +957,10 @@ class Program {
       strides[i] = source.get_strides()[perm[i]];
     }
     Desc view(dims, memory::data_type::f32, strides);
+    if (g_.tensor(op.inputs[0]).kind == Kind::kConst) {  // a transposed weight: transposed once, at load
+      value_of_[op.output] = ReorderConst(ConstView(value_of_[op.inputs[0]], view), Plain(ys));
+      return;
+    }
     int src = As(op.inputs[0], source);
     int dst = Define(op.output, Plain(ys));
     dnnl::reorder::primitive_desc pd(Engine(), view, Engine(), Plain(ys), UserScratchpad());
@@ -945,7 +992,8 @@ class Program {
                                                       : algorithm::pooling_avg_exclude_padding;
     int src = value_of_[op.inputs[0]];
     dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
-                                             Any(DimsOf(ys)), {st[0], st[1]}, {kernel[0], kernel[1]},
+                                             Any(DimsOf(ys), DataType(g_.tensor(op.output))), {st[0], st[1]},
+                                             {kernel[0], kernel[1]},
                                              {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]}, pad_r, UserScratchpad());
     src = As(op.inputs[0], pd.src_desc());
     int dst = Define(op.output, pd.dst_desc());

@@ -6,14 +6,19 @@
   it) and is reordered to s8 once at load; the int32 bias is sent in real
   units, ``(b - zero_point) * scale``, which is what oneDNN adds before the
   output scale. A folded relu or clip becomes a clip post-op in real units.
+- An add of two 8-bit activations of one shape (a residual connection) is one
+  int8 binary: scaled inputs summed in f32, then requantized by a linear
+  post-op.
 - Every other unit becomes its QDQ definition: each input dequantized (a
   oneDNN reorder with scale and zero point), the float op the runtime
   already runs, a clip for a narrowed output range, and a quantizing reorder.
 - A lone quantize or dequantize keeps its op, with scale and zero point as
   attributes instead of constant inputs; one of a constant is computed here.
-- A data-movement op on 8-bit integers (max pooling, reshape, transpose,
-  concat: what a QOperator model leaves between its integer ops) runs on
-  their float values, exactly.
+- Max pooling and reshape run on the 8-bit tensors themselves when the unit
+  keeps one quantization in and out (onnxruntime's quantizer makes them so);
+  another data-movement op on 8-bit integers (transpose, concat: what a
+  QOperator model leaves between its integer ops) runs on their float
+  values, exactly.
 """
 
 from __future__ import annotations
@@ -24,6 +29,18 @@ from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 from byoc.vendor.quantized import QParams, qparams
 
 _INTEGER_CORES = ("qnn.conv2d", "qnn.matmul")
+#: Ops the runtime runs on 8-bit tensors as they are: they pick or move values, so with the same
+#: quantization in and out, DQ -> op -> Q is the op itself.
+_ON_INTEGERS = ("relax.nn.max_pool2d", "relax.reshape")
+
+
+def _keeps_quantization(call: OpCall) -> bool:
+    """The unit's input and output have one quantization and the full range (DQ -> op -> Q is the op)."""
+    unit = call.quant
+    (x,), y = unit.inputs, unit.output
+    info = np.iinfo(call.output.dtype)
+    return (x.dtype == y.dtype and not x.per_channel and not y.per_channel and float(x.scale) == float(y.scale)
+            and int(x.zero_point) == int(y.zero_point) and unit.output_range == (info.min, info.max))
 
 
 def _qattrs(params: QParams) -> dict:
@@ -73,8 +90,23 @@ class _Lowering:
         real = (tensor.data.astype(np.float32) - zero_point) * scale
         return self.tensor(tensor.shape, kind="const", data=real.astype(np.float32))
 
+    def integer_add(self, call: OpCall) -> list[OpCall]:
+        """An add of two 8-bit activations of the output's shape: one int8 binary in the runtime."""
+        unit = call.quant
+        (a, b), y = unit.inputs, unit.output
+        lo, hi = unit.output_range
+        attrs = {"a_scale": float(a.scale), "a_zero_point": int(a.zero_point), "b_scale": float(b.scale),
+                 "b_zero_point": int(b.zero_point), "y_scale": float(y.scale), "y_zero_point": int(y.zero_point),
+                 "out_min": int(lo), "out_max": int(hi)}
+        return [OpCall("qnn.add", list(call.inputs), call.output, attrs, call.rule, call.group)]
+
     def through_float(self, call: OpCall) -> list[OpCall]:
         unit = call.quant
+        if unit.float_ops[0] in _ON_INTEGERS and _keeps_quantization(call):
+            return [OpCall(unit.float_ops[0], call.inputs, call.output, dict(call.attrs), call.rule, call.group)]
+        if call.op == "qnn.add" and all(t.kind != "const" and t.shape == call.output.shape for t in call.inputs) \
+                and not any(p.per_channel for p in unit.inputs):
+            return self.integer_add(call)
         ops, reals = [], []
         for tensor, params in zip(call.inputs, unit.inputs):
             if tensor.kind == "const":
@@ -99,6 +131,8 @@ class _Lowering:
 
     def integer_as_float(self, call: OpCall) -> list[OpCall]:
         """A data-movement op on 8-bit integers (a QOperator model's MaxPool, Flatten): through float, exactly."""
+        if call.op in _ON_INTEGERS:
+            return [call]
         identity = {"scale": [1.0], "zero_point": [0], "axis": 0}
         ops, reals = [], []
         for tensor in call.inputs:
