@@ -79,6 +79,6 @@ VENDOR = register_vendor(
         NAME,
         RULES,
         CSourceCodegen(),
-        description="Reference C kernels compiled into the artifact (float32, NCHW)",
+        description="Reference C kernels compiled into the artifact (float32, and int8 QDQ units; NCHW)",
     )
 )

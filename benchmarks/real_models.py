@@ -7,6 +7,7 @@ Run from the repo root::
     python benchmarks/real_models.py --configs dnnl,c_source c_source --latency all
     python benchmarks/real_models.py --list                            # the models, their sources and shapes
     python benchmarks/real_models.py --fetch                           # only download / extract into the cache
+    python benchmarks/real_models.py --int8 --configs dnnl --latency dnnl   # quantized by onnxruntime, vs its int8
 
 The models (``MODELS``; ``--list`` prints them):
 
@@ -345,12 +346,51 @@ def make_inputs(model: RealModel, path: Path) -> dict:
     return inputs
 
 
-def onnxruntime_outputs(path: Path, inputs: dict, names: list | None = None) -> list:
-    """The model's outputs from onnxruntime (CPU, 2 threads)."""
+def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | None = None) -> Path:
+    """``path`` quantized as onnxruntime's documentation says: ``quant_pre_process`` (shape inference and its
+    graph optimizer, which folds BatchNormalization into Conv), then ``quantize_static``: QDQ, u8 activations,
+    s8 weights, per tensor, 7-bit weights (``reduce_range``, advised for CPUs without VNNI), calibrated on the
+    benchmark's inputs. Cached as ``<cache>/int8/<name>.onnx``."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    out = (cache or default_cache()) / "int8" / f"{model.name}.onnx"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    batches = iter([dict(inputs)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self):
+            return next(batches, None)
+
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    partial, prepared = out.with_suffix(".partial.onnx"), out.with_suffix(".pre.onnx")
+    source = path
+    try:  # what onnxruntime tells users to run first: its optimizer folds BatchNormalization into Conv
+        quant_pre_process(str(path), str(prepared), skip_symbolic_shape=True)
+        source = prepared
+    except Exception:  # noqa: BLE001 - some models do not pre-process; they are quantized as they are
+        pass
+    quantize_static(str(source), str(partial), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True)
+    partial.replace(out)  # a failed run leaves no file that looks done
+    prepared.unlink(missing_ok=True)
+    return out
+
+
+def onnxruntime_outputs(path: Path, inputs: dict, names: list | None = None, definition: bool = False) -> list:
+    """The model's outputs from onnxruntime (CPU, 2 threads).
+
+    ``definition``: with graph optimizations off, each op as ONNX defines it: the reference of a quantized
+    model (see byoc.tools.verify.reference_outputs: onnxruntime's fused int8 kernels round otherwise).
+    """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
+    if definition:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     return [np.asarray(o) for o in session.run(names, inputs)]
 
@@ -463,7 +503,16 @@ def bench_model(name: str, args, tmp: Path) -> dict:
     try:
         inputs = make_inputs(model, path)
         entry["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
-        reference = onnxruntime_outputs(path, inputs)
+    except Exception as err:  # noqa: BLE001 - reported like a model onnxruntime cannot run
+        return dict(entry, status="reference failed", why=f"inputs: {_first_line(err)}")
+    if args.int8:
+        try:
+            path = quantized_model(model, path, inputs, args.cache)
+        except Exception as err:  # noqa: BLE001 - the quantizer raises every kind of error
+            return dict(entry, status="quantize failed", why=f"onnxruntime.quantization: {_first_line(err)[:200]}")
+        entry["path"] = str(path)
+    try:
+        reference = onnxruntime_outputs(path, inputs, definition=args.int8)
     except Exception as err:  # noqa: BLE001 - a model onnxruntime cannot run has no reference
         return dict(entry, status="reference failed", why=f"onnxruntime: {_first_line(err)}")
     # every output one repeated value (the light zoo's constant weights): the error check is weak there
@@ -553,9 +602,12 @@ def _cell(text) -> str:
 
 def print_table(report: dict) -> None:
     s = report["settings"]
+    int8 = (" Models quantized by onnxruntime.quantization (QDQ u8/s8); the error is against onnxruntime running "
+            "each op as ONNX defines it, the latency against its int8 kernels.") if s.get("int8") else ""
     print(f"## Real models (max rel err = max|byoc - ort| / max|ort| over each output; latency: median of "
-          f"{s['runs']} runs after {s['warmup']} warm-up, each configuration in its own process, "
-          f"onnxruntime with 2 threads)")
+          f"{s['runs']} rounds of {s.get('calls', 1)} calls after {s['warmup']} warm-up rounds, a "
+          f"{s.get('settle_ms', 0):g} ms pause before each, each configuration in its own process, "
+          f"onnxruntime with 2 threads).{int8}")
     print()
     print("| model | config | import | partitions | offloaded / host ops | max rel err | compile | latency | "
           "onnxruntime | vs onnxruntime |")
@@ -641,6 +693,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=1200,
                    help="seconds per build (import + partition + build + one run + export), and for a timing "
                         "process to load (default 1200)")
+    p.add_argument("--int8", action="store_true",
+                   help="each model quantized by onnxruntime.quantization (QDQ, u8/s8, per tensor, calibrated on the "
+                        "inputs), against onnxruntime running that model")
     p.add_argument("--calls", type=int, default=bench.CALLS_PER_REQUEST,
                    help=f"back-to-back calls per timed request (default {bench.CALLS_PER_REQUEST}; see benchmarks/run.py)")
     p.add_argument("--settle-ms", type=float, default=bench.SETTLE_MS,

@@ -276,3 +276,50 @@ def test_input_shapes_that_change_a_fixed_dim_warn_and_explain_a_failure():
     with pytest.raises(byoc.DynamicShapeError, match=r"has rank 3, but the model's input 'input' is "
                                                      r"\[1, 3, 16, 16\] \(rank 4\)"):
         byoc.import_model(small_cnn(), input_shapes={"input": [1, 3, 16]})
+
+
+def _relu_model(**graph_extras) -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])], **graph_extras)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_minus_one_dim_written_for_unknown_is_read_as_unknown():
+    """onnxruntime's quantizer writes value_info with -1 for PP-OCR's batch dim; strict inference saw a contradiction."""
+    m = _relu_model(value_info=[helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [-1, 3])])
+    m.ir_version = 8
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(byoc.compile(m, vendors=[]).run({"x": x})[0], -np.maximum(x, 0))
+
+
+def test_an_ir3_model_whose_tool_added_initializers_without_inputs_imports():
+    """The light zoo's IR-3 models quantized by onnxruntime: scales and zero points are initializers only."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["y"], name="mul")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+                              [onnx.numpy_helper.from_array(np.float32(2.0), "k")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 3
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(m)  # what byoc met
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(byoc.compile(m, vendors=[]).run({"x": x})[0], 2 * x)
+    assert m.ir_version == 3  # the user's model is not touched
+
+
+def test_nodes_are_sorted_by_what_their_subgraphs_read_too():
+    """A node whose If branch reads a value computed later in the file (onnxruntime's quantizer wrote Silero so)."""
+    then = helper.make_graph([helper.make_node("Neg", ["late"], ["t"], name="then_neg")], "then", [],
+                             [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [3])])
+    other = helper.make_graph([helper.make_node("Identity", ["late"], ["e"], name="else_id")], "else", [],
+                              [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [3])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other, name="if"),
+             helper.make_node("Relu", ["x"], ["late"], name="relu")]  # after the If that reads it
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+                              [onnx.numpy_helper.from_array(np.array(True), "cond")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = np.array([-1.0, 0.5, 2.0], dtype=np.float32)
+    np.testing.assert_array_equal(byoc.compile(m, vendors=[]).run({"x": x})[0], -np.maximum(x, 0))

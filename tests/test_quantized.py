@@ -404,26 +404,44 @@ def test_the_report_names_int8_units(quantized, tmp_path):
     assert "x_QuantizeLinear (QDQ int8)" not in text  # Q/DQ nodes belong to a unit; the core op is named
 
 
-def test_dnnl_runs_int8_primitives():
-    """oneDNN's own log: the convolutions and the matmul read u8 activations and s8 weights and write u8."""
+def _onednn_log(reduce_range: bool) -> tuple[list, list]:
+    """oneDNN's log of one run of the residual CNN quantized per tensor: (convolutions, matmuls) executed."""
     script = (
         "import sys, warnings; sys.path.insert(0, %r)\n"
         "import numpy as np, byoc\n"
         "from quantized_models import quantize, residual_cnn\n"
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
-        "    artifact = byoc.compile(quantize(residual_cnn()), vendors=['dnnl'])\n"
+        "    artifact = byoc.compile(quantize(residual_cnn(), reduce_range=%r), vendors=['dnnl'])\n"
         "artifact.run({'x': np.ones((1, 3, 16, 16), np.float32)})\n"
-    ) % str(Path(__file__).parent)
+    ) % (str(Path(__file__).parent), reduce_range)
     log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "ONEDNN_VERBOSE": "1"})
     assert log.returncode == 0, log.stderr[-2000:]
     executed = [line for line in log.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
-    convs = [line for line in executed if ",convolution," in line]
-    matmuls = [line for line in executed if ",matmul," in line]
-    assert len(convs) == 3 and len(matmuls) == 1, executed
+    return [x for x in executed if ",convolution," in x], [x for x in executed if ",matmul," in x]
+
+
+def test_dnnl_runs_int8_primitives_for_7_bit_weights():
+    """oneDNN's own log: with reduce_range weights the convolutions and the matmul read u8 and s8, write u8."""
+    convs, matmuls = _onednn_log(reduce_range=True)
+    assert len(convs) == 3 and len(matmuls) == 1, convs + matmuls
     for line in convs + matmuls:
         assert "src_u8" in line and "wei_s8" in line and "dst_u8" in line, line
+
+
+def test_full_range_weights_run_in_float_on_dnnl_and_follow_the_definition():
+    """Without VNNI, int8 kernels add u8 x s8 pairs in int16 and saturate (onnxruntime's do: PP-OCR cls quantized
+    per tensor moved by 0.185 of its output range); dnnl runs such units in float32 and equals the definition."""
+    convs, _ = _onednn_log(reduce_range=False)
+    assert len(convs) == 3 and all("src_f32" in line and "wei_f32" in line for line in convs), convs
+    model = quantize(residual_cnn(), "QDQ", reduce_range=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"])
+    for seed in (5, 6, 7):
+        feed = _feed(seed)
+        np.testing.assert_allclose(artifact.run(feed)[0], _ort(model, feed, integer_kernels=False), atol=1e-6)
 
 
 def test_dnnl_names_the_int8_units_it_cannot_run():
@@ -458,3 +476,30 @@ def test_verify_compares_quantized_outputs_in_quanta_against_the_definition(quan
     feed = random_inputs(plan.imported.inputs)
     fused, unfused = _ort(model, feed, True), _ort(model, feed, False)
     assert np.abs(fused - unfused).max() > 1.5 * quantum  # why the fused kernels cannot be the reference
+
+
+def test_a_dequantized_constant_that_a_dnnl_partition_returns():
+    """Magika quantized by onnxruntime: a partition output is DQ of a constant (the JSON carries float constants
+    only, so the runtime copies the one computed at build)."""
+    node = onnx.helper.make_node
+    inits = [numpy_helper.from_array(np.arange(-3, 3, dtype=np.int8).reshape(2, 3), "wq"),
+             numpy_helper.from_array(np.float32(0.5), "s"), numpy_helper.from_array(np.int8(1), "zp")]
+    graph = onnx.helper.make_graph(
+        [node("DequantizeLinear", ["wq", "s", "zp"], ["w"], name="dq_w"), node("Add", ["x", "w"], ["y"], name="add")],
+        "dq_out", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3]),
+         onnx.helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [2, 3])], inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a failed codegen falling back to the host warns
+        plan = byoc.partition(model, vendors=["dnnl"])
+        artifact = byoc.build(plan)
+    assert {p.vendor for p in artifact.plan.partitions} == {"dnnl"} and not artifact.plan.host_ops
+    x = np.ones((2, 3), np.float32)
+    for got, want in zip(artifact.run({"x": x}), _ort_all(model, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+
+
+def _ort_all(model: onnx.ModelProto, feed: dict) -> list:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)

@@ -210,6 +210,39 @@ def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> No
         seen.add(unique)
 
 
+def _read_as_the_writers_meant(model: onnx.ModelProto) -> None:
+    """Undo two habits of model writers that onnx.checker and strict shape inference reject, in place.
+
+    - A dim of -1 means "unknown" to exporters and to onnxruntime's quantizer
+      (PP-OCR's batch dim, then every value_info it writes), while ONNX reads
+      it as a size that contradicts every inferred one. It becomes unknown.
+    - A model of IR version 3 must list its initializers as graph inputs; tools
+      that add initializers (onnxruntime's quantizer adds scales and zero
+      points to the light zoo's opset-9 models) do not, and onnxruntime runs
+      the result. Its IR version becomes 4, which reads the same graph
+      without that rule.
+    """
+    graph = model.graph
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.ClearField("dim_value")
+    if model.ir_version < 4 and not {t.name for t in graph.initializer} <= {vi.name for vi in graph.input}:
+        model.ir_version = 4
+
+
+def _outer_names(node: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of ``node`` (If branches, Loop bodies) read, at any depth."""
+    names: set[str] = set()
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+            for inner in sub.node:
+                names.update(x for x in inner.input if x)
+                names |= _outer_names(inner)
+    return names
+
+
 def _sort_nodes(graph: onnx.GraphProto) -> None:
     """Put the nodes in a topological order (stable), or name the nodes of a cycle.
 
@@ -218,7 +251,8 @@ def _sort_nodes(graph: onnx.GraphProto) -> None:
     """
     nodes = list(graph.node)
     producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
-    parents = [sorted({producer[x] for x in node.input if x in producer and producer[x] != i})
+    # A value a subgraph reads from the outer graph must be computed before the node that holds it.
+    parents = [sorted({producer[x] for x in (*node.input, *_outer_names(node)) if x in producer and producer[x] != i})
                for i, node in enumerate(nodes)]
     self_loops = [nodes[i].name for i, node in enumerate(nodes) if any(producer.get(x) == i for x in node.input)]
     if self_loops:
@@ -433,6 +467,7 @@ def import_model(
     model = load_model(source, base_dir)
     name_nodes(model.graph)
     _sort_nodes(model.graph)
+    _read_as_the_writers_meant(model)
     overrides = _apply_input_shapes(model, input_shapes) if input_shapes else []
     model = _check(model, overrides)
     inputs = _static_inputs(model)

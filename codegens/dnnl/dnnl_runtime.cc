@@ -651,16 +651,26 @@ class Program {
     return true;
   }
 
+  // A conv2d's checked geometry, and its weight's dims with the group axis oneDNN wants.
+  std::pair<Conv2dGeometry, Dims> ConvShape(const BodyOp& op, const Attrs& a) const {
+    int w = op.inputs[1];
+    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+    const auto& ws = g_.Shape(w);
+    Conv2dGeometry geometry = CheckConv2d(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), op.where);
+    int64_t groups = geometry.groups;
+    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
+    return {geometry, wdims};
+  }
+
   size_t Conv2d(size_t k, const Attrs& a) {
     const BodyOp& op = g_.ops()[k];
     Arity(op, 2);
     int x = op.inputs[0], w = op.inputs[1];
-    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
-    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
-    Conv2dGeometry geometry = CheckConv2d(a, xs, ws, ys, op.where);
+    const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
+    const auto shape = ConvShape(op, a);
+    const Conv2dGeometry& geometry = shape.first;
+    const Dims& wdims = shape.second;
     const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
-    int64_t groups = geometry.groups;
-    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
     int64_t channels = ys[1];
     Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
     Desc bias = Plain(Dims{channels});
@@ -863,12 +873,12 @@ class Program {
     const BodyOp& op = g_.ops()[k];
     if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
     int x = op.inputs[0], w = op.inputs[1];
-    if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
-    const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
-    Conv2dGeometry geometry = CheckConv2d(a, xs, ws, ys, op.where);
+    const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
+    const auto shape = ConvShape(op, a);
+    const Conv2dGeometry& geometry = shape.first;
+    const Dims& wdims = shape.second;
     const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
     int64_t groups = geometry.groups;
-    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
     memory::data_type out = DataType(g_.tensor(op.output));
     std::vector<Arg> args;
     primitive_attr attr = QuantizedAttr(a, out, groups == 1 ? 1 : 3, &args);  // per output channel
