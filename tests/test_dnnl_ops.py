@@ -527,3 +527,17 @@ def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first, host_ops):
     m = model(nodes, [tensor("x", [1, 3, 24, 96])], [tensor("y", [1, 8, 24, 96])],
               inits + [const("c", np.array(0.75, np.float32))])
     _compile(m, host_ops=host_ops, inputs={"x": _f(1, 3, 24, 96)}, scale=1.0)
+
+
+@pytest.mark.parametrize("op,channels", [("Add", 8), ("Mul", 8), ("Add", 24), ("Mul", 20)])
+def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
+    """x + c and x * c with c of shape (1, C, 1, 1) over a channel-blocked conv output: the constant is reordered
+    into the same blocking (plain, oneDNN runs its reference kernel: DenseNet-121 538 of 620 ms), C not a multiple
+    of the block included."""
+    conv, inits = _conv("x", "a", 3, channels, "c1", seed=4)
+    # the conv's output is read twice, so the op cannot be one of its post-ops
+    nodes = [conv, helper.make_node(op, ["a", "c"], ["b"], name="channel_op"), helper.make_node("Mul", ["b", "a"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["y"])]
+    c = np.random.default_rng(5).uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32)
+    m = model(nodes, [tensor("x", [1, 3, 24, 40])], [tensor("y", [1, channels, 24, 40])], inits + [const("c", c)])
+    _compile(m, inputs={"x": _f(1, 3, 24, 40)}, scale=1.0)
