@@ -266,9 +266,12 @@ def _with_units_folded(ops: list[OpCall]) -> list[OpCall]:
     return out
 
 
-def _dq_params(call: OpCall) -> QParams:
-    x, scale, zero_point = call.inputs
-    return qparams(scale.data, zero_point.data, call.attrs.get("axis", 1), len(x.shape), x.dtype)
+def qdq_params(call: OpCall) -> QParams:
+    """The quantization a ``relax.quantize`` or ``relax.dequantize`` call applies: of its integer tensor
+    (the quantize's output, the dequantize's input), from its constant scale and zero point."""
+    integer = call.output if call.op == "relax.quantize" else call.inputs[0]
+    return qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
+                   integer.dtype)
 
 
 def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
@@ -307,11 +310,10 @@ def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
     used += [core, *dequantized]
     if len({id(c) for c in used}) != len(calls):
         return None  # more in the composite than a unit holds
-    output = qparams(quantize.inputs[1].data, quantize.inputs[2].data, quantize.attrs.get("axis", 1),
-                     len(quantize.output.shape), quantize.output.dtype)
+    output = qdq_params(quantize)
     if output.per_channel:
         return None
-    params = [_dq_params(d) for d in dequantized] + ([_dq_params(bias)] if bias else [])
+    params = [qdq_params(d) for d in dequantized] + ([qdq_params(bias)] if bias else [])
     inputs = [d.inputs[0] for d in dequantized] + ([bias.inputs[0]] if bias else [])
     float_ops = tuple(c.op for c in reversed(used) if c.op not in ("relax.dequantize", "relax.quantize",
                                                                    "relax.reshape") or c is core)

@@ -63,6 +63,11 @@ class QParams:
     def per_channel(self) -> bool:
         return self.axis is not None
 
+    @classmethod
+    def identity(cls, dtype: str) -> "QParams":
+        """Scale 1, zero point 0: an 8-bit tensor's values as they are."""
+        return cls(np.ones((), np.float32), np.zeros((), dtype), None, dtype)
+
 
 @dataclass(frozen=True)
 class QuantizedUnit:

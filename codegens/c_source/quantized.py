@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from byoc.errors import UnsupportedOp
-from byoc.vendor.graph import OpCall, Tensor
+from byoc.vendor.graph import OpCall, Tensor, qdq_params
 from byoc.vendor.quantized import QParams
 
 from .emitter import OpEmitter, _Body
@@ -65,16 +65,8 @@ def _quantize(body: _Body, x: Tensor, params: QParams, y: Tensor, lo: int, hi: i
               f"{lo}, {hi}, {body.ref(y)});")
 
 
-def _lone_params(call: OpCall) -> QParams:
-    from byoc.vendor.quantized import qparams
-
-    integer = call.output if call.op == "relax.quantize" else call.inputs[0]
-    return qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
-                   integer.dtype)
-
-
 def _lone(body: _Body, call: OpCall) -> None:
-    params = _lone_params(call)
+    params = qdq_params(call)
     if call.op == "relax.dequantize":
         _dequantize(body, call.inputs[0], params, call.output)
     else:
@@ -135,19 +127,25 @@ def _matmul(body: _Body, call: OpCall) -> None:
     _requantize(body, call, acc, len(call.output.shape) - 1)
 
 
-def _through_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
-    """Dequantize the inputs, run the float op's emitter, quantize the result."""
-    op = call.quant.float_ops[0]
+def _via_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter], op: str, inputs, output: QParams,
+               output_range: tuple[int, int]) -> None:
+    """Dequantize the inputs (``inputs``: their QParams), run ``op``'s float emitter, quantize the result."""
     if op not in emitters:
         raise UnsupportedOp(f"no C emitter for the float op of {call.op} (rule {call.rule})")
     floats = []
-    for tensor, params in zip(call.inputs, call.quant.inputs):
+    for tensor, params in zip(call.inputs, inputs):
         real = body.scratch("float32", tensor.shape)
         _dequantize(body, tensor, params, real)
         floats.append(real)
     result = body.scratch("float32", call.output.shape)
     emitters[op](body, OpCall(op, floats, result, call.attrs, call.rule, call.group))
-    _quantize(body, result, call.quant.output, call.output, *call.quant.output_range)
+    _quantize(body, result, output, call.output, *output_range)
+
+
+def _through_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+    """A unit as its QDQ definition: dequantize the inputs, the float op's emitter, quantize the result."""
+    unit = call.quant
+    _via_float(body, call, emitters, unit.float_ops[0], unit.inputs, unit.output, unit.output_range)
 
 
 def _integer_as_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
@@ -156,16 +154,9 @@ def _integer_as_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitte
     Every 8-bit integer is a float exactly, and these ops only pick or move
     values, so the result is exact.
     """
-    identity = QParams(np.float32(1.0), np.int32(0), None, call.output.dtype)
-    floats = []
-    for tensor in call.inputs:
-        real = body.scratch("float32", tensor.shape)
-        _dequantize(body, tensor, identity, real)
-        floats.append(real)
-    result = body.scratch("float32", call.output.shape)
-    emitters[call.op](body, OpCall(call.op, floats, result, call.attrs, call.rule, call.group))
+    identity = QParams.identity(call.output.dtype)
     info = np.iinfo(call.output.dtype)
-    _quantize(body, result, identity, call.output, int(info.min), int(info.max))
+    _via_float(body, call, emitters, call.op, [identity] * len(call.inputs), identity, (int(info.min), int(info.max)))
 
 
 def emit_quantized(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:

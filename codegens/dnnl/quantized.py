@@ -25,10 +25,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
-from byoc.vendor.quantized import QParams, qparams
+from byoc.vendor.graph import OpCall, PartitionGraph, Tensor, qdq_params
+from byoc.vendor.quantized import QParams
 
 _INTEGER_CORES = ("qnn.conv2d", "qnn.matmul")
 # oneDNN's int8 kernels on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) add pairs of u8 x s8
@@ -67,10 +69,7 @@ class _Lowering:
         return Tensor(self.next_id, tuple(shape), dtype, kind, data)
 
     def lone(self, call: OpCall) -> list[OpCall]:
-        integer = call.output if call.op == "relax.quantize" else call.inputs[0]
-        params = qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
-                         integer.dtype)
-        return [OpCall(call.op, [call.inputs[0]], call.output, _qattrs(params), call.rule, call.group)]
+        return [OpCall(call.op, [call.inputs[0]], call.output, _qattrs(qdq_params(call)), call.rule, call.group)]
 
     def float_core(self, call: OpCall) -> list[OpCall]:
         """A conv or matmul unit as its definition: DQ(x), the float op on the dequantized weight (and bias),
@@ -88,20 +87,20 @@ class _Lowering:
             biased = self.tensor(call.output.shape)
             ops.append(OpCall("relax.add", [result, bias], biased, {}, call.rule, call.group))
             result = biased
-        return ops + self.requantized(call, result)
+        return ops + self.requantized(call, result, unit.output, unit.output_range)
 
-    def requantized(self, call: OpCall, result: Tensor) -> list[OpCall]:
-        """[clip to the unit's output range in real units], quantize into the unit's output."""
-        unit, ops = call.quant, []
+    def requantized(self, call: OpCall, result: Tensor, output: QParams, output_range: tuple[int, int]) -> list:
+        """[clip to ``output_range`` in real units], quantize ``result`` into ``call``'s output."""
+        ops = []
         info = np.iinfo(call.output.dtype)
-        lo, hi = unit.output_range
+        lo, hi = output_range
         if (lo, hi) != (info.min, info.max):
-            scale, zp = float(unit.output.scale), int(unit.output.zero_point)
+            scale, zp = float(output.scale), int(output.zero_point)
             clipped = self.tensor(call.output.shape)
             ops.append(OpCall("relax.clip", [result], clipped, {"min": (lo - zp) * scale, "max": (hi - zp) * scale},
                               call.rule, call.group))
             result = clipped
-        ops.append(OpCall("relax.quantize", [result], call.output, _qattrs(unit.output), call.rule, call.group))
+        ops.append(OpCall("relax.quantize", [result], call.output, _qattrs(output), call.rule, call.group))
         return ops
 
     def integer_core(self, call: OpCall) -> list[OpCall]:
@@ -111,10 +110,8 @@ class _Lowering:
         x, w = unit.inputs[0], unit.inputs[1]
         weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
         inputs = [call.inputs[0], weight]
-        if len(call.inputs) == 3:
-            b = unit.inputs[2]
-            real = (call.inputs[2].data.astype(np.float64) - b.zero_point.astype(np.float64)) * b.scale
-            inputs.append(self.tensor(call.inputs[2].shape, kind="const", data=real.astype(np.float32)))
+        if len(call.inputs) == 3:  # in real units: oneDNN adds the bias after the input scales
+            inputs.append(self.dequantized_constant(call.inputs[2], unit.inputs[2]))
         out = unit.output
         lo, hi = unit.output_range
         attrs = dict(call.attrs, x_scale=float(x.scale), x_zero_point=int(x.zero_point),
@@ -123,13 +120,16 @@ class _Lowering:
         return [OpCall(call.op, inputs, call.output, attrs, call.rule, call.group)]
 
     def dequantized_constant(self, tensor: Tensor, params: QParams) -> Tensor:
-        """A float32 constant holding DQ(``tensor``), computed now (the runtime takes float32 constants only)."""
-        scale, zero_point = params.scale.astype(np.float32), params.zero_point.astype(np.float32)
+        """A float32 constant holding DQ(``tensor``), computed now (the runtime takes float32 constants only).
+
+        In float64, rounded once: the same float32 as ONNX's float32 product for 8-bit values, and exact
+        for an int32 bias beyond float32's 24 bits."""
+        scale, zero_point = params.scale.astype(np.float64), params.zero_point.astype(np.float64)
         if params.per_channel:
             shape = [1] * tensor.data.ndim
             shape[params.axis] = -1
             scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
-        real = (tensor.data.astype(np.float32) - zero_point) * scale
+        real = (tensor.data.astype(np.float64) - zero_point) * scale
         return self.tensor(tensor.shape, kind="const", data=real.astype(np.float32))
 
     def integer_add(self, call: OpCall) -> list[OpCall]:
@@ -149,8 +149,13 @@ class _Lowering:
         if call.op == "qnn.add" and all(t.kind != "const" and t.shape == call.output.shape for t in call.inputs) \
                 and not any(p.per_channel for p in unit.inputs):
             return self.integer_add(call)
+        return self.via_float(call, unit.float_ops[0], unit.inputs, unit.output, unit.output_range)
+
+    def via_float(self, call: OpCall, op: str, inputs, output: QParams, output_range: tuple[int, int]) -> list:
+        """Each input dequantized (``inputs``: their QParams; a constant's computed now), the float ``op``, and
+        the result requantized into ``call``'s output."""
         ops, reals = [], []
-        for tensor, params in zip(call.inputs, unit.inputs):
+        for tensor, params in zip(call.inputs, inputs):
             if tensor.kind == "const":
                 reals.append(self.dequantized_constant(tensor, params))
                 continue
@@ -158,24 +163,16 @@ class _Lowering:
             ops.append(OpCall("relax.dequantize", [tensor], real, _qattrs(params), call.rule, call.group))
             reals.append(real)
         result = self.tensor(call.output.shape)
-        ops.append(OpCall(unit.float_ops[0], reals, result, dict(call.attrs), call.rule, call.group))
-        return ops + self.requantized(call, result)
-
+        ops.append(OpCall(op, reals, result, dict(call.attrs), call.rule, call.group))
+        return ops + self.requantized(call, result, output, output_range)
 
     def integer_as_float(self, call: OpCall) -> list[OpCall]:
         """A data-movement op on 8-bit integers (a QOperator model's MaxPool, Flatten): through float, exactly."""
         if call.op in _ON_INTEGERS:
             return [call]
-        identity = {"scale": [1.0], "zero_point": [0], "axis": 0}
-        ops, reals = [], []
-        for tensor in call.inputs:
-            real = self.tensor(tensor.shape)
-            ops.append(OpCall("relax.dequantize", [tensor], real, identity, call.rule, call.group))
-            reals.append(real)
-        result = self.tensor(call.output.shape)
-        ops.append(OpCall(call.op, reals, result, call.attrs, call.rule, call.group))
-        ops.append(OpCall("relax.quantize", [result], call.output, identity, call.rule, call.group))
-        return ops
+        identity = QParams.identity(call.output.dtype)
+        info = np.iinfo(call.output.dtype)
+        return self.via_float(call, call.op, [identity] * len(call.inputs), identity, (int(info.min), int(info.max)))
 
 
 def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
@@ -186,12 +183,10 @@ def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
     lowering = _Lowering(graph)
     ops, computed = [], {}  # computed: DQ of a constant, by the id of the tensor it stands for
     for call in graph.ops:
-        call.inputs = [computed.get(t.id, t) for t in call.inputs]
+        if any(t.id in computed for t in call.inputs):  # a new call: the caller's graph is left as it was
+            call = replace(call, inputs=[computed.get(t.id, t) for t in call.inputs])
         if call.op == "relax.dequantize" and call.inputs[0].kind == "const":
-            integer = call.inputs[0]
-            params = qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
-                             integer.dtype)
-            computed[call.output.id] = lowering.dequantized_constant(integer, params)
+            computed[call.output.id] = lowering.dequantized_constant(call.inputs[0], qdq_params(call))
         elif call.op in ("relax.quantize", "relax.dequantize"):
             ops += lowering.lone(call)
         elif call.quant is None and call.output.dtype != "float32":
