@@ -293,6 +293,11 @@ def _layer_norm_last_axis(match: Match):
     return SUPPORTED
 
 
+def _both_broadcast(call) -> str:
+    out, a, b = static_shape(call), static_shape(call.args[0]), static_shape(call.args[1])
+    return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
+
+
 def _broadcast_second(match: Match):
     """the first operand has the output shape (the second may broadcast), or c - x with a scalar constant c."""
     call = match.root
@@ -302,7 +307,7 @@ def _broadcast_second(match: Match):
         return SUPPORTED
     if call.op.name == "relax.subtract" and b == out and _scalar(call.args[0]) is not None:
         return SUPPORTED  # the runtime computes it as an eltwise_linear (-1 * x + c)
-    return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
+    return _both_broadcast(call)
 
 
 def _resize_supported(match: Match):
@@ -526,10 +531,8 @@ def _int8_limits(match: Match):
             return f"{weight.args[0].ty.dtype} weights (oneDNN int8 weights are s8)"
         if const_array(weight.args[2]).any():
             return "a weight zero point other than 0 (oneDNN int8 weights are symmetric)"
-    if name in ("relax.add", "relax.multiply"):
-        out, a, b = static_shape(core), static_shape(core.args[0]), static_shape(core.args[1])
-        if a != out and b != out:
-            return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
+    if name in ("relax.add", "relax.multiply") and static_shape(core) not in map(static_shape, core.args[:2]):
+        return _both_broadcast(core)
     if name == "relax.concat" and len(static_shape(core)) > MAX_RANK:
         return f"rank above {MAX_RANK}"
     return SUPPORTED

@@ -231,16 +231,18 @@ def _read_as_the_writers_meant(model: onnx.ModelProto) -> None:
         model.ir_version = 4
 
 
-def _outer_names(node: onnx.NodeProto) -> set[str]:
-    """Names the subgraphs of ``node`` (If branches, Loop bodies) read, at any depth."""
-    names: set[str] = set()
+def subgraphs(node: onnx.NodeProto):
+    """The graphs ``node`` holds as attributes (If branches, Loop and Scan bodies)."""
     for attr in node.attribute:
-        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-            for inner in sub.node:
-                names.update(x for x in inner.input if x)
-                names |= _outer_names(inner)
-    return names
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def _outer_names(node: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of ``node`` read, at any depth."""
+    return {x for sub in subgraphs(node) for inner in sub.node for x in (*inner.input, *_outer_names(inner)) if x}
 
 
 def _sort_nodes(graph: onnx.GraphProto) -> None:

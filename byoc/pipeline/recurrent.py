@@ -33,6 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
+from byoc.pipeline.frontend import subgraphs
 
 __all__ = ["RECURRENT_OPS", "decompose_recurrent"]
 
@@ -112,12 +113,8 @@ def graphs(graph: onnx.GraphProto):
     """``graph`` and every subgraph under it (If/Loop/Scan bodies)."""
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from graphs(sub)
+        for sub in subgraphs(node):
+            yield from graphs(sub)
 
 
 def _value_infos(graph_list):

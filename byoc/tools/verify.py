@@ -228,17 +228,15 @@ def verify(
     want = reference_outputs(plan, _checked(plan, inputs))
     say(f"verify: building and running {len(plan.partitions)} partition(s)")
     checks = _run(plan, preset, inputs, want)
+    reference = [QUANTIZED_REFERENCE] if is_quantized(plan.imported.model) else []
     if all(c.ok for c in checks):
         return Verification("ok", label, checks, lines=[
             f"all {len(checks)} output(s) match onnxruntime on {label} inputs"]
-            + [f"output {c.name!r}: {c.note}" for c in checks if c.note]
-            + ([QUANTIZED_REFERENCE] if is_quantized(plan.imported.model) else []))
+            + [f"output {c.name!r}: {c.note}" for c in checks if c.note] + reference)
     lines = [f"output {c.name!r} differs from onnxruntime (max abs diff {c.max_abs_diff:.3g})"
              + (f": {c.note}" if c.note else "") for c in checks if not c.ok]
     culprits, more = _bisect(plan, preset, inputs, want, say)
-    if is_quantized(plan.imported.model):
-        more.append(QUANTIZED_REFERENCE)
-    return Verification("mismatch", label, checks, culprits, lines + more)
+    return Verification("mismatch", label, checks, culprits, lines + more + reference)
 
 
 def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

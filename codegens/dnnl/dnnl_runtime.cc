@@ -651,15 +651,34 @@ class Program {
     return true;
   }
 
-  // A conv2d's checked geometry, and its weight's dims with the group axis oneDNN wants.
-  std::pair<Conv2dGeometry, Dims> ConvShape(const BodyOp& op, const Attrs& a) const {
+  // A conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,
+  // dilation counted from 0, padding split into its two sides.
+  struct ConvDims {
+    int64_t groups;
+    Dims weights, strides, dilation, pad_l, pad_r;
+  };
+  ConvDims ConvShape(const BodyOp& op, const Attrs& a) const {
     int w = op.inputs[1];
     if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
     const auto& ws = g_.Shape(w);
-    Conv2dGeometry geometry = CheckConv2d(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), op.where);
-    int64_t groups = geometry.groups;
-    Dims wdims = groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]} : Dims{groups, ws[0] / groups, ws[1], ws[2], ws[3]};
-    return {geometry, wdims};
+    Conv2dGeometry g = CheckConv2d(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), op.where);
+    Dims weights = g.groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]}
+                                 : Dims{g.groups, ws[0] / g.groups, ws[1], ws[2], ws[3]};
+    return {g.groups, weights, {g.strides[0], g.strides[1]}, {g.dilation[0] - 1, g.dilation[1] - 1},
+            {g.padding[0], g.padding[1]}, {g.padding[2], g.padding[3]}};
+  }
+
+  // A forward convolution over `c`, with a bias when `bias` is given.
+  static dnnl::convolution_forward::primitive_desc ConvPd(const ConvDims& c, const Desc& src, const Desc& weights,
+                                                          const Desc* bias, const Desc& dst,
+                                                          const primitive_attr& attr) {
+    if (bias)
+      return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                       algorithm::convolution_direct, src, weights, *bias, dst,
+                                                       c.strides, c.dilation, c.pad_l, c.pad_r, attr);
+    return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
+                                                     algorithm::convolution_direct, src, weights, dst, c.strides,
+                                                     c.dilation, c.pad_l, c.pad_r, attr);
   }
 
   size_t Conv2d(size_t k, const Attrs& a) {
@@ -667,27 +686,16 @@ class Program {
     Arity(op, 2);
     int x = op.inputs[0], w = op.inputs[1];
     const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
-    const auto shape = ConvShape(op, a);
-    const Conv2dGeometry& geometry = shape.first;
-    const Dims& wdims = shape.second;
-    const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
+    const ConvDims c = ConvShape(op, a);
     int64_t channels = ys[1];
     Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
     Desc bias = Plain(Dims{channels});
     auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
-      Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]},
-           pad_r = {pad[2], pad[3]};
-      if (f.bias >= 0)
-        return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
-                                                         algorithm::convolution_direct, Any(DimsOf(xs)), Any(wdims),
-                                                         bias, Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
-      return dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
-                                                       algorithm::convolution_direct, Any(DimsOf(xs)), Any(wdims),
-                                                       Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
+      return ConvPd(c, Any(DimsOf(xs)), Any(c.weights), f.bias >= 0 ? &bias : nullptr, Any(DimsOf(ys)), attr);
     });
     int src = As(x, pd.src_desc());
     // The weights, viewed with the group dimension, reordered once into the primitive's layout.
-    int weights = ReorderConst(ConstView(value_of_[w], Plain(wdims)), pd.weights_desc());
+    int weights = ReorderConst(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc());
     std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
     if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
     AddBinaryArgs(f, &args, ys, pd.dst_desc());
@@ -874,28 +882,15 @@ class Program {
     if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
     int x = op.inputs[0], w = op.inputs[1];
     const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
-    const auto shape = ConvShape(op, a);
-    const Conv2dGeometry& geometry = shape.first;
-    const Dims& wdims = shape.second;
-    const auto &st = geometry.strides, &pad = geometry.padding, &dil = geometry.dilation;
-    int64_t groups = geometry.groups;
+    const ConvDims c = ConvShape(op, a);
     memory::data_type out = DataType(g_.tensor(op.output));
     std::vector<Arg> args;
-    primitive_attr attr = QuantizedAttr(a, out, groups == 1 ? 1 : 3, &args);  // per output channel
+    primitive_attr attr = QuantizedAttr(a, out, c.groups == 1 ? 1 : 3, &args);  // per output channel
     Desc bias = Plain({ys[1]});
-    Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]},
-         pad_r = {pad[2], pad[3]};
-    Desc src_any = Any(DimsOf(xs), DataType(g_.tensor(x))), w_any = Any(wdims, memory::data_type::s8),
-         dst_any = Any(DimsOf(ys), out);
-    auto pd = op.inputs.size() == 3
-                  ? dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
-                                                              algorithm::convolution_direct, src_any, w_any, bias,
-                                                              dst_any, strides, dilation, pad_l, pad_r, attr)
-                  : dnnl::convolution_forward::primitive_desc(Engine(), prop_kind::forward_inference,
-                                                              algorithm::convolution_direct, src_any, w_any, dst_any,
-                                                              strides, dilation, pad_l, pad_r, attr);
+    auto pd = ConvPd(c, Any(DimsOf(xs), DataType(g_.tensor(x))), Any(c.weights, memory::data_type::s8),
+                     op.inputs.size() == 3 ? &bias : nullptr, Any(DimsOf(ys), out), attr);
     args.push_back({DNNL_ARG_SRC, As(x, pd.src_desc()), pd.src_desc()});
-    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(wdims)), pd.weights_desc()),
+    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc()),
                     pd.weights_desc()});
     if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
     args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
