@@ -199,6 +199,15 @@ def test_what_the_rewrite_cannot_take_is_named():
                              [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(0), "z")])
     with pytest.raises(UnsupportedAttributeError, match="QLinearGlobalAveragePool node 'gap': channels_last=1"):
         rewrite_qoperators(channels_last)
+    softmax = helper.make_node("QLinearSoftmax", ["x", "s", "z", "s", "z"], ["y"], name="sm", domain="com.microsoft",
+                               axis=1, opset=13)
+    other_axis = model_of(softmax, [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 5, 3])],
+                          [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(0), "z")])
+    with pytest.raises(UnsupportedAttributeError, match="QLinearSoftmax node 'sm': axis=1 is not supported"):
+        rewrite_qoperators(other_axis)
+    other_axis.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 5, 3]))
+    with pytest.raises(UnsupportedAttributeError, match="QLinearSoftmax node 'sm'"):
+        byoc.import_model(other_axis)  # the typed error reaches the user, not a traceback from TVM
 
 
 # -- int8 units offered to vendors -----------------------------------------------------------------
