@@ -79,6 +79,24 @@ def test_memory_all_on_host_is_at_least_the_bound():
     assert 0 < estimate.lower_bound_bytes <= estimate.planned_bytes
 
 
+def test_memory_of_a_host_program_calling_an_imported_tir_kernel():
+    """TVM imports a reflect Pad as a PrimFunc of its own (mirror_pad) that main calls; the estimate keeps it."""
+    from onnx import TensorProto, helper
+
+    pads = helper.make_tensor("pads", TensorProto.INT64, [4], [0, 2, 0, 2])
+    graph = helper.make_graph(
+        [helper.make_node("Pad", ["x", "pads"], ["p"], name="pad", mode="reflect"),
+         helper.make_node("Relu", ["p"], ["y"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], [pads])
+    plan = byoc.partition(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), ["c_source"])
+    assert [d.op for d in plan.host_ops] == ["call_tir(mirror_pad)"]
+    estimate = estimate_memory(plan)
+    # The padded tensor and the relu's output (10 floats each) are live together.
+    assert estimate.lower_bound_bytes == 2 * 10 * 4
+    assert estimate.planned_bytes >= estimate.lower_bound_bytes
+
+
 @pytest.mark.parametrize("build, keep", [(small_cnn, []), (small_cnn, ["bn1", "relu1"]), (small_mlp, ["act1"])])
 def test_exported_onnx_checks_and_matches_onnxruntime(build, keep):
     model = build()

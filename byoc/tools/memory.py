@@ -57,7 +57,7 @@ def estimate_memory(plan: PartitionPlan, target="x86_64") -> MemoryEstimate:
     from tvm.relax.backend.cpu_generic import pipeline
 
     tvm_target = resolve_target(target).tvm_target()
-    host = tvm.IRModule({"main": _externalize_partitions(plan.mod)})
+    host = _host_module(plan.mod)
     with tvm_target:
         lowered = tvm.transform.Sequential(
             pipeline.library_dispatch_passes(tvm_target)
@@ -67,6 +67,24 @@ def estimate_memory(plan: PartitionPlan, target="x86_64") -> MemoryEstimate:
         planned = relax.transform.StaticPlanBlockMemory()(lowered)
     bound, steps = _lower_bound(lowered["main"])
     return MemoryEstimate(_planned_bytes(planned["main"]), bound, steps)
+
+
+def _host_module(mod):
+    """``mod`` without its partition functions, ``main`` calling them as external symbols.
+
+    The other functions stay: the importer emits some ops as TIR PrimFuncs of
+    their own (a reflect Pad is ``mirror_pad``), which ``main`` calls.
+    """
+    import tvm
+
+    functions = {
+        gvar: func
+        for gvar, func in mod.functions.items()
+        if gvar.name_hint != "main" and not (func.attrs is not None and "Codegen" in func.attrs)
+    }
+    host = tvm.IRModule(functions)
+    host["main"] = _externalize_partitions(mod)
+    return host
 
 
 def _externalize_partitions(mod):
