@@ -3,7 +3,7 @@
 Heavy ops with what oneDNN folds into them (post-ops), largest patterns
 first:
 
-* conv2d (depthwise too) [+ per-channel constant bias] [+ residual add]
+* conv2d and conv1d (depthwise too) [+ per-channel constant bias] [+ residual add]
   [+ relu | clip], or [+ bias] + hard-sigmoid | hard-swish | swish;
 * conv2d_transpose [+ per-channel bias] [+ relu | clip] (oneDNN deconvolution);
 * matmul [+ constant bias over the last axis] [+ GELU (the erf form ONNX
@@ -20,7 +20,7 @@ first:
 
 Every check enforces a limit of the runtime (``codegens/dnnl/dnnl_runtime.cc``)
 and names it when it rejects: float32, static non-empty shapes of rank <= 8,
-NCHW/OIHW (IOHW for transposed convs), constant conv weights (they are
+NCHW/OIHW or NCW/OIW (IOHW for transposed convs), constant conv weights (they are
 reordered once, at load), matmul operands of rank >= 2, the second operand of
 an element-wise op broadcastable to the first (oneDNN broadcasts one side
 only).
@@ -155,11 +155,11 @@ def _conv_residual(match: Match):
     return SUPPORTED
 
 
-def _conv_pattern(bias: bool, residual: bool, act: str):
+def _conv_pattern(op: str, bias: bool, residual: bool, act: str):
     def build():
         from tvm.relax.dpl import is_const, is_op, wildcard
 
-        conv = is_op("relax.nn.conv2d")(wildcard(), is_const())
+        conv = is_op(f"relax.nn.{op}")(wildcard(), is_const())
         out, annotations = conv, {"conv": conv}
         if bias:
             annotations["bias"] = is_const()
@@ -179,19 +179,21 @@ def _conv_pattern(bias: bool, residual: bool, act: str):
     return build
 
 
-def _conv_rules():
+def _conv_rules(op: str):
+    """The fused rules of ``op`` (conv1d or conv2d: oneDNN runs both, with the same post-ops)."""
     rules = []
     # Longest first, so conv + bias + residual + relu is taken whole. The
     # multi-op activations follow a conv (+ bias) only: no residual before them.
     combos = [*itertools.product((True, False), (True, False), ("relu", "clip", "")),
               *itertools.product((True, False), (False,), ACTIVATIONS)]
     for bias, residual, act in sorted(combos, key=lambda c: -(c[0] + c[1] + bool(c[2]))):
-        name = "conv2d" + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
+        name = op + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
         if bias or residual or act:
             check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
                            *([_conv_residual] if residual else []),
                            *([_activation_check(act)] if act in ACTIVATIONS else []))
-            rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(bias, residual, act), check))
+            rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(op, bias, residual, act), check))
+    rules.append(OpRule(f"{NAME}.{op}", f"relax.nn.{op}", all_of(_base, conv_layout_nchw, constant_conv_weight)))
     return rules
 
 
@@ -543,8 +545,8 @@ RULES = (
     # the other units as dequantize -> float primitive -> quantize.
     *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
                             avg_pool_plain, _int8_limits)),
-    *_conv_rules(),
-    OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", all_of(_base, conv_layout_nchw, constant_conv_weight)),
+    *_conv_rules("conv2d"),
+    *_conv_rules("conv1d"),
     *_matmul_rules(),
     OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
     *_deconv_rules(),
@@ -593,7 +595,7 @@ VENDOR = register_vendor(
         NAME,
         RULES,
         DnnlCodegen(),
-        description="oneDNN 3.2 primitives (conv2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
+        description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
                     "and int8 QDQ units)",
         targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
     )

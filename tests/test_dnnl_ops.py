@@ -102,6 +102,47 @@ def test_depthwise_conv_with_relu6_and_residual():
     assert _rules(_compile(m, scale=3.0)) == {"dnnl.conv2d_bias_add_clip"}
 
 
+@pytest.mark.parametrize("cin,cout,k,strides,pads,dilations,group,bias,relu", [
+    (3, 5, 3, [1], [1, 1], [1], 1, True, True),
+    (4, 8, 5, [2], [2, 1], [1], 2, True, False),   # grouped, asymmetric padding, stride 2
+    (6, 6, 3, [1], [0, 0], [2], 6, False, True),   # depthwise, dilated, no padding
+    (1, 258, 256, [128], [0, 0], [1], 1, False, False),  # Silero's STFT: a 256-tap filter bank, stride 128
+])
+def test_conv1d(cin, cout, k, strides, pads, dilations, group, bias, relu):
+    """Conv over (N, C, W) is oneDNN's 1-D convolution, with the conv2d post-ops."""
+    width = 640 if k == 256 else 17
+    out_w = (width + sum(pads) - dilations[0] * (k - 1) - 1) // strides[0] + 1
+    names = ["x", "w", "b"] if bias else ["x", "w"]
+    inits = [const("w", _f(cout, cin // group, k, seed=3, scale=0.3))] + ([const("b", _f(cout, seed=4))] if bias else [])
+    nodes = [helper.make_node("Conv", names, ["c" if relu else "y"], name="conv", strides=strides, pads=pads,
+                              dilations=dilations, group=group)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    m = model(nodes, [tensor("x", [2, cin, width])], [tensor("y", [2, cout, out_w])], inits)
+    assert _rules(_compile(m)) == {"dnnl.conv1d" + "_bias" * bias + "_relu" * relu}
+
+
+def test_conv1d_chain_with_a_residual_reads_blocked_layouts():
+    conv1, inits1 = _conv1d("x", "c1", 16, 16, "c1")
+    conv2, inits2 = _conv1d("c1", "c2", 16, 16, "c2")
+    nodes = [conv1, conv2, helper.make_node("Add", ["c2", "x"], ["s"], name="res"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    m = model(nodes, [tensor("x", [1, 16, 31])], [tensor("y", [1, 16, 31])], inits1 + inits2)
+    assert _rules(_compile(m)) == {"dnnl.conv1d_bias", "dnnl.conv1d_bias_add_relu"}
+
+
+def test_conv1d_with_a_weight_that_is_not_constant_stays_on_host():
+    m = single_op("Conv", {"x": [1, 2, 9], "w": [3, 2, 3]}, [1, 3, 7])
+    assert _reason(m, "relax.nn.conv1d") == "the weight is not a constant (it is prepared once, at build or load time)"
+
+
+def _conv1d(x, out, cin, cout, prefix, k=3, seed=1):
+    """A 1-D Conv node with a bias and 'same' padding, and its initializers."""
+    w, b = _f(cout, cin, k, seed=seed, scale=0.3), _f(cout, seed=seed + 50)
+    node = helper.make_node("Conv", [x, f"{prefix}_w", f"{prefix}_b"], [out], name=prefix, pads=[k // 2, k // 2])
+    return node, [const(f"{prefix}_w", w), const(f"{prefix}_b", b)]
+
+
 def test_activation_whose_input_is_read_again_is_not_folded_into_the_conv():
     """The conv output also leaves the partition: hard-swish runs as its own primitive after it."""
     conv, inits = _conv("x", "c", 4, 4, "conv")

@@ -109,18 +109,24 @@ def all_of(*checks: Check) -> Check:
 
 
 # -- checks several vendors share (NCHW kernels) ------------------------------------
+CONVS = ("relax.nn.conv1d", "relax.nn.conv2d")
+#: the channel-first layouts (data, kernel) of each conv op
+_CHANNEL_FIRST = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv2d": ("NCHW", "OIHW")}
+
+
 def conv_layout_nchw(match: Match) -> CheckResult:
-    """NCHW/OIHW layouts only."""
-    for call in calls_of(match, "relax.nn.conv2d"):
+    """NCHW/OIHW layouts only (NCW/OIW for conv1d)."""
+    for call in (c for c in match.calls if c.op.name in CONVS):
         a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
+        data, kernel = _CHANNEL_FIRST[call.op.name]
+        if (a.data_layout, a.kernel_layout, a.out_layout) != (data, kernel, data):
+            return f"layout {a.data_layout}/{a.kernel_layout} not supported ({data}/{kernel} only)"
     return SUPPORTED
 
 
 def constant_conv_weight(match: Match) -> CheckResult:
     """constant weight."""
-    for call in calls_of(match, "relax.nn.conv2d"):
+    for call in (c for c in match.calls if c.op.name in CONVS):
         if not is_tensor_const(call.args[1]):
             return "the weight is not a constant (it is prepared once, at build or load time)"
     return SUPPORTED
@@ -129,12 +135,13 @@ def constant_conv_weight(match: Match) -> CheckResult:
 def per_channel_bias(match: Match) -> CheckResult:
     """bias is a per-channel constant.
 
-    Reads the pattern's annotations ``conv`` (the conv2d call) and ``bias``.
+    Reads the pattern's annotations ``conv`` (the conv call) and ``bias``.
     """
-    channels = static_shape(match.annotated["conv"])[1]
+    out = static_shape(match.annotated["conv"])
+    per_channel = (1, out[1], *(1,) * (len(out) - 2))
     bias = static_shape(match.annotated["bias"])
-    if bias not in ((1, channels, 1, 1), (channels, 1, 1)):
-        return f"bias shape {bias} is not per-channel (1, {channels}, 1, 1)"
+    if bias not in (per_channel, per_channel[1:]):
+        return f"bias shape {bias} is not per-channel {per_channel}"
     return SUPPORTED
 
 

@@ -324,7 +324,7 @@ class Program {
       return n;
     };
     double out = numel(op.output), macs = 0, elements = out;
-    bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "qnn.conv2d";
+    bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d";
     if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
       const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
       double per = 1;
@@ -356,7 +356,7 @@ class Program {
     const BodyOp& op = g_.ops()[k];
     Attrs a(op.attrs, op.where);
     const std::string& kernel = op.kernel;
-    if (kernel == "relax.nn.conv2d") return Conv2d(k, a);
+    if (kernel == "relax.nn.conv2d" || kernel == "relax.nn.conv1d") return Conv(k, a);
     if (kernel == "relax.matmul") return Matmul(k);
     if (kernel == "qnn.conv2d") return QuantizedConv2d(k, a);
     if (kernel == "qnn.matmul") return QuantizedMatmul(k, a);
@@ -651,7 +651,7 @@ class Program {
     return true;
   }
 
-  // A conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,
+  // A conv1d/conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,
   // dilation counted from 0, padding split into its two sides.
   struct ConvDims {
     int64_t groups;
@@ -661,11 +661,20 @@ class Program {
     int w = op.inputs[1];
     if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
     const auto& ws = g_.Shape(w);
-    Conv2dGeometry g = CheckConv2d(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), op.where);
-    Dims weights = g.groups == 1 ? Dims{ws[0], ws[1], ws[2], ws[3]}
-                                 : Dims{g.groups, ws[0] / g.groups, ws[1], ws[2], ws[3]};
-    return {g.groups, weights, {g.strides[0], g.strides[1]}, {g.dilation[0] - 1, g.dilation[1] - 1},
-            {g.padding[0], g.padding[1]}, {g.padding[2], g.padding[3]}};
+    size_t spatial = op.kernel == "relax.nn.conv1d" ? 1 : 2;
+    ConvGeometry g = CheckConv(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), spatial, op.where);
+    Dims weights(ws.begin(), ws.end());
+    if (g.groups != 1) {
+      weights[0] /= g.groups;
+      weights.insert(weights.begin(), g.groups);
+    }
+    ConvDims c{g.groups, weights, Dims(g.strides.begin(), g.strides.end()), {}, {}, {}};
+    for (size_t d = 0; d < spatial; ++d) {
+      c.dilation.push_back(g.dilation[d] - 1);
+      c.pad_l.push_back(g.padding[d]);
+      c.pad_r.push_back(g.padding[spatial + d]);
+    }
+    return c;
   }
 
   // A forward convolution over `c`, with a bias when `bias` is given.
@@ -681,14 +690,14 @@ class Program {
                                                      c.dilation, c.pad_l, c.pad_r, attr);
   }
 
-  size_t Conv2d(size_t k, const Attrs& a) {
+  size_t Conv(size_t k, const Attrs& a) {
     const BodyOp& op = g_.ops()[k];
     Arity(op, 2);
     int x = op.inputs[0], w = op.inputs[1];
     const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
     const ConvDims c = ConvShape(op, a);
     int64_t channels = ys[1];
-    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
+    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels, ys.size()); });
     Desc bias = Plain(Dims{channels});
     auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
       return ConvPd(c, Any(DimsOf(xs)), Any(c.weights), f.bias >= 0 ? &bias : nullptr, Any(DimsOf(ys)), attr);
@@ -704,11 +713,14 @@ class Program {
     return f.next;
   }
 
-  // A constant the primitive can add as its bias: one value per output channel of NCHW.
-  bool ChannelBias(int b, int64_t channels) const {
+  // A constant the primitive can add as its bias: one value per output channel of NCW/NCHW
+  // (shape (1, C, 1...) or (C, 1...) with a 1 per spatial dim of the `rank`-D output).
+  bool ChannelBias(int b, int64_t channels, size_t rank) const {
     const TensorInfo& t = g_.tensor(b);
+    std::vector<int64_t> per_channel(rank, 1);
+    per_channel[1] = channels;
     return t.kind == Kind::kConst &&
-           (t.shape == std::vector<int64_t>{1, channels, 1, 1} || t.shape == std::vector<int64_t>{channels, 1, 1});
+           (t.shape == per_channel || t.shape == std::vector<int64_t>(per_channel.begin() + 1, per_channel.end()));
   }
 
   // The same constant bytes seen with other dims (a group axis, leading 1s).
@@ -1532,7 +1544,7 @@ class Program {
     Dims wstrides = groups == 1 ? Dims{kh * kw, oc * kh * kw, kw, 1} : Dims{ic * oc * kh * kw, kh * kw, oc * kh * kw, kw, 1};
     Desc iohw(wdims, memory::data_type::f32, wstrides);
     int64_t channels = ys[1];
-    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels); });
+    Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels, ys.size()); });
     Desc bias = Plain(Dims{channels});
     auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
       Dims strides = {st[0], st[1]}, dilation = {dil[0] - 1, dil[1] - 1}, pad_l = {pad[0], pad[1]};

@@ -324,33 +324,37 @@ inline std::vector<int64_t> Broadcast(const std::vector<int64_t>& a, const std::
   }
   return out;
 }
-// conv2d attributes checked against its tensors: NCHW/OIHW, 4-D, channels that
-// fit the groups, and an output shape that follows from strides, padding and
-// dilation. Every runtime checks this before computing anything.
-struct Conv2dGeometry {
+// conv1d/conv2d attributes checked against its tensors: NCW/OIW or NCHW/OIHW
+// (`spatial` 1 or 2 dims, as the kernel's name says), channels that fit the
+// groups, and an output shape that follows from strides, padding and dilation.
+// Every runtime checks this before computing anything.
+struct ConvGeometry {
   int64_t groups;
-  std::vector<int64_t> strides, dilation;  // (h, w)
-  std::vector<int64_t> padding;            // (top, left, bottom, right)
+  std::vector<int64_t> strides, dilation;  // one per spatial dim: (w) or (h, w)
+  std::vector<int64_t> padding;            // begins then ends: (left, right) or (top, left, bottom, right)
 };
 
-inline Conv2dGeometry CheckConv2d(const Attrs& a, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
-                                  const std::vector<int64_t>& y, const std::string& where) {
-  if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "OIHW" || a.Str("out_layout") != "NCHW")
-    Fail(where + ": only NCHW/OIHW layouts are supported");
-  if (x.size() != 4 || w.size() != 4 || y.size() != 4) Fail(where + ": conv2d tensors must be 4-D");
-  Conv2dGeometry g{a.Int("groups"), a.Ints("strides"), a.Ints("dilation"), a.Ints("padding")};
-  if (g.strides.size() != 2 || g.dilation.size() != 2 || (g.padding.size() != 4 && g.padding.size() != 2))
-    Fail(where + ": strides/dilation need 2 values and padding 2 or 4");
-  if (g.padding.size() == 2) g.padding = {g.padding[0], g.padding[1], g.padding[0], g.padding[1]};
+inline ConvGeometry CheckConv(const Attrs& a, const std::vector<int64_t>& x, const std::vector<int64_t>& w,
+                              const std::vector<int64_t>& y, size_t spatial, const std::string& where) {
+  const std::string data = spatial == 1 ? "NCW" : "NCHW", kernel = spatial == 1 ? "OIW" : "OIHW";
+  if (a.Str("data_layout") != data || a.Str("kernel_layout") != kernel || a.Str("out_layout") != data)
+    Fail(where + ": only " + data + "/" + kernel + " layouts are supported");
+  if (x.size() != spatial + 2 || w.size() != spatial + 2 || y.size() != spatial + 2)
+    Fail(where + ": conv" + std::to_string(spatial) + "d tensors must be " + std::to_string(spatial + 2) + "-D");
+  ConvGeometry g{a.Int("groups"), a.Ints("strides"), a.Ints("dilation"), a.Ints("padding")};
+  if (g.strides.size() != spatial || g.dilation.size() != spatial ||
+      (g.padding.size() != 2 * spatial && g.padding.size() != spatial))
+    Fail(where + ": strides/dilation need one value per spatial dim and padding one or two");
+  if (g.padding.size() == spatial) g.padding.insert(g.padding.end(), g.padding.begin(), g.padding.end());
   for (int64_t v : g.strides) if (v < 1) Fail(where + ": strides must be positive");
   for (int64_t v : g.dilation) if (v < 1) Fail(where + ": dilation must be positive");
   for (int64_t v : g.padding) if (v < 0) Fail(where + ": padding must not be negative");
   if (g.groups < 1 || x[1] != w[1] * g.groups || w[0] % g.groups != 0 || y[0] != x[0] || y[1] != w[0])
     Fail(where + ": channels of " + ShapeStr(x) + " and weight " + ShapeStr(w) + " do not match groups=" +
          std::to_string(g.groups));
-  for (int d = 0; d < 2; ++d) {
+  for (size_t d = 0; d < spatial; ++d) {
     int64_t span = g.dilation[d] * (w[2 + d] - 1) + 1;
-    if (y[2 + d] != (x[2 + d] + g.padding[d] + g.padding[d + 2] - span) / g.strides[d] + 1)
+    if (y[2 + d] != (x[2 + d] + g.padding[d] + g.padding[d + spatial] - span) / g.strides[d] + 1)
       Fail(where + ": output shape " + ShapeStr(y) + " does not follow from the attributes");
   }
   return g;

@@ -132,7 +132,7 @@ class ReferenceExecutor {
     const auto& x = Shape(ins[0]);
     const auto& w = Shape(ins[1]);
     const auto& y = Shape(conv_out);
-    Conv2dGeometry g = CheckConv2d(a, x, w, y, where);
+    ConvGeometry g = CheckConv(a, x, w, y, 2, where);
     const auto &st = g.strides, &pad = g.padding, &dil = g.dilation;
     int64_t groups = g.groups;
     int64_t n = x[0], c = x[1], h = x[2], wd = x[3], o = w[0], kh = w[2], kw = w[3], oh = y[2], ow = y[3];
