@@ -89,6 +89,31 @@ def test_inputs_as_list_and_as_dict(cnn_artifact):
     np.testing.assert_array_equal(cnn_artifact.run([x])[0], cnn_artifact.run({"input": x})[0])
 
 
+def test_outputs_are_the_callers_own_and_inputs_are_left_alone():
+    """Inputs reach the VM as copies and outputs leave it as copies: an output that is the model's
+    constant, or its input passed through, can be changed by the caller without changing the next run."""
+    from onnx import TensorProto, helper
+
+    c = helper.make_tensor("c", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["k"], name="k"), helper.make_node("Identity", ["x"], ["y"], name="y"),
+         helper.make_node("Relu", ["x"], ["r"], name="r")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in ("k", "y", "r")], [c])
+    artifact = byoc.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), [])
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    x_given = x.copy()
+    k, y, r = artifact.run({"x": x})
+    assert not np.shares_memory(y, x)
+    for out in (k, y, r):
+        out[...] = 99.0
+    np.testing.assert_array_equal(x, x_given)
+    k, y, r = artifact.run({"x": x})
+    np.testing.assert_array_equal(k, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(y, x_given)
+    np.testing.assert_array_equal(r, [0.0, 0.5, 2.0])
+
+
 @pytest.mark.parametrize("bad,match", [
     ({"wrong_name": np.zeros((1, 3, 16, 16), np.float32)}, "missing \\['input'\\]"),
     ({"input": np.zeros((1, 3, 8, 8), np.float32)}, "shape"),
