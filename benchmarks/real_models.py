@@ -441,8 +441,14 @@ def _work_build(task: dict) -> dict:
         plan = byoc.partition(imported, task["vendors"])
     except Exception as err:  # noqa: BLE001
         return dict(failed("partition", err), **times)
+    times["partition_s"] = time.perf_counter() - t1
+    try:  # what `python -m byoc.partition` reports besides the plan
+        from byoc.tools.memory import estimate_memory
+
+        memory = estimate_memory(plan).as_dict()
+    except Exception as err:  # noqa: BLE001
+        return dict(failed("memory estimate", err), **times)
     t2 = time.perf_counter()
-    times["partition_s"] = t2 - t1
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -460,6 +466,7 @@ def _work_build(task: dict) -> dict:
         "offloaded_ops": built.offloaded_ops, "host_ops": len(built.host_ops),
         "host_op_types": sorted({op.node.op_type for op in built.host_ops if op.node is not None}),
         "warnings": [str(w.message).strip().splitlines()[0] for w in caught],
+        "host_memory": {k: memory[k] for k in ("planned_bytes", "lower_bound_bytes")},
     }
     with np.load(task["inputs"]) as saved:
         inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(task["input_names"])}
