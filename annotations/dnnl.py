@@ -8,7 +8,8 @@ first:
 * conv2d_transpose [+ per-channel bias] [+ relu | clip] (oneDNN deconvolution);
 * matmul [+ constant bias over the last axis] [+ GELU (the erf form ONNX
   exports) | relu | a scalar scale];
-* max / average pooling, mean and sum (global average pooling), softmax,
+* max / average pooling, reductions (mean, sum, max, min; global pooling and
+  ONNX's n-ary Sum / Mean / Max / Min among them), softmax,
   layer norm over the last axis, inference batch norm, LRN (across channels),
   resize (the ONNX modes oneDNN resampling matches exactly), concat, split,
   strided slice (positive strides), GELU, hard-sigmoid, hard-swish, swish, and
@@ -300,15 +301,29 @@ def _both_broadcast(call) -> str:
     return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
 
 
+def _outer_product(a, b, out) -> bool:
+    """a * b with one operand [..., M, 1] and the other [..., 1, N] over the output's leading dims."""
+    rank = len(out)
+    if rank < 2 or len(a) > rank or len(b) > rank:
+        return False
+    a, b = ((1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b)
+    if a[-1] != 1:
+        a, b = b, a
+    return a[:-1] == out[:-1] and a[-1] == 1 and b[-2] == 1 and b[:-2] + b[-1:] == out[:-2] + out[-1:]
+
+
 def _broadcast_second(match: Match):
-    """the first operand has the output shape (the second may broadcast), or c - x with a scalar constant c."""
+    """the first operand has the output shape (the second may broadcast), or c - x, c / x with a scalar
+    constant c, or an outer product [.., M, 1] * [.., 1, N]."""
     call = match.root
     out = static_shape(call)
     a, b = (static_shape(arg) for arg in call.args[:2])
     if a == out or (call.op.name in ("relax.add", "relax.multiply") and b == out):
         return SUPPORTED
-    if call.op.name == "relax.subtract" and b == out and _scalar(call.args[0]) is not None:
-        return SUPPORTED  # the runtime computes it as an eltwise_linear (-1 * x + c)
+    if call.op.name in ("relax.subtract", "relax.divide") and b == out and _scalar(call.args[0]) is not None:
+        return SUPPORTED  # the runtime computes it as an eltwise: linear (-1 * x + c) or pow (c * x^-1)
+    if call.op.name == "relax.multiply" and _outer_product(a, b, out):
+        return SUPPORTED  # a matmul with K = 1
     return _both_broadcast(call)
 
 
@@ -564,7 +579,9 @@ RULES = (
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),
     OpRule(f"{NAME}.sum", "relax.sum", _base),
-    # ONNX Sum of n tensors as TVM imports it: broadcast_to each, stack, sum over the new axis.
+    OpRule(f"{NAME}.max", "relax.max", _base),
+    OpRule(f"{NAME}.min", "relax.min", _base),
+    # ONNX Sum (Max, Min) of n tensors as TVM imports it: broadcast_to each, stack, reduce over the new axis.
     OpRule(f"{NAME}.stack", "relax.stack", _base),
     OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_adds_unit_dims)),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),

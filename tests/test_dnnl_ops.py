@@ -122,6 +122,21 @@ def test_conv1d(cin, cout, k, strides, pads, dilations, group, bias, relu):
     assert _rules(_compile(m)) == {"dnnl.conv1d" + "_bias" * bias + "_relu" * relu}
 
 
+@pytest.mark.parametrize("x_shape,kernel,pads,out", [
+    ([1, 16, 40, 1], [5, 1], [0, 0, 0, 0], [1, 24, 36, 1]),  # Magika: a 5x1 conv over 512x1
+    ([2, 16, 1, 33], [1, 3], [0, 1, 0, 1], [2, 24, 1, 33]),  # the other axis, padded along it
+])
+def test_conv2d_over_a_unit_axis_runs_as_conv1d_and_feeds_2d_ops(x_shape, kernel, pads, out):
+    """The conv runs as oneDNN's 1-D convolution; its input and output stay 4-D for the ops around it."""
+    w, b = _f(24, 16, *kernel, seed=2, scale=0.3), _f(24, seed=3)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
+             helper.make_node("Conv", ["r", "w", "b"], ["c"], name="conv", pads=pads),
+             helper.make_node("Relu", ["c"], ["y"], name="relu"),
+             helper.make_node("MaxPool", ["y"], ["p"], name="pool", kernel_shape=[1, 1])]
+    m = model(nodes, [tensor("x", x_shape)], [tensor("p", out)], [const("w", w), const("b", b)])
+    assert "dnnl.conv2d_bias_relu" in _rules(_compile(m))
+
+
 def test_conv1d_chain_with_a_residual_reads_blocked_layouts():
     conv1, inits1 = _conv1d("x", "c1", 16, 16, "c1")
     conv2, inits2 = _conv1d("c1", "c2", 16, 16, "c2")
@@ -454,6 +469,36 @@ def test_unary_eltwise(op, attrs, positive):
     assert len(_rules(_compile(m, inputs=inputs))) == 1
 
 
+@pytest.mark.parametrize("numerator", [None, 2.5, -0.5])
+def test_reciprocal_and_a_scalar_over_a_tensor(numerator):
+    """Reciprocal(x) and c / x: oneDNN's eltwise_pow (c * x^-1), including on negative x."""
+    if numerator is None:
+        m = single_op("Reciprocal", {"x": [2, 3, 5]}, [2, 3, 5])
+    else:
+        m = model([helper.make_node("Div", ["c", "x"], ["y"], name="div")], [tensor("x", [2, 3, 5])],
+                  [tensor("y", [2, 3, 5])], [const("c", np.array(numerator, np.float32))])
+    x = _f(2, 3, 5, seed=11)
+    x = np.where(np.abs(x) < 0.05, np.float32(0.5), x)  # away from the pole at 0
+    artifact = _compile(m, inputs={"x": x})
+    np.testing.assert_allclose(artifact.run({"x": x})[0], np.float32(numerator or 1.0) / x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("a,b", [([1, 1, 256], [1, 64, 1]), ([5, 1], [1, 7]), ([3, 1, 4], [3, 6, 1]), ([6, 1], [5])])
+def test_outer_product_multiply_is_a_matmul(a, b):
+    """Both operands broadcast ([.., M, 1] * [.., 1, N], e.g. Magika's layer norm): one matmul with K = 1."""
+    out = list(np.broadcast_shapes(tuple(a), tuple(b)))
+    m = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], [tensor("a", a), tensor("b", b)],
+              [tensor("y", out)])
+    _compile(m)
+
+
+def test_a_multiply_whose_operands_both_broadcast_otherwise_stays_on_host():
+    m = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], [tensor("a", [2, 1, 3]), tensor("b", [1, 4, 1])],
+              [tensor("y", [2, 4, 3])])
+    assert _reason(m, "relax.multiply") == ("operands (2, 1, 3) and (1, 4, 1) both broadcast to (2, 4, 3) "
+                                            "(oneDNN broadcasts the second operand only)")
+
+
 @pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
 def test_power_with_a_scalar_exponent(exponent):
     """The decomposed layer norm of PP-OCR rec: (x - mean) ** 2, then sqrt."""
@@ -516,12 +561,45 @@ def test_sum_of_conv_outputs_adds_them_in_their_blocked_layouts():
     assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.broadcast_to", "dnnl.stack", "dnnl.sum"}
 
 
-def test_max_of_several_tensors_stacks_on_dnnl_and_reduces_on_the_host():
-    """TVM's Max of n tensors is stack + max: the stack is a real concat here, max has no dnnl rule."""
-    m = model([helper.make_node("Max", ["a", "b"], ["y"], name="max")], [tensor("a", [2, 5]), tensor("b", [2, 5])],
-              [tensor("y", [2, 5])])
-    artifact = _compile(m, host_ops=["relax.max"])
-    assert {"dnnl.stack", "dnnl.broadcast_to"} <= _rules(artifact)
+@pytest.mark.parametrize("op,n", [("Max", 1), ("Max", 2), ("Min", 3)])
+def test_max_and_min_of_several_tensors_are_binary_ops_without_a_stack(op, n):
+    """TVM's Max (Min) of n tensors is stack + max over the new axis: a chain of oneDNN binary max (min)."""
+    names = [f"x{i}" for i in range(n)]
+    m = model([helper.make_node(op, names, ["y"], name="m")], [tensor(x, [2, 5, 3]) for x in names],
+              [tensor("y", [2, 5, 3])])
+    assert f"dnnl.{op.lower()}" in _rules(_compile(m))
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("ReduceMax", [2, 7, 5], {"axes": [1], "keepdims": 1}),
+    ("ReduceMax", [3, 4, 6, 5], {"axes": [0, 2], "keepdims": 0}),
+    ("ReduceMin", [2, 7, 5], {"axes": [-1], "keepdims": 0}),
+    ("ReduceMin", [4, 9], {"keepdims": 1}),
+    ("GlobalMaxPool", [2, 5, 9, 7], {}),
+    ("GlobalMaxPool", [1, 6, 11], {}),
+    ("GlobalAveragePool", [1, 6, 11], {}),
+])
+def test_max_and_min_reductions(op, shape, attrs):
+    attrs = dict(attrs)
+    axes = [a % len(shape) for a in attrs.pop("axes", range(len(shape)))]
+    names, inits = ["x"], []
+    if len(axes) < len(shape):  # an input from opset 18
+        names, inits = ["x", "axes"], [const("axes", np.array(axes, np.int64))]
+    keep = attrs.get("keepdims", 1)
+    if op.startswith("Global"):
+        out = shape[:2] + [1] * (len(shape) - 2)
+    else:
+        out = [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+    m = model([helper.make_node(op, names, ["y"], name="r", **attrs)], [tensor("x", shape)], [tensor("y", out)], inits,
+              opset=18)
+    _compile(m)
+
+
+def test_global_max_pool_of_a_blocked_conv_output():
+    conv, inits = _conv("x", "c", 8, 16, "conv")
+    m = model([conv, helper.make_node("GlobalMaxPool", ["c"], ["y"], name="gmp")], [tensor("x", [1, 8, 9, 9])],
+              [tensor("y", [1, 16, 1, 1])], inits)
+    assert {"dnnl.conv2d_bias", "dnnl.max"} == _rules(_compile(m))
 
 
 def test_expand_that_repeats_values_stays_on_host():
@@ -554,12 +632,11 @@ def test_reductions_over_any_axes(op, shape, axes, out):
 
 
 # -- a scalar constant operand over a conv output in a blocked layout ------------------------------
-@pytest.mark.parametrize("op,scalar_first,host_ops", [
-    ("Add", False, ()), ("Add", True, ()), ("Sub", False, ()), ("Sub", True, ()), ("Mul", False, ()),
-    ("Div", False, ()), ("Div", True, ("relax.divide",))])
-def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first, host_ops):
+@pytest.mark.parametrize("op,scalar_first", [
+    ("Add", False), ("Add", True), ("Sub", False), ("Sub", True), ("Mul", False), ("Div", False), ("Div", True)])
+def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first):
     """x+c, c+x, x-c, c-x, x*c and x/c run as one eltwise_linear over the conv's blocked output (oneDNN's binary
-    would broadcast the scalar with its reference kernel); c/x is no linear function of x and stays on the host."""
+    would broadcast the scalar with its reference kernel); c/x as one eltwise_pow (c * x^-1)."""
     conv, inits = _conv("x", "a", 3, 8, "c1", seed=3)
     operands = ["c", "a"] if scalar_first else ["a", "c"]
     # the conv's output is read twice, so the scalar op cannot be one of its post-ops
@@ -567,7 +644,7 @@ def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first, host_ops):
              helper.make_node("Tanh", ["s"], ["y"])]
     m = model(nodes, [tensor("x", [1, 3, 24, 96])], [tensor("y", [1, 8, 24, 96])],
               inits + [const("c", np.array(0.75, np.float32))])
-    _compile(m, host_ops=host_ops, inputs={"x": _f(1, 3, 24, 96)}, scale=1.0)
+    _compile(m, inputs={"x": _f(1, 3, 24, 96)}, scale=1.0)
 
 
 @pytest.mark.parametrize("op,channels", [("Add", 8), ("Mul", 8), ("Add", 24), ("Mul", 20)])

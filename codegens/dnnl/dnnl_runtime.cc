@@ -384,7 +384,7 @@ class Program {
       Reshape(op);
     else if (kernel == "relax.permute_dims") Transpose(op, a);
     else if (kernel == "relax.nn.max_pool2d" || kernel == "relax.nn.avg_pool2d") Pool(op, a);
-    else if (kernel == "relax.mean" || kernel == "relax.sum") Reduce(op, a, kernel == "relax.mean");
+    else if (const algorithm* reduction = ReductionOf(kernel)) Reduce(op, a, *reduction);
     else if (kernel == "relax.stack") Stack(op, a);
     else if (kernel == "relax.broadcast_to") Reshape(op);  // one that repeats no values (the rule checks)
     else if (kernel == "relax.nn.softmax") Softmax(op, a);
@@ -695,22 +695,49 @@ class Program {
     Arity(op, 2);
     int x = op.inputs[0], w = op.inputs[1];
     const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
-    const ConvDims c = ConvShape(op, a);
+    ConvDims c = ConvShape(op, a);
     int64_t channels = ys[1];
     Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels, ys.size()); });
+    Dims src_dims = DimsOf(xs), dst_dims = DimsOf(ys);
+    bool binary = std::any_of(f.post.begin(), f.post.end(), [](const PostOp& p) { return p.tensor >= 0; });
+    if (size_t unit = binary ? 0 : UnitSpatialAxis(xs, g_.Shape(w), ys, c)) {
+      DropSpatialAxis(&c, unit - 2);
+      src_dims.erase(src_dims.begin() + static_cast<std::ptrdiff_t>(unit));
+      dst_dims.erase(dst_dims.begin() + static_cast<std::ptrdiff_t>(unit));
+    }
     Desc bias = Plain(Dims{channels});
     auto pd = CreateWithPostOps(f, ys, [&](const primitive_attr& attr) {
-      return ConvPd(c, Any(DimsOf(xs)), Any(c.weights), f.bias >= 0 ? &bias : nullptr, Any(DimsOf(ys)), attr);
+      return ConvPd(c, Any(src_dims), Any(c.weights), f.bias >= 0 ? &bias : nullptr, Any(dst_dims), attr);
     });
-    int src = As(x, pd.src_desc());
+    // With a unit axis dropped, the graph's tensors are the same memory seen with it.
+    Desc src = pd.src_desc(), dst = pd.dst_desc();
+    int src_value = As(x, src_dims.size() == xs.size() ? src : src.reshape(DimsOf(xs)));
     // The weights, viewed with the group dimension, reordered once into the primitive's layout.
     int weights = ReorderConst(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc());
-    std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
+    std::vector<Arg> args = {{DNNL_ARG_SRC, src_value, src}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
     if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
-    AddBinaryArgs(f, &args, ys, pd.dst_desc());
-    args.push_back({DNNL_ARG_DST, Define(f.last, pd.dst_desc()), pd.dst_desc()});
+    AddBinaryArgs(f, &args, ys, dst);
+    args.push_back({DNNL_ARG_DST, Define(f.last, dst_dims.size() == ys.size() ? dst : dst.reshape(DimsOf(ys))), dst});
     AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
     return f.next;
+  }
+
+  // The axis (2 or 3) of a conv2d along which input, kernel and output are all 1 wide, without
+  // padding, or 0. The conv is then a conv1d over the other axis, and oneDNN's 1-D kernels run
+  // it far faster than its 2-D ones a 1-wide axis (measured: Magika's 5x1 conv over 512x1 with
+  // 256 -> 512 channels, 11.7 ms as conv2d, 5.9 ms as conv1d).
+  static size_t UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                                const std::vector<int64_t>& ys, const ConvDims& c) {
+    if (xs.size() != 4) return 0;
+    for (size_t d = 0; d < 2; ++d)
+      if (xs[2 + d] == 1 && ws[2 + d] == 1 && ys[2 + d] == 1 && c.pad_l[d] == 0 && c.pad_r[d] == 0) return 2 + d;
+    return 0;
+  }
+
+  static void DropSpatialAxis(ConvDims* c, size_t d) {
+    auto drop = [](Dims* dims, size_t i) { dims->erase(dims->begin() + static_cast<std::ptrdiff_t>(i)); };
+    drop(&c->weights, c->weights.size() - 2 + d);
+    for (Dims* dims : {&c->strides, &c->dilation, &c->pad_l, &c->pad_r}) drop(dims, d);
   }
 
   // A constant the primitive can add as its bias: one value per output channel of NCW/NCHW
@@ -1018,12 +1045,25 @@ class Program {
             pd.scratchpad_desc());
   }
 
-  // relax.mean or relax.sum over some axes.
-  void Reduce(const BodyOp& op, const Attrs& a, bool mean) {
+  static const algorithm* ReductionOf(const std::string& kernel) {
+    static const std::map<std::string, algorithm> table = {{"relax.mean", algorithm::reduction_mean},
+                                                           {"relax.sum", algorithm::reduction_sum},
+                                                           {"relax.max", algorithm::reduction_max},
+                                                           {"relax.min", algorithm::reduction_min}};
+    auto it = table.find(kernel);
+    return it == table.end() ? nullptr : &it->second;
+  }
+
+  // relax.mean, sum, max or min over some axes.
+  void Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
     Arity(op, 1);
+    bool mean = alg == algorithm::reduction_mean, additive = mean || alg == algorithm::reduction_sum;
     auto stacked = stacked_.find(op.inputs[0]);
     if (stacked != stacked_.end()) {
-      SumOf(op, stacked->second, mean);
+      if (additive)
+        SumOf(op, stacked->second, mean);
+      else
+        ExtremeOf(op, stacked->second, alg == algorithm::reduction_max ? algorithm::binary_max : algorithm::binary_min);
       return;
     }
     const auto& xs = g_.Shape(op.inputs[0]);
@@ -1037,22 +1077,40 @@ class Program {
     int64_t numel = 1;
     for (auto d : kept) numel *= d;
     if (numel != g_.tensor(op.output).numel) Fail(op.where + ": output shape does not match the reduced axes");
-    if (kept == DimsOf(xs)) {  // nothing to reduce: the mean (sum) of one value is that value, a reshape
+    if (kept == DimsOf(xs)) {  // nothing to reduce: the reduction of one value is that value, a reshape
       Reshape(op);
       return;
     }
     int src = value_of_[op.inputs[0]];
-    if (mean && xs.size() == 4 && kept == Dims{xs[0], xs[1], 1, 1}) {
-      GlobalAveragePool(op, src, kept);
+    if ((mean || alg == algorithm::reduction_max) && (xs.size() == 3 || xs.size() == 4) && kept[0] == xs[0] &&
+        kept[1] == xs[1] && std::all_of(kept.begin() + 2, kept.end(), [](int64_t d) { return d == 1; })) {
+      GlobalPool(op, src, kept, mean ? algorithm::pooling_avg_exclude_padding : algorithm::pooling_max);
       return;
     }
     // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
-    dnnl::reduction::primitive_desc pd(Engine(), mean ? algorithm::reduction_mean : algorithm::reduction_sum,
-                                       values_[src].desc, Plain(kept), 0.0f, 0.0f, UserScratchpad());
-    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 && ReduceByMatmul(op, kept, mean)) return;
+    dnnl::reduction::primitive_desc pd(Engine(), alg, values_[src].desc, Plain(kept), 0.0f, 0.0f, UserScratchpad());
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 && additive && ReduceByMatmul(op, kept, mean)) return;
     int dst = Define(op.output, Plain(g_.Shape(op.output)));
     AddStep(dnnl::reduction(pd), {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, dst, Plain(kept)}},
             pd.scratchpad_desc());
+  }
+
+  // The element-wise max (min) of `terms` (ONNX Max / Min of n tensors, stacked then reduced):
+  // a chain of binary primitives on plain tensors (one term: its max with itself, a copy).
+  void ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorithm alg) {
+    const auto& ys = g_.Shape(op.output);
+    for (int t : terms)
+      if (g_.Shape(t) != ys) Fail(op.where + ": terms of another shape than " + ShapeStr(ys));
+    Desc plain = Plain(ys);
+    dnnl::binary::primitive_desc pd(Engine(), alg, plain, plain, plain, UserScratchpad());
+    int acc = As(terms[0], plain);
+    for (size_t i = std::min<size_t>(1, terms.size() - 1); i < terms.size(); ++i) {
+      int dst = i + 1 == terms.size() ? Define(op.output, plain) : NewTemp(plain);
+      AddStep(dnnl::binary(pd), {{DNNL_ARG_SRC_0, acc, plain}, {DNNL_ARG_SRC_1, As(terms[i], plain), plain},
+                                 {DNNL_ARG_DST, dst, plain}},
+              pd.scratchpad_desc());
+      acc = dst;
+    }
   }
 
   // A sum (mean) over consecutive axes as a matmul with a row of ones (1/K): viewed plain as
@@ -1086,14 +1144,14 @@ class Program {
     return true;
   }
 
-  // The mean over H and W of NCHW as one average pooling window: oneDNN's
+  // The mean (max) over the spatial axes of NCW / NCHW as one pooling window: oneDNN's
   // pooling reads blocked layouts with a jit kernel, its reduction does not
   // (measured: 21% of MobileNetV2 in the reference reduction).
-  void GlobalAveragePool(const BodyOp& op, int src, const Dims& kept) {
+  void GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg) {
     const auto& xs = g_.Shape(op.inputs[0]);
-    dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference,
-                                             algorithm::pooling_avg_exclude_padding, values_[src].desc, Any(kept),
-                                             {1, 1}, {xs[2], xs[3]}, {0, 0}, {0, 0}, {0, 0}, UserScratchpad());
+    Dims window(xs.begin() + 2, xs.end()), ones(xs.size() - 2, 1), zeros(xs.size() - 2, 0);
+    dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
+                                             Any(kept), ones, window, zeros, zeros, zeros, UserScratchpad());
     Desc plain = Plain(kept);
     int dst = Define(op.output, Plain(g_.Shape(op.output)));
     int pooled = pd.dst_desc() == plain ? dst : NewTemp(pd.dst_desc());
@@ -1146,7 +1204,7 @@ class Program {
 
   void Binary(const BodyOp& op, algorithm alg, bool commutes) {
     Arity(op, 2);
-    if (ScalarLinear(op)) return;
+    if (WithScalar(op) || OuterProduct(op)) return;
     const auto& ys = g_.Shape(op.output);
     int full = op.inputs[0], other = op.inputs[1];
     if (g_.Shape(full) != ys && commutes) std::swap(full, other);
@@ -1179,18 +1237,46 @@ class Program {
   // x + c, x - c, c - x, x * c and x / c with a scalar constant c as one eltwise_linear, which
   // reads any layout with a jit kernel: oneDNN's binary broadcasting a plain scalar over a
   // blocked tensor is its reference kernel (measured: 1.6-1.8 ms each for 18 k elements in
-  // PP-OCR cls's hard-swish, 75% of the model's time). False, having added nothing, for any
-  // other operands.
-  bool ScalarLinear(const BodyOp& op) {
+  // PP-OCR cls's hard-swish, 75% of the model's time); and c / x (ONNX Reciprocal) as
+  // eltwise_pow, c * x^-1. False, having added nothing, for any other operands.
+  bool WithScalar(const BodyOp& op) {
     for (int x : op.inputs) {
       bool x_first = false;
       float c = ScalarOperand(op, x, &x_first), alpha, beta;
-      if (g_.Shape(x) != g_.Shape(op.output) || value_of_[x] < 0 || !LinearOf(op.kernel, c, x_first, &alpha, &beta))
-        continue;
-      Eltwise(op, x, algorithm::eltwise_linear, alpha, beta, op.output);
-      return true;
+      if (g_.Shape(x) != g_.Shape(op.output) || value_of_[x] < 0) continue;
+      if (LinearOf(op.kernel, c, x_first, &alpha, &beta)) {
+        Eltwise(op, x, algorithm::eltwise_linear, alpha, beta, op.output);
+        return true;
+      }
+      if (op.kernel == "relax.divide" && !x_first && !std::isnan(c)) {
+        Eltwise(op, x, algorithm::eltwise_pow, c, -1.0f, op.output);
+        return true;
+      }
     }
     return false;
+  }
+
+  // x * y where one is [..., M, 1] and the other [..., 1, N] over the same leading dims (both
+  // broadcast, which oneDNN's binary cannot): each output is one product, a matmul with K = 1.
+  // False, having added nothing, for other shapes.
+  bool OuterProduct(const BodyOp& op) {
+    const auto& ys = g_.Shape(op.output);
+    size_t rank = ys.size();
+    if (op.kernel != "relax.multiply" || rank < 2 || g_.Shape(op.inputs[0]) == ys || g_.Shape(op.inputs[1]) == ys)
+      return false;
+    int column = op.inputs[0], row = op.inputs[1];
+    if (Padded(g_.Shape(column), rank)[rank - 1] != 1) std::swap(column, row);
+    Dims cs = Padded(g_.Shape(column), rank), rs = Padded(g_.Shape(row), rank);
+    if (cs[rank - 1] != 1 || rs[rank - 2] != 1 || cs[rank - 2] != ys[rank - 2] || rs[rank - 1] != ys[rank - 1])
+      return false;
+    for (size_t i = 0; i + 2 < rank; ++i)
+      if (cs[i] != ys[i] || rs[i] != ys[i]) return false;
+    dnnl::matmul::primitive_desc pd(Engine(), Plain(cs), Plain(rs), Plain(DimsOf(ys)), UserScratchpad());
+    AddStep(dnnl::matmul(pd), {{DNNL_ARG_SRC, As(column, Plain(g_.Shape(column))), Plain(cs)},
+                               {DNNL_ARG_WEIGHTS, As(row, Plain(g_.Shape(row))), Plain(rs)},
+                               {DNNL_ARG_DST, Define(op.output, Plain(ys)), Plain(DimsOf(ys))}},
+            pd.scratchpad_desc());
+    return true;
   }
 
   // One concat primitive (a copy; the producers do not write into the output).
@@ -1231,8 +1317,9 @@ class Program {
   }
 
   // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output;
-  // or nothing at all when a sum / mean over the new axis is its only reader (ONNX Sum and
-  // Mean of n tensors): that reduction is then one oneDNN sum of the inputs (SumOf).
+  // or nothing at all when a sum / mean / max / min over the new axis is its only reader (ONNX
+  // Sum, Mean, Max and Min of n tensors): that reduction is then one oneDNN sum of the inputs
+  // (SumOf), or a chain of binary max / min (ExtremeOf).
   void Stack(const BodyOp& op, const Attrs& a) {
     const auto& ys = g_.Shape(op.output);
     if (op.inputs.empty()) Fail(op.where + ": stack of nothing");
@@ -1282,12 +1369,12 @@ class Program {
     return true;
   }
 
-  // Whether the only reader of tensor `id` is a relax.sum / relax.mean over `axis` alone, without keepdims.
+  // Whether the only reader of tensor `id` is a relax.sum / mean / max / min over `axis` alone, without keepdims.
   bool ReducedOverOnly(int id, size_t axis) const {
     if (g_.uses(id) != 1) return false;  // a graph output counts as a use
     for (const BodyOp& reader : g_.ops()) {
       if (std::find(reader.inputs.begin(), reader.inputs.end(), id) == reader.inputs.end()) continue;
-      if (reader.kernel != "relax.sum" && reader.kernel != "relax.mean") return false;
+      if (!ReductionOf(reader.kernel)) return false;
       Attrs a(reader.attrs, reader.where);
       size_t rank = g_.Shape(id).size();
       return !a.IsNone("axis") && a.Ints("axis").size() == 1 &&
