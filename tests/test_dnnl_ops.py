@@ -499,6 +499,22 @@ def test_a_multiply_whose_operands_both_broadcast_otherwise_stays_on_host():
                                             "(oneDNN broadcasts the second operand only)")
 
 
+@pytest.mark.parametrize("shape,axis", [([1, 16, 4, 35], 1), ([7, 5], 0), ([3, 9, 5], 1), ([2, 3, 5], -1)])
+def test_softmax_over_any_axis(shape, axis):
+    """Over another axis than the last (YOLOv8's box bins), oneDNN's jit softmax runs on a layout with that
+    axis innermost."""
+    m = single_op("Softmax", {"x": shape}, shape, {"axis": axis})
+    assert _rules(_compile(m, scale=3.0)) == {"dnnl.softmax"}
+
+
+def test_softmax_over_channels_feeding_a_conv():
+    """YOLOv8's distribution focal loss head: softmax over 16 bins on axis 1, then a 1x1 conv over them."""
+    conv, inits = _conv("p", "y", 16, 1, "dfl", k=1, pads=(0, 0, 0, 0))
+    m = model([helper.make_node("Softmax", ["x"], ["p"], name="softmax", axis=1), conv],
+              [tensor("x", [1, 16, 4, 35])], [tensor("y", [1, 1, 4, 35])], inits)
+    _compile(m, scale=3.0)
+
+
 @pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
 def test_power_with_a_scalar_exponent(exponent):
     """The decomposed layer norm of PP-OCR rec: (x - mean) ** 2, then sqrt."""
