@@ -577,6 +577,37 @@ def test_sum_of_conv_outputs_adds_them_in_their_blocked_layouts():
     assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.broadcast_to", "dnnl.stack", "dnnl.sum"}
 
 
+def test_shufflenet_unit_with_random_weights():
+    """A ShuffleNet v1 unit at its real sizes (grouped 1x1 convs, a channel shuffle, a depthwise conv, Sum with the
+    input, and a strided unit that concatenates an average pool): oneDNN picks nhwc for some convs and nChw8c for
+    others, and the sum and concat read that mix in one of the layouts. The light zoo's ShuffleNet has constant
+    weights, whose outputs cannot show a wrong layout."""
+    c, g = 136, 4
+    w1 = const("w1", _f(c, c // g, 1, 1, seed=1, scale=0.2))
+    dw = const("dw", _f(c, 1, 3, 3, seed=2, scale=0.3))
+    w2 = const("w2", _f(c, c // g, 1, 1, seed=3, scale=0.2))
+    w3 = const("w3", _f(c, c // g, 3, 3, seed=4, scale=0.1))
+    shape5 = const("shape5", np.array([1, g, c // g, 28, 28], np.int64))
+    shape4 = const("shape4", np.array([1, c, 28, 28], np.int64))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="gconv1", group=g),
+        helper.make_node("Relu", ["a"], ["ar"], name="relu1"),
+        helper.make_node("Reshape", ["ar", "shape5"], ["r5"], name="split_groups"),
+        helper.make_node("Transpose", ["r5"], ["t5"], name="shuffle", perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Reshape", ["t5", "shape4"], ["sh"], name="merge_groups"),
+        helper.make_node("Conv", ["sh", "dw"], ["d"], name="dwconv", group=c, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["d", "w2"], ["e"], name="gconv2", group=g),
+        helper.make_node("Sum", ["e", "x"], ["s"], name="residual"),
+        helper.make_node("Conv", ["s", "w3"], ["f"], name="strided", group=g, strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["s"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["f", "p"], ["y"], name="concat", axis=1),
+    ]
+    m = model(nodes, [tensor("x", [1, c, 28, 28])], [tensor("y", [1, 2 * c, 14, 14])],
+              [w1, dw, w2, w3, shape5, shape4])
+    _compile(m)
+
+
 @pytest.mark.parametrize("op,n", [("Max", 1), ("Max", 2), ("Min", 3)])
 def test_max_and_min_of_several_tensors_are_binary_ops_without_a_stack(op, n):
     """TVM's Max (Min) of n tensors is stack + max over the new axis: a chain of oneDNN binary max (min)."""
