@@ -217,6 +217,35 @@ def test_identity_and_dropout_are_removed_and_listed():
     assert nodes["drop"]["detail"].startswith("before import: removed: Dropout")
 
 
+@pytest.mark.parametrize("opset,ratio,training_mode", [(9, 0.5, None), (13, 0.3, None), (13, 0.5, False)])
+def test_dropout_of_any_ratio_is_removed_at_inference(opset, ratio, training_mode):
+    """The simplifiers remove only a ratio-0 Dropout; at inference any ratio passes its input through (the light
+    zoo's SqueezeNet has one of ratio 0.5 between two convs' partitions)."""
+    inputs, inits = ["b"], []
+    if opset >= 12:
+        inputs.append("ratio")
+        inits.append(const("ratio", np.array(ratio, np.float32)))
+        if training_mode is not None:
+            inputs.append("training")
+            inits.append(const("training", np.array(training_mode)))
+    attrs = {"ratio": ratio} if opset < 12 else {}
+    nodes = [helper.make_node("Relu", ["x"], ["b"], name="relu"),
+             helper.make_node("Dropout", inputs, ["c"], name="drop", **attrs),
+             helper.make_node("Sigmoid", ["c"], ["y"], name="sigmoid")]
+    m = model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], inits, opset=opset)
+    artifact = _compiled_matches_onnxruntime(m)
+    assert artifact.plan.imported.prepared == {"drop": "removed: Dropout passes its input through at inference"}
+    assert [p.onnx_nodes for p in artifact.plan.partitions] == [["relu", "sigmoid"]]
+
+
+def test_dropout_whose_mask_is_read_is_left_to_tvm():
+    nodes = [helper.make_node("Dropout", ["x"], ["c", "mask"], name="drop", ratio=0.5),
+             helper.make_node("Cast", ["mask"], ["m"], name="cast", to=onnx.TensorProto.FLOAT),
+             helper.make_node("Add", ["c", "m"], ["y"], name="add")]
+    m = model(nodes, [tensor("x", [2, 5])], [tensor("y", [2, 5])], opset=9)
+    assert "drop" not in byoc.import_model(m).prepared
+
+
 def test_a_model_preparation_leaves_alone_has_no_preparation_section():
     from models import small_mlp
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 import onnx
-from onnx import shape_inference
+from onnx import numpy_helper, shape_inference
 
 from byoc.errors import ModelLoadError, first_line
 from byoc.pipeline.frontend import name_nodes
@@ -109,6 +109,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     source, quantized_from = rewrite_qoperators(user)
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
     foldable, held = held_integer_constants(source)
+    foldable = _dropouts_as_identity(foldable)
     failure = None
     for simplified, tool in _candidates(foldable):
         if simplified is None:
@@ -136,6 +137,42 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
         return Prepared(prepared, origin, fate, tool)
     raise failure
+
+
+def _dropouts_as_identity(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each inference-mode Dropout of its main graph an Identity (of the same name), for the simplifier.
+
+    At inference a Dropout passes its input through (ONNX: unless a
+    ``training_mode`` input says otherwise), whatever its ratio; but the
+    simplifiers remove only a Dropout of ratio 0, which changes nothing in
+    training either. One left in the graph splits partitions (TVM imports it as
+    ``relax.nn.dropout``). Kept: a Dropout whose mask is read, or whose
+    ``training_mode`` is not a constant false. ``model`` itself when nothing
+    changes (no copy).
+    """
+    graph = model.graph
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    constants = {t.name: t for t in graph.initializer}
+
+    def at_inference(node: onnx.NodeProto) -> bool:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:
+            return False
+        if len(node.output) > 1 and node.output[1] in read:
+            return False
+        mode = node.input[2] if len(node.input) > 2 else ""
+        return not mode or (mode in constants and not numpy_helper.to_array(constants[mode]).any())
+
+    if not any(at_inference(n) for n in graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if at_inference(node):
+            output = node.output[0]
+            node.op_type, node.domain = "Identity", ""
+            del node.input[1:], node.output[:], node.attribute[:]
+            node.output.append(output)
+    return out
 
 
 def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: dict[str, str],
