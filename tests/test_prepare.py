@@ -368,11 +368,12 @@ def test_light_squeezenet_matches_onnxruntime():
         warnings.simplefilter("error")  # preparation must not fall back on a model zoo model
         artifact = byoc.compile(path, vendors=["c_source"])
     imported = artifact.plan.imported
-    # Weights are ConstantOfShape nodes: folded; every Conv stays the user's.
+    # Weights are ConstantOfShape nodes: folded; its Dropout (n61) removed; every Conv stays the user's.
     # (unnamed in the file: byoc names them, ConstantOfShape_0, ..., in its copy)
     constant_of_shape = [n.name for n in imported.model.graph.node if n.op_type == "ConstantOfShape"]
     assert constant_of_shape
-    assert imported.prepared == {n: "folded into a constant" for n in constant_of_shape}
+    assert imported.prepared == {**{n: "folded into a constant" for n in constant_of_shape},
+                                 "n61": "removed: Dropout passes its input through at inference"}
     convs = {n.name for n in m.graph.node if n.op_type == "Conv"}
     assert convs and {n.name for n in imported.node_of.values() if n.op_type == "Conv"} == convs
     inputs = {"data_0": rng(5).standard_normal((1, 3, 224, 224)).astype(np.float32)}
