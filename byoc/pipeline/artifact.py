@@ -186,6 +186,12 @@ def _holds_c_source(module) -> bool:
     return module.kind == "c" or any(_holds_c_source(m) for m in module.imports)
 
 
+_DLPACK_KINDS = frozenset("biufc")
+#: TVM dtypes numpy cannot take by DLPack (ml_dtypes' own): copied out with .numpy()
+_NUMPY_ONLY_BY_COPY = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                 "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "float8_e8m0fnu", "float8_e3m4",
+                                 "float8_e4m3", "float8_e4m3b11fnuz"})  # numpy dtype kinds numpy exchanges by DLPack: bool, integers, floats, complex
+
 #: the data alignment TVM's compiled functions assume of every tensor they are given (it is not checked)
 TENSOR_ALIGNMENT = 64
 
@@ -200,7 +206,9 @@ def tvm_tensor(array: np.ndarray):
     """
     import tvm
 
-    if array.size == 0:  # numpy does not keep an empty view's offset: nothing to copy anyway
+    # numpy does not keep an empty view's offset, and exports only its own kinds of dtype by DLPack
+    # (not ml_dtypes' bfloat16 or float8): those go the slow way.
+    if array.size == 0 or array.dtype.kind not in _DLPACK_KINDS:
         return tvm.runtime.tensor(array)
     return tvm.runtime.from_dlpack(_aligned_copy(array))
 
@@ -223,7 +231,10 @@ def vm_outputs(result) -> list[np.ndarray]:
     import tvm_ffi
 
     if hasattr(result, "numpy"):
-        return [np.from_dlpack(result).copy()]
+        try:
+            return [np.from_dlpack(result).copy()]
+        except (BufferError, RuntimeError):  # a dtype numpy takes only from TVM's own copy (bfloat16, float8)
+            return [np.asarray(result.numpy())]
     if isinstance(result, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
         return [np.array(list(result), dtype=np.int64)]
     if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
