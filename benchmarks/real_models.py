@@ -52,6 +52,9 @@ What is recorded, per model and configuration:
 * partitions (per vendor), offloaded ops and host ops of the plan actually
   built (``artifact.plan``, after any codegen fallback) and the build's
   warnings;
+* memory (in the JSON): the host program's planned activations and their
+  lower bound, the whole model's lower bound, and host planned plus each
+  vendor runtime's workspace as the runtime reports it (``byoc.tools.memory``);
 * max relative error against onnxruntime: for each output,
   ``max|byoc - ort| / max(max|ort|, 1e-30)`` (the largest absolute error
   scaled by the largest magnitude of the reference output, so outputs near
@@ -445,7 +448,7 @@ def _work_build(task: dict) -> dict:
     try:  # what `python -m byoc.partition` reports besides the plan
         from byoc.tools.memory import estimate_memory
 
-        memory = estimate_memory(plan).as_dict()
+        memory = estimate_memory(plan)
     except Exception as err:  # noqa: BLE001
         return dict(failed("memory estimate", err), **times)
     t2 = time.perf_counter()
@@ -466,7 +469,9 @@ def _work_build(task: dict) -> dict:
         "offloaded_ops": built.offloaded_ops, "host_ops": len(built.host_ops),
         "host_op_types": sorted({op.node.op_type for op in built.host_ops if op.node is not None}),
         "warnings": [str(w.message).strip().splitlines()[0] for w in caught],
-        "host_memory": {k: memory[k] for k in ("planned_bytes", "lower_bound_bytes")},
+        # host planned and bound, the whole model's bound, and host + every vendor runtime's workspace
+        "memory": {k: v for k, v in memory.with_runtimes(built, artifact.runtime_memory).as_dict().items()
+                   if k.endswith("_bytes")},
     }
     with np.load(task["inputs"]) as saved:
         inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(task["input_names"])}

@@ -207,6 +207,8 @@ def test_verify_ok_with_inputs_file(model_dir, tmp_path):
     code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--verify", "--inputs", inputs, "-q")
     assert code == 0
     assert "Verification: ok" in out and "inputs.npz" in out
+    # the build --verify makes reports each partition's runtime memory (c_source: its C's temporaries)
+    assert "c_source_0 (c_source)" in out and "planned in all" in out and "not built here" not in out
 
 
 def test_verify_inputs_with_wrong_name_is_exit_2(model_dir, tmp_path):

@@ -97,6 +97,71 @@ def test_memory_of_a_host_program_calling_an_imported_tir_kernel():
     assert estimate.planned_bytes >= estimate.lower_bound_bytes
 
 
+def _elementwise_chain():
+    """x -> Relu -> Sigmoid -> Tanh -> y on [2, 5]: two intermediates of 40 bytes each."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Sigmoid", ["a"], ["b"], name="sig"),
+             helper.make_node("Tanh", ["b"], ["y"], name="tanh")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("vendor", ["c_source", "json_runtime"])
+def test_runtime_memory_of_a_chain_is_its_two_intermediates(vendor):
+    artifact = byoc.compile(_elementwise_chain(), [vendor])
+    assert {name: (m.workspace_bytes, m.constant_bytes) for name, m in artifact.runtime_memory.items()} == \
+        {f"{vendor}_0": (2 * 10 * 4, 0)}
+
+
+def test_runtime_memory_of_dnnl_holds_the_reordered_weights_and_reaches_the_report():
+    plan = byoc.partition(small_cnn(), ["dnnl"])
+    artifact = byoc.build(plan)
+    weights = sum(onnx.numpy_helper.to_array(i).nbytes for i in small_cnn().graph.initializer)
+    [(name, use)] = artifact.runtime_memory.items()
+    assert name == "dnnl_0" and use.workspace_bytes > 0 and use.constant_bytes >= weights
+    estimate = estimate_memory(plan)
+    assert estimate.runtimes is None and estimate.total_planned_bytes is None
+    built = estimate.with_runtimes(artifact.plan, artifact.runtime_memory)
+    assert built.total_planned_bytes == estimate.planned_bytes + use.workspace_bytes
+    report = build_report(plan, "model.onnx", memory=built.as_dict())
+    assert report["memory"]["runtimes"] == [
+        {"partition": "dnnl_0", "vendor": "dnnl", "workspace_bytes": use.workspace_bytes,
+         "constant_bytes": use.constant_bytes}]
+    text = render(report, "text")
+    assert f"dnnl_0 (dnnl)      {use.workspace_bytes} bytes" in text and "planned in all" in text
+
+
+def test_runtime_memory_survives_export_and_load(tmp_path):
+    artifact = byoc.compile(_elementwise_chain(), ["json_runtime"])
+    loaded = byoc.load(artifact.export(tmp_path / "m.so"))
+    assert loaded.runtime_memory == artifact.runtime_memory
+
+
+def test_a_codegen_whose_memory_report_fails_still_builds():
+    from byoc.codegens.c_source import CSourceCodegen
+    from byoc.vendor import OpRule, Vendor, always, register_vendor, unregister_vendor
+
+    class Failing(CSourceCodegen):
+        def runtime_memory(self, partitions, modules):
+            raise RuntimeError("no idea")
+
+    register_vendor(Vendor("memless", (OpRule("memless.relu", "relax.nn.relu", always),), Failing()))
+    try:
+        with pytest.warns(RuntimeWarning, match="'memless' could not report its runtime memory: RuntimeError: no idea"):
+            artifact = byoc.compile(_elementwise_chain(), ["memless"])
+    finally:
+        unregister_vendor("memless")
+    assert artifact.runtime_memory == {} and len(artifact.plan.partitions) == 1
+
+
+def test_model_lower_bound_does_not_depend_on_the_split():
+    bounds = {estimate_memory(byoc.partition(small_cnn(), vendors)).model_lower_bound_bytes
+              for vendors in ([], ["c_source"], ["dnnl"])}
+    assert len(bounds) == 1 and bounds.pop() > 0
+
+
 @pytest.mark.parametrize("build, keep", [(small_cnn, []), (small_cnn, ["bn1", "relu1"]), (small_mlp, ["act1"])])
 def test_exported_onnx_checks_and_matches_onnxruntime(build, keep):
     model = build()

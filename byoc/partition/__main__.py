@@ -127,6 +127,7 @@ def _run(args, say) -> int:
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
     from byoc.tools.verify import load_inputs, verify
+    from byoc.pipeline.builder import build
 
     if args.list_vendors:
         sys.stdout.write(_list_vendors())
@@ -151,8 +152,11 @@ def _run(args, say) -> int:
     verification = None
     if args.verify:
         inputs = load_inputs(args.inputs) if args.inputs else None
+        say(f"verify: building for {target.name}")
+        artifact = build(plan, target=target)
+        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
         verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
-                              progress=say)
+                              progress=say, artifact=artifact)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
                           verification.as_dict() if verification else None)
     text = render(report, args.format)

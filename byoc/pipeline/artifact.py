@@ -55,6 +55,14 @@ class Artifact:
         self._tmpdir: Optional[str] = None
         self.threads = check_threads(threads)
 
+    @property
+    def runtime_memory(self) -> dict:
+        """Partition name -> :class:`~byoc.vendor.RuntimeMemory`: what its vendor's runtime holds, as reported
+        when it was built (empty for an artifact of an older byoc, and for vendors that do not report)."""
+        from byoc.vendor import RuntimeMemory
+
+        return {name: RuntimeMemory(*pair) for name, pair in self.metadata.get("runtime_memory", {}).items()}
+
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
         """Write the artifact as a shared library for its target; returns the path.
@@ -173,8 +181,6 @@ class Artifact:
 
     def run(self, inputs: Inputs) -> list[np.ndarray]:
         """Run the model; returns numpy arrays in ONNX output order."""
-        import tvm
-
         arrays = self.check_inputs(inputs)
         vm = self._vm()
         result = vm["main"](*[tvm_tensor(a) for a in arrays])

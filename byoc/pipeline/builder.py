@@ -27,7 +27,7 @@ from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
-from byoc.vendor import Vendor, runtime_module_kinds
+from byoc.vendor import Vendor, runtime_memory, runtime_module_kinds
 
 @contextlib.contextmanager
 def _codegens_for_this_build(mod, modules: dict[str, list]):
@@ -96,15 +96,18 @@ def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPrese
             )
 
 
-def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None) -> list:
-    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``.
+def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None) -> tuple[list, dict]:
+    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``, and what they hold.
 
     With ``target``, C source modules are syntax-checked with its C compiler.
     Raises :class:`CodegenError` naming the vendor when the codegen fails.
+    The second result maps a partition's name to its
+    :class:`~byoc.vendor.RuntimeMemory` as the vendor reports it (nothing for
+    a vendor that does not, or whose report fails: a ``RuntimeWarning``).
     """
     parts = [p for p in plan.partitions if p.vendor == vendor.name]
     if not parts:
-        return []
+        return [], {}
     try:
         graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
     except UnsupportedConstruct as err:
@@ -119,7 +122,13 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     except Exception as err:
         raise CodegenError(f"{failed_on}: {type(err).__name__}: {err}") from err
     _check_c_sources(modules, vendor, target)
-    return modules
+    try:
+        memory = runtime_memory(vendor.codegen, graphs, modules)
+    except Exception as err:  # noqa: BLE001 - a report, not the build: the artifact is still good
+        warnings.warn(f"vendor {vendor.name!r} could not report its runtime memory: {type(err).__name__}: {err}",
+                      RuntimeWarning, stacklevel=3)
+        memory = {}
+    return modules, memory
 
 
 def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
@@ -132,24 +141,26 @@ def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
             )
 
 
-def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tuple[PartitionPlan, dict]:
+def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tuple[PartitionPlan, dict, dict]:
     """Run every vendor's codegen; a failing vendor's partitions go back to the host.
 
-    Returns the (possibly re-partitioned) plan and the modules per vendor.
+    Returns the (possibly re-partitioned) plan, the modules per vendor, and
+    what each partition's runtime holds (:func:`run_codegen`).
     With ``strict`` a failure raises its :class:`CodegenError` instead.
     """
     while True:
-        modules, failed = {}, None
+        modules, memory, failed = {}, {}, None
         for vendor in plan.vendors:
             try:
-                modules[vendor.name] = run_codegen(plan, vendor, target)
+                modules[vendor.name], reported = run_codegen(plan, vendor, target)
+                memory.update(reported)
             except CodegenError as err:
                 if strict:
                     raise
                 failed = (vendor, err)
                 break
         if failed is None:
-            return plan, modules
+            return plan, modules, memory
         vendor, err = failed
         warnings.warn(
             f"vendor {vendor.name!r} failed, its partitions run on the host instead: {err}",
@@ -162,7 +173,7 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tup
                          min_ops=plan.min_ops, keep_on_host=plan.keep_on_host)
 
 
-def _metadata(plan: PartitionPlan, target: TargetPreset) -> str:
+def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict) -> str:
     return json.dumps(
         {
             "schema": 1,
@@ -172,6 +183,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset) -> str:
             "inputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.inputs],
             "outputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.outputs],
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
+            # partition -> [workspace bytes per call, constant bytes], as its vendor's runtime reports them
+            "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes] for name, m in memory.items()},
         },
         sort_keys=True,
     )
@@ -225,15 +238,16 @@ def build(
                          strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
     _prepare_vendor_runtimes(plan, threads)
-    plan, modules = _codegen_all(plan, preset, strict)
+    plan, modules, memory = _codegen_all(plan, preset, strict)
     mod = lower_partitions(plan.mod, modules)
-    mod = _with_metadata(mod, _metadata(plan, preset))
+    metadata = _metadata(plan, preset, memory)
+    mod = _with_metadata(mod, metadata)
     try:
         executable = compile_host(mod, preset)
     except Exception as err:  # TVM raises many error types from deep inside
         first = last_line(err)
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
-    return Artifact(executable, json.loads(_metadata(plan, preset)), plan=plan, target=preset, threads=threads)
+    return Artifact(executable, json.loads(metadata), plan=plan, target=preset, threads=threads)
 
 
 def _prepare_vendor_runtimes(plan: PartitionPlan, threads: Optional[int]) -> None:

@@ -20,7 +20,8 @@ a vendor's kernels is the vendor's own.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Mapping, Optional
 
 from byoc.pipeline.partitioner import PartitionPlan
 from byoc.deploy.targets import resolve_target
@@ -28,45 +29,93 @@ from byoc.vendor.values import static_dims
 
 PLANNED_SOURCE = "TVM StaticPlanBlockMemory (alloc_storage + unplanned alloc_tensor) on the host program"
 LOWER_BOUND_SOURCE = "max total size of tensors live at once, in executed order (ONNC)"
-SCOPE = "host activations: intermediate and output tensors; inputs, weights and vendor-internal memory excluded"
+MODEL_LOWER_BOUND_SOURCE = ("the same bound for the whole model, every op in its executed order (partitions or not): "
+                            "what any split of it needs")
+SCOPE = ("host activations: intermediate and output tensors; inputs, weights and vendor-internal memory excluded "
+         "(the vendor runtimes report theirs after a build)")
+
+
+@dataclass(frozen=True)
+class RuntimeRow:
+    """One partition's vendor runtime memory, as the runtime reported it when built."""
+
+    partition: str
+    vendor: str
+    workspace_bytes: int
+    constant_bytes: int
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Activation bytes planned by TVM next to the lower bound for the same call order."""
+    """Activation bytes planned by TVM next to the lower bound for the same call order, the whole
+    model's lower bound, and (after a build) what each vendor runtime holds."""
 
     planned_bytes: int
     lower_bound_bytes: int
     steps: int  # calls in the executed order (host kernels and partitions)
+    model_lower_bound_bytes: int
+    runtimes: Optional[tuple[RuntimeRow, ...]] = None  # None: not built
+
+    @property
+    def total_planned_bytes(self) -> Optional[int]:
+        """The host's planned activations plus every vendor runtime's workspace (None before a build)."""
+        if self.runtimes is None:
+            return None
+        return self.planned_bytes + sum(r.workspace_bytes for r in self.runtimes)
+
+    def with_runtimes(self, plan: PartitionPlan, runtime_memory: Mapping) -> "MemoryEstimate":
+        """This estimate with each partition's runtime memory (``Artifact.runtime_memory``); partitions whose
+        vendor reports nothing are left out."""
+        rows = tuple(RuntimeRow(p.name, p.vendor, runtime_memory[p.name].workspace_bytes,
+                                runtime_memory[p.name].constant_bytes)
+                     for p in plan.partitions if p.name in runtime_memory)
+        return replace(self, runtimes=rows)
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "planned_bytes": self.planned_bytes,
             "lower_bound_bytes": self.lower_bound_bytes,
             "steps": self.steps,
+            "model_lower_bound_bytes": self.model_lower_bound_bytes,
             "planned_source": PLANNED_SOURCE,
             "lower_bound_source": LOWER_BOUND_SOURCE,
+            "model_lower_bound_source": MODEL_LOWER_BOUND_SOURCE,
             "scope": SCOPE,
         }
+        if self.runtimes is not None:
+            out["runtimes"] = [asdict(r) for r in self.runtimes]
+            out["total_planned_bytes"] = self.total_planned_bytes
+        return out
 
 
 def estimate_memory(plan: PartitionPlan, target="x86_64") -> MemoryEstimate:
-    """Planned activation bytes and the ONNC lower bound of ``plan``'s host program."""
-    import tvm
+    """Planned activation bytes and the ONNC lower bound of ``plan``'s host program, and the whole model's bound.
+
+    The vendor runtimes' own memory is known only after a build: see
+    :meth:`MemoryEstimate.with_runtimes`.
+    """
     from tvm import relax
-    from tvm.relax.backend.cpu_generic import pipeline
 
     tvm_target = resolve_target(target).tvm_target()
-    host = _host_module(plan.mod)
+    lowered = _lowered(_host_module(plan.mod), tvm_target)
     with tvm_target:
-        lowered = tvm.transform.Sequential(
+        planned = relax.transform.StaticPlanBlockMemory()(lowered)
+    bound, steps = _lower_bound(lowered["main"])
+    model_bound, _ = _lower_bound(_lowered(plan.imported.mod, tvm_target)["main"])
+    return MemoryEstimate(_planned_bytes(planned["main"]), bound, steps, model_bound)
+
+
+def _lowered(mod, tvm_target):
+    """``mod`` through the passes ``tvm.compile`` runs for a CPU target, up to memory planning."""
+    import tvm
+    from tvm.relax.backend.cpu_generic import pipeline
+
+    with tvm_target:
+        return tvm.transform.Sequential(
             pipeline.library_dispatch_passes(tvm_target)
             + pipeline.legalize_passes(tvm_target)
             + pipeline.dataflow_lower_passes(tvm_target)
-        )(host)
-        planned = relax.transform.StaticPlanBlockMemory()(lowered)
-    bound, steps = _lower_bound(lowered["main"])
-    return MemoryEstimate(_planned_bytes(planned["main"]), bound, steps)
+        )(mod)
 
 
 def _host_module(mod):

@@ -130,7 +130,15 @@ REPORT_SCHEMA = {
         },
         "memory": {
             "type": "object",
-            "required": ["planned_bytes", "lower_bound_bytes", "planned_source", "lower_bound_source", "scope"],
+            "required": ["planned_bytes", "lower_bound_bytes", "model_lower_bound_bytes", "planned_source",
+                         "lower_bound_source", "model_lower_bound_source", "scope"],
+            "properties": {
+                # present after a build (--verify): what each partition's vendor runtime reports
+                "runtimes": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["partition", "vendor", "workspace_bytes", "constant_bytes"]}},
+                "total_planned_bytes": {"type": "integer"},
+            },
         },
         "verify": {"type": "object", "required": ["status"]},
     },
@@ -379,20 +387,33 @@ def render_text(report: Mapping) -> str:
     lines += _prepared_text(report)
     memory = report.get("memory")
     if memory:
-        lines += [
-            "",
-            "Memory (activations)",
-            *_table(["", "", ""], [
-                ["planned", f"{memory['planned_bytes']} bytes", memory["planned_source"]],
-                ["lower bound", f"{memory['lower_bound_bytes']} bytes", memory["lower_bound_source"]],
-            ])[1:],
-            f"  scope: {memory['scope']}",
-        ]
+        rows, notes = _memory_rows(memory)
+        lines += ["", "Memory (activations)",
+                  *_table(["", "", ""], [[what, f"{n} bytes", how] for what, n, how in rows])[1:],
+                  *(f"  {note}" for note in notes)]
     verify = report.get("verify")
     if verify:
         lines += ["", f"Verification: {verify['status']}"]
         lines += [f"  {line}" for line in verify.get("lines", [])]
     return "\n".join(lines) + "\n"
+
+
+def _memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]:
+    """The memory section as (what, bytes, how) rows, and the notes under it."""
+    rows = [("host planned", memory["planned_bytes"], memory["planned_source"]),
+            ("host lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"])]
+    if "model_lower_bound_bytes" in memory:
+        rows.append(("model lower bound", memory["model_lower_bound_bytes"], memory["model_lower_bound_source"]))
+    notes = [f"scope: {memory['scope']}"]
+    runtimes = memory.get("runtimes")
+    if runtimes is None:
+        notes.append("vendor runtimes: not built here (--verify builds the model and adds what each reports)")
+        return rows, notes
+    for r in runtimes:
+        rows.append((f"{r['partition']} ({r['vendor']})", r["workspace_bytes"],
+                     f"workspace per call, as its runtime reports it; constants {r['constant_bytes']} bytes"))
+    rows.append(("planned in all", memory["total_planned_bytes"], "host planned + every vendor runtime's workspace"))
+    return rows, notes
 
 
 def _prepared_groups(report: Mapping) -> list[tuple[str, list[str]]]:
@@ -637,10 +658,9 @@ def render_html(report: Mapping) -> str:
             [[fate, ", ".join(names)] for fate, names in _prepared_groups(report)])]
     memory = report.get("memory")
     if memory:
-        sections += ["<h2>Memory (activations)</h2>", _html_table(["", "bytes", "how"], [
-            ["planned", memory["planned_bytes"], memory["planned_source"]],
-            ["lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"]],
-        ]), f"<p>{esc(memory['scope'])}</p>"]
+        rows, notes = _memory_rows(memory)
+        sections += ["<h2>Memory (activations)</h2>", _html_table(["", "bytes", "how"], [list(r) for r in rows]),
+                     *(f"<p>{esc(note)}</p>" for note in notes)]
     verify = report.get("verify")
     if verify:
         sections += [f"<h2>Verification: {esc(verify['status'])}</h2>",

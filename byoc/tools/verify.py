@@ -199,8 +199,8 @@ def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.n
     return checks
 
 
-def _run(plan: PartitionPlan, target, inputs, want) -> list[OutputCheck]:
-    artifact = build(plan, target=target)
+def _run(plan: PartitionPlan, target, inputs, want, artifact=None) -> list[OutputCheck]:
+    artifact = artifact or build(plan, target=target)
     # Foreign targets run as the standalone program (under qemu); see byoc.deploy.standalone.
     got = artifact.run(inputs) if artifact.target.is_host else artifact.run_emulated(inputs)
     return compare([s.name for s in plan.imported.outputs], got, want, output_quanta(plan.imported.model))
@@ -212,12 +212,14 @@ def verify(
     inputs: Optional[Mapping[str, np.ndarray]] = None,
     inputs_label: Optional[str] = None,
     progress: Progress = None,
+    artifact=None,
 ) -> Verification:
     """Build ``plan``, compare it with onnxruntime, and bisect a mismatch to a partition.
 
     ``target`` defaults to the plan's. ``inputs`` default to :func:`random_inputs`; ``inputs_label`` says in the
-    result where they came from. Rebuilds for the bisection use the plan's
-    own vendors, ``min_ops`` and ``keep_on_host``.
+    result where they came from. ``artifact``: a build of ``plan`` for
+    ``target`` to check, instead of building one. Rebuilds for the bisection
+    use the plan's own vendors, ``min_ops`` and ``keep_on_host``.
     """
     say = progress or (lambda _: None)
     preset = plan.target if target is None else resolve_target(target)
@@ -226,8 +228,8 @@ def verify(
         inputs = random_inputs(plan.imported.inputs)
     say("verify: running onnxruntime")
     want = reference_outputs(plan, _checked(plan, inputs))
-    say(f"verify: building and running {len(plan.partitions)} partition(s)")
-    checks = _run(plan, preset, inputs, want)
+    say(f"verify: {'running' if artifact else 'building and running'} {len(plan.partitions)} partition(s)")
+    checks = _run(plan, preset, inputs, want, artifact)
     reference = [QUANTIZED_REFERENCE] if is_quantized(plan.imported.model) else []
     if all(c.ok for c in checks):
         return Verification("ok", label, checks, lines=[

@@ -18,12 +18,12 @@ A vendor module usually needs only::
     from byoc.vendor.checks import all_of, dtypes, static_shapes
 """
 
-from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, Vendor, always,
-                               runtime_module_kinds, standalone_source)
+from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, RuntimeMemory,
+                               Vendor, always, runtime_memory, runtime_module_kinds, standalone_source)
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
-    "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "PatternRule", "Rule", "Vendor", "always",
-    "get_vendor", "list_vendors",
-    "register_vendor", "runtime_module_kinds", "standalone_source", "unregister_vendor",
+    "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "PatternRule", "Rule", "RuntimeMemory", "Vendor",
+    "always", "get_vendor", "list_vendors",
+    "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",
 ]

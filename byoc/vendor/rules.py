@@ -159,6 +159,29 @@ def standalone_source(codegen: Codegen) -> Optional[Callable[[Sequence[Any]], st
 
 
 @dataclass(frozen=True)
+class RuntimeMemory:
+    """What a partition's vendor runtime holds, as the runtime (or the code it runs) reports it.
+
+    ``workspace_bytes``: what one call works in (intermediates, scratch), per
+    call in flight; ``constant_bytes``: the weights and other constants it
+    keeps, its own copies (reordered for its kernels) included.
+    """
+
+    workspace_bytes: int
+    constant_bytes: int
+
+
+def runtime_memory(codegen: Codegen, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, RuntimeMemory]:
+    """Per partition symbol, what ``codegen``'s runtime holds for the ``modules`` it made from ``partitions``.
+
+    A codegen reports it with a ``runtime_memory(partitions, modules)``
+    method returning that mapping; one without it reports nothing (``{}``).
+    """
+    method = getattr(codegen, "runtime_memory", None)
+    return dict(method(partitions, modules)) if callable(method) else {}
+
+
+@dataclass(frozen=True)
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options."""
 

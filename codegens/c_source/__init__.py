@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from .emitter import OP_EMITTERS, OpEmitter, emit_source, float_literal, kernels_source
+from .emitter import OP_EMITTERS, OpEmitter, emit_source, float_literal, kernels_source, source_memory
 
 __all__ = ["CSourceCodegen", "OP_EMITTERS", "emit_source", "float_literal", "kernels_source"]
 
@@ -30,6 +30,14 @@ class CSourceCodegen:
     def standalone_source(self, partitions: Sequence) -> str:
         """The same C, for a standalone program (the capability :func:`byoc.vendor.standalone_source` looks for)."""
         return self.source(partitions)
+
+    def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
+        """What each partition's C takes (the capability :func:`byoc.vendor.runtime_memory` looks for):
+        the temporaries it mallocs per call, and its constants, compiled into the artifact."""
+        from byoc.vendor import RuntimeMemory
+
+        return {symbol: RuntimeMemory(workspace, constants)
+                for symbol, (workspace, constants) in source_memory(partitions, dict(self.emitters)).items()}
 
     def compile(self, partitions: Sequence, options: Mapping) -> list:
         import tvm

@@ -165,6 +165,7 @@ class _Unit:
     def __init__(self):
         self.decls: list[str] = []
         self.counter = 0
+        self.memory: dict[str, tuple[int, int]] = {}  # symbol -> (bytes malloc'ed per call, constant bytes)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -233,7 +234,7 @@ class _Body:
         tensor = Tensor(-len(self.names) - 1, tuple(shape), dtype, "op")
         name = self.unit.fresh("t")
         self.names[tensor.id] = name
-        self.temps.append((name, c_type(dtype), tensor.size))
+        self.temps.append((name, dtype, tensor.size))
         return tensor
 
 
@@ -402,7 +403,7 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
         else:
             temp = unit.fresh("t")
             names[call.output.id] = temp
-            temps.append((temp, c_type(call.output.dtype), call.output.size))
+            temps.append((temp, call.output.dtype, call.output.size))
     body = _Body(unit, graph, names, temps)
     for index, call in enumerate(graph.ops):
         if index in body.skip:
@@ -421,16 +422,18 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
         if names.get(t.id) != f"(({c_type(t.dtype)}*)out[{i}])":
             body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t){t.size});")
     # Fused ops leave some temporaries unused: allocate only the ones written.
-    used = [(t, ctype, size) for t, ctype, size in temps if t in body.referenced]
+    used = [(t, c_type(dtype), max(size, 1), np.dtype(dtype).itemsize) for t, dtype, size in temps
+            if t in body.referenced]
+    unit.memory[graph.symbol] = (sum(size * width for _, _, size, width in used),
+                                 sum(t.size * np.dtype(t.dtype).itemsize for t in graph.constants))
     lines = [f"static int {fn}(void* const* in, void* const* out) {{", "  int status = 0;"]
-    lines += [f"  {ctype}* {t} = ({ctype}*)malloc(sizeof({ctype}) * (size_t){max(size, 1)});"
-              for t, ctype, size in used]
+    lines += [f"  {ctype}* {t} = ({ctype}*)malloc(sizeof({ctype}) * (size_t){size});" for t, ctype, size, _ in used]
     if used:
-        lines.append("  if (" + " || ".join(f"!{t}" for t, _, _ in used) + ") { status = -2; goto done; }")
+        lines.append("  if (" + " || ".join(f"!{t}" for t, *_ in used) + ") { status = -2; goto done; }")
     lines += body.lines
     if used:
         lines.append("done:")
-    lines += [f"  free({t});" for t, _, _ in used]
+    lines += [f"  free({t});" for t, *_ in used]
     lines += ["  return status;", "}"]
     unit.decls.append("\n".join(lines))
     return fn
@@ -469,6 +472,16 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
 
 def emit_source(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter] | None = None) -> str:
     """One C source holding every partition in ``graphs``."""
+    return _emitted(graphs, emitters)[0]
+
+
+def source_memory(graphs: Sequence[PartitionGraph],
+                  emitters: dict[str, OpEmitter] | None = None) -> dict[str, tuple[int, int]]:
+    """Per partition symbol, what its C takes: bytes malloc'ed per call (its temporaries), and its constants' bytes."""
+    return _emitted(graphs, emitters)[1]
+
+
+def _emitted(graphs, emitters) -> tuple[str, dict[str, tuple[int, int]]]:
     emitters = OP_EMITTERS if emitters is None else emitters
     unit = _Unit()
     entries = [_entry(unit, g, _partition(unit, g, emitters)) for g in graphs]
@@ -482,4 +495,4 @@ def emit_source(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter]
         "#ifdef __cplusplus\n}\n#endif",
         "",
     ]
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), unit.memory

@@ -215,6 +215,11 @@ class Program {
     PlanArena();
   }
 
+  // Bytes a call works in (the arena of intermediates and the largest scratchpad), and the
+  // bytes of the constants this program made (weights reordered for its primitives).
+  size_t WorkspaceBytes() const { return arena_bytes_ + scratch_bytes_; }
+  size_t ConstantBytes() const { return owned_const_bytes_; }
+
   // Whether any primitive runs on a team (else running it serially changes nothing).
   bool parallel() const {
     for (const Step& step : steps_)
@@ -761,8 +766,14 @@ class Program {
     dnnl::stream stream(Engine());
     dnnl::reorder(source, converted).execute(stream, source, converted);
     stream.wait();
-    consts_.push_back(converted);
-    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+    return KeepConst(converted);
+  }
+
+  // A constant this program made (its memory is owned here, and counted in ConstantBytes).
+  int KeepConst(const memory& m) {
+    consts_.push_back(m);
+    owned_const_bytes_ += m.get_desc().get_size();
+    return NewValue(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
   }
 
   size_t Matmul(size_t k) {
@@ -810,8 +821,7 @@ class Program {
     Desc desc({static_cast<int64_t>(values.size())}, type, memory::format_tag::a);
     memory m(desc, Engine());
     std::memcpy(m.get_data_handle(), values.data(), values.size() * sizeof(T));
-    consts_.push_back(m);
-    return NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+    return KeepConst(m);
   }
 
   // Arguments and attribute masks of one scale (per tensor, or per index of `mask`'s axes).
@@ -1132,8 +1142,7 @@ class Program {
     Desc ones_desc = Plain({1, 1, reduced});
     memory ones(ones_desc, Engine());
     std::fill_n(static_cast<float*>(ones.get_data_handle()), reduced, mean ? 1.0f / reduced : 1.0f);
-    consts_.push_back(ones);
-    int ones_value = NewValue(ones_desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+    int ones_value = KeepConst(ones);
     Desc x_desc = Plain({outer, reduced, inner}), y_desc = Plain({outer, 1, inner});
     dnnl::matmul::primitive_desc pd(Engine(), ones_desc, x_desc, y_desc, UserScratchpad());
     int x = As(op.inputs[0], Plain(DimsOf(xs)));
@@ -1813,7 +1822,7 @@ class Program {
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::vector<Step> steps_;
   int threads_ = 1;  // the team size of the op being compiled
-  size_t arena_bytes_ = 0, scratch_bytes_ = 0;
+  size_t arena_bytes_ = 0, scratch_bytes_ = 0, owned_const_bytes_ = 0;
   mutable std::mutex pool_mutex_;
   mutable std::vector<std::unique_ptr<Workspace>> pool_;
 };
@@ -1911,6 +1920,17 @@ class DnnlExecutor {
   explicit DnnlExecutor(const ParsedGraph& graph)
       : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
 
+  // What the module holds besides its constants as given: one workspace per call in flight,
+  // and the reordered constants of each program compiled (the serial one once it has run).
+  MemoryUse Memory() const {
+    MemoryUse use{team_.WorkspaceBytes(), team_.ConstantBytes()};
+    if (const Program* serial = serial_ready_.load(std::memory_order_acquire)) {
+      use.workspace_bytes = std::max(use.workspace_bytes, serial->WorkspaceBytes());
+      use.constant_bytes += serial->ConstantBytes();
+    }
+    return use;
+  }
+
   void Run(float* const* in, float* const* out) const {
     if (!watch_) {  // nothing to choose: no clock reads on the path of small modules
       g_team_runs.fetch_add(1, std::memory_order_relaxed);
@@ -1932,7 +1952,10 @@ class DnnlExecutor {
 
  private:
   const Program& Serial() const {
-    std::call_once(serial_once_, [this] { serial_ = std::make_unique<Program>(g_, 1); });
+    std::call_once(serial_once_, [this] {
+      serial_ = std::make_unique<Program>(g_, 1);
+      serial_ready_.store(serial_.get(), std::memory_order_release);
+    });
     return *serial_;
   }
 
@@ -1942,6 +1965,7 @@ class DnnlExecutor {
   mutable ProgramChooser chooser_;
   mutable std::once_flag serial_once_;
   mutable std::unique_ptr<Program> serial_;
+  mutable std::atomic<const Program*> serial_ready_{nullptr};  // serial_, once compiled (for Memory)
 };
 
 TVM_FFI_STATIC_INIT_BLOCK() {

@@ -54,3 +54,14 @@ class JsonRuntimeCodegen:
             tensors = [tvm.runtime.tensor(graph.constants[n]) for n in names]
             modules.append(create(graph.symbol, graph.json, names, tensors))
         return modules
+
+    def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
+        """What each module reports it holds (the capability :func:`byoc.vendor.runtime_memory` looks for): its
+        workspace per call, and its constants (as given, plus any copies its executor made, e.g. reordered)."""
+        from byoc.vendor import RuntimeMemory
+
+        memory = {}
+        for module in modules:
+            workspace, given, made = (int(v) for v in module["get_memory"]())
+            memory[str(module["get_symbol"]())] = RuntimeMemory(workspace, given + made)
+        return memory

@@ -525,6 +525,13 @@ class ParsedGraph {
 // ---------------------------------------------------------------------------
 using Constants = std::vector<std::pair<std::string, std::vector<float>>>;
 
+// What an executor holds besides the module's constants as given: the bytes one call works in
+// (per call in flight), and the constants it made itself (e.g. weights reordered for a kernel).
+struct MemoryUse {
+  size_t workspace_bytes = 0;
+  size_t constant_bytes = 0;
+};
+
 template <class Executor>
 class GraphModuleObj : public ModuleObj {
  public:
@@ -555,6 +562,14 @@ class GraphModuleObj : public ModuleObj {
     }
     if (name == "get_symbol") {
       return Function::FromPacked([self, this](PackedArgs, Any* rv) { *rv = String(symbol_); });
+    }
+    if (name == "get_memory") {  // [workspace bytes per call, bytes of the constants as given, bytes it made]
+      return Function::FromPacked([self, this](PackedArgs, Any* rv) {
+        MemoryUse use = executor_->Memory();
+        int64_t given = 0;
+        for (const auto& c : consts_) given += static_cast<int64_t>(c.second.size() * sizeof(float));
+        *rv = Array<int64_t>{static_cast<int64_t>(use.workspace_bytes), given, static_cast<int64_t>(use.constant_bytes)};
+      });
     }
     return std::nullopt;
   }

@@ -71,6 +71,18 @@ class ReferenceExecutor {
     }
   }
 
+  // A call allocates one buffer per intermediate (an op result that is not a graph output).
+  MemoryUse Memory() const {
+    std::vector<bool> output(g_.tensors().size(), false);
+    for (int id : g_.outputs()) output[id] = true;
+    MemoryUse use;
+    for (size_t i = 0; i < g_.tensors().size(); ++i) {
+      const TensorInfo& t = g_.tensor(static_cast<int>(i));
+      if (t.kind == Kind::kOp && !output[i]) use.workspace_bytes += sizeof(float) * std::max<int64_t>(t.numel, 1);
+    }
+    return use;
+  }
+
   // Runs the graph. Reads only immutable state; intermediates live in `temps`.
   void Run(float* const* in, float* const* out) const {
     const std::vector<TensorInfo>& tensors = g_.tensors();
