@@ -71,6 +71,33 @@ def depthwise_cnn(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 32, 32], [1, 10], inits, "depthwise_cnn")
 
 
+def activation_cnn(seed: int = 0) -> onnx.ModelProto:
+    """MobileNetV3-like activations: a swish (x * sigmoid(x)), a hard-swish, and a squeeze-excitation scale
+    (global pool, two 1x1 convs, hard-sigmoid, a per-channel multiply), then a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 3, 3, 3)), _init(rng, "b1", (8,)), _init(rng, "w2", (8, 8, 3, 3)),
+             _init(rng, "b2", (8,)), _init(rng, "se1", (4, 8, 1, 1)), _init(rng, "se1b", (4,)),
+             _init(rng, "se2", (8, 4, 1, 1)), _init(rng, "se2b", (8,)), _init(rng, "fc", (8, 10)),
+             _init(rng, "fcb", (10,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+             node("Sigmoid", ["c1"], ["s1"], name="sigmoid"),
+             node("Mul", ["c1", "s1"], ["a1"], name="swish"),
+             node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1] * 4, name="conv2"),
+             node("HardSwish", ["c2"], ["a2"], name="hardswish"),
+             node("GlobalAveragePool", ["a2"], ["g"], name="se_pool"),
+             node("Conv", ["g", "se1", "se1b"], ["e1"], name="se_reduce"),
+             node("Relu", ["e1"], ["e2"], name="se_relu"),
+             node("Conv", ["e2", "se2", "se2b"], ["e3"], name="se_expand"),
+             node("HardSigmoid", ["e3"], ["e4"], alpha=1.0 / 6, beta=0.5, name="se_gate"),
+             node("Mul", ["a2", "e4"], ["a3"], name="se_scale"),
+             node("GlobalAveragePool", ["a3"], ["p"], name="gap"),
+             node("Flatten", ["p"], ["f"], name="flatten"),
+             node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "activation_cnn")
+
+
 def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     """A transformer's MLP block on 8 tokens of width 16: two linear layers, relu, a residual add, softmax."""
     rng = np.random.default_rng(seed)

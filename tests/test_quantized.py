@@ -28,7 +28,7 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import depthwise_cnn, output_scale, quantize, residual_cnn, transformer_mlp
+from quantized_models import activation_cnn, depthwise_cnn, output_scale, quantize, residual_cnn, transformer_mlp
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
 
@@ -413,22 +413,44 @@ def test_the_report_names_int8_units(quantized, tmp_path):
     assert "x_QuantizeLinear (QDQ int8)" not in text  # Q/DQ nodes belong to a unit; the core op is named
 
 
-def _onednn_log(reduce_range: bool) -> tuple[list, list]:
-    """oneDNN's log of one run of the residual CNN quantized per tensor: (convolutions, matmuls) executed."""
+def _executed(make: str, reduce_range: bool) -> list[str]:
+    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models), quantized per tensor, executes."""
     script = (
         "import sys, warnings; sys.path.insert(0, %r)\n"
         "import numpy as np, byoc\n"
-        "from quantized_models import quantize, residual_cnn\n"
+        "from quantized_models import quantize, %s as make\n"
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
-        "    artifact = byoc.compile(quantize(residual_cnn(), reduce_range=%r), vendors=['dnnl'])\n"
+        "    artifact = byoc.compile(quantize(make(), reduce_range=%r), vendors=['dnnl'], strict=True)\n"
+        "print('RUN', flush=True)\n"
         "artifact.run({'x': np.ones((1, 3, 16, 16), np.float32)})\n"
-    ) % (str(Path(__file__).parent), reduce_range)
+    ) % (str(Path(__file__).parent), make, reduce_range)
     log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "ONEDNN_VERBOSE": "1"})
     assert log.returncode == 0, log.stderr[-2000:]
-    executed = [line for line in log.stdout.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+    run = log.stdout.split("RUN\n", 1)[1]  # after the build (whose weight reorders are logged too)
+    return [line for line in run.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
+
+
+def _onednn_log(reduce_range: bool) -> tuple[list, list]:
+    """oneDNN's log of one run of the residual CNN quantized per tensor: (convolutions, matmuls) executed."""
+    executed = _executed("residual_cnn", reduce_range)
     return [x for x in executed if ",convolution," in x], [x for x in executed if ",matmul," in x]
+
+
+def test_activation_units_run_on_8_bit_tensors_on_dnnl():
+    """Swish, hard-swish and squeeze-excitation units, which run as their float definition, are each one binary
+    primitive reading and writing 8-bit tensors: no float copy of an activation is made but the pooled ones (the
+    two global pools go DQ -> mean -> Q) and the model's output."""
+    executed = _executed("activation_cnn", True)
+    to_float = [x for x in executed if ",reorder," in x and "dst_f32" in x]
+    assert len(to_float) == 3, to_float  # the two pools' inputs, the output
+    assert len([x for x in executed if ",binary," in x and "src_u8" in x and "dst_u8" in x]) >= 4, executed
+    model = quantize(activation_cnn(), reduce_range=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    _within_one_quantum(model, artifact, (1, 3, 16, 16))
 
 
 def test_dnnl_runs_int8_primitives_for_7_bit_weights():
