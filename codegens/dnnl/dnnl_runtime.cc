@@ -600,13 +600,18 @@ class Program {
     return f;
   }
 
+  // The algorithm `table` maps `kernel` to, or nullptr.
+  static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel) {
+    auto it = table.find(kernel);
+    return it == table.end() ? nullptr : &it->second;
+  }
+
   static const algorithm* BinaryAlgorithm(const std::string& kernel) {
     static const std::map<std::string, algorithm> table = {{"relax.add", algorithm::binary_add},
                                                            {"relax.multiply", algorithm::binary_mul},
                                                            {"relax.subtract", algorithm::binary_sub},
                                                            {"relax.divide", algorithm::binary_div}};
-    auto it = table.find(kernel);
-    return it == table.end() ? nullptr : &it->second;
+    return Find(table, kernel);
   }
 
   // The post-ops with each full-shape binary operand read in layout `full` (the
@@ -1212,8 +1217,7 @@ class Program {
                                                            {"relax.sum", algorithm::reduction_sum},
                                                            {"relax.max", algorithm::reduction_max},
                                                            {"relax.min", algorithm::reduction_min}};
-    auto it = table.find(kernel);
-    return it == table.end() ? nullptr : &it->second;
+    return Find(table, kernel);
   }
 
   // relax.mean, sum, max or min over some axes.
