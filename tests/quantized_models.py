@@ -115,7 +115,8 @@ def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
 
 
 def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False, reduce_range: bool = False,
-             seed: int = 1, samples: int = 8, weight_type: str = "QInt8") -> onnx.ModelProto:
+             seed: int = 1, samples: int = 8, weight_type: str = "QInt8",
+             activation_type: str = "QUInt8") -> onnx.ModelProto:
     """``model`` quantized by onnxruntime (``fmt``: "QDQ" or "QOperator"), calibrated on random inputs.
 
     ``reduce_range`` quantizes weights to 7 bits, as onnxruntime advises for CPUs
@@ -139,7 +140,8 @@ def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False
         src, out = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
         onnx.save(model, src)
         quantize_static(str(src), str(out), Reader(), quant_format=getattr(QuantFormat, fmt),
-                        per_channel=per_channel, reduce_range=reduce_range, activation_type=QuantType.QUInt8,
+                        per_channel=per_channel, reduce_range=reduce_range,
+                        activation_type=getattr(QuantType, activation_type),
                         weight_type=getattr(QuantType, weight_type))
         return onnx.load(out)
 

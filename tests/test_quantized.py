@@ -475,6 +475,20 @@ def test_full_range_weights_run_in_float_on_dnnl_and_follow_the_definition():
         np.testing.assert_allclose(artifact.run(feed)[0], _ort(model, feed, integer_kernels=False), atol=1e-6)
 
 
+@pytest.mark.parametrize("make", [residual_cnn, activation_cnn])
+def test_s8_activations_run_in_float_on_dnnl_and_follow_the_definition(make):
+    """onnxruntime's QInt8 activations: without VNNI oneDNN's int8 kernels shift an s8 source to u8 and halve the
+    weights, and a conv moved by up to 6 quanta; such units run as their definition in float32."""
+    model = quantize(make(), reduce_range=True, activation_type="QInt8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    quantum = output_scale(model)
+    for seed in (5, 6, 7):
+        feed = _feed(seed)
+        assert np.abs(artifact.run(feed)[0] - _ort(model, feed, integer_kernels=False)).max() <= 1.001 * quantum
+
+
 def test_dnnl_names_the_int8_units_it_cannot_run():
     """uint8 weights: oneDNN's int8 weights are s8; the units go to c_source, listed after it, with dnnl's reason."""
     model = quantize(residual_cnn(), "QDQ", weight_type="QUInt8")
