@@ -192,11 +192,8 @@ def _holds_c_source(module) -> bool:
     return module.kind == "c" or any(_holds_c_source(m) for m in module.imports)
 
 
+#: the numpy dtype kinds numpy exchanges by DLPack: bool, integers, floats, complex
 _DLPACK_KINDS = frozenset("biufc")
-#: TVM dtypes numpy cannot take by DLPack (ml_dtypes' own): copied out with .numpy()
-_NUMPY_ONLY_BY_COPY = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-                                 "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "float8_e8m0fnu", "float8_e3m4",
-                                 "float8_e4m3", "float8_e4m3b11fnuz"})  # numpy dtype kinds numpy exchanges by DLPack: bool, integers, floats, complex
 
 #: the data alignment TVM's compiled functions assume of every tensor they are given (it is not checked)
 TENSOR_ALIGNMENT = 64

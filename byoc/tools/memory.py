@@ -66,8 +66,7 @@ class MemoryEstimate:
     def with_runtimes(self, plan: PartitionPlan, runtime_memory: Mapping) -> "MemoryEstimate":
         """This estimate with each partition's runtime memory (``Artifact.runtime_memory``); partitions whose
         vendor reports nothing are left out."""
-        rows = tuple(RuntimeRow(p.name, p.vendor, runtime_memory[p.name].workspace_bytes,
-                                runtime_memory[p.name].constant_bytes)
+        rows = tuple(RuntimeRow(p.name, p.vendor, **asdict(runtime_memory[p.name]))
                      for p in plan.partitions if p.name in runtime_memory)
         return replace(self, runtimes=rows)
 

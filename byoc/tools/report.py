@@ -401,9 +401,8 @@ def render_text(report: Mapping) -> str:
 def _memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]:
     """The memory section as (what, bytes, how) rows, and the notes under it."""
     rows = [("host planned", memory["planned_bytes"], memory["planned_source"]),
-            ("host lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"])]
-    if "model_lower_bound_bytes" in memory:
-        rows.append(("model lower bound", memory["model_lower_bound_bytes"], memory["model_lower_bound_source"]))
+            ("host lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"]),
+            ("model lower bound", memory["model_lower_bound_bytes"], memory["model_lower_bound_source"])]
     notes = [f"scope: {memory['scope']}"]
     runtimes = memory.get("runtimes")
     if runtimes is None:

@@ -90,9 +90,9 @@ def attr_equals(op: str, name: str, allowed, what: str = "") -> Check:
     return check
 
 
-def calls_of(match: Match, op: str) -> list:
-    """The calls in the match whose op is ``op``."""
-    return [c for c in match.calls if c.op.name == op]
+def calls_of(match: Match, *ops: str) -> list:
+    """The calls in the match whose op is one of ``ops``."""
+    return [c for c in match.calls if c.op.name in ops]
 
 
 def all_of(*checks: Check) -> Check:
@@ -109,14 +109,14 @@ def all_of(*checks: Check) -> Check:
 
 
 # -- checks several vendors share (NCHW kernels) ------------------------------------
-CONVS = ("relax.nn.conv1d", "relax.nn.conv2d")
 #: the channel-first layouts (data, kernel) of each conv op
 _CHANNEL_FIRST = {"relax.nn.conv1d": ("NCW", "OIW"), "relax.nn.conv2d": ("NCHW", "OIHW")}
+CONVS = tuple(_CHANNEL_FIRST)
 
 
 def conv_layout_nchw(match: Match) -> CheckResult:
     """NCHW/OIHW layouts only (NCW/OIW for conv1d)."""
-    for call in (c for c in match.calls if c.op.name in CONVS):
+    for call in calls_of(match, *CONVS):
         a = call.attrs
         data, kernel = _CHANNEL_FIRST[call.op.name]
         if (a.data_layout, a.kernel_layout, a.out_layout) != (data, kernel, data):
@@ -126,7 +126,7 @@ def conv_layout_nchw(match: Match) -> CheckResult:
 
 def constant_conv_weight(match: Match) -> CheckResult:
     """constant weight."""
-    for call in (c for c in match.calls if c.op.name in CONVS):
+    for call in calls_of(match, *CONVS):
         if not is_tensor_const(call.args[1]):
             return "the weight is not a constant (it is prepared once, at build or load time)"
     return SUPPORTED
