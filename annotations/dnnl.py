@@ -42,7 +42,7 @@ from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_
 from byoc.codegens.dnnl import DnnlCodegen
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
-from byoc.vendor.quantized import qdq_rules, qdq_supported
+from byoc.vendor.quantized import WEIGHTED, qdq_rules, qdq_supported
 
 NAME = "dnnl"
 MAX_RANK = 8  # graph_runtime.h's kMaxRank
@@ -538,7 +538,7 @@ def _int8_limits(match: Match):
     if core is None:
         return SUPPORTED
     name = core.op.name
-    if name in ("relax.nn.conv2d", "relax.matmul"):
+    if name in WEIGHTED:
         weights = [c for c in match.calls if c.op.name == "relax.dequantize" and is_tensor_const(c.args[0])
                    and str(c.args[0].ty.dtype) != "int32"]  # an int32 one is the bias
         if not weights:

@@ -98,6 +98,41 @@ def activation_cnn(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "activation_cnn")
 
 
+def conv1d_net(seed: int = 0) -> onnx.ModelProto:
+    """Silero-VAD-like, on a 1-D signal: a strided filter bank, a depthwise conv1d with relu, a pointwise conv1d
+    with asymmetric padding, a residual add, a global pool and a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "bank", (16, 1, 16)), _init(rng, "dw", (16, 1, 5), 0.5), _init(rng, "dwb", (16,)),
+             _init(rng, "pw", (16, 16, 2)), _init(rng, "pwb", (16,)), _init(rng, "fc", (16, 4)),
+             _init(rng, "fcb", (4,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "bank"], ["f"], strides=[8], name="filter_bank"),
+             node("Conv", ["f", "dw", "dwb"], ["d"], pads=[2, 2], group=16, name="depthwise"),
+             node("Relu", ["d"], ["r1"], name="relu1"),
+             node("Conv", ["r1", "pw", "pwb"], ["p"], pads=[0, 1], name="pointwise"),
+             node("Add", ["p", "f"], ["s"], name="residual"),
+             node("Relu", ["s"], ["r2"], name="relu2"),
+             node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+             node("Flatten", ["g"], ["fl"], name="flatten"),
+             node("MatMul", ["fl", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 1, 136], [1, 4], inits, "conv1d_net")
+
+
+def gemm_classifier(seed: int = 0) -> onnx.ModelProto:
+    """A torch-exported classifier head: conv, relu, global pool, flatten, then Gemm with transB=1 (torch's Linear)."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 3, 3, 3)), _init(rng, "b1", (8,)), _init(rng, "fc", (10, 8), 0.5),
+             _init(rng, "fcb", (10,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("GlobalAveragePool", ["r1"], ["g"], name="gap"),
+             node("Flatten", ["g"], ["f"], name="flatten"),
+             node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1, name="classifier")]
+    return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "gemm_classifier")
+
+
 def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     """A transformer's MLP block on 8 tokens of width 16: two linear layers, relu, a residual add, softmax."""
     rng = np.random.default_rng(seed)

@@ -28,7 +28,8 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import activation_cnn, depthwise_cnn, output_scale, quantize, residual_cnn, transformer_mlp
+from quantized_models import (activation_cnn, conv1d_net, depthwise_cnn, gemm_classifier, output_scale, quantize,
+                              residual_cnn, transformer_mlp)
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
 
@@ -109,6 +110,30 @@ def test_qoperator_nodes_become_qdq_units_named_after_them(quantized):
     imported = byoc.import_model(model)
     for name in qlinear:
         assert imported.prepared[name].startswith("decomposed into"), (name, imported.prepared.get(name))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_a_gemm_with_transb_reads_its_integer_weight_transposed_and_computes_the_same(per_channel):
+    """The importer spells transB as a transpose between DQ(w) and the matmul, hiding the unit; prepare transposes
+    the integer constant instead (moving a per-channel axis with it), on a copy."""
+    from byoc.pipeline.qdq_form import untransposed_gemm_weights
+
+    model = quantize(gemm_classifier(), "QDQ", per_channel, reduce_range=True)
+    before = model.SerializeToString()
+    rewritten = untransposed_gemm_weights(model)
+    assert model.SerializeToString() == before
+    gemm = next(n for n in rewritten.graph.node if n.op_type == "Gemm")
+    assert all(a.name != "transB" for a in gemm.attribute)
+    dq = next(n for n in rewritten.graph.node if gemm.input[1] in n.output)
+    weight = next(t for t in rewritten.graph.initializer if t.name == dq.input[0])
+    assert list(weight.dims) == [8, 10]
+    if per_channel:
+        assert onnx.helper.get_attribute_value(next(a for a in dq.attribute if a.name == "axis")) == 1
+    for seed in (5, 6):  # onnxruntime's float gemm may sum in another order: a rounding may move by one quantum
+        feed = _feed(seed)
+        expected = _ort(model, feed, integer_kernels=False)
+        assert np.abs(_ort(rewritten, feed, integer_kernels=False) - expected).max() <= 1.001 * output_scale(model)
+        assert np.abs(expected).max() > 10 * output_scale(model)
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["scalar-zero-point", "per-channel-zero-point"])
@@ -213,7 +238,8 @@ def test_what_the_rewrite_cannot_take_is_named():
 # -- int8 units offered to vendors -----------------------------------------------------------------
 
 MODELS = {"residual": (residual_cnn, (1, 3, 16, 16)), "depthwise": (depthwise_cnn, (1, 3, 32, 32)),
-          "mlp": (transformer_mlp, (1, 8, 16))}
+          "mlp": (transformer_mlp, (1, 8, 16)), "conv1d": (conv1d_net, (1, 1, 136)),
+          "gemm": (gemm_classifier, (1, 3, 16, 16))}
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
 
@@ -229,7 +255,7 @@ def _within_one_quantum(model: onnx.ModelProto, artifact, shape) -> None:
 
 
 @pytest.mark.parametrize("fmt,per_channel", FORMATS, ids=[f"{f}-{'channel' if c else 'tensor'}" for f, c in FORMATS])
-@pytest.mark.parametrize("name", ["depthwise", "mlp", "residual"])
+@pytest.mark.parametrize("name", ["depthwise", "mlp", "residual", "conv1d", "gemm"])
 @pytest.mark.parametrize("vendors", [["c_source"], ["dnnl"], ["json_runtime", "c_source"]], ids=",".join)
 def test_every_unit_goes_to_an_int8_vendor_and_matches_onnxruntime(name, fmt, per_channel, vendors):
     """json_runtime (float only) first: its float rules do not split a unit (they would take the conv at its core)."""
@@ -242,7 +268,7 @@ def test_every_unit_goes_to_an_int8_vendor_and_matches_onnxruntime(name, fmt, pe
     on_host = {h.node.op_type for h in plan.host_nodes if h.node is not None}
     assert not on_host & QDQ_OPS, [(h.node.name, dict(h.reasons)) for h in plan.host_nodes]
     assert len(plan.partitions) <= 2
-    cores = {n.name for n in model.graph.node if n.op_type in ("Conv", "MatMul", "QLinearConv", "QLinearMatMul")}
+    cores = {n.name for n in model.graph.node if n.op_type in ("Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul")}
     taken = {d.node.name: d.rule for d in plan.decisions.values() if d.node is not None and not d.on_host}
     int8_vendor = vendors[-1]
     for core in cores:

@@ -101,7 +101,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     Returns a :class:`Prepared` whose ``model`` computes the same outputs
     under the same input and output names.
     """
-    from byoc.pipeline.qdq_form import held_integer_constants, restore_held, unshared_dequantize
+    from byoc.pipeline.qdq_form import (held_integer_constants, restore_held, unshared_dequantize,
+                                        untransposed_gemm_weights)
     from byoc.pipeline.quantized import check_quantization, rewrite_qoperators
 
     check_quantization(model)
@@ -128,6 +129,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             failure = failure or err
             continue
         prepared, copies = unshared_dequantize(prepared)
+        prepared = untransposed_gemm_weights(prepared)
         origin.update({copy: origin.get(original, original) for copy, original in copies.items()})
         fate = _fates(source.graph, prepared.graph, origin)
         if quantized_from:

@@ -20,7 +20,7 @@ Neither step changes what the model computes.
 from __future__ import annotations
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 _INTEGER_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32}
 
@@ -110,3 +110,67 @@ def _shared(graph: onnx.GraphProto):
             count = reads.get(node.output[0], 0) + (node.output[0] in outputs)
             if count > 1:
                 yield node.name
+
+
+def untransposed_gemm_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``Gemm(A, DQ(w), transB=1)`` as ``Gemm(A, DQ(w'))``, with the integer weight transposed here, once.
+
+    The importer spells ``transB`` as a transpose of B, and between the
+    DequantizeLinear and the matmul that transpose hides the unit
+    ``DQ(A), DQ(w) -> MatMul`` from every vendor: the classifier of a
+    torch-exported MobileNetV2 or ResNet ran in float32. Transposing the
+    integer constant (and moving a per-channel axis with it) changes no value.
+    Run it after :func:`unshared_dequantize`, when each DequantizeLinear has
+    one reader. Returns ``model`` itself when no Gemm qualifies, else a copy.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    inputs = {vi.name for vi in graph.input} | {o.name for o in graph.output}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output}
+
+    def qualifying(gemm: onnx.NodeProto):
+        attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
+        if gemm.op_type != "Gemm" or gemm.domain not in ("", "ai.onnx") or attrs.get("transB", 0) != 1 \
+                or len(gemm.input) < 2 or gemm.input[1] not in producer or readers.get(gemm.input[1]) != 1 \
+                or gemm.input[1] in inputs:
+            return None
+        index = producer[gemm.input[1]]
+        dq = graph.node[index]
+        dq_attrs = {a.name: helper.get_attribute_value(a) for a in dq.attribute}
+        weight = initializers.get(dq.input[0]) if dq.op_type == "DequantizeLinear" else None
+        if weight is None or dq.domain not in ("", "ai.onnx") or weight.name in inputs or len(weight.dims) != 2 \
+                or weight.data_type not in _INTEGER_TYPES or dq_attrs.get("block_size", 0):
+            return None
+        return index, dq_attrs.get("axis", 1)
+
+    found = [(k, hit) for k, node in enumerate(graph.node) if (hit := qualifying(node)) is not None]
+    if not found:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    taken = {t.name for t in graph.initializer} | {name for n in graph.node for name in n.output} | inputs
+    for k, (index, axis) in found:
+        gemm, dq = graph.node[k], graph.node[index]
+        name = f"{dq.input[0]}_transposed"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        weight = numpy_helper.to_array(initializers[dq.input[0]])
+        graph.initializer.append(numpy_helper.from_array(weight.T.copy(), name))
+        dq.input[0] = name
+        kept = [a for a in dq.attribute if a.name != "axis"]
+        del dq.attribute[:]
+        dq.attribute.extend(kept + [helper.make_attribute("axis", 1 - axis % 2)])
+        kept = [a for a in gemm.attribute if a.name != "transB"]
+        del gemm.attribute[:]
+        gemm.attribute.extend(kept)
+    read = {name for node in graph.node for name in node.input} | inputs
+    unread = [t for t in graph.initializer if t.name not in read]
+    for tensor in unread:
+        graph.initializer.remove(tensor)
+    return out

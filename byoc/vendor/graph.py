@@ -15,7 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from byoc.errors import UnsupportedConstruct
-from byoc.vendor.quantized import QParams, QuantizedUnit, qparams, quantized_range
+from byoc.vendor.quantized import WEIGHTED, QParams, QuantizedUnit, qparams, quantized_range
 from byoc.vendor.values import const_array, is_prim_value, is_tensor_const, static_dims
 
 
@@ -44,9 +44,10 @@ class OpCall:
     composite (pattern match) it belongs to.
 
     A quantized node unit is one call named ``qnn.<op>`` (``qnn.conv2d``):
-    its inputs are the integer tensors (a conv's or matmul's int32 bias
-    last), ``attrs`` are the float op's, and ``quant`` holds the scales and
-    zero points (see :mod:`byoc.vendor.quantized`).
+    its inputs are the integer tensors (a conv's or matmul's bias last:
+    int32, or a matmul's float32 with scale 1), ``attrs`` are the float op's,
+    and ``quant`` holds the scales and zero points (see
+    :mod:`byoc.vendor.quantized`).
     """
 
     op: str
@@ -240,8 +241,6 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
 
 
 # -- quantized node units -------------------------------------------------------------------------
-_WEIGHTED = ("relax.nn.conv2d", "relax.matmul")
-
 
 def _with_units_folded(ops: list[OpCall]) -> list[OpCall]:
     """``ops`` with each quantized node unit (a composite ending in quantize) as one ``qnn.*`` call."""
@@ -293,14 +292,21 @@ def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
         low, high = (0.0, np.inf) if core.op == "relax.nn.relu" else (core.attrs["min"], core.attrs["max"])
         used.append(core)
         core = producer.get(core.inputs[0].id)
-    bias = None
-    if core is not None and core.op == "relax.add" and made_by(core.inputs[0], *_WEIGHTED):
+    bias = bias_params = None
+    if core is not None and core.op == "relax.add" and made_by(core.inputs[0], *WEIGHTED):
         used.append(core)
         reshape = made_by(core.inputs[1], "relax.reshape")
-        bias = made_by(reshape.inputs[0] if reshape else core.inputs[1], "relax.dequantize")
-        if bias is None or bias.inputs[0].kind != "const":
+        source = reshape.inputs[0] if reshape else core.inputs[1]
+        dequantize = made_by(source, "relax.dequantize")
+        if dequantize is not None and dequantize.inputs[0].kind == "const":
+            bias, bias_params = dequantize.inputs[0], qdq_params(dequantize)
+            used.append(dequantize)
+        elif source.kind == "const" and source.dtype == "float32" and reshape is None \
+                and source.size in (1, core.output.shape[-1]):  # a float32 bias along a matmul's last axis
+            bias, bias_params = source, QParams.identity("float32")
+        else:
             return None
-        used += [reshape, bias] if reshape else [bias]
+        used += [reshape] if reshape else []
         core = producer[core.inputs[0].id]
     if core is None:
         return None
@@ -313,8 +319,8 @@ def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
     output = qdq_params(quantize)
     if output.per_channel:
         return None
-    params = [qdq_params(d) for d in dequantized] + ([qdq_params(bias)] if bias else [])
-    inputs = [d.inputs[0] for d in dequantized] + ([bias.inputs[0]] if bias else [])
+    params = [qdq_params(d) for d in dequantized] + ([bias_params] if bias else [])
+    inputs = [d.inputs[0] for d in dequantized] + ([bias] if bias else [])
     float_ops = tuple(c.op for c in reversed(used) if c.op not in ("relax.dequantize", "relax.quantize",
                                                                    "relax.reshape") or c is core)
     unit = QuantizedUnit(tuple(params), output, quantized_range(output, low, high), float_ops)

@@ -8,7 +8,7 @@ reads, in Relax::
     quantize(relu(add(conv2d(dequantize(x), dequantize(w)), reshape(dequantize(b)))))
 
 For the rules, :func:`qdq_rules` builds one :class:`~byoc.vendor.PatternRule`
-per unit kind (conv2d, matmul, add, multiply, pooling, mean, concat,
+per unit kind (conv1d, conv2d, matmul, add, multiply, pooling, mean, concat,
 reshape, transpose, sigmoid, softmax, relu, clip) plus op rules for the
 lone QuantizeLinear and DequantizeLinear at the model's edges, and
 :func:`qdq_supported` is the check every vendor needs first: 8-bit
@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from byoc.vendor.checks import CONVS
 from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match, OpRule, PatternRule
 from byoc.vendor.values import const_array, is_tensor_const
 
@@ -37,11 +38,13 @@ __all__ = ["QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rul
 
 #: Quantized unit kinds: the float op at the unit's core (Relax name).
 UNIT_OPS = (
-    "relax.nn.conv2d", "relax.matmul", "relax.add", "relax.multiply", "relax.nn.max_pool2d",
+    "relax.nn.conv1d", "relax.nn.conv2d", "relax.matmul", "relax.add", "relax.multiply", "relax.nn.max_pool2d",
     "relax.nn.avg_pool2d", "relax.mean", "relax.concat", "relax.reshape", "relax.permute_dims", "relax.sigmoid",
     "relax.nn.softmax", "relax.nn.relu", "relax.clip",
 )
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
+#: Unit kinds with a constant weight (and an optional int32 bias).
+WEIGHTED = (*CONVS, "relax.matmul")
 _INT8 = ("int8", "uint8")
 _CONCAT_INPUTS = range(2, 9)
 
@@ -74,7 +77,7 @@ class QuantizedUnit:
     """The quantization of a ``qnn.*`` op call.
 
     ``inputs`` holds one :class:`QParams` per input of the op call (a conv's
-    int32 bias included); ``output`` the result's; ``output_range`` the
+    or matmul's bias included: int32, or a float32 one with scale 1 and zero point 0); ``output`` the result's; ``output_range`` the
     integer range the result is clamped to, narrower than its dtype's when
     the unit ends in a relu or clip; ``float_ops`` the Relax ops the unit
     stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
@@ -122,13 +125,13 @@ def _unit_pattern(op: str):
     import tvm
     from tvm.relax.dpl import is_const, is_op, is_tuple, wildcard
 
-    if op == "relax.nn.conv2d":
+    if op in CONVS:
         core = is_op(op)(_dequantized(), _dequantized(is_const()))
         bias = _dequantized(is_const())
         body = core | is_op("relax.add")(core, bias | is_op("relax.reshape")(bias, wildcard()))
-    elif op == "relax.matmul":
+    elif op == "relax.matmul":  # a Gemm's bias may be left in float32 (onnxruntime's quantizer does for some)
         core = is_op(op)(_dequantized(), _dequantized())
-        body = core | is_op("relax.add")(core, _dequantized(is_const()))
+        body = core | is_op("relax.add")(core, _dequantized(is_const()) | is_const())
     elif op == "relax.concat":
         tuples = [is_tuple([_dequantized() for _ in range(n)]) for n in _CONCAT_INPUTS]
         either = tuples[0]
@@ -156,8 +159,8 @@ class QuantizedUnitRule(PatternRule):
 
     def describe(self) -> str:
         """The unit in one line, for the op table (the pattern itself spells out every alternative)."""
-        operands = {"relax.nn.conv2d": "DQ(*), DQ(const) [+ DQ(const bias)]",
-                    "relax.matmul": "DQ(*), DQ(*) [+ DQ(const bias)]",
+        operands = {**dict.fromkeys(CONVS, "DQ(*), DQ(const) [+ DQ(const bias)]"),
+                    "relax.matmul": "DQ(*), DQ(*) [+ DQ(const bias) | float32 const bias]",
                     "relax.concat": "DQ(*), ..."}.get(self.unit, "DQ(*)")
         tail = "" if self.unit in _ACTIVATIONS else " [-> relu | clip]"
         return f"QDQ unit: {operands} -> {self.unit}{tail} -> Q"
@@ -196,7 +199,7 @@ def qdq_supported(match: Match) -> CheckResult:
     """
     core = match.annotated.get("core")
     core_op = core.op.name if core is not None else None
-    weighted = core_op in ("relax.nn.conv2d", "relax.matmul")
+    weighted = core_op in WEIGHTED
     for call in _qdq_calls(match):
         quantized = call.ty if call.op.name == "relax.quantize" else call.args[0].ty
         dtype = str(quantized.dtype)
@@ -210,7 +213,7 @@ def qdq_supported(match: Match) -> CheckResult:
             continue  # per tensor, or a lone Q/DQ, which computes any axis
         ndim = len(quantized.shape.values)
         axis = int(call.attrs.axis) % ndim
-        if constant and weighted and (dtype == "int32" or axis == (0 if core_op == "relax.nn.conv2d" else ndim - 1)):
+        if constant and weighted and (dtype == "int32" or axis == (0 if core_op in CONVS else ndim - 1)):
             continue
         what = "the weight" if constant else ("the output" if call.op.name == "relax.quantize" else "the input")
         return f"per-channel scale on axis {axis} of {what}"

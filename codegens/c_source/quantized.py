@@ -1,6 +1,6 @@
 """C for quantized node units (``qnn.*`` op calls) and the lone QuantizeLinear / DequantizeLinear.
 
-conv2d and matmul run on integers, as ONNX's QLinearConv and QLinearMatMul
+conv1d, conv2d and matmul run on integers, as ONNX's QLinearConv and QLinearMatMul
 define them: inputs minus their zero points, int32 accumulation, then
 requantization ``round(acc * x_scale * w_scale / y_scale + bias term)``
 rounded half to even, plus the output zero point, saturated to the output
@@ -102,17 +102,23 @@ def _requantize(body: _Body, call: OpCall, acc: Tensor, channel_axis: int) -> No
               f"{int(out.zero_point)}, {_code(call.output)}, {lo}, {hi}, {body.ref(call.output)});")
 
 
-def _conv2d(body: _Body, call: OpCall) -> None:
+def _conv(body: _Body, call: OpCall) -> None:
+    """An int8 conv2d, or a conv1d as a conv2d over a 1-high image (the kernel's shapes are NCHW/OIHW)."""
     x, w = (_widened(body, t, p) for t, p in zip(call.inputs[:2], call.quant.inputs[:2]))
     acc = body.scratch("int32", call.output.shape)
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    _, _, oh, ow = acc.shape
     a = call.attrs
+    if call.op == "qnn.conv1d":  # H = 1: no stride, padding or dilation along it
+        (n, c, wd), (o, _, kw), (_, _, ow) = x.shape, w.shape, acc.shape
+        h = kh = oh = 1
+        strides, padding, dilation = (1, a["strides"][0]), (0, a["padding"][0]), (1, a["dilation"][0])
+    else:
+        (n, c, h, wd), (o, _, kh, kw), (_, _, oh, ow) = x.shape, w.shape, acc.shape
+        strides, padding, dilation = a["strides"], a["padding"][:2], a["dilation"]
+    # The kernel reads the top/left padding; the output size implies the bottom/right one.
     body.emit(
         f"byoc_k_conv2d_i32({body.ref(x)}, {body.ref(w)}, NULL, {body.ref(acc)}, {n}, {c}, {h}, {wd}, "
-        f"{o}, {kh}, {kw}, {oh}, {ow}, {a['strides'][0]}, {a['strides'][1]}, {a['padding'][0]}, {a['padding'][1]}, "
-        f"{a['dilation'][0]}, {a['dilation'][1]}, {a['groups']}, 0);"
+        f"{o}, {kh}, {kw}, {oh}, {ow}, {strides[0]}, {strides[1]}, {padding[0]}, {padding[1]}, "
+        f"{dilation[0]}, {dilation[1]}, {a['groups']}, 0);"
     )
     _requantize(body, call, acc, 1)
 
@@ -165,8 +171,8 @@ def emit_quantized(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter])
         _integer_as_float(body, call, emitters)
     elif call.op in QDQ_OPS:
         _lone(body, call)
-    elif call.op == "qnn.conv2d":
-        _conv2d(body, call)
+    elif call.op in ("qnn.conv1d", "qnn.conv2d"):
+        _conv(body, call)
     elif call.op == "qnn.matmul":
         _matmul(body, call)
     else:

@@ -329,7 +329,8 @@ class Program {
       return n;
     };
     double out = numel(op.output), macs = 0, elements = out;
-    bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d";
+    bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
+                op.kernel == "qnn.conv1d";
     if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
       const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
       double per = 1;
@@ -363,7 +364,7 @@ class Program {
     const std::string& kernel = op.kernel;
     if (kernel == "relax.nn.conv2d" || kernel == "relax.nn.conv1d") return Conv(k, a);
     if (kernel == "relax.matmul") return Matmul(k);
-    if (kernel == "qnn.conv2d") return QuantizedConv2d(k, a);
+    if (kernel == "qnn.conv2d" || kernel == "qnn.conv1d") return QuantizedConv(k, a);
     if (kernel == "qnn.matmul") return QuantizedMatmul(k, a);
     if (kernel == "qnn.add") {
       QuantizedAdd(op, a);
@@ -625,9 +626,13 @@ class Program {
     return ops;
   }
 
+  // How a binary post-op reads tensor `id`, in its own data type: of the full `shape`, in layout `full` (or its
+  // own layout); broadcast, plain and seen with `shape`'s rank.
   Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const {
-    if (g_.Shape(id) == shape) return full ? *full : values_[value_of_[id]].desc;
-    return Plain(Padded(g_.Shape(id), std::max<size_t>(shape.size(), 1)));
+    const TensorInfo& t = g_.tensor(id);
+    if (t.shape == shape && !full) return values_[value_of_[id]].desc;
+    if (t.shape == shape) return DataType(t) == full->get_data_type() ? *full : Retyped(*full, t);
+    return Plain(Padded(t.shape, std::max<size_t>(shape.size(), 1)), DataType(t));
   }
 
   // Creates the primitive desc, then again if a full-shape binary operand's layout
@@ -648,7 +653,7 @@ class Program {
       int t = f.post[i].tensor;
       if (t < 0) continue;
       Desc desc = BinaryDesc(t, shape, &dst);
-      int v = g_.Shape(t) == shape ? As(t, desc) : As(t, Plain(g_.Shape(t)));
+      int v = g_.Shape(t) == shape ? As(t, desc) : As(t, Plain(g_.Shape(t), DataType(g_.tensor(t))));
       args->push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, v, desc});
     }
   }
@@ -672,7 +677,7 @@ class Program {
     int w = op.inputs[1];
     if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
     const auto& ws = g_.Shape(w);
-    size_t spatial = op.kernel == "relax.nn.conv1d" ? 1 : 2;
+    size_t spatial = op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv1d" ? 1 : 2;
     ConvGeometry g = CheckConv(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), spatial, op.where);
     Dims weights(ws.begin(), ws.end());
     if (g.groups != 1) {
@@ -989,26 +994,16 @@ class Program {
     double zi = static_cast<double>(da.Ints("zero_point")[0]), zo = static_cast<double>(qa.Ints("zero_point")[0]);
     Desc src = values_[from].desc;
     Desc dst = Retyped(src, g_.tensor(q.output));
-    size_t rank = shape.size();
-    post_ops po;
-    std::vector<std::pair<int, Desc>> operands;  // per binary post-op: tensor, desc
-    po.append_eltwise(algorithm::eltwise_linear, static_cast<float>(si), static_cast<float>(-zi * si));
-    for (const PostOp& p : chain) {
-      if (p.tensor < 0) {
-        po.append_eltwise(p.alg, p.alpha, p.beta);
-        continue;
-      }
-      // full shape: in the destination's layout; broadcast: plain, seen with the destination's rank
-      const TensorInfo& t = g_.tensor(p.tensor);
-      Desc desc = t.shape == shape ? Retyped(dst, t) : Plain(Padded(t.shape, rank), DataType(t));
-      operands.emplace_back(p.tensor, desc);
-      po.append_binary(p.alg, desc);
-    }
-    po.append_eltwise(algorithm::eltwise_linear, static_cast<float>(1.0 / so), static_cast<float>(zo));
-    Desc zero_desc = Plain(Dims(rank, 1));
+    // Dequantize, the chain, quantize: all post-ops of one x + 0 on the 8-bit tensor.
+    PostOp dequantize{algorithm::eltwise_linear, static_cast<float>(si), static_cast<float>(-zi * si)};
+    Fused f{{dequantize}, -1, q.output, j + 1};
+    f.post.insert(f.post.end(), chain.begin(), chain.end());
+    f.post.push_back(PostOp{algorithm::eltwise_linear, static_cast<float>(1.0 / so), static_cast<float>(zo)});
+    Desc zero_desc = Plain(Dims(shape.size(), 1));
     dnnl::binary::primitive_desc pd;
     try {
-      pd = dnnl::binary::primitive_desc(Engine(), algorithm::binary_add, src, zero_desc, dst, UserScratchpad(po));
+      pd = dnnl::binary::primitive_desc(Engine(), algorithm::binary_add, src, zero_desc, dst,
+                                        UserScratchpad(BuildPostOps(f, shape, &dst)));
     } catch (const dnnl::error&) {  // oneDNN has no such kernel: the ops run one by one
       return 0;
     }
@@ -1018,13 +1013,7 @@ class Program {
       QuantizeReorder(other, Attrs(other.attrs, other.where), false);
     }
     std::vector<Arg> args;
-    for (size_t i = 0, binary = 0; i < static_cast<size_t>(po.len()); ++i) {
-      if (po.kind(static_cast<int>(i)) != dnnl::primitive::kind::binary) continue;
-      const auto& [tensor, desc] = operands[binary++];
-      bool full = g_.Shape(tensor) == shape;
-      int v = As(tensor, full ? desc : Plain(g_.Shape(tensor), DataType(g_.tensor(tensor))));
-      args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, v, desc});
-    }
+    AddBinaryArgs(f, &args, shape, dst);
     memory zero(zero_desc, Engine());
     *static_cast<float*>(zero.get_data_handle()) = 0.0f;
     args.push_back({DNNL_ARG_SRC_0, from, src});
@@ -1083,7 +1072,7 @@ class Program {
 
   // An int8 convolution: u8/s8 source, s8 weights (sent as float32 integers, reordered once),
   // an optional f32 bias in real units, u8/s8 destination.
-  size_t QuantizedConv2d(size_t k, const Attrs& a) {
+  size_t QuantizedConv(size_t k, const Attrs& a) {
     const BodyOp& op = g_.ops()[k];
     if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
     int x = op.inputs[0], w = op.inputs[1];

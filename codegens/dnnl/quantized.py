@@ -1,6 +1,6 @@
 """Quantized units (``qnn.*`` op calls) rewritten into what the oneDNN runtime executes.
 
-- ``qnn.conv2d`` and ``qnn.matmul`` with u8 activations and weights within
+- ``qnn.conv1d``, ``qnn.conv2d`` and ``qnn.matmul`` with u8 activations and weights within
   +-64 stay one op: an int8 oneDNN convolution or matmul (u8 activations, s8
   weights) with the scales and zero points as attributes. With larger weights,
   or s8 activations, they run as their definition in float32 (see
@@ -33,7 +33,7 @@ import numpy as np
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor, qdq_params
 from byoc.vendor.quantized import QParams
 
-_INTEGER_CORES = ("qnn.conv2d", "qnn.matmul")
+_INTEGER_CORES = ("qnn.conv1d", "qnn.conv2d", "qnn.matmul")
 # oneDNN's int8 kernels on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) add pairs of u8 x s8
 # products in int16 (vpmaddubsw), which saturates: 2 * 255 * 127 > 32767. With weights within
 # +-64 (onnxruntime's reduce_range) no pair can; a unit with larger weights runs as its definition,
@@ -86,8 +86,9 @@ class _Lowering:
         ops.append(OpCall(unit.float_ops[0], [x, weight], result, dict(call.attrs), call.rule, call.group))
         if len(call.inputs) == 3:
             bias = self.dequantized_constant(call.inputs[2], unit.inputs[2])
-            if call.op == "qnn.conv2d":  # per output channel of NCHW
-                bias = self.tensor((1, bias.shape[0], 1, 1), kind="const", data=bias.data.reshape(1, -1, 1, 1))
+            if call.op != "qnn.matmul":  # a conv's: per output channel of NCW / NCHW
+                shape = (1, bias.shape[0]) + (1,) * (len(call.output.shape) - 2)
+                bias = self.tensor(shape, kind="const", data=bias.data.reshape(shape))
             biased = self.tensor(call.output.shape)
             ops.append(OpCall("relax.add", [result, bias], biased, {}, call.rule, call.group))
             result = biased
