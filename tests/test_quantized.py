@@ -480,9 +480,13 @@ def test_activation_units_run_on_8_bit_tensors_on_dnnl():
 
 
 def test_dnnl_runs_int8_primitives_for_7_bit_weights():
-    """oneDNN's own log: with reduce_range weights the convolutions and the matmul read u8 and s8, write u8."""
+    """oneDNN's own log: with reduce_range weights the convolutions and the matmul read u8 and s8, write u8.
+
+    The matmul (a [1, 8] x [8, 10] classifier) runs as a 1x1 convolution over its rows: oneDNN's int8 gemm is
+    2.5-7x slower for a few rows."""
     convs, matmuls = _onednn_log(reduce_range=True)
-    assert len(convs) == 3 and len(matmuls) == 1, convs + matmuls
+    assert len(convs) == 4 and not matmuls, convs + matmuls
+    assert sum("mb1_ic8oc10_ih1oh1kh1" in line for line in convs) == 1, convs
     for line in convs + matmuls:
         assert "src_u8" in line and "wei_s8" in line and "dst_u8" in line, line
 

@@ -302,8 +302,8 @@ def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
             bias, bias_params = dequantize.inputs[0], qdq_params(dequantize)
             used.append(dequantize)
         elif source.kind == "const" and source.dtype == "float32" and reshape is None \
-                and source.size in (1, core.output.shape[-1]):  # a float32 bias along a matmul's last axis
-            bias, bias_params = source, QParams.identity("float32")
+                and source.shape[-1:] == core.output.shape[-1:] and source.size == source.shape[-1]:
+            bias, bias_params = source, QParams.identity("float32")  # one value per output column
         else:
             return None
         used += [reshape] if reshape else []

@@ -1103,6 +1103,9 @@ class Program {
     if (xs.size() < 2 || ws.size() < 2 || xs.back() != ws[ws.size() - 2] || ys.back() != ws.back() ||
         ys.size() != std::max(xs.size(), ws.size()))
       Fail(op.where + ": shapes " + ShapeStr(xs) + " x " + ShapeStr(ws) + " -> " + ShapeStr(ys) + " do not match");
+    if (op.inputs.size() == 3 && g_.tensor(op.inputs[2]).numel != ws.back())
+      Fail(op.where + ": the bias must hold one value per output column (" + std::to_string(ws.back()) + ")");
+    if (ws.size() == 2 && RowsAsConv(op, a)) return k + 1;
     size_t rank = ys.size();
     memory::data_type out = DataType(g_.tensor(op.output));
     std::vector<Arg> args;
@@ -1119,6 +1122,33 @@ class Program {
     args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
     AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
     return k + 1;
+  }
+
+  // An int8 matmul [rows, K] x [K, N] as a 1x1 convolution over a rows x 1 NHWC image: the same bytes in and out,
+  // and oneDNN's int8 1x1 convolution (weights packed once) runs 2.5-7x faster than its int8 gemm for a few rows
+  // (a classifier, a token), and no slower for many (measured on AVX2 with 2 threads: [1, 2048] x [2048, 1000]
+  // 0.04 ms against 0.15 ms). False, adding nothing, when oneDNN offers only its reference kernel.
+  bool RowsAsConv(const BodyOp& op, const Attrs& a) {
+    int x = op.inputs[0], w = op.inputs[1];
+    const auto &xs = g_.Shape(x), &ws = g_.Shape(w);
+    int64_t k = ws[0], n = ws[1], rows = g_.tensor(x).numel / k;
+    memory::data_type in = DataType(g_.tensor(x)), out = DataType(g_.tensor(op.output));
+    std::vector<Arg> args;
+    primitive_attr attr = QuantizedAttr(a, out, 1, &args);  // per output channel
+    Desc src({1, k, rows, 1}, in, memory::format_tag::nhwc), dst({1, n, rows, 1}, out, memory::format_tag::nhwc);
+    Desc bias = Plain({n});
+    ConvDims c{1, {n, k, 1, 1}, {1, 1}, {0, 0}, {0, 0}, {0, 0}};
+    auto pd = ConvPd(c, src, Any(c.weights, memory::data_type::s8), op.inputs.size() == 3 ? &bias : nullptr, dst,
+                     attr);
+    if (IsReference(pd)) return false;
+    Desc transposed({n, k, 1, 1}, memory::data_type::f32, Dims{1, n, n * k, n * k});  // the [K, N] constant as OIHW
+    args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, in)), src});
+    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], transposed), pd.weights_desc()),
+                    pd.weights_desc()});
+    if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+    args.push_back({DNNL_ARG_DST, Define(op.output, Plain(g_.Shape(op.output), out)), dst});
+    AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
+    return true;
   }
 
   // Same bytes, other shape: a view of the input in plain layout, no step.
