@@ -9,7 +9,12 @@ stay on the host with its reason.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -706,3 +711,31 @@ def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
     c = np.random.default_rng(5).uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32)
     m = model(nodes, [tensor("x", [1, 3, 24, 40])], [tensor("y", [1, channels, 24, 40])], inits + [const("c", c)])
     _compile(m, inputs={"x": _f(1, 3, 24, 40)}, scale=1.0)
+
+
+@pytest.mark.parametrize("x,n", [([2, 64], 256), ([1, 3, 64], 512), ([5, 32], 768)])
+def test_matmul_with_weight_rows_of_a_multiple_of_1_kb(x, n):
+    """Such weights are stored with padded rows (oneDNN's gemm thrashes the cache on them); bias and relu fused."""
+    k = x[-1]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "b"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    m = model(nodes, [tensor("x", x)], [tensor("y", x[:-1] + [n])],
+              [const("w", _f(k, n, seed=3, scale=0.2)), const("b", _f(n, seed=4))])
+    assert any(rule.startswith("dnnl.matmul_bias") for rule in _rules(_compile(m)))
+
+
+def test_weight_rows_of_a_multiple_of_1_kb_are_padded(tmp_path):
+    """oneDNN's own log shows the stored weight's row stride: 256 + 16 floats."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    m = model(nodes, [tensor("x", [2, 64])], [tensor("y", [2, 256])], [const("w", _f(64, 256, seed=3))])
+    path = tmp_path / "mm.onnx"
+    onnx.save(m, path)
+    script = ("import numpy as np, byoc\n"
+              f"a = byoc.compile({str(path)!r}, vendors=['dnnl'], strict=True)\n"
+              "print('RUN', flush=True)\n"
+              "a.run({'x': np.ones((2, 64), np.float32)})\n")
+    log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    assert log.returncode == 0, log.stderr[-2000:]
+    matmuls = [line for line in log.stdout.split("RUN\n", 1)[1].splitlines() if ",exec," in line and ",matmul," in line]
+    assert len(matmuls) == 1 and "wei_f32::blocked:ab:272x1" in matmuls[0], matmuls
