@@ -578,3 +578,40 @@ def test_a_dequantized_constant_that_a_dnnl_partition_returns():
 
 def _ort_all(model: onnx.ModelProto, feed: dict) -> list:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def test_a_dequantized_weight_whose_conv_is_no_unit_becomes_a_float_constant():
+    """DQ(x), DQ(w), DQ(b) -> Conv -> Relu with a float output (Silero VAD's last encoder conv, once a simplifier
+    folded its output's Q/DQ away): no unit can form, so the weight's DQ is computed into a float32 constant and
+    the conv runs on dnnl with it, instead of DQ(w) as a partition of its own and the conv on the host."""
+    from onnx import TensorProto, helper
+
+    from byoc.pipeline.prepare import prepare
+
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.integers(-64, 64, (8, 3, 3, 3), dtype=np.int8), "w_q"),
+             numpy_helper.from_array(np.float32(0.01), "w_scale"), numpy_helper.from_array(np.int8(0), "w_zp"),
+             numpy_helper.from_array(rng.integers(-500, 500, (8,), dtype=np.int32), "b_q"),
+             numpy_helper.from_array(np.float32(0.0002), "b_scale"), numpy_helper.from_array(np.int32(0), "b_zp"),
+             numpy_helper.from_array(np.float32(0.02), "x_scale"), numpy_helper.from_array(np.uint8(128), "x_zp")]
+    node = helper.make_node
+    nodes = [node("QuantizeLinear", ["x", "x_scale", "x_zp"], ["xq"], name="x_q"),
+             node("DequantizeLinear", ["xq", "x_scale", "x_zp"], ["xd"], name="x_dq"),
+             node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["w"], name="w_dq"),
+             node("DequantizeLinear", ["b_q", "b_scale", "b_zp"], ["b"], name="b_dq"),
+             node("Conv", ["xd", "w", "b"], ["c"], pads=[1] * 4, name="conv"),
+             node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    prepared = prepare(model)
+    assert {n.op_type for n in prepared.model.graph.node} == {"QuantizeLinear", "DequantizeLinear", "Conv", "Relu"}
+    assert [n.name for n in prepared.model.graph.node if n.op_type == "DequantizeLinear"] == ["x_dq"]
+    assert prepared.fate["w_dq"] == prepared.fate["b_dq"] == "folded into a constant"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    assert not artifact.plan.host_ops and len(artifact.plan.partitions) == 1
+    feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    np.testing.assert_allclose(artifact.run(feed)[0], _ort(model, feed, integer_kernels=False), rtol=1e-5, atol=1e-5)

@@ -101,8 +101,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     Returns a :class:`Prepared` whose ``model`` computes the same outputs
     under the same input and output names.
     """
-    from byoc.pipeline.qdq_form import (held_integer_constants, restore_held, unshared_dequantize,
-                                        untransposed_gemm_weights)
+    from byoc.pipeline.qdq_form import (dequantized_constants_outside_units, held_integer_constants, restore_held,
+                                        unshared_dequantize, untransposed_gemm_weights)
     from byoc.pipeline.quantized import check_quantization, rewrite_qoperators
 
     check_quantization(model)
@@ -129,8 +129,10 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             failure = failure or err
             continue
         prepared, copies = unshared_dequantize(prepared)
-        prepared = untransposed_gemm_weights(prepared)
+        prepared = dequantized_constants_outside_units(untransposed_gemm_weights(prepared))
         origin.update({copy: origin.get(original, original) for copy, original in copies.items()})
+        present = {n.name for n in prepared.graph.node}
+        origin = {name: user for name, user in origin.items() if name in present}  # a folded DQ is gone
         fate = _fates(source.graph, prepared.graph, origin)
         if quantized_from:
             origin, fate, rewritten = _through_rewrite(prepared, origin, fate, quantized_from)

@@ -19,6 +19,7 @@ Neither step changes what the model computes.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -173,4 +174,73 @@ def untransposed_gemm_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     unread = [t for t in graph.initializer if t.name not in read]
     for tensor in unread:
         graph.initializer.remove(tensor)
+    return out
+
+
+def dequantized_constants_outside_units(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``DequantizeLinear`` of a constant whose reader can start no node unit, computed into a float32 constant.
+
+    A unit ends in a QuantizeLinear: the reader's result, or that result after
+    a bias Add and a Relu or Clip, is quantized. When no such path exists
+    (Silero VAD's last encoder conv, whose output quantization a simplifier
+    folded away), the weight's DequantizeLinear is only a float constant
+    spelled as an op: left as one, it is a partition of its own and its conv
+    loses its constant weight. Computed as ONNX defines it, in float32
+    (``(x - zero_point) * scale``). Run it after :func:`unshared_dequantize`.
+    Returns ``model`` itself when nothing qualifies, else a copy.
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    outputs = {o.name for o in graph.output} | {vi.name for vi in graph.input}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+
+    def quantized(tensor: str, tail: tuple) -> bool:
+        """Whether ``tensor`` reaches a QuantizeLinear directly or through ops of ``tail``, in that order."""
+        for reader in readers.get(tensor, ()):
+            if reader.op_type == "QuantizeLinear":
+                return True
+            for k, op_type in enumerate(tail):
+                if reader.op_type == op_type or (op_type == "Relu" and reader.op_type == "Clip"):
+                    if any(quantized(out, tail[k + 1:]) for out in reader.output):
+                        return True
+        return False
+
+    def foldable(node: onnx.NodeProto) -> bool:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx") or attrs.get("block_size", 0) \
+                or not all(name in initializers and name not in outputs for name in node.input if name) \
+                or node.output[0] in outputs or len(readers.get(node.output[0], ())) != 1:
+            return False
+        reader = readers[node.output[0]][0]
+        return reader.op_type != "QuantizeLinear" and not any(quantized(out, ("Add", "Relu")) for out in reader.output)
+
+    folded = [node for node in graph.node if foldable(node)]
+    if not folded:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    names = {node.name for node in folded}
+    kept = []
+    for node in out.graph.node:
+        if node.name not in names:
+            kept.append(node)
+            continue
+        x, scale, *zero_point = (numpy_helper.to_array(initializers[name]) for name in node.input if name)
+        axis = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "axis"), 1)
+        if scale.size > 1:  # per axis: along `axis` of x
+            shape = [1] * x.ndim
+            shape[axis % x.ndim] = -1
+            scale = scale.reshape(shape)
+            zero_point = [z.reshape(shape) for z in zero_point]
+        shift = zero_point[0].astype(np.float32) if zero_point else np.float32(0)
+        real = ((x.astype(np.float32) - shift) * scale.astype(np.float32)).astype(np.float32)
+        out.graph.initializer.append(numpy_helper.from_array(real, node.output[0]))
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    read = {name for node in kept for name in node.input} | outputs
+    for tensor in [t for t in out.graph.initializer if t.name not in read]:
+        out.graph.initializer.remove(tensor)
     return out
