@@ -349,6 +349,21 @@ def make_inputs(model: RealModel, path: Path) -> dict:
     return inputs
 
 
+def _drop_unread_inputs(path: Path) -> None:
+    """Remove the graph inputs no node reads, in place. onnxruntime's pre-processing folds the light zoo's
+    ConstantOfShape weights but leaves their shape inputs (``conv4_b_0__SHAPE``), and its quantizer then asks
+    for them in the calibration feed."""
+    import onnx
+
+    model = onnx.load(str(path))
+    read = {name for node in model.graph.node for name in node.input} | {o.name for o in model.graph.output}
+    unread = [vi for vi in model.graph.input if vi.name not in read]
+    if unread:
+        for vi in unread:
+            model.graph.input.remove(vi)
+        onnx.save(model, str(path))
+
+
 def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | None = None) -> Path:
     """``path`` quantized as onnxruntime's documentation says: ``quant_pre_process`` (shape inference and its
     graph optimizer, which folds BatchNormalization into Conv), then ``quantize_static``: QDQ, u8 activations,
@@ -375,6 +390,8 @@ def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | No
         source = prepared
     except Exception:  # noqa: BLE001 - some models do not pre-process; they are quantized as they are
         pass
+    else:
+        _drop_unread_inputs(prepared)
     quantize_static(str(source), str(partial), Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True)
     partial.replace(out)  # a failed run leaves no file that looks done

@@ -133,6 +133,31 @@ def gemm_classifier(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "gemm_classifier")
 
 
+def grouped_cnn(seed: int = 0) -> onnx.ModelProto:
+    """ShuffleNet-like: grouped 1x1 convs with 6 channels per group (oneDNN's int8 kernels take 4 at a time),
+    a channel shuffle, a depthwise conv, then a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (12, 3, 3, 3)), _init(rng, "b1", (12,)), _init(rng, "g1", (12, 6, 1, 1), 0.4),
+             _init(rng, "g1b", (12,)), _init(rng, "dw", (12, 1, 3, 3), 0.5), _init(rng, "dwb", (12,)),
+             _init(rng, "fc", (12, 10)), _init(rng, "fcb", (10,)),
+             numpy_helper.from_array(np.array([1, 2, 6, 16, 16], np.int64), "split"),
+             numpy_helper.from_array(np.array([1, 12, 16, 16], np.int64), "merged")]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("Conv", ["r1", "g1", "g1b"], ["c2"], group=2, name="grouped"),
+             node("Relu", ["c2"], ["r2"], name="relu2"),
+             node("Reshape", ["r2", "split"], ["s1"], name="shuffle_split"),
+             node("Transpose", ["s1"], ["s2"], perm=[0, 2, 1, 3, 4], name="shuffle"),
+             node("Reshape", ["s2", "merged"], ["s3"], name="shuffle_merge"),
+             node("Conv", ["s3", "dw", "dwb"], ["c3"], pads=[1] * 4, group=12, name="depthwise"),
+             node("GlobalAveragePool", ["c3"], ["g"], name="gap"),
+             node("Flatten", ["g"], ["f"], name="flatten"),
+             node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "grouped_cnn")
+
+
 def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     """A transformer's MLP block on 8 tokens of width 16: two linear layers, relu, a residual add, softmax."""
     rng = np.random.default_rng(seed)

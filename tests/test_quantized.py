@@ -28,8 +28,8 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import (activation_cnn, conv1d_net, depthwise_cnn, gemm_classifier, output_scale, quantize,
-                              residual_cnn, transformer_mlp)
+from quantized_models import (activation_cnn, conv1d_net, depthwise_cnn, gemm_classifier, grouped_cnn, output_scale,
+                              quantize, residual_cnn, transformer_mlp)
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
 
@@ -239,7 +239,7 @@ def test_what_the_rewrite_cannot_take_is_named():
 
 MODELS = {"residual": (residual_cnn, (1, 3, 16, 16)), "depthwise": (depthwise_cnn, (1, 3, 32, 32)),
           "mlp": (transformer_mlp, (1, 8, 16)), "conv1d": (conv1d_net, (1, 1, 136)),
-          "gemm": (gemm_classifier, (1, 3, 16, 16))}
+          "gemm": (gemm_classifier, (1, 3, 16, 16)), "grouped": (grouped_cnn, (1, 3, 16, 16))}
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
 
@@ -255,7 +255,7 @@ def _within_one_quantum(model: onnx.ModelProto, artifact, shape) -> None:
 
 
 @pytest.mark.parametrize("fmt,per_channel", FORMATS, ids=[f"{f}-{'channel' if c else 'tensor'}" for f, c in FORMATS])
-@pytest.mark.parametrize("name", ["depthwise", "mlp", "residual", "conv1d", "gemm"])
+@pytest.mark.parametrize("name", ["depthwise", "mlp", "residual", "conv1d", "gemm", "grouped"])
 @pytest.mark.parametrize("vendors", [["c_source"], ["dnnl"], ["json_runtime", "c_source"]], ids=",".join)
 def test_every_unit_goes_to_an_int8_vendor_and_matches_onnxruntime(name, fmt, per_channel, vendors):
     """json_runtime (float only) first: its float rules do not split a unit (they would take the conv at its core)."""
@@ -615,3 +615,12 @@ def test_a_dequantized_weight_whose_conv_is_no_unit_becomes_a_float_constant():
     assert not artifact.plan.host_ops and len(artifact.plan.partitions) == 1
     feed = {"x": np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)}
     np.testing.assert_allclose(artifact.run(feed)[0], _ort(model, feed, integer_kernels=False), rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_convs_run_in_float_on_dnnl_never_on_the_reference_kernel():
+    """oneDNN's int8 kernels on AVX2 take 4 channels per group at a time; with 6 they fall back to the reference
+    kernel (ShuffleNet int8: 10 ms per conv). The grouped unit runs as its definition in float32 instead."""
+    executed = _executed("grouped_cnn", True)
+    assert not [x for x in executed if ",ref:" in x], executed
+    convs = [x for x in executed if ",convolution," in x]
+    assert len(convs) == 4 and sum("src_f32" in x and "wei_f32" in x for x in convs) == 1, convs  # the fc too

@@ -8,7 +8,9 @@
   travels as float32 (every int8 value is exact in it) and is reordered to s8
   once at load; the int32 bias is sent in real units,
   ``(b - zero_point) * scale``, which is what oneDNN adds before the output
-  scale. A folded relu or clip becomes a clip post-op in real units.
+  scale. Grouped convs (not depthwise) run as their definition in float32
+  too (``_grouped``: oneDNN's int8 kernels on AVX2 fall back to the reference
+  kernel, or run slower than float32). A folded relu or clip becomes a clip post-op in real units.
 - An add of two 8-bit activations of one shape (a residual connection) is one
   int8 binary: scaled inputs summed in f32, then requantized by a linear
   post-op.
@@ -63,6 +65,16 @@ def _qattrs(params: QParams) -> dict:
             "axis": int(params.axis) if params.per_channel else 0}
 
 
+def _grouped(call: OpCall) -> bool:
+    """A grouped conv, not depthwise. oneDNN's int8 kernels on AVX2 take 4 channels per group at a time, and run
+    others with the reference kernel (ShuffleNet int8's grouped 1x1 convs of 34 channels per group: 10 ms each,
+    100x the float32 definition); and where they do run, float32 measured faster (ShuffleNet int8's primitives
+    10.8 ms, 6.7 ms with every grouped conv in float32)."""
+    if call.op == "qnn.matmul" or int(call.attrs.get("groups", 1)) == 1:
+        return False
+    return call.inputs[1].shape[1] != 1
+
+
 class _Lowering:
     def __init__(self, graph: PartitionGraph):
         self.next_id = 1 + max([t.id for t in graph.inputs] + [c.output.id for c in graph.ops]
@@ -110,7 +122,8 @@ class _Lowering:
 
     def integer_core(self, call: OpCall) -> list[OpCall]:
         unit = call.quant
-        if call.inputs[0].dtype == "int8" or np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0) > _SAFE_WEIGHT:
+        if call.inputs[0].dtype == "int8" or np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0) > _SAFE_WEIGHT \
+                or _grouped(call):
             return self.float_core(call)
         x, w = unit.inputs[0], unit.inputs[1]
         weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
