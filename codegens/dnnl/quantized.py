@@ -10,7 +10,8 @@
   ``(b - zero_point) * scale``, which is what oneDNN adds before the output
   scale. Grouped convs (not depthwise) run as their definition in float32
   too (``_grouped``: oneDNN's int8 kernels on AVX2 fall back to the reference
-  kernel, or run slower than float32). A folded relu or clip becomes a clip post-op in real units.
+  kernel, or run slower than float32). A folded relu or clip becomes a clip
+  post-op in real units.
 - An add of two 8-bit activations of one shape (a residual connection) is one
   int8 binary: scaled inputs summed in f32, then requantized by a linear
   post-op.
