@@ -42,7 +42,7 @@ from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_
 from byoc.codegens.dnnl import DnnlCodegen
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
-from byoc.vendor.quantized import WEIGHTED, qdq_rules, qdq_supported
+from byoc.vendor.quantized import OPTIONAL_UNIT_OPS, UNIT_OPS, WEIGHTED, qdq_rules, qdq_supported
 
 NAME = "dnnl"
 MAX_RANK = 8  # graph_runtime.h's kMaxRank
@@ -538,6 +538,8 @@ def _int8_limits(match: Match):
     if core is None:
         return SUPPORTED
     name = core.op.name
+    if name == "relax.nn.conv2d_transpose" and (core.attrs.data_layout, core.attrs.kernel_layout) != ("NCHW", "IOHW"):
+        return f"layout {core.attrs.data_layout}/{core.attrs.kernel_layout} not supported (NCHW/IOHW only)"
     if name in WEIGHTED:
         weights = [c for c in match.calls if c.op.name == "relax.dequantize" and is_tensor_const(c.args[0])
                    and str(c.args[0].ty.dtype) != "int32"]  # an int32 one is the bias
@@ -559,7 +561,7 @@ RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize.
     *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
-                            avg_pool_plain, _int8_limits)),
+                            avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
     *_conv_rules("conv2d"),
     *_conv_rules("conv1d"),
     *_matmul_rules(),

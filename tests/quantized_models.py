@@ -158,6 +158,19 @@ def grouped_cnn(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "grouped_cnn")
 
 
+def deconv_net(seed: int = 0) -> onnx.ModelProto:
+    """A detector's upsampling neck (PP-OCR det's DBNet head): a conv, a stride-2 ConvTranspose with a bias, relu."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (8, 3, 3, 3)), _init(rng, "b1", (8,)), _init(rng, "up", (8, 4, 2, 2), 0.4),
+             _init(rng, "upb", (4,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, strides=[2, 2], name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("ConvTranspose", ["r1", "up", "upb"], ["u"], strides=[2, 2], name="upsample"),
+             node("Relu", ["u"], ["y"], name="relu2")]
+    return _model(nodes, [1, 3, 16, 16], [1, 4, 16, 16], inits, "deconv_net")
+
+
 def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     """A transformer's MLP block on 8 tokens of width 16: two linear layers, relu, a residual add, softmax."""
     rng = np.random.default_rng(seed)

@@ -28,8 +28,8 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import (activation_cnn, conv1d_net, depthwise_cnn, gemm_classifier, grouped_cnn, output_scale,
-                              quantize, residual_cnn, transformer_mlp)
+from quantized_models import (activation_cnn, conv1d_net, deconv_net, depthwise_cnn, gemm_classifier, grouped_cnn,
+                              output_scale, quantize, residual_cnn, transformer_mlp)
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
 
@@ -624,3 +624,18 @@ def test_grouped_convs_run_in_float_on_dnnl_never_on_the_reference_kernel():
     assert not [x for x in executed if ",ref:" in x], executed
     convs = [x for x in executed if ",convolution," in x]
     assert len(convs) == 4 and sum("src_f32" in x and "wei_f32" in x for x in convs) == 1, convs  # the fc too
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_a_conv_transpose_unit_goes_to_dnnl_whole(per_channel):
+    """DQ(x), DQ(w), DQ(b) -> ConvTranspose -> Q is one dnnl unit (PP-OCR det int8 kept its ConvTranspose on the
+    host, in 5 partitions); it runs as its definition on the float32 deconvolution."""
+    model = quantize(deconv_net(), "QDQ", per_channel, reduce_range=per_channel)
+    assert "ConvTranspose" in {n.op_type for n in model.graph.node}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    assert len(artifact.plan.partitions) == 1
+    rules = {d.rule for d in artifact.plan.decisions.values() if d.node is not None and d.node.name == "upsample"}
+    assert rules == {"dnnl.qconv2d_transpose"}, rules
+    _within_one_quantum(model, artifact, (1, 3, 16, 16))

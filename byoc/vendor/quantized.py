@@ -33,8 +33,8 @@ from byoc.vendor.checks import CONVS
 from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match, OpRule, PatternRule
 from byoc.vendor.values import const_array, is_tensor_const
 
-__all__ = ["QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules", "qdq_supported",
-           "quantized_range"]
+__all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules",
+           "qdq_supported", "quantized_range"]
 
 #: Quantized unit kinds: the float op at the unit's core (Relax name).
 UNIT_OPS = (
@@ -43,8 +43,11 @@ UNIT_OPS = (
     "relax.nn.softmax", "relax.nn.relu", "relax.clip",
 )
 _ACTIVATIONS = ("relax.nn.relu", "relax.clip")
-#: Unit kinds with a constant weight (and an optional int32 bias).
-WEIGHTED = (*CONVS, "relax.matmul")
+#: Unit kinds a vendor takes only when it names them (``qdq_rules(..., ops=...)``).
+OPTIONAL_UNIT_OPS = ("relax.nn.conv2d_transpose",)
+#: Unit kinds with a constant weight (and an optional bias), and the weight's output-channel axis (-1: the last).
+WEIGHT_AXIS = {**dict.fromkeys(CONVS, 0), "relax.nn.conv2d_transpose": 1, "relax.matmul": -1}
+WEIGHTED = tuple(WEIGHT_AXIS)
 _INT8 = ("int8", "uint8")
 _CONCAT_INPUTS = range(2, 9)
 
@@ -125,7 +128,7 @@ def _unit_pattern(op: str):
     import tvm
     from tvm.relax.dpl import is_const, is_op, is_tuple, wildcard
 
-    if op in CONVS:
+    if op in WEIGHT_AXIS and op != "relax.matmul":  # a conv or deconv: constant weight, bias through a reshape
         core = is_op(op)(_dequantized(), _dequantized(is_const()))
         bias = _dequantized(is_const())
         body = core | is_op("relax.add")(core, bias | is_op("relax.reshape")(bias, wildcard()))
@@ -159,7 +162,7 @@ class QuantizedUnitRule(PatternRule):
 
     def describe(self) -> str:
         """The unit in one line, for the op table (the pattern itself spells out every alternative)."""
-        operands = {**dict.fromkeys(CONVS, "DQ(*), DQ(const) [+ DQ(const bias)]"),
+        operands = {**dict.fromkeys((*CONVS, *OPTIONAL_UNIT_OPS), "DQ(*), DQ(const) [+ DQ(const bias)]"),
                     "relax.matmul": "DQ(*), DQ(*) [+ DQ(const bias) | float32 const bias]",
                     "relax.concat": "DQ(*), ..."}.get(self.unit, "DQ(*)")
         tail = "" if self.unit in _ACTIVATIONS else " [-> relu | clip]"
@@ -175,8 +178,8 @@ def qdq_rules(vendor: str, check: Check, ops: tuple[str, ...] = UNIT_OPS) -> tup
     """
     rules = []
     for op in ops:
-        if op not in UNIT_OPS:
-            raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS)}")
+        if op not in UNIT_OPS + OPTIONAL_UNIT_OPS:
+            raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS + OPTIONAL_UNIT_OPS)}")
         short = op.rsplit(".", 1)[1]
         rules.append(QuantizedUnitRule(f"{vendor}.q{short}", (lambda op=op: _unit_pattern(op)), check, unit=op))
     rules.append(OpRule(f"{vendor}.quantize", "relax.quantize", check))
@@ -213,7 +216,7 @@ def qdq_supported(match: Match) -> CheckResult:
             continue  # per tensor, or a lone Q/DQ, which computes any axis
         ndim = len(quantized.shape.values)
         axis = int(call.attrs.axis) % ndim
-        if constant and weighted and (dtype == "int32" or axis == (0 if core_op in CONVS else ndim - 1)):
+        if constant and weighted and (dtype == "int32" or axis == WEIGHT_AXIS[core_op] % ndim):
             continue
         what = "the weight" if constant else ("the output" if call.op.name == "relax.quantize" else "the input")
         return f"per-channel scale on axis {axis} of {what}"

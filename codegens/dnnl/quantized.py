@@ -214,6 +214,8 @@ def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
             ops.append(call)
         elif call.op in _INTEGER_CORES:
             ops += lowering.integer_core(call)
+        elif call.op == "qnn.conv2d_transpose":  # as its definition, on the float32 deconvolution (no int8 one yet)
+            ops += lowering.float_core(call)
         else:
             ops += lowering.through_float(call)
     for output in graph.outputs:
