@@ -164,17 +164,24 @@ def untransposed_gemm_weights(model: onnx.ModelProto) -> onnx.ModelProto:
         weight = numpy_helper.to_array(initializers[dq.input[0]])
         graph.initializer.append(numpy_helper.from_array(weight.T.copy(), name))
         dq.input[0] = name
-        kept = [a for a in dq.attribute if a.name != "axis"]
-        del dq.attribute[:]
-        dq.attribute.extend(kept + [helper.make_attribute("axis", 1 - axis % 2)])
-        kept = [a for a in gemm.attribute if a.name != "transB"]
-        del gemm.attribute[:]
-        gemm.attribute.extend(kept)
-    read = {name for node in graph.node for name in node.input} | inputs
-    unread = [t for t in graph.initializer if t.name not in read]
-    for tensor in unread:
-        graph.initializer.remove(tensor)
+        _set_attribute(dq, "axis", 1 - axis % 2)
+        _set_attribute(gemm, "transB", None)
+    _drop_unread_initializers(graph, inputs)
     return out
+
+
+def _set_attribute(node: onnx.NodeProto, name: str, value) -> None:
+    """Set ``node``'s attribute ``name`` to ``value``, or remove it when ``value`` is None."""
+    kept = [a for a in node.attribute if a.name != name]
+    del node.attribute[:]
+    node.attribute.extend(kept if value is None else kept + [helper.make_attribute(name, value)])
+
+
+def _drop_unread_initializers(graph: onnx.GraphProto, keep: set[str]) -> None:
+    """Remove the initializers no node reads and ``keep`` does not name (a rewrite's replaced constants)."""
+    read = {name for node in graph.node for name in node.input} | keep
+    for tensor in [t for t in graph.initializer if t.name not in read]:
+        graph.initializer.remove(tensor)
 
 
 def dequantized_constants_outside_units(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -236,11 +243,9 @@ def dequantized_constants_outside_units(model: onnx.ModelProto) -> onnx.ModelPro
             scale = scale.reshape(shape)
             zero_point = [z.reshape(shape) for z in zero_point]
         shift = zero_point[0].astype(np.float32) if zero_point else np.float32(0)
-        real = ((x.astype(np.float32) - shift) * scale.astype(np.float32)).astype(np.float32)
+        real = (x.astype(np.float32) - shift) * scale.astype(np.float32)
         out.graph.initializer.append(numpy_helper.from_array(real, node.output[0]))
     del out.graph.node[:]
     out.graph.node.extend(kept)
-    read = {name for node in kept for name in node.input} | outputs
-    for tensor in [t for t in out.graph.initializer if t.name not in read]:
-        out.graph.initializer.remove(tensor)
+    _drop_unread_initializers(out.graph, outputs)
     return out

@@ -80,10 +80,10 @@ class QuantizedUnit:
     """The quantization of a ``qnn.*`` op call.
 
     ``inputs`` holds one :class:`QParams` per input of the op call (a conv's
-    or matmul's bias included: int32, or a float32 one with scale 1 and zero point 0); ``output`` the result's; ``output_range`` the
-    integer range the result is clamped to, narrower than its dtype's when
-    the unit ends in a relu or clip; ``float_ops`` the Relax ops the unit
-    stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
+    or matmul's bias included: int32, or a float32 one with scale 1 and zero
+    point 0); ``output`` the result's; ``output_range`` the integer range the
+    result is clamped to, narrower than its dtype's when the unit ends in a
+    relu or clip; ``float_ops`` the Relax ops the unit stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
     """
 
     inputs: tuple

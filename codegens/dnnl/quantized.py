@@ -123,8 +123,8 @@ class _Lowering:
 
     def integer_core(self, call: OpCall) -> list[OpCall]:
         unit = call.quant
-        if call.inputs[0].dtype == "int8" or np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0) > _SAFE_WEIGHT \
-                or _grouped(call):
+        weight_bound = np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0)
+        if call.inputs[0].dtype == "int8" or weight_bound > _SAFE_WEIGHT or _grouped(call):
             return self.float_core(call)
         x, w = unit.inputs[0], unit.inputs[1]
         weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
