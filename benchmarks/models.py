@@ -4,8 +4,9 @@ The large models are small torch module definitions written here (no
 torchvision: there is no CPU build of it on this machine), exported to ONNX
 with ``torch==2.13.0`` (``pip install torch==2.13.0``: the CPU wheel on
 disk) and cached as ``<build>/<name>.onnx``; they are never committed.
-The tiny models (``tiny_cnn``, ``tiny_mlp``) are built with ``onnx.helper``
-and need no torch, so the smoke test runs without it. ``<model>_int8`` is
+The tiny models (``tiny_cnn``, ``tiny_mlp``) and ``resnet18`` (the ResNet-18 shape of
+issue 15: conv with bias, as an exporter leaves BatchNorm folded) are built with
+``onnx.helper`` and need no torch, so the smoke test runs without it. ``<model>_int8`` is
 that model quantized by ``onnxruntime.quantization`` (QDQ, u8/s8, per tensor, reduce_range).
 
 ``python benchmarks/models.py [--build DIR] [NAME ...]`` builds the cache.
@@ -170,7 +171,59 @@ def tiny_mlp() -> onnx.ModelProto:
     return small_mlp()
 
 
-TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp}
+def resnet18() -> onnx.ModelProto:
+    """A ResNet-18-shaped model at 224x224, as an exporter leaves one with BatchNorm folded: every Conv
+    has a bias, ReLU and residual Add are their own nodes, GlobalAveragePool -> Flatten -> Gemm. He-scaled
+    seeded random weights keep the activations in range through the 17 convs."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(SEED)
+    nodes, inits = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(array.astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, stride, name, relu=True):
+        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))
+        b = rng.uniform(-0.1, 0.1, cout)
+        out = f"{name}_out"
+        nodes.append(helper.make_node("Conv", [x, const(f"{name}_w", w), const(f"{name}_b", b)], [out], name=name,
+                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        if not relu:
+            return out
+        nodes.append(helper.make_node("Relu", [out], [f"{name}_relu"], name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    x = conv("input", 3, 64, 7, 2, "conv1")
+    nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1]))
+    x, cin = "pool1", 64
+    for stage, cout in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            stride = 2 if stage > 0 and block == 0 else 1
+            name = f"layer{stage + 1}.{block}"
+            y = conv(conv(x, cin, cout, 3, stride, f"{name}.conv1"), cout, cout, 3, 1, f"{name}.conv2", relu=False)
+            short = conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if stride != 1 or cin != cout else x
+            nodes.append(helper.make_node("Add", [y, short], [f"{name}.add"], name=f"{name}.add"))
+            nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"], name=f"{name}.relu"))
+            x, cin = f"{name}.out", cout
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
+    w, b = rng.standard_normal((1000, 512)) / np.sqrt(512), rng.uniform(-0.1, 0.1, 1000)
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", w), const("fc_b", b)], ["output"], name="fc",
+                                  transB=1))
+    graph = helper.make_graph(nodes, "resnet18", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                [1, 3, 224, 224])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1000])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
+#: Models written with onnx.helper: no torch needed.
+TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp, "resnet18": resnet18}
 
 # -- int8 models: a float model above quantized by onnxruntime -----------------------
 #: "<float model>_int8": QDQ format, u8 activations, s8 weights, per tensor, with 7-bit weights

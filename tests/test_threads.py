@@ -216,9 +216,11 @@ def test_a_team_that_waits_for_its_core_gives_way_to_the_serial_program():
     # now and then (after 1, 4, 8, 16 ... serial calls).
     team, serial = _team_and_serial_runs(busy_core=True)
     # The schedule gives 10 team and 30 serial calls when every team run is slow (2 to notice,
-    # then 2 per trial after 1, 4, 8 and 16 serial calls); a team run that happens to be fast on
-    # this shared VM shifts a call or two (measured once: 11 / 29).
-    assert serial >= 26 and team + serial == 40, (team, serial)
+    # then 2 per trial after 1, 4, 8 and 16 serial calls). How slow a team run is beside the loop
+    # is up to the scheduler: a team run that is fast keeps the team (measured on a 2-core AVX2
+    # VM: 11 / 29; on a 2-core AVX-512 VM over six processes: 7-23 team runs, 17-33 serial). Idle,
+    # at most 3 of 15 calls go serial (the next test).
+    assert serial >= 12 and team + serial == 40, (team, serial)
 
 
 def test_an_idle_team_keeps_its_calls_and_off_keeps_them_always():

@@ -29,13 +29,31 @@ _INTEGER_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, Tensor
 def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
     """``model`` with the integer initializers DequantizeLinear reads turned into graph inputs.
 
+    Only those a node unit may take are held: a DequantizeLinear some of whose
+    readers also read a value computed from the model's inputs. One whose readers
+    compute constants alone (YOLOv8's anchor grid, quantized by onnxruntime:
+    ``DQ(c) + Range(...) -> Q -> DQ -> Reshape -> ... -> Expand``) is left to be
+    folded; held, that grid was six partitions recomputed on every call.
+
     Returns ``(model, held)``: ``model`` itself when nothing is held (no copy),
     else a copy, and the held initializers by name.
     """
     initializers = {t.name: t for t in model.graph.initializer}
+    runtime = _runtime_values(model.graph, set(initializers))
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+
+    def read_at_run_time(dq: onnx.NodeProto) -> bool:
+        return dq.output[0] in outputs or any(
+            _has_subgraph(r) or any(name in runtime for name in r.input) for r in readers.get(dq.output[0], ()))
+
     names = {n.input[0] for n in model.graph.node
              if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input
-             and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES}
+             and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES
+             and read_at_run_time(n)}
     if not names:
         return model, {}
     out = onnx.ModelProto()
@@ -47,6 +65,26 @@ def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
     for name, tensor in held.items():
         out.graph.input.append(helper.make_tensor_value_info(name, tensor.data_type, list(tensor.dims)))
     return out, held
+
+
+#: Ops whose result is not a function of their inputs: never constant.
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"}
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _runtime_values(graph: onnx.GraphProto, constants: set[str]) -> set[str]:
+    """Names of the values computed from the graph's inputs (not from constants alone), in one pass over the
+    (topologically sorted) nodes. A node with a subgraph may read outer values its inputs do not name: its
+    results count as computed at run time, as do a random op's."""
+    runtime = {vi.name for vi in graph.input if vi.name not in constants}
+    for node in graph.node:
+        if node.op_type in _NONDETERMINISTIC or _has_subgraph(node) or any(n in runtime for n in node.input):
+            runtime.update(node.output)
+    return runtime
 
 
 def restore_held(model: onnx.ModelProto, held: dict[str, onnx.TensorProto]) -> None:
