@@ -8,6 +8,7 @@ Run from the repo root::
     python benchmarks/real_models.py --list                            # the models, their sources and shapes
     python benchmarks/real_models.py --fetch                           # only download / extract into the cache
     python benchmarks/real_models.py --int8 --configs dnnl --latency dnnl   # quantized by onnxruntime, vs its int8
+    python benchmarks/real_models.py --int8 --full-range --configs dnnl --latency dnnl   # quantize_static's defaults
 
 The models (``MODELS``; ``--list`` prints them):
 
@@ -364,14 +365,16 @@ def _drop_unread_inputs(path: Path) -> None:
         onnx.save(model, str(path))
 
 
-def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | None = None) -> Path:
+def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | None = None,
+                    reduce_range: bool = True) -> Path:
     """``path`` quantized as onnxruntime's documentation says: ``quant_pre_process`` (shape inference and its
     graph optimizer, which folds BatchNormalization into Conv), then ``quantize_static``: QDQ, u8 activations,
-    s8 weights, per tensor, 7-bit weights (``reduce_range``, advised for CPUs without VNNI), calibrated on the
-    benchmark's inputs. Cached as ``<cache>/int8/<name>.onnx``."""
+    s8 weights, per tensor, calibrated on the benchmark's inputs; 7-bit weights (``reduce_range``, advised for
+    CPUs without VNNI), or with ``reduce_range=False`` full-range ones (``quantize_static``'s default, what
+    most users' models hold). Cached as ``<cache>/int8/<name>.onnx`` (``int8-full/`` for full range)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    out = (cache or default_cache()) / "int8" / f"{model.name}.onnx"
+    out = (cache or default_cache()) / ("int8" if reduce_range else "int8-full") / f"{model.name}.onnx"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -393,7 +396,7 @@ def quantized_model(model: RealModel, path: Path, inputs: dict, cache: Path | No
     else:
         _drop_unread_inputs(prepared)
     quantize_static(str(source), str(partial), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=True)
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=reduce_range)
     partial.replace(out)  # a failed run leaves no file that looks done
     prepared.unlink(missing_ok=True)
     return out
@@ -536,7 +539,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         return dict(entry, status="reference failed", why=f"inputs: {_first_line(err)}")
     if args.int8:
         try:
-            path = quantized_model(model, path, inputs, args.cache)
+            path = quantized_model(model, path, inputs, args.cache, reduce_range=not args.full_range)
         except Exception as err:  # noqa: BLE001 - the quantizer raises every kind of error
             return dict(entry, status="quantize failed", why=f"onnxruntime.quantization: {_first_line(err)[:200]}")
         entry["path"] = str(path)
@@ -723,8 +726,10 @@ def parse_args(argv):
                    help="seconds per build (import + partition + build + one run + export), and for a timing "
                         "process to load (default 1200)")
     p.add_argument("--int8", action="store_true",
-                   help="each model quantized by onnxruntime.quantization (QDQ, u8/s8, per tensor, calibrated on the "
-                        "inputs), against onnxruntime running that model")
+                   help="each model quantized by onnxruntime.quantization (QDQ, u8/s8, per tensor, 7-bit weights, "
+                        "calibrated on the inputs), against onnxruntime running that model")
+    p.add_argument("--full-range", action="store_true",
+                   help="with --int8: full-range 8-bit weights (quantize_static's default, no reduce_range)")
     p.add_argument("--calls", type=int, default=bench.CALLS_PER_REQUEST,
                    help=f"back-to-back calls per timed request (default {bench.CALLS_PER_REQUEST}; see benchmarks/run.py)")
     p.add_argument("--settle-ms", type=float, default=bench.SETTLE_MS,
@@ -759,6 +764,8 @@ def parse_args(argv):
         p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
     args.skip = {s: "--skip" for s in args.skip}
     args.cache = args.cache or default_cache()
+    if args.full_range and not args.int8:
+        p.error("--full-range is an --int8 option")
     return args
 
 

@@ -96,7 +96,7 @@ def _graphs(m, vendors=("json_runtime",)):
 def test_json_schema():
     graph, = _graphs(small_mlp())
     doc = json.loads(serialize(graph).json)
-    assert (doc["format"], doc["version"], doc["symbol"]) == ("byoc.json_runtime.graph", 1, "json_runtime_0")
+    assert (doc["format"], doc["version"], doc["symbol"]) == ("byoc.json_runtime.graph", 2, "json_runtime_0")
     declared = {t["name"]: t for t in doc["tensors"]}
     assert doc["inputs"] == ["input0", "input1"] and declared["input0"]["shape"] == [4, 32]
     assert all(declared[n]["kind"] == "const" for n in doc["constants"])
@@ -221,6 +221,12 @@ def _mangled(blob: bytes):
     del missing_attr["nodes"][0]["body"][0]["attrs"]["strides"]
     dangling = json.loads(ser.json)
     dangling["outputs"] = ["nowhere"]
+    # A graph may compute a tensor per CPU feature (version 2); the reference runtime reports none, so the
+    # conv marked for one is left out and the relu after it reads nothing; version 1 has no such marks.
+    for_a_feature = json.loads(ser.json)
+    for_a_feature["nodes"][0]["body"][0]["attrs"]["only_if_cpu"] = {"type": "str", "value": "vnni"}
+    marked_in_v1 = json.loads(json.dumps(for_a_feature))
+    marked_in_v1["version"] = 1
     flipped = bytearray(blob)
     flipped[len(flipped) // 2] ^= 0x40
     return {
@@ -246,10 +252,23 @@ def _mangled(blob: bytes):
         "missing attribute": (_blob(graph.symbol, json.dumps(missing_attr), consts), 'no field "strides"'),
         "dangling output": (_blob(graph.symbol, json.dumps(dangling), consts), "undeclared tensor nowhere"),
         "symbol mismatch": (_blob("other", ser.json, consts), "does not match the module symbol"),
-        "graph version": (_blob(graph.symbol, ser.json.replace('"version":1', '"version":7'), consts),
+        "graph version": (_blob(graph.symbol, ser.json.replace('"version":2', '"version":7'), consts),
                           "schema version 7"),
+        "for a cpu feature": (_blob(graph.symbol, json.dumps(for_a_feature), consts), "before it is computed"),
+        "cpu mark in version 1": (_blob(graph.symbol, json.dumps(marked_in_v1), consts),
+                                  "only_if_cpu appears in a graph of schema version 1"),
         "doc ok": (_blob(graph.symbol, json.dumps(doc), consts), ""),
     }
+
+
+def test_a_version_1_graph_still_loads_and_runs():
+    """Artifacts exported before schema version 2 (which only added ``only_if_cpu``) load as they are."""
+    model, graph, module = _conv_module()
+    ser = serialize(graph)
+    old = _load(_blob(graph.symbol, ser.json.replace('"version":2', '"version":1'),
+                      {n: ser.constants[n] for n in sorted(ser.constants)}))
+    x = np.random.default_rng(0).random((1, 3, 6, 6), dtype=np.float32)
+    assert np.array_equal(_run_module(old, graph.symbol, x), _run_module(module, graph.symbol, x))
 
 
 def test_corrupted_blobs_raise_clear_errors():

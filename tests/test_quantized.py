@@ -439,29 +439,60 @@ def test_the_report_names_int8_units(quantized, tmp_path):
     assert "x_QuantizeLinear (QDQ int8)" not in text  # Q/DQ nodes belong to a unit; the core op is named
 
 
-def _executed(make: str, reduce_range: bool) -> list[str]:
-    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models), quantized per tensor, executes."""
+#: The oneDNN ISA caps a test runs under: "" (the CPU's own) and, where the CPU has VNNI, AVX2 too, so the
+#: path of CPUs without VNNI is tested on every machine (ONEDNN_MAX_CPU_ISA; the runtime reads oneDNN's
+#: effective ISA). The oneDNN wheel's x86_64 builds need AVX2 at least for their int8 kernels.
+CPU_HAS_VNNI = any(flag in open("/proc/cpuinfo").read().split() for flag in ("avx512_vnni", "avx_vnni"))
+ISA_CAPS = ["", "AVX2"] if CPU_HAS_VNNI else [""]
+
+
+def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", isa: str = "") -> list[str]:
+    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models), quantized per tensor, executes
+    (under oneDNN ISA cap ``isa``, if given)."""
     script = (
         "import sys, warnings; sys.path.insert(0, %r)\n"
         "import numpy as np, byoc\n"
         "from quantized_models import quantize, %s as make\n"
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
-        "    artifact = byoc.compile(quantize(make(), reduce_range=%r), vendors=['dnnl'], strict=True)\n"
+        "    model = quantize(make(), reduce_range=%r, activation_type=%r)\n"
+        "    artifact = byoc.compile(model, vendors=['dnnl'], strict=True)\n"
         "print('RUN', flush=True)\n"
         "artifact.run({'x': np.ones((1, 3, 16, 16), np.float32)})\n"
-    ) % (str(Path(__file__).parent), make, reduce_range)
-    log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "ONEDNN_VERBOSE": "1"})
+    ) % (str(Path(__file__).parent), make, reduce_range, activation_type)
+    env = {**os.environ, "ONEDNN_VERBOSE": "1"}
+    if isa:
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert log.returncode == 0, log.stderr[-2000:]
     run = log.stdout.split("RUN\n", 1)[1]  # after the build (whose weight reorders are logged too)
     return [line for line in run.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
 
 
-def _onednn_log(reduce_range: bool) -> tuple[list, list]:
+def _onednn_log(reduce_range: bool, activation_type: str = "QUInt8", isa: str = "") -> tuple[list, list]:
     """oneDNN's log of one run of the residual CNN quantized per tensor: (convolutions, matmuls) executed."""
-    executed = _executed("residual_cnn", reduce_range)
+    executed = _executed("residual_cnn", reduce_range, activation_type, isa)
     return [x for x in executed if ",convolution," in x], [x for x in executed if ",matmul," in x]
+
+
+def _under_isa(isa: str, model: onnx.ModelProto, seeds=(5, 6, 7)) -> list[np.ndarray]:
+    """``model`` built for dnnl and run on ``seeds``' inputs in a process whose oneDNN is capped at ``isa``."""
+    script = (
+        "import sys, warnings, numpy as np, onnx, byoc\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    artifact = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
+        "outs = [artifact.run({'x': np.random.default_rng(s).standard_normal((1, 3, 16, 16)).astype(np.float32)})[0]\n"
+        "        for s in %r]\n"
+        "np.save(sys.stdout.buffer, np.stack(outs))\n"
+    ) % (tuple(seeds),)
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": isa} if isa else dict(os.environ)
+    run = subprocess.run([sys.executable, "-c", script], input=model.SerializeToString(), capture_output=True,
+                         timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    import io
+
+    return list(np.load(io.BytesIO(run.stdout)))
 
 
 def test_activation_units_run_on_8_bit_tensors_on_dnnl():
@@ -491,32 +522,46 @@ def test_dnnl_runs_int8_primitives_for_7_bit_weights():
         assert "src_u8" in line and "wei_s8" in line and "dst_u8" in line, line
 
 
-def test_full_range_weights_run_in_float_on_dnnl_and_follow_the_definition():
-    """Without VNNI, int8 kernels add u8 x s8 pairs in int16 and saturate (onnxruntime's do: PP-OCR cls quantized
-    per tensor moved by 0.185 of its output range); dnnl runs such units in float32 and equals the definition."""
-    convs, _ = _onednn_log(reduce_range=False)
-    assert len(convs) == 3 and all("src_f32" in line and "wei_f32" in line for line in convs), convs
+def _vnni_under(isa: str) -> bool:
+    return CPU_HAS_VNNI and not isa
+
+
+@pytest.mark.parametrize("isa", ISA_CAPS, ids=lambda isa: isa or "native")
+def test_full_range_weights_run_int8_with_vnni_else_in_float_and_follow_the_definition(isa):
+    """onnxruntime's quantizer writes full-range weights unless told reduce_range. Without VNNI, int8 kernels add
+    u8 x s8 pairs in int16 and saturate (onnxruntime's do: PP-OCR cls quantized per tensor moved by 0.185 of its
+    output range), so dnnl runs such units in float32 and equals the definition; with VNNI (int32 sums) the same
+    artifact runs them on the int8 kernels, within one quantum of it."""
+    convs, matmuls = _onednn_log(reduce_range=False, isa=isa)
+    if _vnni_under(isa):  # the three convs and the classifier (an int8 matmul runs as a 1x1 conv over its rows)
+        assert len(convs) == 4 and not matmuls, convs + matmuls
+        assert all("src_u8" in line and "wei_s8" in line and "dst_u8" in line for line in convs), convs
+    else:
+        assert len(convs) == 3 and len(matmuls) == 1, convs + matmuls
+        assert all("src_f32" in line and "wei_f32" in line for line in convs + matmuls), convs + matmuls
     model = quantize(residual_cnn(), "QDQ", reduce_range=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        artifact = byoc.compile(model, vendors=["dnnl"])
-    for seed in (5, 6, 7):
-        feed = _feed(seed)
-        np.testing.assert_allclose(artifact.run(feed)[0], _ort(model, feed, integer_kernels=False), atol=1e-6)
-
-
-@pytest.mark.parametrize("make", [residual_cnn, activation_cnn])
-def test_s8_activations_run_in_float_on_dnnl_and_follow_the_definition(make):
-    """onnxruntime's QInt8 activations: without VNNI oneDNN's int8 kernels shift an s8 source to u8 and halve the
-    weights, and a conv moved by up to 6 quanta; such units run as their definition in float32."""
-    model = quantize(make(), reduce_range=True, activation_type="QInt8")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
     quantum = output_scale(model)
-    for seed in (5, 6, 7):
-        feed = _feed(seed)
-        assert np.abs(artifact.run(feed)[0] - _ort(model, feed, integer_kernels=False)).max() <= 1.001 * quantum
+    for seed, got in zip((5, 6, 7), _under_isa(isa, model)):
+        want = _ort(model, _feed(seed), integer_kernels=False)
+        if _vnni_under(isa):
+            assert np.abs(got - want).max() <= 1.001 * quantum
+        else:
+            np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("isa", ISA_CAPS, ids=lambda isa: isa or "native")
+@pytest.mark.parametrize("make", [residual_cnn, activation_cnn])
+def test_s8_activations_run_int8_with_vnni_else_in_float_and_follow_the_definition(make, isa):
+    """onnxruntime's QInt8 activations: without VNNI oneDNN's int8 kernels shift an s8 source to u8 and halve the
+    weights, and a conv moved by up to 6 quanta, so such units run as their definition in float32; with VNNI
+    the int8 kernels are exact and run them."""
+    convs = [x for x in _executed(make.__name__, True, "QInt8", isa) if ",convolution," in x]
+    int8 = [x for x in convs if "src_s8" in x and "wei_s8" in x]
+    assert (len(int8) == len(convs)) if _vnni_under(isa) else not int8, convs
+    model = quantize(make(), reduce_range=True, activation_type="QInt8")
+    quantum = output_scale(model)
+    for seed, got in zip((5, 6, 7), _under_isa(isa, model)):
+        assert np.abs(got - _ort(model, _feed(seed), integer_kernels=False)).max() <= 1.001 * quantum
 
 
 def test_dnnl_names_the_int8_units_it_cannot_run():

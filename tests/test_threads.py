@@ -176,6 +176,11 @@ if {busy_core}:
     loop = "import os, time; os.sched_setaffinity(0, {{max(os.sched_getaffinity(0))}}); end = time.time() + 120\\n" \\
            "while time.time() < end: pass"
     busy = subprocess.Popen([sys.executable, "-c", loop], start_new_session=True)
+    # The model runs at a lower priority than the loop, as a batch job beside a service would: the
+    # scheduler then makes its team's second thread wait for the loop's core, and does not let it
+    # preempt the loop on every wake-up (on an EEVDF kernel with equal priorities it often did, and
+    # the team ran about as fast as idle).
+    os.nice(10)
 os.environ["BYOC_DNNL_CONTENTION"] = {contention!r}
 import byoc, tvm_ffi
 
@@ -209,18 +214,36 @@ def test_building_and_loading_dnnl_leave_the_environment_alone(tmp_path):
     assert got == []
 
 
+def _schedule(team_wall_us: float, team_cpu_us: float, serial_us: float, calls: int) -> list:
+    pytest.importorskip("byoc.codegens.dnnl")
+    import byoc.examples
+    import tvm_ffi
+
+    byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"])  # loads the dnnl runtime
+    return list(tvm_ffi.get_global_func("byoc.dnnl.program_schedule")(team_wall_us, team_cpu_us, serial_us, calls))
+
+
+def test_the_chooser_sends_calls_to_the_serial_program_while_the_team_waits():
+    """The chooser's schedule (1: a serial call), from fixed timings: a team run whose caller was on a CPU for
+    under 80% of it is slow; two slow runs send one call to the serial program (to time it), then two team
+    calls try the team again, and while it stays slower the serial program gets 8, 16, 32 ... calls."""
+    slow = _schedule(team_wall_us=2000, team_cpu_us=900, serial_us=1000, calls=40)
+    assert slow == [0, 0, 1, 0, 0] + [1] * 8 + [0, 0] + [1] * 16 + [0, 0] + [1] * 7
+    # A team that spins at its barriers (its caller on a CPU all along) is never judged slow, whatever
+    # its wall time, until a serial run has been timed.
+    assert _schedule(team_wall_us=2000, team_cpu_us=1900, serial_us=1000, calls=40) == [0] * 40
+    # A team faster than the serial run keeps every call after its trial.
+    assert _schedule(team_wall_us=900, team_cpu_us=400, serial_us=1000, calls=12) == [0, 0, 1] + [0] * 9
+
+
 @TWO_CPUS
 def test_a_team_that_waits_for_its_core_gives_way_to_the_serial_program():
-    # Beside a busy loop that holds one CPU, a team of two waits at each of the chain's thirty
-    # barriers, so the runtime runs the program compiled for one thread, trying the team again
-    # now and then (after 1, 4, 8, 16 ... serial calls).
+    # Beside a busy loop that holds one CPU, a team of two waits at its barriers for the loop's core, so
+    # the runtime sends calls to the program compiled for one thread (the schedule is the test above).
+    # How long a team run waits is up to the kernel's scheduler: over six processes on a 2-core AVX-512
+    # VM, 13-33 of the 40 calls went serial (idle, at most 3 of 15: the next test).
     team, serial = _team_and_serial_runs(busy_core=True)
-    # The schedule gives 10 team and 30 serial calls when every team run is slow (2 to notice,
-    # then 2 per trial after 1, 4, 8 and 16 serial calls). How slow a team run is beside the loop
-    # is up to the scheduler: a team run that is fast keeps the team (measured on a 2-core AVX2
-    # VM: 11 / 29; on a 2-core AVX-512 VM over six processes: 7-23 team runs, 17-33 serial). Idle,
-    # at most 3 of 15 calls go serial (the next test).
-    assert serial >= 12 and team + serial == 40, (team, serial)
+    assert serial >= 4 and team + serial == 40, (team, serial)
 
 
 def test_an_idle_team_keeps_its_calls_and_off_keeps_them_always():

@@ -769,15 +769,36 @@ class Program {
   // The same constant bytes seen with other dims (a group axis, leading 1s).
   int ConstView(int v, const Desc& desc) { return values_[v].desc == desc ? v : NewView(v, desc); }
 
-  // A constant value in layout `desc` (reordered now, once, into memory the module owns).
-  int ReorderConst(int v, const Desc& desc) {
-    if (values_[v].desc == desc) return v;
+  // A constant value in layout `desc` (reordered now, once, into memory the module owns). With `scales`, its
+  // real values are quantized on the way into desc's integer type: round(x / scale), a scale per index of
+  // `mask`'s axes (a unit's weight sent in real units: q * scale / scale is q again, exactly).
+  int ReorderConst(int v, const Desc& desc, const std::vector<double>* scales = nullptr, int mask = 0) {
+    if (values_[v].desc == desc && !scales) return v;
     memory converted(desc, Engine());
     memory source(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle());
     dnnl::stream stream(Engine());
-    dnnl::reorder(source, converted).execute(stream, source, converted);
+    if (!scales) {
+      dnnl::reorder(source, converted).execute(stream, source, converted);
+    } else {
+      primitive_attr attr;
+      attr.set_scales_mask(DNNL_ARG_DST, scales->size() > 1 ? mask : 0);
+      std::vector<float> values(scales->begin(), scales->end());
+      memory scale(Desc({static_cast<int64_t>(values.size())}, memory::data_type::f32, memory::format_tag::a),
+                   Engine(), values.data());
+      dnnl::reorder::primitive_desc pd(Engine(), source.get_desc(), Engine(), desc, attr);
+      dnnl::reorder(pd).execute(stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, converted},
+                                         {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scale}});
+    }
     stream.wait();
     return KeepConst(converted);
+  }
+
+  // The s8 weights of a qnn.conv*/qnn.matmul in layout `desc`: sent as integers in float32, or in real units
+  // ("weight_real", with the float definition's weight they share), quantized here by "w_scale" along `mask`.
+  int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask) {
+    if (!a.Has("weight_real") || !a.Bool("weight_real")) return ReorderConst(v, desc);
+    std::vector<double> scales = a.Floats("w_scale");
+    return ReorderConst(v, desc, &scales, mask);
   }
 
   // A constant this program made (its memory is owned here, and counted in ConstantBytes).
@@ -876,13 +897,23 @@ class Program {
     return ops;
   }
 
-  // `desc`'s layout for tensor `t` (its dtype) when it is a strided one (an int8 conv's NHWC), else
-  // plain: a quantize feeding the next int8 conv, or a dequantize feeding a float op, moves no
-  // data twice.
+  // `desc`'s layout for tensor `t` (its dtype) when it is a strided one (an int8 conv's NHWC): a quantize
+  // feeding the next int8 conv, or a dequantize feeding a float op, moves no data twice. A channel-blocked
+  // one (a float conv's nChw8c) becomes channels last, the layout oneDNN's 8-bit kernels take: a u8 max pool
+  // over NCHW is its reference kernel (26 ms of a ResNet-50 whose first conv ran in float32; 0.1 ms NHWC).
   static Desc Retyped(const Desc& desc, const TensorInfo& t) {
     if (desc.get_format_kind() == memory::format_kind::blocked && desc.get_inner_blks().empty())
       return Desc(desc.get_dims(), DataType(t), desc.get_strides());
+    if (desc.get_format_kind() == memory::format_kind::blocked && t.shape.size() >= 3 && t.shape.size() <= 5)
+      return ChannelsLast(t.shape, DataType(t));
     return Plain(t.shape, DataType(t));
+  }
+
+  // NWC / NHWC / NDHWC for a 3- to 5-D tensor.
+  static Desc ChannelsLast(const std::vector<int64_t>& shape, memory::data_type type) {
+    static const memory::format_tag tags[] = {memory::format_tag::nwc, memory::format_tag::nhwc,
+                                              memory::format_tag::ndhwc};
+    return Desc(DimsOf(shape), type, tags[shape.size() - 3]);
   }
 
   // qnn.add of two 8-bit tensors of one shape as one binary: scale_a * a + scale_b * b in f32,
@@ -1093,12 +1124,14 @@ class Program {
     const ConvDims c = ConvShape(op, a);
     memory::data_type out = DataType(g_.tensor(op.output));
     std::vector<Arg> args;
-    primitive_attr attr = QuantizedAttr(a, out, c.groups == 1 ? 1 : 3, &args);  // per output channel
+    int weight_mask = c.groups == 1 ? 1 : 3;  // per output channel (of every group)
+    primitive_attr attr = QuantizedAttr(a, out, weight_mask, &args);
     Desc bias = Plain({ys[1]});
     auto pd = ConvPd(c, Any(DimsOf(xs), DataType(g_.tensor(x))), Any(c.weights, memory::data_type::s8),
                      op.inputs.size() == 3 ? &bias : nullptr, Any(DimsOf(ys), out), attr);
     args.push_back({DNNL_ARG_SRC, As(x, pd.src_desc()), pd.src_desc()});
-    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc()),
+    args.push_back({DNNL_ARG_WEIGHTS,
+                    QuantizedWeights(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc(), a, weight_mask),
                     pd.weights_desc()});
     if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
     args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
@@ -1122,14 +1155,16 @@ class Program {
     size_t rank = ys.size();
     memory::data_type out = DataType(g_.tensor(op.output));
     std::vector<Arg> args;
-    primitive_attr attr = QuantizedAttr(a, out, 1 << (rank - 1), &args);
+    int weight_mask = 1 << (rank - 1);  // per output column
+    primitive_attr attr = QuantizedAttr(a, out, weight_mask, &args);
     Desc src = Plain(Padded(xs, rank), DataType(g_.tensor(x))), dst = Plain(DimsOf(ys), out);
     Desc bias = Plain(Padded({ys.back()}, rank));
     Desc w_any = Any(Padded(ws, rank), memory::data_type::s8);
     auto pd = op.inputs.size() == 3 ? dnnl::matmul::primitive_desc(Engine(), src, w_any, bias, dst, attr)
                                     : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
     args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, DataType(g_.tensor(x)))), src});
-    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], Plain(Padded(ws, rank))), pd.weights_desc()),
+    args.push_back({DNNL_ARG_WEIGHTS,
+                    QuantizedWeights(ConstView(value_of_[w], Plain(Padded(ws, rank))), pd.weights_desc(), a, weight_mask),
                     pd.weights_desc()});
     if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
     args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
@@ -1156,7 +1191,7 @@ class Program {
     if (IsReference(pd)) return false;
     Desc transposed({n, k, 1, 1}, memory::data_type::f32, Dims{1, n, n * k, n * k});  // the [K, N] constant as OIHW
     args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, in)), src});
-    args.push_back({DNNL_ARG_WEIGHTS, ReorderConst(ConstView(value_of_[w], transposed), pd.weights_desc()),
+    args.push_back({DNNL_ARG_WEIGHTS, QuantizedWeights(ConstView(value_of_[w], transposed), pd.weights_desc(), a, 1),
                     pd.weights_desc()});
     if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
     args.push_back({DNNL_ARG_DST, Define(op.output, Plain(g_.Shape(op.output), out)), dst});
@@ -1233,12 +1268,18 @@ class Program {
     algorithm alg = max ? algorithm::pooling_max
                         : a.Bool("count_include_pad") ? algorithm::pooling_avg_include_padding
                                                       : algorithm::pooling_avg_exclude_padding;
-    int src = value_of_[op.inputs[0]];
-    dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
-                                             Any(DimsOf(ys), DataType(g_.tensor(op.output))), {st[0], st[1]},
-                                             {kernel[0], kernel[1]},
-                                             {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]}, pad_r, UserScratchpad());
-    src = As(op.inputs[0], pd.src_desc());
+    auto make = [&](const Desc& src) {
+      return dnnl::pooling_forward::primitive_desc(Engine(), prop_kind::forward_inference, alg, src,
+                                                   Any(DimsOf(ys), DataType(g_.tensor(op.output))), {st[0], st[1]},
+                                                   {kernel[0], kernel[1]}, {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]},
+                                                   pad_r, UserScratchpad());
+    };
+    auto pd = make(values_[value_of_[op.inputs[0]]].desc);
+    if (IsReference(pd)) {  // the source's layout has only the reference kernel (a u8 NCHW tensor): reorder it
+      auto nhwc = make(ChannelsLast(xs, DataType(g_.tensor(op.inputs[0]))));
+      if (!IsReference(nhwc)) pd = nhwc;
+    }
+    int src = As(op.inputs[0], pd.src_desc());
     int dst = Define(op.output, pd.dst_desc());
     AddStep(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
             pd.scratchpad_desc());
@@ -2056,6 +2097,21 @@ bool ContentionWatchOn() {
 // Which program the next call runs, learnt from the timings of the calls before it.
 class ProgramChooser {
  public:
+  // One call, on the program the timings so far pick: `team()` runs the team's program and returns its
+  // {wall, calling thread's CPU} time in microseconds, `serial()` the serial one and its wall time.
+  // Returns whether the call ran serially.
+  template <class Team, class Serial>
+  bool Call(Team team, Serial serial) {
+    if (NextIsSerial()) {
+      SerialRan(serial());
+      return true;
+    }
+    std::pair<double, double> timed = team();
+    TeamRan(timed.first, timed.second);
+    return false;
+  }
+
+ private:
   bool NextIsSerial() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (serial_left_ == 0) return false;
@@ -2087,7 +2143,6 @@ class ProgramChooser {
     if (slow_streak_ >= kSlowRuns) GoSerial(serial_us_ > 0 ? backoff_ : 1);
   }
 
- private:
   void GoSerial(int calls) {
     serial_left_ = calls;
     trials_left_ = kTrials;
@@ -2104,6 +2159,17 @@ class DnnlExecutor {
  public:
   static constexpr const char* kName = "dnnl";
   static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
+
+  // "vnni" when oneDNN's int8 kernels run on VNNI here (u8 x s8 products summed in int32: exact for any weight
+  // and for s8 sources), else "no_vnni" (pairs summed in int16, which saturates; an s8 source halves the
+  // weights): codegens/dnnl/quantized.py sends such units both ways. oneDNN's effective ISA, so
+  // ONEDNN_MAX_CPU_ISA counts.
+  static std::set<std::string> CpuFeatures() {
+    auto bit = [](dnnl::cpu_isa with, dnnl::cpu_isa without) { return static_cast<int>(with) & ~static_cast<int>(without); };
+    int vnni = bit(dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx2) |
+               bit(dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core);
+    return {(static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni) ? "vnni" : "no_vnni"};
+  }
 
   explicit DnnlExecutor(const ParsedGraph& graph)
       : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
@@ -2124,18 +2190,19 @@ class DnnlExecutor {
       g_team_runs.fetch_add(1, std::memory_order_relaxed);
       return team_.Run(in, out);
     }
-    if (chooser_.NextIsSerial()) {
-      g_serial_runs.fetch_add(1, std::memory_order_relaxed);
-      const Program& serial = Serial();  // compiled on first use, outside the timing
-      double wall = ClockUs(CLOCK_MONOTONIC);
-      serial.Run(in, out);
-      chooser_.SerialRan(ClockUs(CLOCK_MONOTONIC) - wall);
-      return;
-    }
-    g_team_runs.fetch_add(1, std::memory_order_relaxed);
-    double wall = ClockUs(CLOCK_MONOTONIC), cpu = ClockUs(CLOCK_THREAD_CPUTIME_ID);
-    team_.Run(in, out);
-    chooser_.TeamRan(ClockUs(CLOCK_MONOTONIC) - wall, ClockUs(CLOCK_THREAD_CPUTIME_ID) - cpu);
+    bool serial = chooser_.Call(
+        [&] {
+          double wall = ClockUs(CLOCK_MONOTONIC), cpu = ClockUs(CLOCK_THREAD_CPUTIME_ID);
+          team_.Run(in, out);
+          return std::make_pair(ClockUs(CLOCK_MONOTONIC) - wall, ClockUs(CLOCK_THREAD_CPUTIME_ID) - cpu);
+        },
+        [&] {
+          const Program& program = Serial();  // compiled on first use, outside the timing
+          double wall = ClockUs(CLOCK_MONOTONIC);
+          program.Run(in, out);
+          return ClockUs(CLOCK_MONOTONIC) - wall;
+        });
+    (serial ? g_serial_runs : g_team_runs).fetch_add(1, std::memory_order_relaxed);
   }
 
  private:
@@ -2167,7 +2234,18 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); })
       .def("byoc.dnnl.run_counts", []() -> tvm::ffi::Array<int64_t> {
         return {g_team_runs.load(), g_serial_runs.load()};
-      });
+      })
+      // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with its
+      // caller `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
+      .def("byoc.dnnl.program_schedule",
+           [](double team_wall_us, double team_cpu_us, double serial_us, int64_t calls) -> tvm::ffi::Array<int64_t> {
+             ProgramChooser chooser;
+             tvm::ffi::Array<int64_t> ran;
+             for (int64_t i = 0; i < calls; ++i)
+               ran.push_back(chooser.Call([&] { return std::make_pair(team_wall_us, team_cpu_us); },
+                                          [&] { return serial_us; }));
+             return ran;
+           });
 }
 
 }  // namespace dnnl_runtime

@@ -2,16 +2,24 @@
 
 - ``qnn.conv1d``, ``qnn.conv2d`` and ``qnn.matmul`` with u8 activations and weights within
   +-64 stay one op: an int8 oneDNN convolution or matmul (u8 activations, s8
-  weights) with the scales and zero points as attributes. With larger weights,
-  or s8 activations, they run as their definition in float32 (see
-  ``_SAFE_WEIGHT``: int8 kernels without VNNI saturate, or round). The weight
-  travels as float32 (every int8 value is exact in it) and is reordered to s8
-  once at load; the int32 bias is sent in real units,
-  ``(b - zero_point) * scale``, which is what oneDNN adds before the output
-  scale. Grouped convs (not depthwise) run as their definition in float32
-  too (``_grouped``: oneDNN's int8 kernels on AVX2 fall back to the reference
-  kernel, or run slower than float32). A folded relu or clip becomes a clip
-  post-op in real units.
+  weights) with the scales and zero points as attributes. The weight travels
+  as float32 (every int8 value is exact in it) and is reordered to s8 once at
+  load; the int32 bias is sent in real units, ``(b - zero_point) * scale``,
+  which is what oneDNN adds before the output scale. A folded relu or clip
+  becomes a clip post-op in real units.
+- With larger weights, or s8 activations, the int8 kernels are exact only on
+  CPUs with VNNI (see ``_SAFE_WEIGHT``: without it they saturate, or round),
+  and onnxruntime's quantizer writes full-range weights unless told
+  ``reduce_range``. Such a unit is sent both ways, each op marked
+  ``only_if_cpu`` (``vnni`` / ``no_vnni``): the int8 op, and its definition in
+  float32. The runtime that loads the artifact keeps the one its CPU runs
+  exactly; the two share the weight, sent in real units (``weight_real``: the
+  runtime quantizes it back by ``w_scale``, exactly). A ResNet-50 quantized by
+  onnxruntime's defaults ran 6x slower than onnxruntime's int8 run in float32
+  (76 ms against 12.5 ms on a 2-core AVX-512 VNNI machine).
+- Grouped convs (not depthwise) run as their definition in float32
+  (``_grouped``: oneDNN's int8 kernels on AVX2 fall back to the reference
+  kernel, or run slower than float32).
 - An add of two 8-bit activations of one shape (a residual connection) is one
   int8 binary: scaled inputs summed in f32, then requantized by a linear
   post-op.
@@ -46,6 +54,8 @@ _SAFE_WEIGHT = 64
 # s8 activations take the same float path: without VNNI, oneDNN shifts an s8 source to u8 and halves the weights
 # against saturation, rounding them (measured: a conv with onnxruntime's QInt8 activations 3-6 quanta away from the
 # definition on 283 of 512 outputs; float32 0). u8 activations, onnxruntime's default for CPUs, keep the int8 kernels.
+# With VNNI (vpdpbusd sums u8 x s8 products in int32) neither happens: those units go both ways (_on_cpus).
+_VNNI, _NO_VNNI = "vnni", "no_vnni"
 #: Ops the runtime runs on 8-bit tensors as they are: they pick or move values, so with the same
 #: quantization in and out, DQ -> op -> Q is the op itself.
 _ON_INTEGERS = ("relax.nn.max_pool2d", "relax.reshape")
@@ -76,6 +86,11 @@ def _grouped(call: OpCall) -> bool:
     return call.inputs[1].shape[1] != 1
 
 
+def _on_cpus(feature: str, ops: list[OpCall]) -> list[OpCall]:
+    """``ops`` marked to run only where the runtime's CPU has ``feature`` (the runtime leaves the others out)."""
+    return [replace(op, attrs=dict(op.attrs, only_if_cpu=feature)) for op in ops]
+
+
 class _Lowering:
     def __init__(self, graph: PartitionGraph):
         self.next_id = 1 + max([t.id for t in graph.inputs] + [c.output.id for c in graph.ops]
@@ -88,17 +103,18 @@ class _Lowering:
     def lone(self, call: OpCall) -> list[OpCall]:
         return [OpCall(call.op, [call.inputs[0]], call.output, _qattrs(qdq_params(call)), call.rule, call.group)]
 
-    def float_core(self, call: OpCall) -> list[OpCall]:
+    def float_core(self, call: OpCall, weight: Tensor | None = None, bias: Tensor | None = None) -> list[OpCall]:
         """A conv or matmul unit as its definition: DQ(x), the float op on the dequantized weight (and bias),
-        a clip for a narrowed range, Q. The runtime fuses the bias and the clip into the float primitive."""
+        a clip for a narrowed range, Q. The runtime fuses the bias and the clip into the float primitive.
+        ``weight`` and ``bias``: their dequantized constants, when already made."""
         unit = call.quant
         x = self.tensor(call.inputs[0].shape)
         ops = [OpCall("relax.dequantize", [call.inputs[0]], x, _qattrs(unit.inputs[0]), call.rule, call.group)]
-        weight = self.dequantized_constant(call.inputs[1], unit.inputs[1])
+        weight = weight or self.dequantized_constant(call.inputs[1], unit.inputs[1])
         result = self.tensor(call.output.shape)
         ops.append(OpCall(unit.float_ops[0], [x, weight], result, dict(call.attrs), call.rule, call.group))
         if len(call.inputs) == 3:
-            bias = self.dequantized_constant(call.inputs[2], unit.inputs[2])
+            bias = bias or self.dequantized_constant(call.inputs[2], unit.inputs[2])
             if call.op != "qnn.matmul":  # a conv's: per output channel of NCW / NCHW
                 shape = (1, bias.shape[0]) + (1,) * (len(call.output.shape) - 2)
                 bias = self.tensor(shape, kind="const", data=bias.data.reshape(shape))
@@ -123,20 +139,30 @@ class _Lowering:
 
     def integer_core(self, call: OpCall) -> list[OpCall]:
         unit = call.quant
-        weight_bound = np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0)
-        if call.inputs[0].dtype == "int8" or weight_bound > _SAFE_WEIGHT or _grouped(call):
+        if _grouped(call):
             return self.float_core(call)
-        x, w = unit.inputs[0], unit.inputs[1]
-        weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
-        inputs = [call.inputs[0], weight]
-        if len(call.inputs) == 3:  # in real units: oneDNN adds the bias after the input scales
-            inputs.append(self.dequantized_constant(call.inputs[2], unit.inputs[2]))
-        out = unit.output
+        bias = self.dequantized_constant(call.inputs[2], unit.inputs[2]) if len(call.inputs) == 3 else None
+        weight_bound = np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0)
+        if call.inputs[0].dtype == "uint8" and weight_bound <= _SAFE_WEIGHT:  # exact on every CPU
+            weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
+            return [self.integer_op(call, weight, bias, weight_real=False)]
+        weight = self.dequantized_constant(call.inputs[1], unit.inputs[1])
+        return (_on_cpus(_VNNI, [self.integer_op(call, weight, bias, weight_real=True)])
+                + _on_cpus(_NO_VNNI, self.float_core(call, weight, bias)))
+
+    @staticmethod
+    def integer_op(call: OpCall, weight: Tensor, bias: Tensor | None, weight_real: bool) -> OpCall:
+        """The unit as one int8 op; its bias in real units (oneDNN adds the bias after the input scales)."""
+        unit = call.quant
+        x, w, out = unit.inputs[0], unit.inputs[1], unit.output
         lo, hi = unit.output_range
         attrs = dict(call.attrs, x_scale=float(x.scale), x_zero_point=int(x.zero_point),
                      w_scale=[float(s) for s in np.atleast_1d(w.scale)], y_scale=float(out.scale),
                      y_zero_point=int(out.zero_point), out_min=int(lo), out_max=int(hi))
-        return [OpCall(call.op, inputs, call.output, attrs, call.rule, call.group)]
+        if weight_real:
+            attrs["weight_real"] = True
+        inputs = [call.inputs[0], weight] + ([bias] if bias is not None else [])
+        return OpCall(call.op, inputs, call.output, attrs, call.rule, call.group)
 
     def dequantized_constant(self, tensor: Tensor, params: QParams) -> Tensor:
         """A float32 constant holding DQ(``tensor``), computed now (the runtime takes float32 constants only).

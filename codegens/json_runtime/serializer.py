@@ -1,10 +1,10 @@
 """Serialize a partition (:class:`byoc.vendor.graph.PartitionGraph`) to a JSON graph.
 
-Schema ``byoc.json_runtime.graph``, version 1 (:data:`SCHEMA_VERSION`)::
+Schema ``byoc.json_runtime.graph``, version 2 (:data:`SCHEMA_VERSION`)::
 
     {
       "format": "byoc.json_runtime.graph",
-      "version": 1,
+      "version": 2,
       "symbol": "json_runtime_0",              # the function the runtime exports
       "tensors": [                             # every value, declared once
         {"name": "input0", "kind": "input", "shape": [1, 3, 8, 8], "dtype": "float32"},
@@ -35,7 +35,14 @@ own JSON runtimes do); the reference runtime executes ``body``, whose
 ``{"type": T, "value": V}`` with T one of ``none``, ``bool``, ``int``,
 ``float``, ``str``, ``int[]``, ``float[]``, ``str[]``. Floats are JSON numbers
 except non-finite ones, written as the strings ``"inf"``, ``"-inf"``,
-``"nan"`` so the JSON stays strict. Tensor names are generated (``inputN``,
+``"nan"`` so the JSON stays strict.
+
+Version 2 adds one attribute: a body op with ``"only_if_cpu": F`` (a str) runs
+only where the runtime reports CPU feature ``F``; the runtime leaves the
+others out when it loads the graph, so a graph may compute one tensor in two
+ways, each for the CPUs it suits (the dnnl runtime: ``vnni`` / ``no_vnni``
+for int8 units whose kernels are exact only with VNNI). Runtimes read version
+1 graphs too (they have no such ops). Tensor names are generated (``inputN``,
 ``constN``, ``tN``), never taken from the model.
 
 The text is deterministic: keys are sorted, separators fixed, names come
@@ -56,7 +63,7 @@ from byoc.errors import CodegenError
 from byoc.vendor.graph import PartitionGraph, Tensor
 
 FORMAT = "byoc.json_runtime.graph"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DTYPES = ("float32",)
 
 
@@ -167,7 +174,7 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES) -> SerializedGraph:
                     node_inputs.append(n)
             attrs = {key: typed_attr(value, f"{op_where} attribute {key!r}") for key, value in call.attrs.items()}
             body.append({"kernel": call.op, "inputs": ins, "output": declare(call.output), "attrs": attrs})
-        outputs = [name(call.output) for call in calls if call.output.id in later]
+        outputs = list(dict.fromkeys(name(call.output) for call in calls if call.output.id in later))
         nodes.append({"op": calls[0].rule or calls[0].op, "inputs": node_inputs, "outputs": outputs, "body": body})
 
     document = {

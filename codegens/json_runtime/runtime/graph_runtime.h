@@ -9,6 +9,7 @@
  *     struct Executor {
  *       static constexpr const char* kName;     // "json_runtime": error prefix, global names
  *       static constexpr char kMagic[8];        // first bytes of its module blob
+ *       static std::set<std::string> CpuFeatures();  // what ops marked "only_if_cpu" may ask for
  *       explicit Executor(const ParsedGraph&);  // compile once; may keep pointers into the graph
  *       void Run(float* const* in, float* const* out) const;  // thread safe
  *     };
@@ -43,6 +44,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -65,7 +67,7 @@ using tvm::ffi::PackedArgs;
 using tvm::ffi::String;
 
 constexpr uint32_t kBlobVersion = 1;   // layout of SaveToBytes
-constexpr int64_t kGraphVersion = 1;   // "version" field of the graph JSON
+constexpr int64_t kGraphVersion = 2;   // "version" field of the graph JSON (1 is read too: no "only_if_cpu")
 constexpr int kMaxJsonDepth = 64;      // the schema nests 5 deep; refuse pathological input
 constexpr size_t kMaxRank = 8;         // the rank limit of the vendors' rules
 
@@ -374,10 +376,17 @@ struct BodyOp {
 // A partition graph parsed from its JSON and validated: every tensor is
 // declared once with a valid shape, inputs and constants are listed and have
 // data, every op reads only tensors computed before it and writes a new one.
+//
+// An op whose attribute "only_if_cpu" names a feature the executing CPU lacks
+// (`cpu_features` does not hold it) is left out, here, before anything reads
+// the graph: a graph may hold two ways to compute one tensor and keep the one
+// this CPU runs best (dnnl: an int8 unit that is exact only with VNNI, and its
+// float definition for CPUs without).
 class ParsedGraph {
  public:
   ParsedGraph(const std::string& symbol, const std::string& text,
-              const std::map<std::string, const std::vector<float>*>& consts) {
+              const std::map<std::string, const std::vector<float>*>& consts,
+              const std::set<std::string>& cpu_features = {}) : cpu_features_(cpu_features) {
     CheckJsonDepth(text);
     String error;
     Any root = tvm::ffi::json::Parse(String(text), &error);
@@ -385,9 +394,9 @@ class ParsedGraph {
     JObject g = AsObject(root, "graph");
     if (AsString(Field(g, "format", "graph"), "graph format") != "byoc.json_runtime.graph")
       Fail("graph format is not byoc.json_runtime.graph");
-    int64_t version = AsInt(Field(g, "version", "graph"), "graph version");
-    if (version != kGraphVersion)
-      Fail("graph schema version " + std::to_string(version) + " is not supported (this runtime reads " +
+    version_ = AsInt(Field(g, "version", "graph"), "graph version");
+    if (version_ != 1 && version_ != kGraphVersion)
+      Fail("graph schema version " + std::to_string(version_) + " is not supported (this runtime reads 1 to " +
            std::to_string(kGraphVersion) + "); rebuild the artifact with this byoc version");
     if (AsString(Field(g, "symbol", "graph"), "graph symbol") != symbol)
       Fail("graph symbol does not match the module symbol " + symbol);
@@ -493,6 +502,8 @@ class ParsedGraph {
         BodyOp parsed;
         parsed.kernel = AsString(Field(op, "kernel", w), w + " kernel");
         w += " " + parsed.kernel;
+        parsed.attrs = AsObject(Field(op, "attrs", w), w + " attrs");
+        if (!ForThisCpu(Attrs(parsed.attrs, w))) continue;
         JArray ins = AsArray(Field(op, "inputs", w), w + " inputs");
         for (size_t i = 0; i < ins.size(); ++i) {
           int id = Lookup(AsString(ins[i], w + " input"), w);
@@ -503,7 +514,6 @@ class ParsedGraph {
         if (produced_[out] || tensors_[out].kind != Kind::kOp) Fail(w + " writes " + tensors_[out].name + ", which is already defined");
         produced_[out] = true;
         parsed.output = out;
-        parsed.attrs = AsObject(Field(op, "attrs", w), w + " attrs");
         parsed.where = w;
         parsed.node = static_cast<int>(n);
         parsed.rule = rule;
@@ -512,6 +522,15 @@ class ParsedGraph {
     }
   }
 
+  // Whether an op runs on this CPU: unless it names a feature in "only_if_cpu" that the CPU lacks.
+  bool ForThisCpu(const Attrs& a) const {
+    if (!a.Has("only_if_cpu")) return true;
+    if (version_ < 2) Fail("only_if_cpu appears in a graph of schema version 1");
+    return cpu_features_.count(a.Str("only_if_cpu")) > 0;
+  }
+
+  std::set<std::string> cpu_features_;
+  int64_t version_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, int> index_;
   std::vector<int> inputs_, outputs_, uses_;
@@ -544,7 +563,7 @@ class GraphModuleObj : public ModuleObj {
     for (const auto& c : consts_) {
       if (!by_name.emplace(c.first, &c.second).second) Fail("constant " + c.first + " is given twice");
     }
-    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name);
+    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name, Executor::CpuFeatures());
     executor_ = std::make_unique<Executor>(*graph_);
   }
 

@@ -34,6 +34,8 @@ class ReferenceExecutor {
  public:
   static constexpr const char* kName = "json_runtime";
   static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'J', 'S', 'R', 'T'};
+  // Its graphs hold no CPU-dependent ops (only dnnl's lowering makes them).
+  static std::set<std::string> CpuFeatures() { return {}; }
 
   explicit ReferenceExecutor(const ParsedGraph& graph) : g_(graph) {
     for (const TensorInfo& t : g_.tensors())
