@@ -191,3 +191,59 @@ def test_partition_shows_its_real_signature():
     assert list(params)[:2] == ["model", "vendors"]
     assert {"target", "min_ops", "keep_on_host", "input_shapes", "strict"} <= set(params)
     assert "Annotate ``model`` for ``vendors``" in byoc.partition.__doc__
+
+
+def _branches(*heads, reader_between=False):
+    """x -> Exp (host) -> one c_source op per head, each a model output; with ``reader_between``, a host Exp
+    reads the first head's result before the second head in the model's node order."""
+    nodes = [helper.make_node("Exp", ["x"], ["e"], name="exp")]
+    outputs = []
+    for k, op in enumerate(heads):
+        nodes.append(helper.make_node(op, ["e"], [f"h{k}"], name=f"head{k}"))
+        outputs.append(tensor(f"h{k}", [2, 3]))
+        if reader_between and k == 0:
+            nodes.append(helper.make_node("Exp", ["h0"], ["r"], name="reader"))
+            outputs.append(tensor("r", [2, 3]))
+    return model(nodes, [tensor("x", [2, 3])], outputs)
+
+
+@pytest.mark.parametrize("heads", [("Relu", "Sigmoid"), ("Relu", "Sigmoid", "Tanh")])
+def test_sibling_partitions_that_read_one_host_tensor_are_one(heads):
+    m = _branches(*heads)
+    plan = byoc.partition(m, ["c_source"])
+    assert [p.onnx_nodes for p in plan.partitions] == [[f"head{k}" for k in range(len(heads))]]
+    assert [t.source for t in plan.partitions[0].inputs] == ["e"]
+    assert [t.source for t in plan.partitions[0].outputs] == [f"h{k}" for k in range(len(heads))]
+    _assert_acyclic(plan)
+    _matches_onnxruntime(m, plan)
+
+
+def test_a_host_reader_between_siblings_moves_after_them():
+    m = _branches("Relu", "Sigmoid", reader_between=True)
+    plan = byoc.partition(m, ["c_source"])
+    assert [p.onnx_nodes for p in plan.partitions] == [["head0", "head1"]]
+    _assert_acyclic(plan)
+    _matches_onnxruntime(m, plan)
+
+
+def test_siblings_that_depend_on_each_other_stay_apart():
+    # Both read e; the second also reads Exp(relu), so it runs after the first: merged, the two would be one
+    # partition that reads its own result through a host op.
+    nodes = [helper.make_node("Exp", ["x"], ["e"], name="exp"),
+             helper.make_node("Relu", ["e"], ["r"], name="relu"),
+             helper.make_node("Exp", ["r"], ["e2"], name="exp2"),
+             helper.make_node("Sigmoid", ["e"], ["s"], name="sigmoid"),
+             helper.make_node("Add", ["s", "e2"], ["y"], name="add")]
+    m = model(nodes, [tensor("x", [2, 3])], [tensor("y", [2, 3])])
+    plan = byoc.partition(m, ["c_source"])
+    assert sorted(p.onnx_nodes for p in plan.partitions) == [["relu"], ["sigmoid", "add"]]
+    _assert_acyclic(plan)
+    _matches_onnxruntime(m, plan)
+
+
+def test_siblings_of_two_vendors_stay_apart():
+    m = _branches("Relu", "Sigmoid")
+    vendors = [_vendor("left", {"relu": "relax.nn.relu"}), _vendor("right", {"sigmoid": "relax.sigmoid"})]
+    plan = byoc.partition(m, vendors)
+    assert [(p.vendor, p.onnx_nodes) for p in plan.partitions] == [("left", ["head0"]), ("right", ["head1"])]
+    _matches_onnxruntime(m, plan)

@@ -1,7 +1,9 @@
 """Merge per-op decisions into partitions and apply the policies.
 
 ``MergeCompositeFunctions`` (TVM, cycle-safe) groups each vendor's composite
-functions into regions. byoc then applies ``min_ops``: a region with fewer
+functions into regions, through producers and consumers; regions of one vendor
+that read a common value and do not depend on each other are then merged too
+(:mod:`byoc.pipeline.siblings`). byoc then applies ``min_ops``: a region with fewer
 op calls goes back to the host with the reason "below min_ops", and the
 whole annotate+merge runs again (another vendor may now claim those ops)
 until no region is too small. Each round demotes the small regions of the
@@ -21,6 +23,7 @@ from byoc.vendor.values import const_nbytes, static_dims
 from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
 from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import ImportedModel, OnnxNode, TensorSpec, import_model
+from byoc.pipeline.siblings import merge_siblings
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -242,7 +245,7 @@ def partition(
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
         try:
-            merged = MergeCompositeFunctions()(annotation.fused)
+            merged = merge_siblings(MergeCompositeFunctions()(annotation.fused))
         except Exception as err:  # TVM refuses e.g. match_cast or If bindings in main
             first = last_line(err)
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
