@@ -48,10 +48,15 @@ and reported as skipped with the reason.
   alone with the same patterns and checks (``byoc.pipeline.annotator.fusion_patterns``).
 * boundary: a chain alternating an offloaded Add with a host Neg, against the
   same chain all on the host; (difference of medians) / number of partitions.
+* in one process (``--in-process``): each byoc build loaded in a process that
+  also holds an onnxruntime session of the same model (as it comes, and with
+  ``session.intra_op.allow_spinning = 0``) and the plain TVM module, calls
+  alternating: byoc's median after the peer's call against byoc alone. Every
+  other figure here keeps each runtime in its own process.
 * goals: issue 7's goal figures, each for the vendor set that does best on it,
   met or missed (printed, never asserted).
 
-byoc loads oneDNN's OpenMP with ``OMP_WAIT_POLICY=PASSIVE`` unless the
+byoc loads oneDNN's OpenMP with a short spin (``GOMP_SPINCOUNT=10000``) unless the
 environment sets a wait policy (``codegens/dnnl/__init__.py`` has the figures).
 """
 
@@ -189,7 +194,60 @@ def _work_scaling(task: dict) -> dict:
     return {"tvm_s": t1 - t0, "byoc_s": t2 - t1, "partitions": len(plan.partitions)}
 
 
-WORKERS = {"plain_tvm": _work_plain_tvm, "byoc": _work_byoc, "scaling": _work_scaling}
+def _work_in_process(task: dict) -> dict:
+    """byoc's latency in a process that also runs a peer runtime on the same model, calls alternating.
+
+    Peers: an onnxruntime session (2 intra-op threads) as it comes, whose pool keeps spinning for a
+    while after each call; the same with ``session.intra_op.allow_spinning = 0``; a plain TVM module
+    (TVM's own thread pool), when one was built. Each peer's latency alone and alternating is given too.
+    """
+    import onnxruntime as ort
+
+    import byoc
+
+    artifact = byoc.load(task["lib"])
+    inputs = random_inputs(Path(task["model"]))
+    arrays = list(inputs.values())
+    runs = task["runs"]
+
+    def median_ms(*calls):
+        """The median time of each of ``calls`` over ``runs`` rounds that call them in turn."""
+        times = [[] for _ in calls]
+        for _ in range(runs):
+            for k, call in enumerate(calls):
+                t = time.perf_counter()
+                call()
+                times[k].append(time.perf_counter() - t)
+        return [statistics.median(ts) * 1e3 for ts in times]
+
+    def session(spinning: bool):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        if not spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        s = ort.InferenceSession(task["model"], options, providers=["CPUExecutionProvider"])
+        return lambda: s.run(None, inputs)
+
+    peers = {"onnxruntime": session(True), "onnxruntime, allow_spinning=0": session(False)}
+    if task.get("plain_lib"):
+        peers["plain TVM"] = _tvm_runner(task["plain_lib"], inputs)
+    byoc_run = lambda: artifact.run(arrays)  # noqa: E731
+    for run in [byoc_run, *peers.values()]:  # warm-up
+        for _ in range(3):
+            run()
+    alone, = median_ms(byoc_run)
+    rows = []
+    for name, peer in peers.items():
+        time.sleep(0.2)  # the last peer's threads go idle
+        peer_alone, = median_ms(peer)
+        peer_next, byoc_next = median_ms(peer, byoc_run)
+        rows.append({"peer": name, "byoc_alone_ms": alone, "byoc_alternating_ms": byoc_next,
+                     "peer_alone_ms": peer_alone, "peer_alternating_ms": peer_next})
+    return {"rows": rows}
+
+
+WORKERS = {"plain_tvm": _work_plain_tvm, "byoc": _work_byoc, "scaling": _work_scaling,
+           "in_process": _work_in_process}
 
 
 def _worker_main(task_file: str) -> int:
@@ -464,6 +522,18 @@ def bench_model(name: str, args, tmp: Path, skipped: list) -> dict:
     for key, entry in result.items():
         if entry["status"] != "ok":
             skipped.append({"what": f"{name}: {key}", "why": f"{entry['status']}: {entry['why']}"})
+    if args.in_process:
+        for key, (kind, lib) in timed.items():
+            if kind != "byoc" or result[key]["status"] != "ok":
+                continue
+            task = {"kind": "in_process", "model": str(path), "lib": str(lib), "runs": max(args.runs, 10) * 3,
+                    "plain_lib": str(timed["plain_tvm"][1]) if result.get("plain_tvm", {}).get("status") == "ok"
+                    else None}
+            shared = run_worker(task, args.timeout, tmp)
+            if shared["status"] == "ok":
+                result[key]["in_process"] = shared["rows"]
+            else:
+                skipped.append({"what": f"{name}: {key} in one process", "why": f"{shared['status']}: {shared['why']}"})
     return result
 
 
@@ -660,6 +730,20 @@ def print_tables(report: dict) -> None:
                   f"{_fmt(c.get('compile_s'), '.1f', ' s')} | {c.get('partitions', '-')} | "
                   f"{_bytes(mem.get('total_planned_bytes'))} | {_bytes(mem.get('model_lower_bound_bytes'))} | "
                   f"{_fmt(c.get('max_abs_err_vs_onnxruntime'), '.2g')} |")
+    shared = [(name, key, row) for name, configs in report["models"].items() for key, c in configs.items()
+              for row in c.get("in_process", [])]
+    if shared:
+        print()
+        print("## In one process: byoc next to another runtime's thread pool (calls alternating, median of "
+              "%d; onnxruntime with 2 threads)" % (max(settings["runs"], 10) * 3))
+        print()
+        print("| model | config | peer | byoc alone | byoc after the peer's call | ratio | peer alone | "
+              "peer after byoc's call |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, key, r in shared:
+            print(f"| {name} | {key} | {r['peer']} | {r['byoc_alone_ms']:.2f} ms | {r['byoc_alternating_ms']:.2f} ms | "
+                  f"{r['byoc_alternating_ms'] / r['byoc_alone_ms']:.2f}x | {r['peer_alone_ms']:.2f} ms | "
+                  f"{r['peer_alternating_ms']:.2f} ms |")
     print()
     print("## Partition scaling: byoc.partition vs FuseOpsByPattern + MergeCompositeFunctions alone")
     print()
@@ -717,6 +801,9 @@ def parse_args(argv):
     p.add_argument("--scaling-sizes", help="comma-separated op counts (default 1000,10000,50000; --quick 100,300)")
     p.add_argument("--scaling-vendors", help="the vendor set of the scaling runs (default: the first --vendors)")
     p.add_argument("--boundary-ops", type=int, help="ops in the boundary chain (default 200; --quick 20)")
+    p.add_argument("--in-process", action="store_true",
+                   help="also time each byoc build in one process with an onnxruntime session (spinning, and "
+                        "allow_spinning=0) and the plain TVM module, calls alternating")
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-boundary", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny models and few repetitions: a smoke run")
