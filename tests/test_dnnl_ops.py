@@ -611,6 +611,11 @@ def test_shufflenet_unit_with_random_weights():
     m = model(nodes, [tensor("x", [1, c, 28, 28])], [tensor("y", [1, 2 * c, 14, 14])],
               [w1, dw, w2, w3, shape5, shape4])
     _compile(m)
+    # The shuffle is one reorder between 5-D views of the two convs' NHWC memory (three before: to plain,
+    # the transpose, back to NHWC), and the depthwise conv reads its result as it is.
+    executed = _onednn_exec(m)
+    shuffle = next(k for k, line in enumerate(executed) if ",reorder," in line and "1x34x4x28x28" in line)
+    assert ",convolution," in executed[shuffle - 1] and ",convolution," in executed[shuffle + 1], executed
 
 
 @pytest.mark.parametrize("op,n", [("Max", 1), ("Max", 2), ("Min", 3)])
@@ -741,3 +746,86 @@ def test_weight_rows_of_a_multiple_of_1_kb_are_padded(tmp_path):
     assert log.returncode == 0, log.stderr[-2000:]
     matmuls = [line for line in log.stdout.split("RUN\n", 1)[1].splitlines() if ",exec," in line and ",matmul," in line]
     assert len(matmuls) == 1 and "wei_f32::blocked:ab:272x1" in matmuls[0], matmuls
+
+
+# -- layouts kept through data movement ---------------------------------------------------
+def _onednn_exec(m, env=None) -> list[str]:
+    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a fresh process) executes."""
+    script = ("import sys, numpy as np, onnx, byoc\n"
+              "a = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
+              "x = [np.ones(i.shape, np.float32) for i in a.inputs]\n"
+              "a.run(x)\n"  # the first run loads the module: weights are reordered then
+              "print('RUN', flush=True)\n"
+              "a.run(x)\n")
+    log = subprocess.run([sys.executable, "-c", script], input=m.SerializeToString(), capture_output=True,
+                         timeout=300, env={**os.environ, "ONEDNN_VERBOSE": "1", **(env or {})})
+    assert log.returncode == 0, log.stderr[-2000:].decode()
+    return [line for line in log.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
+
+
+def test_transposes_around_a_conv1d_are_views_of_its_nwc_layout():
+    """A TensorFlow export's conv1d: [N, W, C] -> Transpose -> Conv -> Transpose -> [N, W', C'], as Magika has it.
+    Seen through the permuted strides, the input is the conv's NWC source and its NWC output the result: no
+    reorder runs at all."""
+    w, b = _f(32, 16, 3, seed=2, scale=0.3), _f(32, seed=3)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], name="to_ncw", perm=[0, 2, 1]),
+             helper.make_node("Conv", ["xt", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Transpose", ["c"], ["ct"], name="to_nwc", perm=[0, 2, 1]),
+             helper.make_node("Relu", ["ct"], ["y"], name="relu")]
+    m = model(nodes, [tensor("x", [1, 64, 16])], [tensor("y", [1, 62, 32])], [const("w", w), const("b", b)])
+    _compile(m)
+    executed = _onednn_exec(m)
+    assert not [x for x in executed if ",reorder," in x], executed
+
+
+def test_a_slice_of_the_whole_tensor_is_that_tensor():
+    """An exporter's no-op Slice (start 0, end past the axis) between a conv and its consumer copies nothing."""
+    conv, inits = _conv("x", "a", 3, 16, "c1", seed=4)
+    nodes = [conv, helper.make_node("Slice", ["a", "starts", "ends", "axes"], ["s"], name="whole"),
+             helper.make_node("Relu", ["s"], ["y"])]
+    bounds = [const("starts", np.array([0], np.int64)), const("ends", np.array([BIG], np.int64)),
+              const("axes", np.array([3], np.int64))]
+    m = model(nodes, [tensor("x", [1, 3, 12, 20])], [tensor("y", [1, 16, 12, 20])], inits + bounds)
+    _compile(m)
+    executed = _onednn_exec(m)  # the relu on the conv's blocked output, then one reorder into the caller's buffer
+    assert [line.split(",")[3] for line in executed] == ["convolution", "eltwise", "reorder"], executed
+
+
+def _gelu_tanh_nodes(spelling, x, out):
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + c * x^3))) as exporters spell it; c = 0.044715 (or ``wrong``)."""
+    c = 0.04 if spelling == "wrong" else 0.044715
+    n = helper.make_node
+    scalars = [const(name, np.array(v, np.float32)) for name, v in
+               (("c", c), ("k", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5), ("three", 3.0))]
+    if spelling in ("keras", "wrong"):  # tf2onnx: c * x, * x, * x, + x, * k, tanh, + 1, * 0.5, * x
+        nodes = [n("Mul", ["c", x], ["g1"]), n("Mul", [x, "g1"], ["g2"]), n("Mul", [x, "g2"], ["g3"]),
+                 n("Add", [x, "g3"], ["g4"]), n("Mul", ["g4", "k"], ["g5"]), n("Tanh", ["g5"], ["g6"]),
+                 n("Add", ["g6", "one"], ["g7"]), n("Mul", ["g7", "half"], ["g8"]), n("Mul", [x, "g8"], [out])]
+    else:  # torch: pow(x, 3), and x * 0.5 first
+        nodes = [n("Mul", [x, "half"], ["h"]), n("Pow", [x, "three"], ["g1"]), n("Mul", ["g1", "c"], ["g2"]),
+                 n("Add", [x, "g2"], ["g3"]), n("Mul", ["g3", "k"], ["g4"]), n("Tanh", ["g4"], ["g5"]),
+                 n("Add", ["g5", "one"], ["g6"]), n("Mul", ["h", "g6"], [out])]
+    return nodes, scalars
+
+
+@pytest.mark.parametrize("spelling", ["keras", "torch", "wrong"])
+def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):
+    """The tanh form of GELU runs as oneDNN's eltwise_gelu_tanh whatever order and grouping the exporter wrote
+    (Magika: nine primitives each time); with another constant it is not GELU and runs op by op."""
+    conv, inits = _conv("x", "a", 3, 8, "c1", seed=6)
+    nodes, scalars = _gelu_tanh_nodes(spelling, "a", "y")
+    m = model([conv, *nodes], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 8, 10, 12])], inits + scalars)
+    _compile(m)
+    gelu = [x for x in _onednn_exec(m) if "eltwise_gelu_tanh" in x]
+    assert len(gelu) == (0 if spelling == "wrong" else 1), gelu
+
+
+def test_a_global_max_over_a_long_row_runs_a_jit_pooling():
+    """ReduceMax over the last axis of [N, C, W]: oneDNN's pooling over plain NCW is its plain-C simple_nchw
+    kernel (0.4 ms in Magika); the source is taken channels last, where the pooling jits."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["y"], name="gmax", axes=[2], keepdims=0)]
+    m = model(nodes, [tensor("x", [1, 64, 508])], [tensor("y", [1, 64])])
+    m.opset_import[0].version = 13
+    _compile(m)
+    pools = [x for x in _onednn_exec(m) if ",pooling," in x]
+    assert len(pools) == 1 and "jit" in pools[0].split(",")[4], pools

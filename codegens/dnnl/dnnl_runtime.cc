@@ -377,6 +377,7 @@ class Program {
     }
     if (kernel == "relax.nn.conv2d_transpose") return Deconv2d(k, a);
     if (size_t n = LrnAt(k)) return k + n;
+    if (size_t n = ChannelShuffleAt(k)) return k + n;
     for (int x : op.inputs) {  // an activation spelled as several ops (GELU, swish, hard-swish...) on its own
       PostOp p;
       int reads = 0;
@@ -502,8 +503,66 @@ class Program {
     return 5;
   }
 
+  // The tanh form of GELU, 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), as the ops j.. spell it, in any
+  // order and grouping an exporter writes it (Keras/tf2onnx: c*x*x*x; PyTorch: pow(x, 3); x*0.5 first or
+  // last) and across rule matches: the length of the shortest window of element-wise ops on x and scalar
+  // constants whose intermediates nothing else reads and whose last result equals GELU's on sample points,
+  // or 0. Sets *x_reads. (Magika: nine primitives twice per run, 0.45 ms; one eltwise_gelu_tanh.)
+  size_t GeluTanhAt(size_t j, int x, int* x_reads) const {
+    static const std::map<std::string, int> arity = {{"relax.multiply", 2}, {"relax.add", 2}, {"relax.subtract", 2},
+                                                     {"relax.divide", 2}, {"relax.power", 2}, {"relax.tanh", 1}};
+    const std::vector<BodyOp>& ops = g_.ops();
+    static const double samples[] = {-4.0, -1.7, -0.6, -0.05, 0.3, 0.9, 2.1, 3.6};
+    std::map<int, std::vector<double>> value;  // tensor -> its value at each sample
+    value[x] = std::vector<double>(std::begin(samples), std::end(samples));
+    std::map<int, int> reads;  // tensor -> reads inside the window
+    bool has_tanh = false;
+    for (size_t n = 1; n <= 12 && j + n <= ops.size(); ++n) {
+      const BodyOp& op = ops[j + n - 1];
+      auto it = arity.find(op.kernel);
+      if (it == arity.end() || static_cast<int>(op.inputs.size()) != it->second || g_.Shape(op.output) != g_.Shape(x))
+        return 0;
+      std::vector<const std::vector<double>*> args;
+      std::vector<double> scalars(op.inputs.size());
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        int t = op.inputs[i];
+        const TensorInfo& info = g_.tensor(t);
+        if (value.count(t)) {
+          args.push_back(&value[t]);
+          ++reads[t];
+        } else if (info.kind == Kind::kConst && info.numel == 1) {
+          scalars[i] = g_.const_data(t)[0];
+          args.push_back(nullptr);
+        } else {
+          return 0;  // reads something computed outside the window
+        }
+      }
+      has_tanh |= op.kernel == "relax.tanh";
+      std::vector<double> out(std::size(samples));
+      for (size_t s = 0; s < out.size(); ++s) {
+        double a = args[0] ? (*args[0])[s] : scalars[0];
+        double b = args.size() > 1 ? (args[1] ? (*args[1])[s] : scalars[1]) : 0.0;
+        out[s] = op.kernel == "relax.multiply" ? a * b : op.kernel == "relax.add" ? a + b
+                 : op.kernel == "relax.subtract" ? a - b : op.kernel == "relax.divide" ? a / b
+                 : op.kernel == "relax.power" ? std::pow(a, b) : std::tanh(a);
+      }
+      value[op.output] = out;
+      bool gelu = has_tanh;
+      for (size_t s = 0; gelu && s < out.size(); ++s) {
+        double t = samples[s], want = 0.5 * t * (1.0 + std::tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)));
+        gelu = std::fabs(out[s] - want) <= 1e-5 * std::fabs(want) + 1e-6;
+      }
+      if (!gelu) continue;
+      for (const auto& [t, count] : reads)  // every intermediate is read in the window only
+        if (t != x && g_.uses(t) != count) return 0;
+      *x_reads = reads[x];
+      return n;
+    }
+    return 0;
+  }
+
   // An activation that TVM imports as several ops, starting at op j on tensor x and
-  // inside one node: GELU (erf form), swish x*sigmoid(x), hard-sigmoid
+  // inside one node (the tanh form of GELU: across nodes too): GELU (erf form), swish x*sigmoid(x), hard-sigmoid
   // clip(a*x + b, 0, 1), hard-swish x*clip(a*x + b, 0, 1) or x*clip(x + 3, 0, 6)/6.
   // Sets `p` and `*x_reads` (how many of its ops read x, so a caller folding it
   // into a producer knows x has no other reader); returns its length, or 0.
@@ -533,6 +592,8 @@ class Program {
     };
     bool first = false;
     if (size_t n = GeluAt(j, x)) return done(n, algorithm::eltwise_gelu_erf, 0.0f, 0.0f, 2);
+    int gelu_reads = 0;
+    if (size_t n = GeluTanhAt(j, x, &gelu_reads)) return done(n, algorithm::eltwise_gelu_tanh, 0.0f, 0.0f, gelu_reads);
     if (at(0, "relax.sigmoid") && only(0, x) && once(0) && at(1, "relax.multiply") && reads_x_and(1, ops[j].output))
       return done(2, algorithm::eltwise_swish, 1.0f, 0.0f, 2);
     if (at(0, "relax.add") && Near(ScalarOperand(ops[j], x, &first), 3.0) && once(0) && at(1, "relax.clip") &&
@@ -902,8 +963,7 @@ class Program {
   // one (a float conv's nChw8c) becomes channels last, the layout oneDNN's 8-bit kernels take: a u8 max pool
   // over NCHW is its reference kernel (26 ms of a ResNet-50 whose first conv ran in float32; 0.1 ms NHWC).
   static Desc Retyped(const Desc& desc, const TensorInfo& t) {
-    if (desc.get_format_kind() == memory::format_kind::blocked && desc.get_inner_blks().empty())
-      return Desc(desc.get_dims(), DataType(t), desc.get_strides());
+    if (IsStrided(desc)) return Desc(desc.get_dims(), DataType(t), desc.get_strides());
     if (desc.get_format_kind() == memory::format_kind::blocked && t.shape.size() >= 3 && t.shape.size() <= 5)
       return ChannelsLast(t.shape, DataType(t));
     return Plain(t.shape, DataType(t));
@@ -1073,6 +1133,13 @@ class Program {
     return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
   }
 
+  // A generated kernel ("jit:...", "brg..."), not a reference or plain-C one ("ref:any", "simple_nchw:any").
+  template <class Pd>
+  static bool IsJit(const Pd& pd) {
+    std::string impl = pd.impl_info_str();
+    return impl.find("jit") != std::string::npos || impl.rfind("brg", 0) == 0;
+  }
+
   // A quantize or dequantize with one scale and one zero point.
   static bool PerTensor(const BodyOp& op) {
     Attrs a(op.attrs, op.where);
@@ -1209,6 +1276,17 @@ class Program {
       value_of_[op.output] = value_of_[op.inputs[0]];  // the same tensor: keep its layout, blocked or not
       return;
     }
+    int v = value_of_[op.inputs[0]];
+    if (v >= 0) {
+      // The same bytes seen with the new dims when the layout allows it (unit dims dropped or added, or
+      // dims merged that lie together): a conv's NWC output squeezed to 3-D stays NWC, with no copy to
+      // plain and back (Magika: 0.76 ms of reorders around its conv).
+      try {
+        value_of_[op.output] = NewView(v, values_[v].desc.reshape(DimsOf(g_.Shape(op.output))));
+        return;
+      } catch (const dnnl::error&) {
+      }
+    }
     memory::data_type type = DataType(g_.tensor(op.output));
     value_of_[op.output] =
         NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), type)), Plain(g_.Shape(op.output), type));
@@ -1226,7 +1304,11 @@ class Program {
     }
     std::vector<bool> seen(xs.size(), false);
     if (perm.size() != xs.size()) Fail(op.where + ": axes is not a permutation");
-    Desc source = Plain(xs);
+    memory::data_type type = DataType(g_.tensor(op.inputs[0]));
+    int v = value_of_[op.inputs[0]];
+    if (v < 0) Fail("tensor " + g_.tensor(op.inputs[0]).name + " is read before it is computed");
+    // The source read in its own layout when that is strided (a conv's NWC output), else plain.
+    Desc source = IsStrided(values_[v].desc) ? values_[v].desc : Plain(xs, type);
     Dims dims = DimsOf(xs), strides = source.get_strides();
     for (size_t i = 0; i < perm.size(); ++i) {
       if (seen[perm[i]] || ys[i] != xs[perm[i]]) Fail(op.where + ": axes is not a permutation giving " + ShapeStr(ys));
@@ -1234,15 +1316,61 @@ class Program {
       dims[i] = xs[perm[i]];
       strides[i] = source.get_strides()[perm[i]];
     }
-    Desc view(dims, memory::data_type::f32, strides);
+    Desc view(dims, type, strides);
     if (g_.tensor(op.inputs[0]).kind == Kind::kConst) {  // a transposed weight: transposed once, at load
-      value_of_[op.output] = ReorderConst(ConstView(value_of_[op.inputs[0]], view), Plain(ys));
+      value_of_[op.output] = ReorderConst(ConstView(v, view), Plain(ys));
       return;
     }
     int src = As(op.inputs[0], source);
-    int dst = Define(op.output, Plain(ys));
-    dnnl::reorder::primitive_desc pd(Engine(), view, Engine(), Plain(ys), UserScratchpad());
-    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, view}, {DNNL_ARG_TO, dst, Plain(ys)}}, pd.scratchpad_desc());
+    // Seen through the permuted strides, the bytes may already be plain or channels last (the NCW <-> NWC
+    // transposes a TensorFlow export puts around each conv): the output is then that view, with no step.
+    if (view == Plain(ys, type) || (ys.size() >= 3 && ys.size() <= 5 && view == ChannelsLast(ys, type))) {
+      value_of_[op.output] = NewView(src, view);
+      return;
+    }
+    int dst = Define(op.output, Plain(ys, type));
+    dnnl::reorder::primitive_desc pd(Engine(), view, Engine(), Plain(ys, type), UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, view}, {DNNL_ARG_TO, dst, Plain(ys, type)}}, pd.scratchpad_desc());
+  }
+
+  // ShuffleNet's channel shuffle as TVM imports it: reshape [N, C, H, W] -> [N, G, C/G, H, W], permute_dims
+  // (0, 2, 1, 3, 4), reshape back to [N, C, H, W]; output channel k*G + g is input channel g*(C/G) + k. One
+  // reorder between two 5-D views, from the input's strided layout into the same layout, so the next conv
+  // reads it as it is (three reorders before: to plain, the transpose, back to NHWC; 0.8 ms of ShuffleNet's
+  // 3.5). Returns 3, or 0 when the ops at k are something else.
+  size_t ChannelShuffleAt(size_t k) {
+    const std::vector<BodyOp>& ops = g_.ops();
+    if (k + 3 > ops.size()) return 0;
+    const BodyOp &split = ops[k], &swap = ops[k + 1], &merge = ops[k + 2];
+    auto reshape = [](const BodyOp& op) { return op.kernel == "relax.reshape" && op.inputs.size() == 1; };
+    if (!reshape(split) || swap.kernel != "relax.permute_dims" || !reshape(merge) ||
+        swap.inputs != std::vector<int>{split.output} || merge.inputs != std::vector<int>{swap.output} ||
+        g_.uses(split.output) != 1 || g_.uses(swap.output) != 1)
+      return 0;
+    int x = split.inputs[0];
+    const auto &xs = g_.Shape(x), &parts = g_.Shape(split.output);
+    Attrs a(swap.attrs, swap.where);
+    if (xs.size() != 4 || parts.size() != 5 || g_.Shape(merge.output) != xs || a.IsNone("axes") ||
+        a.Ints("axes") != std::vector<int64_t>{0, 2, 1, 3, 4} || parts[0] != xs[0] || parts[1] * parts[2] != xs[1] ||
+        parts[3] != xs[2] || parts[4] != xs[3] || value_of_[x] < 0 || g_.tensor(x).kind == Kind::kConst)
+      return 0;
+    memory::data_type type = DataType(g_.tensor(x));
+    Desc layout = IsStrided(values_[value_of_[x]].desc) ? values_[value_of_[x]].desc : ChannelsLast(xs, type);
+    int src = As(x, layout);
+    const Dims& s = layout.get_strides();
+    int64_t groups = parts[1], per_group = parts[2];
+    Dims dims = {xs[0], per_group, groups, xs[2], xs[3]};
+    Desc from(dims, type, Dims{s[0], s[1], per_group * s[1], s[2], s[3]});
+    Desc to(dims, type, Dims{s[0], groups * s[1], s[1], s[2], s[3]});
+    int dst = Define(merge.output, layout);
+    dnnl::reorder::primitive_desc pd(Engine(), from, Engine(), to, UserScratchpad());
+    AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, from}, {DNNL_ARG_TO, dst, to}}, pd.scratchpad_desc());
+    return 3;
+  }
+
+  // A layout given by strides alone (plain, channels last, any permutation), not channel-blocked.
+  static bool IsStrided(const Desc& desc) {
+    return desc.get_format_kind() == memory::format_kind::blocked && desc.get_inner_blks().empty();
   }
 
   void Pool(const BodyOp& op, const Attrs& a) {
@@ -1275,9 +1403,11 @@ class Program {
                                                    pad_r, UserScratchpad());
     };
     auto pd = make(values_[value_of_[op.inputs[0]]].desc);
-    if (IsReference(pd)) {  // the source's layout has only the reference kernel (a u8 NCHW tensor): reorder it
+    // The source's layout has only a reference or plain-C kernel (a u8 NCHW tensor: ref, 26 ms in a ResNet-50;
+    // a global max over a long NCW row: simple_nchw, 0.4 ms in Magika): take it channels last, if that jits.
+    if (!IsJit(pd)) {
       auto nhwc = make(ChannelsLast(xs, DataType(g_.tensor(op.inputs[0]))));
-      if (!IsReference(nhwc)) pd = nhwc;
+      if (IsJit(nhwc)) pd = nhwc;
     }
     int src = As(op.inputs[0], pd.src_desc());
     int dst = Define(op.output, pd.dst_desc());
@@ -1388,13 +1518,23 @@ class Program {
   void GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg) {
     const auto& xs = g_.Shape(op.inputs[0]);
     Dims window(xs.begin() + 2, xs.end()), ones(xs.size() - 2, 1), zeros(xs.size() - 2, 0);
-    dnnl::pooling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
-                                             Any(kept), ones, window, zeros, zeros, zeros, UserScratchpad());
+    auto make = [&](const Desc& from) {
+      return dnnl::pooling_forward::primitive_desc(Engine(), prop_kind::forward_inference, alg, from, Any(kept), ones,
+                                                   window, zeros, zeros, zeros, UserScratchpad());
+    };
+    auto pd = make(values_[src].desc);
+    if (!IsJit(pd)) {  // a plain NCW row has only simple_nchw (Magika's global max over 508: 0.4 ms)
+      auto nwc = make(ChannelsLast(xs, DataType(g_.tensor(op.inputs[0]))));
+      if (IsJit(nwc)) {
+        pd = nwc;
+        src = As(op.inputs[0], nwc.src_desc());
+      }
+    }
     Desc plain = Plain(kept);
     int dst = Define(op.output, Plain(g_.Shape(op.output)));
     int pooled = pd.dst_desc() == plain ? dst : NewTemp(pd.dst_desc());
     AddStep(dnnl::pooling_forward(pd),
-            {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, pooled, pd.dst_desc()}}, pd.scratchpad_desc());
+            {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_DST, pooled, pd.dst_desc()}}, pd.scratchpad_desc());
     if (pooled != dst) {
       dnnl::reorder::primitive_desc copy(Engine(), pd.dst_desc(), Engine(), plain, UserScratchpad());
       AddStep(dnnl::reorder(copy), {{DNNL_ARG_FROM, pooled, pd.dst_desc()}, {DNNL_ARG_TO, dst, plain}},
@@ -1763,6 +1903,10 @@ class Program {
     }
     if (Dims(ys.begin(), ys.end()) != dims)
       Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
+    if (ys == xs && value_of_[op.inputs[0]] >= 0) {  // the whole tensor (an exporter's no-op slice): itself
+      value_of_[op.output] = value_of_[op.inputs[0]];
+      return;
+    }
     CopyPart(op, offsets, step);
   }
 
