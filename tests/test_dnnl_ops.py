@@ -829,3 +829,62 @@ def test_a_global_max_over_a_long_row_runs_a_jit_pooling():
     _compile(m)
     pools = [x for x in _onednn_exec(m) if ",pooling," in x]
     assert len(pools) == 1 and "jit" in pools[0].split(",")[4], pools
+
+
+# -- Winograd F(4x4, 3x3) ------------------------------------------------------------------
+def _winograd_model(post, shape=(1, 48, 38, 41), k=48, pads=(1, 1, 1, 1)):
+    """A 3x3 stride-1 conv with a bias big enough for Winograd (over 25 M multiply-adds, 16 tiles), then ``post``:
+    its output sizes are not multiples of 4, so the last tiles are cropped."""
+    n, c, h, w = shape
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["a"], name="conv", pads=list(pads))
+    inits = [const("w", _f(k, c, 3, 3, seed=8, scale=0.15)), const("b", _f(k, seed=9))]
+    oh, ow = h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2
+    nodes = {"none": [helper.make_node("Identity", ["a"], ["y"])],
+             "relu": [helper.make_node("Relu", ["a"], ["y"])],
+             "residual_relu": [helper.make_node("Add", ["a", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+             "clip": [helper.make_node("Clip", ["a", "lo", "hi"], ["y"])],
+             "hardswish": [helper.make_node("HardSwish", ["a"], ["y"])],
+             "swish": _activation_nodes("swish", "a", "y"),
+             "channel_mul": [helper.make_node("Mul", ["a", "scale"], ["y"])]}[post]
+    inputs = [tensor("x", list(shape))]
+    if post == "residual_relu":
+        inputs.append(tensor("r", [n, k, oh, ow]))
+    if post == "clip":
+        inits += [const("lo", np.array(0.0, np.float32)), const("hi", np.array(6.0, np.float32))]
+    if post == "channel_mul":
+        inits.append(const("scale", np.random.default_rng(3).uniform(0.5, 1.5, (1, k, 1, 1)).astype(np.float32)))
+    return model([conv, *nodes], inputs, [tensor("y", [n, k, oh, ow])], inits)
+
+
+@pytest.mark.parametrize("post", ["none", "relu", "residual_relu", "clip", "hardswish", "swish", "channel_mul"])
+def test_a_big_3x3_conv_runs_as_winograd_with_its_post_ops(post):
+    m = _winograd_model(post)
+    _compile(m)
+    executed = _onednn_exec(m)
+    assert not [x for x in executed if ",convolution," in x] and len([x for x in executed if ",matmul," in x]) == 1, \
+        executed
+
+
+@pytest.mark.parametrize("shape,pads", [((2, 64, 30, 27), (1, 1, 1, 1)), ((1, 64, 33, 35), (0, 0, 0, 0)),
+                                        ((1, 64, 33, 35), (2, 0, 1, 2))])
+def test_winograd_over_batches_and_any_padding(shape, pads):
+    m = _winograd_model("relu", shape=shape, k=64, pads=pads)
+    _compile(m)
+    assert any(",matmul," in x for x in _onednn_exec(m))
+
+
+def test_winograd_off_keeps_the_direct_conv():
+    m = _winograd_model("relu")
+    executed = _onednn_exec(m, env={"BYOC_DNNL_WINOGRAD": "off"})
+    assert [x for x in executed if ",convolution," in x] and not [x for x in executed if ",matmul," in x], executed
+
+
+def test_small_or_strided_3x3_convs_stay_direct():
+    """Under 25 M multiply-adds (or 16 tiles), or with a stride, Winograd does not pay: oneDNN's conv runs."""
+    small = _winograd_model("relu", shape=(1, 16, 20, 20), k=16)
+    assert not [x for x in _onednn_exec(small) if ",matmul," in x]
+    conv, inits = _conv("x", "y", 48, 48, "s", seed=2)
+    conv.attribute.append(helper.make_attribute("strides", [2, 2]))
+    strided = model([conv], [tensor("x", [1, 48, 40, 40])], [tensor("y", [1, 48, 20, 20])], inits)
+    _compile(strided)
+    assert not [x for x in _onednn_exec(strided) if ",matmul," in x]

@@ -254,13 +254,14 @@ def test_an_idle_team_keeps_its_calls_and_off_keeps_them_always():
     assert _team_and_serial_runs(busy_core=True, contention="off") == [40, 0]
 
 
-def test_a_bad_contention_setting_is_named(monkeypatch):
+@pytest.mark.parametrize("setting", ["BYOC_DNNL_CONTENTION", "BYOC_DNNL_WINOGRAD"])
+def test_a_bad_dnnl_setting_is_named(monkeypatch, setting):
     pytest.importorskip("byoc.codegens.dnnl")
     import numpy as np
 
     import byoc
     import byoc.examples
 
-    monkeypatch.setenv("BYOC_DNNL_CONTENTION", "maybe")
-    with pytest.raises(ByocError, match="BYOC_DNNL_CONTENTION=maybe is neither on nor off"):
+    monkeypatch.setenv(setting, "maybe")
+    with pytest.raises(ByocError, match=f"{setting}=maybe is neither on nor off"):
         byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"]).run([np.zeros((1, 3, 16, 16), np.float32)])
