@@ -884,7 +884,8 @@ class Program {
   // batched oneDNN matmul of the 36 transformed products, the output transform with the bias and post-ops,
   // all NHWC. Measured on 2 AVX-512 cores, weights not in cache: 1.6-2.3x oneDNN's direct kernel from 14x14
   // tiles up (ResNet's 56x56x64, 28x28x128, 14x14x256), no gain under 25 M multiply-adds or 16 tiles (a
-  // 7x7x512 layer: 0.7x). Returns the op after the fused chain, or 0 (the direct conv) when it does not apply:
+  // 7x7x512 layer: 0.7x) or with fewer than 32 channels in or out (SqueezeNet's 55x55, 16 -> 64: 1.05x, the
+  // transforms as costly as the products). Returns the op after the fused chain, or 0 (the direct conv) when it does not apply:
   // another geometry, a post-op it has no epilogue for, or BYOC_DNNL_WINOGRAD=off.
   size_t WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
     const BodyOp& op = g_.ops()[k];
@@ -899,7 +900,7 @@ class Program {
         if (pad < 0 || pad > 2) return 0;
     winograd::Geometry g{xs[0], xs[2], xs[3], xs[1], ys[1], ys[2], ys[3], c.pad_l[0], c.pad_l[1]};
     double macs = 9.0 * static_cast<double>(g.n * g.oh * g.ow) * static_cast<double>(g.c * g.k);
-    if (g.c < 16 || g.k < 16 || g.tiles() < 16 || macs < 25e6) return 0;
+    if (g.c < 32 || g.k < 32 || g.tiles() < 16 || macs < 25e6) return 0;
     std::vector<winograd::Epilogue> epilogue;
     std::vector<std::pair<int, Desc>> operands;  // (post-op index, layout read) per tensor post-op
     Desc out(DimsOf(ys), memory::data_type::f32, memory::format_tag::nhwc);
