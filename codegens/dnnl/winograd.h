@@ -70,6 +70,22 @@ inline void TransformWeights(const float* weights, int64_t k_count, int64_t c_co
   }
 }
 
+// o = B^T d for six vectors d of n values each: the 1-D input transform, run down the columns of a
+// patch and then along the rows of the result.
+inline void InputTransform1D(const float* const d[kPatch], float* const o[kPatch], int64_t n) {
+  const float *d0 = d[0], *d1 = d[1], *d2 = d[2], *d3 = d[3], *d4 = d[4], *d5 = d[5];
+  float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3], *o4 = o[4], *o5 = o[5];
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) {
+    o0[c] = 4 * d0[c] - 5 * d2[c] + d4[c];
+    o1[c] = -4 * (d1[c] + d2[c]) + d3[c] + d4[c];
+    o2[c] = 4 * (d1[c] - d2[c]) - d3[c] + d4[c];
+    o3[c] = 2 * (d3[c] - d1[c]) - d2[c] + d4[c];
+    o4[c] = 2 * (d1[c] - d3[c]) - d2[c] + d4[c];
+    o5[c] = 4 * d1[c] - 5 * d3[c] + d5[c];
+  }
+}
+
 // V = B^T d B for the tiles [t0, t1). `zeros` holds at least c zeros (the padding).
 __attribute__((target_clones("avx512f", "avx2", "default"))) inline void InputTransform(
     const Geometry& g, const float* x, const float* zeros, float* v, int64_t t0, int64_t t1) {
@@ -78,44 +94,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) inline void InputTr
   for (int64_t t = t0; t < t1; ++t) {
     int64_t image = t / per_image, ty = t % per_image / g.tiles_w(), tx = t % g.tiles_w();
     int64_t y0 = ty * kTile - g.pad_t, x0 = tx * kTile - g.pad_l;
-    const float* d[kPoints];
-    for (int i = 0; i < kPatch; ++i)
-      for (int j = 0; j < kPatch; ++j) {
-        int64_t y = y0 + i, xx = x0 + j;
-        d[i * kPatch + j] = y >= 0 && y < g.h && xx >= 0 && xx < g.w ? x + ((image * g.h + y) * g.w + xx) * c_count
-                                                                      : zeros;
-      }
     for (int j = 0; j < kPatch; ++j) {  // B^T d: down each column of the patch
-      const float *d0 = d[j], *d1 = d[6 + j], *d2 = d[12 + j], *d3 = d[18 + j], *d4 = d[24 + j], *d5 = d[30 + j];
-      float *r0 = &rows[(0 * 6 + j) * c_count], *r1 = &rows[(1 * 6 + j) * c_count],
-            *r2 = &rows[(2 * 6 + j) * c_count], *r3 = &rows[(3 * 6 + j) * c_count],
-            *r4 = &rows[(4 * 6 + j) * c_count], *r5 = &rows[(5 * 6 + j) * c_count];
-#pragma omp simd
-      for (int64_t c = 0; c < c_count; ++c) {
-        r0[c] = 4 * d0[c] - 5 * d2[c] + d4[c];
-        r1[c] = -4 * (d1[c] + d2[c]) + d3[c] + d4[c];
-        r2[c] = 4 * (d1[c] - d2[c]) - d3[c] + d4[c];
-        r3[c] = 2 * (d3[c] - d1[c]) - d2[c] + d4[c];
-        r4[c] = 2 * (d1[c] - d3[c]) - d2[c] + d4[c];
-        r5[c] = 4 * d1[c] - 5 * d3[c] + d5[c];
+      const float* column[kPatch];
+      float* out[kPatch];
+      for (int i = 0; i < kPatch; ++i) {
+        int64_t y = y0 + i, xx = x0 + j;
+        column[i] = y >= 0 && y < g.h && xx >= 0 && xx < g.w ? x + ((image * g.h + y) * g.w + xx) * c_count : zeros;
+        out[i] = &rows[(i * kPatch + j) * c_count];
       }
+      InputTransform1D(column, out, c_count);
     }
     for (int i = 0; i < kPatch; ++i) {  // (B^T d) B: along each row
-      const float *s0 = &rows[(i * 6 + 0) * c_count], *s1 = &rows[(i * 6 + 1) * c_count],
-                  *s2 = &rows[(i * 6 + 2) * c_count], *s3 = &rows[(i * 6 + 3) * c_count],
-                  *s4 = &rows[(i * 6 + 4) * c_count], *s5 = &rows[(i * 6 + 5) * c_count];
-      float* o[kPatch];
-      for (int j = 0; j < kPatch; ++j) o[j] = v + ((i * kPatch + j) * tiles + t) * c_count;
-      float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3], *o4 = o[4], *o5 = o[5];
-#pragma omp simd
-      for (int64_t c = 0; c < c_count; ++c) {
-        o0[c] = 4 * s0[c] - 5 * s2[c] + s4[c];
-        o1[c] = -4 * (s1[c] + s2[c]) + s3[c] + s4[c];
-        o2[c] = 4 * (s1[c] - s2[c]) - s3[c] + s4[c];
-        o3[c] = 2 * (s3[c] - s1[c]) - s2[c] + s4[c];
-        o4[c] = 2 * (s1[c] - s3[c]) - s2[c] + s4[c];
-        o5[c] = 4 * s1[c] - 5 * s3[c] + s5[c];
+      const float* row[kPatch];
+      float* out[kPatch];
+      for (int j = 0; j < kPatch; ++j) {
+        row[j] = &rows[(i * kPatch + j) * c_count];
+        out[j] = v + ((i * kPatch + j) * tiles + t) * c_count;
       }
+      InputTransform1D(row, out, c_count);
     }
   }
 }
@@ -180,46 +176,45 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) inline void ApplyEp
   }
 }
 
-// Y = A^T m A + bias for the tiles [t0, t1), cropped to the output, then the epilogue. `bias` may be null.
+// o = A^T m (+ bias) for six vectors m of n values each: the 1-D output transform, run down the columns of
+// the products and then along the rows of the result. `bias` holds n values (zeros for none).
+inline void OutputTransform1D(const float* const m[kPatch], float* const o[kTile], const float* bias, int64_t n) {
+  const float *m0 = m[0], *m1 = m[1], *m2 = m[2], *m3 = m[3], *m4 = m[4], *m5 = m[5];
+  float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) {
+    float plus = m1[c] + m2[c], minus = m1[c] - m2[c], plus2 = m3[c] + m4[c], minus2 = m3[c] - m4[c];
+    o0[c] = m0[c] + plus + plus2 + bias[c];
+    o1[c] = minus + 2 * minus2 + bias[c];
+    o2[c] = plus + 4 * plus2 + bias[c];
+    o3[c] = minus + 8 * minus2 + m5[c] + bias[c];
+  }
+}
+
+// Y = A^T m A + bias for the tiles [t0, t1), cropped to the output, then the epilogue. `bias` may be null;
+// `zeros` holds at least k zeros.
 __attribute__((target_clones("avx512f", "avx2", "default"))) inline void OutputTransform(
     const Geometry& g, const float* m, const float* bias, const float* zeros, const std::vector<Epilogue>& epilogue,
     float* y, int64_t t0, int64_t t1) {
   const int64_t k_count = g.k, per_image = g.tiles_h() * g.tiles_w(), tiles = g.tiles();
-  const float* b = bias ? bias : zeros;
   std::vector<float> rows(static_cast<size_t>(kTile * kPatch * k_count)), last(static_cast<size_t>(kTile * k_count));
   for (int64_t t = t0; t < t1; ++t) {
     int64_t image = t / per_image, ty = t % per_image / g.tiles_w(), tx = t % g.tiles_w();
     for (int j = 0; j < kPatch; ++j) {  // A^T m: down each column
-      const float* s[kPatch];
-      for (int i = 0; i < kPatch; ++i) s[i] = m + ((i * kPatch + j) * tiles + t) * k_count;
-      const float *s0 = s[0], *s1 = s[1], *s2 = s[2], *s3 = s[3], *s4 = s[4], *s5 = s[5];
-      float *r0 = &rows[(0 * 6 + j) * k_count], *r1 = &rows[(1 * 6 + j) * k_count],
-            *r2 = &rows[(2 * 6 + j) * k_count], *r3 = &rows[(3 * 6 + j) * k_count];
-#pragma omp simd
-      for (int64_t c = 0; c < k_count; ++c) {
-        float plus = s1[c] + s2[c], minus = s1[c] - s2[c], plus2 = s3[c] + s4[c], minus2 = s3[c] - s4[c];
-        r0[c] = s0[c] + plus + plus2;
-        r1[c] = minus + 2 * minus2;
-        r2[c] = plus + 4 * plus2;
-        r3[c] = minus + 8 * minus2 + s5[c];
-      }
+      const float* column[kPatch];
+      float* out[kTile];
+      for (int i = 0; i < kPatch; ++i) column[i] = m + ((i * kPatch + j) * tiles + t) * k_count;
+      for (int i = 0; i < kTile; ++i) out[i] = &rows[(i * kPatch + j) * k_count];
+      OutputTransform1D(column, out, zeros, k_count);
     }
     int64_t x_first = tx * kTile, pixels = std::min<int64_t>(kTile, g.ow - x_first);
-    for (int i = 0; i < kTile && ty * kTile + i < g.oh; ++i) {  // (A^T m) A: along each row
-      const float *s0 = &rows[(i * 6 + 0) * k_count], *s1 = &rows[(i * 6 + 1) * k_count],
-                  *s2 = &rows[(i * 6 + 2) * k_count], *s3 = &rows[(i * 6 + 3) * k_count],
-                  *s4 = &rows[(i * 6 + 4) * k_count], *s5 = &rows[(i * 6 + 5) * k_count];
+    for (int i = 0; i < kTile && ty * kTile + i < g.oh; ++i) {  // (A^T m) A + bias: along each row
+      const float* row[kPatch];
+      for (int j = 0; j < kPatch; ++j) row[j] = &rows[(i * kPatch + j) * k_count];
       int64_t at = ((image * g.oh + ty * kTile + i) * g.ow + x_first) * k_count;
-      float* out = pixels == kTile ? y + at : last.data();  // a cropped tile row goes through `last`
-      float *o0 = out, *o1 = out + k_count, *o2 = out + 2 * k_count, *o3 = out + 3 * k_count;
-#pragma omp simd
-      for (int64_t c = 0; c < k_count; ++c) {
-        float plus = s1[c] + s2[c], minus = s1[c] - s2[c], plus2 = s3[c] + s4[c], minus2 = s3[c] - s4[c];
-        o0[c] = s0[c] + plus + plus2 + b[c];
-        o1[c] = minus + 2 * minus2 + b[c];
-        o2[c] = plus + 4 * plus2 + b[c];
-        o3[c] = minus + 8 * minus2 + s5[c] + b[c];
-      }
+      float* first = pixels == kTile ? y + at : last.data();  // a cropped tile row goes through `last`
+      float* out[kTile] = {first, first + k_count, first + 2 * k_count, first + 3 * k_count};
+      OutputTransform1D(row, out, bias ? bias : zeros, k_count);
       if (pixels < kTile) std::copy(last.begin(), last.begin() + pixels * k_count, y + at);
       ApplyEpilogue(epilogue, y, at, pixels, k_count);
     }
