@@ -1,4 +1,4 @@
-"""Smoke tests of benchmarks/run.py and benchmarks/profile.py on the tiny onnx.helper models.
+"""Smoke tests of benchmarks/run.py, profile.py and roofline.py on tiny onnx.helper models.
 
 No torch, no timing assertions.
 
@@ -163,3 +163,48 @@ def test_profile_without_onednn(tmp_path):
     report = json.loads(out.read_text())
     assert report["onednn"] is None
     assert [r["where"] for r in report["calls"]].count("offloaded (json_runtime)") == report["partitions"]
+
+
+ROOFLINE = ROOT / "benchmarks" / "roofline.py"
+
+
+def _roofline_model(path: Path) -> None:
+    """A 3x3 stride-1 conv, a depthwise 3x3 stride-2 conv, a 1x1 conv, and a Gemm with transB: MACs counted by hand."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def const(name, shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),                      # 8x8 out
+             helper.make_node("Conv", ["a", "w2"], ["b"], group=4, strides=[2, 2], pads=[1, 1, 1, 1]),  # 4x4 out
+             helper.make_node("Conv", ["b", "w3"], ["c"]),
+             helper.make_node("Flatten", ["c"], ["f"]),
+             helper.make_node("Gemm", ["f", "w4"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, 8, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 10])],
+                              [const("w1", [4, 2, 3, 3]), const("w2", [4, 1, 3, 3]), const("w3", [6, 4, 1, 1]),
+                               const("w4", [10, 96])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_roofline_counts_multiply_adds_and_prints_the_floor(tmp_path):
+    model = tmp_path / "small.onnx"
+    _roofline_model(model)
+    out = tmp_path / "roofline.json"
+    stdout = _run([ROOFLINE, model, "--runs", "3", "--json", out])
+    assert "| small |" in stdout
+    row = json.loads(out.read_text())["models"][0]
+    conv3x3 = 4 * 8 * 8 * 2 * 9    # out channels x pixels x (in channels x kernel)
+    depthwise = 4 * 4 * 4 * 9       # 4 channels x 4x4 pixels x 9 taps, one input channel each
+    conv1x1 = 6 * 4 * 4 * 4
+    gemm = 10 * 96                  # transB: the weight is [N, K]
+    assert {k: row[k] for k in ("dense", "dense_3x3_s1", "depthwise", "unknown")} == {
+        "dense": conv3x3 + conv1x1 + gemm, "dense_3x3_s1": conv3x3, "depthwise": depthwise, "unknown": []}
+    assert row["floor_ms"] > 0 and row["onnxruntime_ms"] > 0
+    assert row["best_ratio"] == row["floor_ms"] / row["onnxruntime_ms"]
