@@ -510,6 +510,45 @@ def test_activation_units_run_on_8_bit_tensors_on_dnnl():
     _within_one_quantum(model, artifact, (1, 3, 16, 16))
 
 
+def _scalar_unit(op: str, x_first: bool) -> onnx.ModelProto:
+    """Q -> DQ -> (x op 1.5, or 1.5 op x) -> Q -> DQ on u8 activations: one element-wise unit with a float scalar."""
+    from onnx import TensorProto, helper
+
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s_in"),
+             numpy_helper.from_array(np.array(128, np.uint8), "z_in"),
+             numpy_helper.from_array(np.array(0.04, np.float32), "s_out"),
+             numpy_helper.from_array(np.array(100, np.uint8), "z_out"),
+             numpy_helper.from_array(np.array(1.5, np.float32), "c")]
+    operands = ["xd", "c"] if x_first else ["c", "xd"]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"]),
+             helper.make_node(op, operands, ["y"]),
+             helper.make_node("QuantizeLinear", ["y", "s_out", "z_out"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s_out", "z_out"], ["out"])]
+    graph = helper.make_graph(nodes, "scalar_unit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 6, 5])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8, 6, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("op,x_first", [(op, first) for op in ("Sub", "Add", "Mul") for first in (True, False)]
+                         + [("Div", True)], ids=lambda v: str(v))
+@pytest.mark.parametrize("vendors", [["dnnl"], ["c_source"]], ids=",".join)
+def test_element_wise_units_with_a_scalar_keep_their_operand_order(op, x_first, vendors):
+    """x - c is not c - x. dnnl runs such a unit as one primitive on the 8-bit tensor whose post-ops are the
+    unit's float definition; it once passed the operand order to the post-op builder before reading it, and
+    computed c - x (5 quanta off and more). c / x is left out: x crosses zero."""
+    model = _scalar_unit(op, x_first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=vendors, strict=True)
+    feed = {"x": np.random.default_rng(3).uniform(-6, 6, (1, 8, 6, 5)).astype(np.float32)}
+    got = artifact.run(feed)[0]
+    expected = _ort(model, feed, False)
+    assert np.abs(got - expected).max() <= 1.001 * 0.04, np.abs(got - expected).max()
+
+
 def test_dnnl_runs_int8_primitives_for_7_bit_weights():
     """oneDNN's own log: with reduce_range weights the convolutions and the matmul read u8 and s8, write u8.
 

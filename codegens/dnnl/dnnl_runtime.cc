@@ -1207,7 +1207,8 @@ class Program {
       if (n == 0 && g_.uses(x) != 1) return 0;
       if (n == 0 && op.inputs.size() == 1 && op.inputs[0] == x && EltwiseOf(op, &p)) n = 1;
       bool x_first = false;
-      if (n == 0 && LinearOf(op.kernel, ScalarOperand(op, x, &x_first), x_first, &p.alpha, &p.beta)) {
+      float c = ScalarOperand(op, x, &x_first);  // before LinearOf reads x_first: argument order is unspecified
+      if (n == 0 && LinearOf(op.kernel, c, x_first, &p.alpha, &p.beta)) {
         p.alg = algorithm::eltwise_linear;
         n = 1;
       }
