@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -547,6 +548,61 @@ def test_element_wise_units_with_a_scalar_keep_their_operand_order(op, x_first, 
     got = artifact.run(feed)[0]
     expected = _ort(model, feed, False)
     assert np.abs(got - expected).max() <= 1.001 * 0.04, np.abs(got - expected).max()
+
+
+def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
+    """Q -> DQ -> activation -> Q -> DQ on 8-bit activations of ``zero_point``'s type; "Silu" is x * sigmoid(x)."""
+    from onnx import TensorProto, helper
+
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s_in"),
+             numpy_helper.from_array(zero_point, "z_in"),
+             numpy_helper.from_array(np.array(0.03, np.float32), "s_out"),
+             numpy_helper.from_array(zero_point, "z_out")]
+    body = ([helper.make_node("Sigmoid", ["xd"], ["sig"]), helper.make_node("Mul", ["xd", "sig"], ["y"])]
+            if op == "Silu" else [helper.make_node(op, ["xd"], ["y"])])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"]), *body,
+             helper.make_node("QuantizeLinear", ["y", "s_out", "z_out"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s_out", "z_out"], ["out"])]
+    shape = [1, 16, 16, 16]
+    graph = helper.make_graph(nodes, "activation_unit", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("zero_point", [np.array(100, np.uint8), np.array(-20, np.int8)], ids=["u8", "s8"])
+@pytest.mark.parametrize("op", ["Sigmoid", "HardSwish", "Tanh", "Silu"])
+def test_element_wise_units_of_one_8_bit_tensor_run_as_a_byte_table_on_dnnl(op, zero_point):
+    """A unit whose output depends on its one 8-bit input alone is a 256-entry table the runtime fills with the
+    unit's own primitive when the module is made: no oneDNN primitive runs on the tensor but the input's quantize
+    and the output's dequantize. Every one of the 256 input codes is fed, in every position mod 64 (the vector width), and the
+    output is within one quantum of onnxruntime's definition."""
+    model = _activation_unit(op, zero_point)
+    codes = np.arange(256) + (0 if zero_point.dtype == np.uint8 else -128)
+    x = ((codes - int(zero_point)) * 0.05).astype(np.float32)
+    feed = {"x": np.stack([np.roll(x, shift) for shift in range(16)]).reshape(1, 16, 16, 16)}
+    script = (
+        "import sys, warnings, numpy as np, onnx, byoc\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    artifact = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
+        "print('RUN', flush=True)\n"
+        "np.save(%r, artifact.run({'x': np.load(%r)})[0])\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        np.save(Path(tmp) / "x.npy", feed["x"])
+        run = subprocess.run([sys.executable, "-c", script % (f"{tmp}/y.npy", f"{tmp}/x.npy")],
+                             input=model.SerializeToString(), capture_output=True, timeout=300,
+                             env={**os.environ, "ONEDNN_VERBOSE": "1"})
+        assert run.returncode == 0, run.stderr[-2000:]
+        got = np.load(Path(tmp) / "y.npy")
+    executed = [line for line in run.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
+    # the first run makes the module's primitives, the table's (one binary on the 256 codes) among them
+    on_the_tensor = [line.split(",")[3] for line in executed if ",1x16x16x16" in line]
+    assert on_the_tensor == ["reorder", "reorder"], executed
+    expected = _ort(model, feed, False)
+    assert np.abs(got - expected).max() <= 1.001 * 0.03, np.abs(got - expected).max()
 
 
 def test_dnnl_runs_int8_primitives_for_7_bit_weights():

@@ -38,12 +38,14 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <map>
 #include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
 
+#include "byte_table.h"
 #include "graph_runtime.h"
 #include "winograd.h"
 
@@ -230,6 +232,26 @@ class WinogradOutput : public Kernel {
   bool bias_;
   std::vector<winograd::Epilogue> epilogue_;
   std::vector<float> zeros_;
+};
+
+// An 8-bit tensor mapped byte by byte through a 256-entry table: an element-wise unit whose output depends on
+// its one 8-bit input alone (dequantize, element-wise ops, quantize). The table is the unit's own primitive
+// run once on the 256 possible bytes (Program::LookupTableOf), so a call computes exactly what that primitive
+// would, at a fraction of its cost (byte_table.h): oneDNN's binary with a chain of post-ops took 1-2 ns per
+// element.
+class LookupTable : public Kernel {
+ public:
+  LookupTable(std::vector<uint8_t> table, int64_t count) : table_(std::move(table)), count_(count) {}
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const uint8_t* x = Data<const uint8_t>(args, DNNL_ARG_SRC);
+    uint8_t* y = Data<uint8_t>(args, DNNL_ARG_DST);
+    const uint8_t* table = table_.data();
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) { byte_table::Map(table, x + i0, y + i0, i1 - i0); });
+  }
+
+ private:
+  std::vector<uint8_t> table_;
+  int64_t count_;
 };
 
 // One post-op: an element-wise function, or a binary op with a second tensor.
@@ -1274,6 +1296,18 @@ class Program {
       return 0;
     }
     if (IsReference(pd)) return 0;
+    std::map<int, std::pair<float, int64_t>> dequantized;  // the leading dequantizations of the unit's source
+    for (size_t i : dqs) {
+      Attrs a(ops[i].attrs, ops[i].where);
+      if (ops[i].inputs[0] == dq.inputs[0])
+        dequantized[ops[i].output] = {static_cast<float>(a.Floats("scale")[0]), a.Ints("zero_point")[0]};
+    }
+    if (std::vector<uint8_t> table = LookupTableOf(f, src, dst, dq.inputs[0], dequantized); !table.empty()) {
+      int64_t count = static_cast<int64_t>(src.get_size());
+      AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, src}, {DNNL_ARG_DST, Define(q.output, dst), dst}}, Desc(),
+              std::make_shared<LookupTable>(std::move(table), count));
+      return j - k + 1;
+    }
     for (int i : dequantized_first) {
       const BodyOp& other = ops[static_cast<size_t>(i)];
       QuantizeReorder(other, Attrs(other.attrs, other.where), false);
@@ -1287,6 +1321,63 @@ class Program {
     args.push_back({DNNL_ARG_DST, Define(q.output, dst), dst});
     AddStep(dnnl::binary(pd), std::move(args), pd.scratchpad_desc());
     return j - k + 1;
+  }
+
+  // The 256 bytes x + 0 with post-ops `f` writes for the 256 bytes of `src`'s type, when its output depends on
+  // each element of graph tensor `source` (in layout src) alone, else empty. That is so when each post-op is
+  // element-wise or reads `source` itself, as it is or dequantized (`dequantized`: such tensors' scale and zero
+  // point; SiLU's x * sigmoid(x) reads x twice), and src and dst are dense 8-bit layouts of one order (a byte's
+  // position is its element's in both, and no padding must stay zero).
+  std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst, int source,
+                                     const std::map<int, std::pair<float, int64_t>>& dequantized) const {
+    int64_t numel = 1;
+    for (int64_t d : src.get_dims()) numel *= d;
+    if (src.get_size() != static_cast<size_t>(numel) || dst.get_size() != static_cast<size_t>(numel) ||
+        src.get_strides() != dst.get_strides() || !src.get_inner_blks().empty() || !dst.get_inner_blks().empty())
+      return {};
+    bool is_signed = src.get_data_type() == memory::data_type::s8;
+    Desc bytes_in(Dims{256}, src.get_data_type(), memory::format_tag::a);
+    Desc bytes_out(Dims{256}, dst.get_data_type(), memory::format_tag::a);
+    Desc floats(Dims{256}, memory::data_type::f32, memory::format_tag::a);
+    memory in(bytes_in, Engine()), out(bytes_out, Engine());
+    auto* bytes = static_cast<uint8_t*>(in.get_data_handle());
+    for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_0, in}, {DNNL_ARG_DST, out}};
+    post_ops ops;
+    for (size_t i = 0; i < f.post.size(); ++i) {
+      const PostOp& p = f.post[i];
+      int key = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
+      auto scaled = dequantized.find(p.tensor);
+      if (p.tensor < 0) {
+        ops.append_eltwise(p.alg, p.alpha, p.beta);
+      } else if (p.tensor == source) {
+        ops.append_binary(p.alg, bytes_in);
+        args[key] = in;
+      } else if (scaled != dequantized.end()) {  // ONNX's DequantizeLinear: (x - zero point) * scale in float32
+        memory values(floats, Engine());
+        auto* v = static_cast<float*>(values.get_data_handle());
+        for (int b = 0; b < 256; ++b) {
+          int64_t code = is_signed ? static_cast<int8_t>(b) : b;
+          v[b] = static_cast<float>(code - scaled->second.second) * scaled->second.first;
+        }
+        ops.append_binary(p.alg, floats);
+        args[key] = values;
+      } else {
+        return {};
+      }
+    }
+    Desc zero_desc(Dims{1}, memory::data_type::f32, memory::format_tag::a);
+    memory zero(zero_desc, Engine());
+    *static_cast<float*>(zero.get_data_handle()) = 0.0f;
+    args[DNNL_ARG_SRC_1] = zero;
+    primitive_attr attr;
+    attr.set_post_ops(ops);
+    dnnl::stream stream(Engine());
+    dnnl::binary(dnnl::binary::primitive_desc(Engine(), algorithm::binary_add, bytes_in, zero_desc, bytes_out, attr))
+        .execute(stream, args);
+    stream.wait();
+    const auto* table = static_cast<const uint8_t*>(out.get_data_handle());
+    return std::vector<uint8_t>(table, table + 256);
   }
 
   // Whether oneDNN chose its reference (scalar C++) implementation for `pd`.
