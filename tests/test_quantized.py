@@ -551,15 +551,28 @@ def test_element_wise_units_with_a_scalar_keep_their_operand_order(op, x_first, 
 
 
 def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
-    """Q -> DQ -> activation -> Q -> DQ on 8-bit activations of ``zero_point``'s type; "Silu" is x * sigmoid(x)."""
+    """Q -> DQ -> activation -> Q -> DQ on 8-bit activations of ``zero_point``'s type; "Silu" is x * sigmoid(x),
+    "QuantizedSilu" the same with the sigmoid's output quantized (a sigmoid unit, then a multiply unit of two
+    8-bit tensors that are both functions of x)."""
     from onnx import TensorProto, helper
 
     inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s_in"),
              numpy_helper.from_array(zero_point, "z_in"),
              numpy_helper.from_array(np.array(0.03, np.float32), "s_out"),
              numpy_helper.from_array(zero_point, "z_out")]
-    body = ([helper.make_node("Sigmoid", ["xd"], ["sig"]), helper.make_node("Mul", ["xd", "sig"], ["y"])]
-            if op == "Silu" else [helper.make_node(op, ["xd"], ["y"])])
+    if op == "Silu":
+        body = [helper.make_node("Sigmoid", ["xd"], ["sig"]), helper.make_node("Mul", ["xd", "sig"], ["y"])]
+    elif op == "QuantizedSilu":  # onnxruntime's quantizer's SiLU: two units, the sigmoid's output quantized
+        inits += [numpy_helper.from_array(np.array(1 / 255, np.float32), "s_sig"),
+                  numpy_helper.from_array(np.array(0 if zero_point.dtype == np.uint8 else -128, zero_point.dtype),
+                                          "z_sig")]
+        body = [helper.make_node("Sigmoid", ["xd"], ["sig"]),
+                helper.make_node("QuantizeLinear", ["sig", "s_sig", "z_sig"], ["sig_q"]),
+                helper.make_node("DequantizeLinear", ["sig_q", "s_sig", "z_sig"], ["sig_d"]),
+                helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd2"]),
+                helper.make_node("Mul", ["xd2", "sig_d"], ["y"])]
+    else:
+        body = [helper.make_node(op, ["xd"], ["y"])]
     nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd"]), *body,
              helper.make_node("QuantizeLinear", ["y", "s_out", "z_out"], ["yq"]),
@@ -573,12 +586,13 @@ def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("zero_point", [np.array(100, np.uint8), np.array(-20, np.int8)], ids=["u8", "s8"])
-@pytest.mark.parametrize("op", ["Sigmoid", "HardSwish", "Tanh", "Silu"])
+@pytest.mark.parametrize("op", ["Sigmoid", "HardSwish", "Tanh", "Silu", "QuantizedSilu"])
 def test_element_wise_units_of_one_8_bit_tensor_run_as_a_byte_table_on_dnnl(op, zero_point):
     """A unit whose output depends on its one 8-bit input alone is a 256-entry table the runtime fills with the
     unit's own primitive when the module is made: no oneDNN primitive runs on the tensor but the input's quantize
-    and the output's dequantize. Every one of the 256 input codes is fed, in every position mod 64 (the vector width), and the
-    output is within one quantum of onnxruntime's definition."""
+    and the output's dequantize. A unit reading another unit's table of the same input composes it (the quantized
+    SiLU is one table; the sigmoid's is not computed). Every one of the 256 input codes is fed, in every position
+    mod 64 (the vector width), and the output is within one quantum of onnxruntime's definition."""
     model = _activation_unit(op, zero_point)
     codes = np.arange(256) + (0 if zero_point.dtype == np.uint8 else -128)
     x = ((codes - int(zero_point)) * 0.05).astype(np.float32)

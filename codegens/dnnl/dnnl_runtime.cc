@@ -1296,14 +1296,32 @@ class Program {
       return 0;
     }
     if (IsReference(pd)) return 0;
-    std::map<int, std::pair<float, int64_t>> dequantized;  // the leading dequantizations of the unit's source
+    // What each tensor a post-op may read holds for the 256 codes of the unit's source: the source and byte
+    // tables of it as they are, and the leading dequantizations of those ((x - zero point) * scale in float32,
+    // as ONNX's DequantizeLinear).
+    int source = dq.inputs[0];
+    std::map<int, memory> operands;
+    for (const PostOp& p : f.post)
+      if (p.tensor >= 0)
+        if (memory bytes = BytesOf(p.tensor, source)) operands[p.tensor] = bytes;
     for (size_t i : dqs) {
+      memory bytes = BytesOf(ops[i].inputs[0], source);
+      if (!bytes) continue;
       Attrs a(ops[i].attrs, ops[i].where);
-      if (ops[i].inputs[0] == dq.inputs[0])
-        dequantized[ops[i].output] = {static_cast<float>(a.Floats("scale")[0]), a.Ints("zero_point")[0]};
+      float scale = static_cast<float>(a.Floats("scale")[0]);
+      int64_t zero_point = a.Ints("zero_point")[0];
+      bool is_signed = DataType(g_.tensor(ops[i].inputs[0])) == memory::data_type::s8;
+      memory values(Desc(Dims{256}, memory::data_type::f32, memory::format_tag::a), Engine());
+      const auto* b = static_cast<const uint8_t*>(bytes.get_data_handle());
+      auto* v = static_cast<float*>(values.get_data_handle());
+      for (int c = 0; c < 256; ++c)
+        v[c] = static_cast<float>((is_signed ? static_cast<int8_t>(b[c]) : b[c]) - zero_point) * scale;
+      operands[ops[i].output] = values;
     }
-    if (std::vector<uint8_t> table = LookupTableOf(f, src, dst, dq.inputs[0], dequantized); !table.empty()) {
+    if (std::vector<uint8_t> table = LookupTableOf(f, src, dst, operands); !table.empty()) {
+      DropComposedTables(f, dqs);
       int64_t count = static_cast<int64_t>(src.get_size());
+      byte_tables_[q.output] = {source, table, steps_.size()};
       AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, src}, {DNNL_ARG_DST, Define(q.output, dst), dst}}, Desc(),
               std::make_shared<LookupTable>(std::move(table), count));
       return j - k + 1;
@@ -1324,44 +1342,29 @@ class Program {
   }
 
   // The 256 bytes x + 0 with post-ops `f` writes for the 256 bytes of `src`'s type, when its output depends on
-  // each element of graph tensor `source` (in layout src) alone, else empty. That is so when each post-op is
-  // element-wise or reads `source` itself, as it is or dequantized (`dequantized`: such tensors' scale and zero
-  // point; SiLU's x * sigmoid(x) reads x twice), and src and dst are dense 8-bit layouts of one order (a byte's
-  // position is its element's in both, and no padding must stay zero).
-  std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst, int source,
-                                     const std::map<int, std::pair<float, int64_t>>& dequantized) const {
+  // each element of its source alone, else empty. That is so when each post-op is element-wise or reads a
+  // tensor of `operands`: what that tensor holds for each of the 256 source codes (the source itself, a byte
+  // table of it, or either dequantized; SiLU's x * sigmoid(x) reads x twice). src and dst must be dense 8-bit
+  // layouts of one order (a byte's position is its element's in both, and no padding must stay zero).
+  std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
+                                     const std::map<int, memory>& operands) const {
     int64_t numel = 1;
     for (int64_t d : src.get_dims()) numel *= d;
     if (src.get_size() != static_cast<size_t>(numel) || dst.get_size() != static_cast<size_t>(numel) ||
         src.get_strides() != dst.get_strides() || !src.get_inner_blks().empty() || !dst.get_inner_blks().empty())
       return {};
-    bool is_signed = src.get_data_type() == memory::data_type::s8;
-    Desc bytes_in(Dims{256}, src.get_data_type(), memory::format_tag::a);
     Desc bytes_out(Dims{256}, dst.get_data_type(), memory::format_tag::a);
-    Desc floats(Dims{256}, memory::data_type::f32, memory::format_tag::a);
-    memory in(bytes_in, Engine()), out(bytes_out, Engine());
-    auto* bytes = static_cast<uint8_t*>(in.get_data_handle());
-    for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_0, in}, {DNNL_ARG_DST, out}};
+    memory out(bytes_out, Engine());
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC_0, SourceCodes(src.get_data_type())}, {DNNL_ARG_DST, out}};
     post_ops ops;
     for (size_t i = 0; i < f.post.size(); ++i) {
       const PostOp& p = f.post[i];
-      int key = DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1;
-      auto scaled = dequantized.find(p.tensor);
+      auto operand = operands.find(p.tensor);
       if (p.tensor < 0) {
         ops.append_eltwise(p.alg, p.alpha, p.beta);
-      } else if (p.tensor == source) {
-        ops.append_binary(p.alg, bytes_in);
-        args[key] = in;
-      } else if (scaled != dequantized.end()) {  // ONNX's DequantizeLinear: (x - zero point) * scale in float32
-        memory values(floats, Engine());
-        auto* v = static_cast<float*>(values.get_data_handle());
-        for (int b = 0; b < 256; ++b) {
-          int64_t code = is_signed ? static_cast<int8_t>(b) : b;
-          v[b] = static_cast<float>(code - scaled->second.second) * scaled->second.first;
-        }
-        ops.append_binary(p.alg, floats);
-        args[key] = values;
+      } else if (operand != operands.end()) {
+        ops.append_binary(p.alg, operand->second.get_desc());
+        args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1] = operand->second;
       } else {
         return {};
       }
@@ -1373,11 +1376,51 @@ class Program {
     primitive_attr attr;
     attr.set_post_ops(ops);
     dnnl::stream stream(Engine());
-    dnnl::binary(dnnl::binary::primitive_desc(Engine(), algorithm::binary_add, bytes_in, zero_desc, bytes_out, attr))
+    dnnl::binary(dnnl::binary::primitive_desc(Engine(), algorithm::binary_add, args.at(DNNL_ARG_SRC_0).get_desc(),
+                                              zero_desc, bytes_out, attr))
         .execute(stream, args);
     stream.wait();
     const auto* table = static_cast<const uint8_t*>(out.get_data_handle());
     return std::vector<uint8_t>(table, table + 256);
+  }
+
+  // The 256 codes of an 8-bit type, in byte order (an s8 byte b is the code int8_t(b)).
+  static memory SourceCodes(memory::data_type type) {
+    memory codes(Desc(Dims{256}, type, memory::format_tag::a), Engine());
+    auto* bytes = static_cast<uint8_t*>(codes.get_data_handle());
+    for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
+    return codes;
+  }
+
+  // What graph tensor `id` (8-bit) holds for each of the 256 codes of `source`, when it is `source` itself or a
+  // byte table of it (its table, seen as id's type); a null memory otherwise.
+  memory BytesOf(int id, int source) const {
+    memory::data_type type = DataType(g_.tensor(id));
+    if (id == source) return SourceCodes(type);
+    auto table = byte_tables_.find(id);
+    if (table == byte_tables_.end() || table->second.source != source) return memory();
+    memory bytes(Desc(Dims{256}, type, memory::format_tag::a), Engine());
+    std::copy(table->second.table.begin(), table->second.table.end(), static_cast<uint8_t*>(bytes.get_data_handle()));
+    return bytes;
+  }
+
+  // The byte tables the post-ops of `f` read, as they are or through one of the leading dequantizations
+  // `dqs` (their composition is in the new table), are not computed when nothing else reads them: the step
+  // of such a table goes when it is the last one (a later step's reads are fixed), and its buffer with it.
+  void DropComposedTables(const Fused& f, const std::vector<size_t>& dqs) {
+    const std::vector<BodyOp>& ops = g_.ops();
+    for (const PostOp& p : f.post) {
+      int read = p.tensor;
+      for (size_t i : dqs)
+        if (ops[i].output == p.tensor) read = ops[i].inputs[0];
+      auto table = byte_tables_.find(read);
+      if (p.tensor < 0 || table == byte_tables_.end() || g_.uses(read) != 1 || table->second.step + 1 != steps_.size())
+        continue;
+      steps_.pop_back();
+      lifetimes_.erase(value_of_[read]);
+      value_of_[read] = -1;
+      byte_tables_.erase(table);
+    }
   }
 
   // Whether oneDNN chose its reference (scalar C++) implementation for `pd`.
@@ -2446,6 +2489,12 @@ class Program {
   std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
+  struct ByteTable {
+    int source;                  // the 8-bit graph tensor it maps
+    std::vector<uint8_t> table;  // what it maps each byte of source to
+    size_t step;                 // the step that applies it
+  };
+  std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
   std::vector<Step> steps_;
   bool winograd_;    // BYOC_DNNL_WINOGRAD is not off
   int threads_ = 1;  // the team size of the op being compiled
