@@ -447,9 +447,10 @@ CPU_HAS_VNNI = any(flag in open("/proc/cpuinfo").read().split() for flag in ("av
 ISA_CAPS = ["", "AVX2"] if CPU_HAS_VNNI else [""]
 
 
-def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", isa: str = "") -> list[str]:
-    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models), quantized per tensor, executes
-    (under oneDNN ISA cap ``isa``, if given)."""
+def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", isa: str = "",
+              shape: tuple = (1, 3, 16, 16)) -> list[str]:
+    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models, input of ``shape``), quantized
+    per tensor, executes (under oneDNN ISA cap ``isa``, if given)."""
     script = (
         "import sys, warnings; sys.path.insert(0, %r)\n"
         "import numpy as np, byoc\n"
@@ -459,8 +460,8 @@ def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", is
         "    model = quantize(make(), reduce_range=%r, activation_type=%r)\n"
         "    artifact = byoc.compile(model, vendors=['dnnl'], strict=True)\n"
         "print('RUN', flush=True)\n"
-        "artifact.run({'x': np.ones((1, 3, 16, 16), np.float32)})\n"
-    ) % (str(Path(__file__).parent), make, reduce_range, activation_type)
+        "artifact.run({'x': np.ones(%r, np.float32)})\n"
+    ) % (str(Path(__file__).parent), make, reduce_range, activation_type, tuple(shape))
     env = {**os.environ, "ONEDNN_VERBOSE": "1"}
     if isa:
         env["ONEDNN_MAX_CPU_ISA"] = isa
@@ -780,6 +781,17 @@ def test_grouped_convs_run_in_float_on_dnnl_never_on_the_reference_kernel():
     assert not [x for x in executed if ",ref:" in x], executed
     convs = [x for x in executed if ",convolution," in x]
     assert len(convs) == 4 and sum("src_f32" in x and "wei_f32" in x for x in convs) == 1, convs  # the fc too
+
+
+def test_a_conv_of_one_input_channel_runs_in_float_on_dnnl():
+    """Silero VAD's 256-tap filter bank reads the raw signal, one channel: oneDNN's int8 kernels take input channels
+    4 at a time and ran it at 4x the float32 definition's time. conv1d_net's filter bank runs in float32 (with
+    weights within +-64 it would otherwise be int8 on every CPU); its other convs stay int8."""
+    executed = _executed("conv1d_net", True, shape=(1, 1, 136))
+    convs = [x for x in executed if ",convolution," in x]
+    bank = [x for x in convs if "_ic1oc16_" in x]
+    assert len(bank) == 1 and "src_f32" in bank[0] and "wei_f32" in bank[0], convs
+    assert sum("src_u8" in x for x in convs) >= 2, convs
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])

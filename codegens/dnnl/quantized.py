@@ -17,9 +17,10 @@
   runtime quantizes it back by ``w_scale``, exactly). A ResNet-50 quantized by
   onnxruntime's defaults ran 6x slower than onnxruntime's int8 run in float32
   (76 ms against 12.5 ms on a 2-core AVX-512 VNNI machine).
-- Grouped convs (not depthwise) run as their definition in float32
-  (``_grouped``: oneDNN's int8 kernels on AVX2 fall back to the reference
-  kernel, or run slower than float32).
+- Grouped convs (not depthwise) and convs of one input channel run as their
+  definition in float32 (``_faster_in_float``: oneDNN's int8 kernels take 4
+  input channels at a time; on AVX2 they fall back to the reference kernel
+  for other groups, or run slower than float32).
 - An add of two 8-bit activations of one shape (a residual connection) is one
   int8 binary: scaled inputs summed in f32, then requantized by a linear
   post-op.
@@ -76,14 +77,21 @@ def _qattrs(params: QParams) -> dict:
             "axis": int(params.axis) if params.per_channel else 0}
 
 
-def _grouped(call: OpCall) -> bool:
-    """A grouped conv, not depthwise. oneDNN's int8 kernels on AVX2 take 4 channels per group at a time, and run
-    others with the reference kernel (ShuffleNet int8's grouped 1x1 convs of 34 channels per group: 10 ms each,
-    100x the float32 definition); and where they do run, float32 measured faster (ShuffleNet int8's primitives
-    10.8 ms, 6.7 ms with every grouped conv in float32)."""
-    if call.op == "qnn.matmul" or int(call.attrs.get("groups", 1)) == 1:
+def _faster_in_float(call: OpCall) -> bool:
+    """A conv whose input channels per group oneDNN's int8 kernels handle badly: they take 4 at a time.
+
+    - A grouped conv, not depthwise: on AVX2 the int8 kernels run others with the reference kernel (ShuffleNet
+      int8's grouped 1x1 convs of 34 channels per group: 10 ms each, 100x the float32 definition); where they do
+      run, float32 measured faster (ShuffleNet int8's primitives 10.8 ms, 6.7 ms with every grouped conv in float32).
+    - One input channel, not grouped (Silero VAD's 256-tap filter bank over the raw signal): 3 of 4 products
+      are padding; the int8 kernel took 0.12 ms, 4x the float32 definition, on an AVX-512 VNNI machine.
+    """
+    if call.op == "qnn.matmul":
         return False
-    return call.inputs[1].shape[1] != 1
+    per_group = call.inputs[1].shape[1]
+    if int(call.attrs.get("groups", 1)) == 1:
+        return per_group == 1
+    return per_group != 1
 
 
 def _on_cpus(feature: str, ops: list[OpCall]) -> list[OpCall]:
@@ -139,7 +147,7 @@ class _Lowering:
 
     def integer_core(self, call: OpCall) -> list[OpCall]:
         unit = call.quant
-        if _grouped(call):
+        if _faster_in_float(call):
             return self.float_core(call)
         bias = self.dequantized_constant(call.inputs[2], unit.inputs[2]) if len(call.inputs) == 3 else None
         weight_bound = np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0)
