@@ -554,7 +554,7 @@ def test_element_wise_units_with_a_scalar_keep_their_operand_order(op, x_first, 
 def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
     """Q -> DQ -> activation -> Q -> DQ on 8-bit activations of ``zero_point``'s type; "Silu" is x * sigmoid(x),
     "QuantizedSilu" the same with the sigmoid's output quantized (a sigmoid unit, then a multiply unit of two
-    8-bit tensors that are both functions of x)."""
+    8-bit tensors that are both functions of x); "QuantizedHardSwish" x * relu6(x + 3) / 6 as three units."""
     from onnx import TensorProto, helper
 
     inits = [numpy_helper.from_array(np.array(0.05, np.float32), "s_in"),
@@ -572,6 +572,17 @@ def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
                 helper.make_node("DequantizeLinear", ["sig_q", "s_sig", "z_sig"], ["sig_d"]),
                 helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd2"]),
                 helper.make_node("Mul", ["xd2", "sig_d"], ["y"])]
+    elif op == "QuantizedHardSwish":  # PP-OCR's x * relu6(x + 3) / 6 quantized: three units, each of the one before
+        inits += [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+                  (("three", 3.0), ("zero", 0.0), ("six", 6.0), ("s_mid", 0.04))]
+        body = [helper.make_node("Add", ["xd", "three"], ["a"]), helper.make_node("Clip", ["a", "zero", "six"], ["r"]),
+                helper.make_node("QuantizeLinear", ["r", "s_mid", "z_out"], ["r_q"]),
+                helper.make_node("DequantizeLinear", ["r_q", "s_mid", "z_out"], ["r_d"]),
+                helper.make_node("DequantizeLinear", ["xq", "s_in", "z_in"], ["xd2"]),
+                helper.make_node("Mul", ["xd2", "r_d"], ["m"]),
+                helper.make_node("QuantizeLinear", ["m", "s_mid", "z_out"], ["m_q"]),
+                helper.make_node("DequantizeLinear", ["m_q", "s_mid", "z_out"], ["m_d"]),
+                helper.make_node("Div", ["m_d", "six"], ["y"])]
     else:
         body = [helper.make_node(op, ["xd"], ["y"])]
     nodes = [helper.make_node("QuantizeLinear", ["x", "s_in", "z_in"], ["xq"]),
@@ -587,12 +598,13 @@ def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("zero_point", [np.array(100, np.uint8), np.array(-20, np.int8)], ids=["u8", "s8"])
-@pytest.mark.parametrize("op", ["Sigmoid", "HardSwish", "Tanh", "Silu", "QuantizedSilu"])
+@pytest.mark.parametrize("op", ["Sigmoid", "HardSwish", "Tanh", "Silu", "QuantizedSilu", "QuantizedHardSwish"])
 def test_element_wise_units_of_one_8_bit_tensor_run_as_a_byte_table_on_dnnl(op, zero_point):
     """A unit whose output depends on its one 8-bit input alone is a 256-entry table the runtime fills with the
     unit's own primitive when the module is made: no oneDNN primitive runs on the tensor but the input's quantize
-    and the output's dequantize. A unit reading another unit's table of the same input composes it (the quantized
-    SiLU is one table; the sigmoid's is not computed). Every one of the 256 input codes is fed, in every position
+    and the output's dequantize. A unit reading another unit's table of the same input composes it, and so does a
+    unit whose source is another's table (the quantized SiLU and hard-swish are one table each; the tables they
+    read are not computed). Every one of the 256 input codes is fed, in every position
     mod 64 (the vector width), and the output is within one quantum of onnxruntime's definition."""
     model = _activation_unit(op, zero_point)
     codes = np.arange(256) + (0 if zero_point.dtype == np.uint8 else -128)
@@ -603,8 +615,10 @@ def test_element_wise_units_of_one_8_bit_tensor_run_as_a_byte_table_on_dnnl(op, 
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
         "    artifact = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
+        "import tvm_ffi\n"
         "print('RUN', flush=True)\n"
-        "np.save(%r, artifact.run({'x': np.load(%r)})[0])\n")
+        "np.save(%r, artifact.run({'x': np.load(%r)})[0])\n"
+        "print('KERNEL RUNS', tvm_ffi.get_global_func('byoc.dnnl.kernel_runs')())\n")
     with tempfile.TemporaryDirectory() as tmp:
         np.save(Path(tmp) / "x.npy", feed["x"])
         run = subprocess.run([sys.executable, "-c", script % (f"{tmp}/y.npy", f"{tmp}/x.npy")],
@@ -612,7 +626,9 @@ def test_element_wise_units_of_one_8_bit_tensor_run_as_a_byte_table_on_dnnl(op, 
                              env={**os.environ, "ONEDNN_VERBOSE": "1"})
         assert run.returncode == 0, run.stderr[-2000:]
         got = np.load(Path(tmp) / "y.npy")
-    executed = [line for line in run.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
+    log = run.stdout.decode().split("RUN\n", 1)[1]
+    assert log.splitlines()[-1] == "KERNEL RUNS 1", log.splitlines()[-1]  # one table per call, composed
+    executed = [line for line in log.splitlines() if ",exec," in line]
     # the first run makes the module's primitives, the table's (one binary on the 256 codes) among them
     on_the_tensor = [line.split(",")[3] for line in executed if ",1x16x16x16" in line]
     assert on_the_tensor == ["reorder", "reorder"], executed

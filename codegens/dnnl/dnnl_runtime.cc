@@ -78,6 +78,9 @@ int MaxThreads() {
   return n > 0 ? n : omp_get_max_threads();
 }
 
+// Steps byoc ran itself (Kernel: Winograd transforms, byte tables) in this process: byoc.dnnl.kernel_runs().
+std::atomic<int64_t> g_kernel_runs{0};
+
 // Single-thread work in microseconds, roughly, on AVX2: multiply-adds of a convolution or
 // matmul, and elements read and written by anything else.
 constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
@@ -333,9 +336,10 @@ class Program {
       OmpThreads omp;
       for (size_t i = 0; i < steps_.size(); ++i) {
         omp.Set(steps_[i].threads);
-        if (steps_[i].kernel)
+        if (steps_[i].kernel) {
           steps_[i].kernel->Run(ws->args[i]);
-        else
+          g_kernel_runs.fetch_add(1, std::memory_order_relaxed);
+        } else
           steps_[i].primitive.execute(ws->stream, ws->args[i]);
       }
       ws->stream.wait();
@@ -1320,6 +1324,21 @@ class Program {
     }
     if (std::vector<uint8_t> table = LookupTableOf(f, src, dst, operands); !table.empty()) {
       DropComposedTables(f, dqs);
+      // A source that is itself a byte table read by nothing else: one table of its source instead (hard-swish
+      // as onnxruntime's quantizer writes it is three units, each a table of the one before).
+      auto upstream = byte_tables_.find(source);
+      if (upstream != byte_tables_.end() && g_.uses(source) == 1 && upstream->second.step + 1 == steps_.size()) {
+        std::vector<uint8_t> composed(256);
+        for (int b = 0; b < 256; ++b) composed[b] = table[upstream->second.table[b]];
+        table = std::move(composed);
+        steps_.pop_back();
+        lifetimes_.erase(value_of_[source]);
+        value_of_[source] = -1;
+        source = upstream->second.source;
+        from = value_of_[source];
+        src = values_[from].desc;
+        byte_tables_.erase(upstream);
+      }
       int64_t count = static_cast<int64_t>(src.get_size());
       byte_tables_[q.output] = {source, table, steps_.size()};
       AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, src}, {DNNL_ARG_DST, Define(q.output, dst), dst}}, Desc(),
@@ -2682,6 +2701,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("byoc.dnnl.run_counts", []() -> tvm::ffi::Array<int64_t> {
         return {g_team_runs.load(), g_serial_runs.load()};
       })
+      .def("byoc.dnnl.kernel_runs", []() -> int64_t { return g_kernel_runs.load(); })
       // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with its
       // caller `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
       .def("byoc.dnnl.program_schedule",
