@@ -119,6 +119,19 @@ def conv1d_net(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 1, 136], [1, 4], inits, "conv1d_net")
 
 
+def windowed_conv(rank: int = 3, seed: int = 0) -> onnx.ModelProto:
+    """Magika-like: a stride-1 unpadded 5-tap conv over a sequence (a conv1d, or with ``rank`` 4 a conv2d over a
+    W = 1 image with a 5x1 kernel, as Keras exports Conv1D), relu, a second 3-tap one, then a global pool."""
+    rng = np.random.default_rng(seed)
+    tail = (1,) if rank == 4 else ()
+    inits = [_init(rng, "w1", (24, 16, 5) + tail), _init(rng, "b1", (24,)), _init(rng, "w2", (8, 24, 3) + tail)]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], name="taps5"), node("Relu", ["c1"], ["r1"], name="relu"),
+             node("Conv", ["r1", "w2"], ["c2"], name="taps3"),
+             node("GlobalAveragePool", ["c2"], ["y"], name="gap")]
+    return _model(nodes, [1, 16, 40, *tail], [1, 8, 1, *tail], inits, f"windowed_conv{rank}")
+
+
 def gemm_classifier(seed: int = 0) -> onnx.ModelProto:
     """A torch-exported classifier head: conv, relu, global pool, flatten, then Gemm with transB=1 (torch's Linear)."""
     rng = np.random.default_rng(seed)

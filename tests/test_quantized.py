@@ -29,7 +29,7 @@ from onnx import numpy_helper
 import byoc
 from byoc.errors import InvalidModelError
 from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
-from quantized_models import (activation_cnn, conv1d_net, deconv_net, depthwise_cnn, gemm_classifier, grouped_cnn,
+from quantized_models import (activation_cnn, windowed_conv, conv1d_net, deconv_net, depthwise_cnn, gemm_classifier, grouped_cnn,
                               output_scale, quantize, residual_cnn, transformer_mlp)
 
 FORMATS = [("QDQ", False), ("QDQ", True), ("QOperator", False), ("QOperator", True)]  # (format, per channel)
@@ -448,20 +448,20 @@ ISA_CAPS = ["", "AVX2"] if CPU_HAS_VNNI else [""]
 
 
 def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", isa: str = "",
-              shape: tuple = (1, 3, 16, 16)) -> list[str]:
-    """oneDNN's log of the primitives one run of ``make()`` (from quantized_models, input of ``shape``), quantized
-    per tensor, executes (under oneDNN ISA cap ``isa``, if given)."""
+              shape: tuple = (1, 3, 16, 16), args: tuple = (), per_channel: bool = False) -> list[str]:
+    """oneDNN's log of the primitives one run of ``make(*args)`` (from quantized_models, input of ``shape``),
+    quantized per tensor (or ``per_channel``), executes (under oneDNN ISA cap ``isa``, if given)."""
     script = (
         "import sys, warnings; sys.path.insert(0, %r)\n"
         "import numpy as np, byoc\n"
         "from quantized_models import quantize, %s as make\n"
         "with warnings.catch_warnings():\n"
         "    warnings.simplefilter('ignore')\n"
-        "    model = quantize(make(), reduce_range=%r, activation_type=%r)\n"
+        "    model = quantize(make(*%r), per_channel=%r, reduce_range=%r, activation_type=%r)\n"
         "    artifact = byoc.compile(model, vendors=['dnnl'], strict=True)\n"
         "print('RUN', flush=True)\n"
         "artifact.run({'x': np.ones(%r, np.float32)})\n"
-    ) % (str(Path(__file__).parent), make, reduce_range, activation_type, tuple(shape))
+    ) % (str(Path(__file__).parent), make, tuple(args), per_channel, reduce_range, activation_type, tuple(shape))
     env = {**os.environ, "ONEDNN_VERBOSE": "1"}
     if isa:
         env["ONEDNN_MAX_CPU_ISA"] = isa
@@ -808,6 +808,27 @@ def test_a_conv_of_one_input_channel_runs_in_float_on_dnnl():
     bank = [x for x in convs if "_ic1oc16_" in x]
     assert len(bank) == 1 and "src_f32" in bank[0] and "wei_f32" in bank[0], convs
     assert sum("src_u8" in x for x in convs) >= 2, convs
+
+
+@pytest.mark.parametrize("reduce_range", [True, False], ids=["7-bit", "full-range"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+@pytest.mark.parametrize("rank", [3, 4], ids=["conv1d", "conv2d-w1"])
+def test_stride_1_unpadded_int8_conv1d_runs_as_windows_and_one_matmul(rank, per_channel, reduce_range):
+    """oneDNN's int8 direct conv ran Magika's 5-tap conv at 40% of its int8 matmul's rate: byoc copies the
+    windows (contiguous in NWC) as the rows of a matrix and runs one int8 matmul. Where the CPU has VNNI (the
+    full-range weights' int8 path), oneDNN's log shows matmuls and no convolution; the output is within one
+    quantum of onnxruntime."""
+    model = quantize(windowed_conv(rank), "QDQ", per_channel, reduce_range=reduce_range)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    assert len(artifact.plan.partitions) == 1 and not artifact.plan.host_ops
+    _within_one_quantum(model, artifact, (1, 16, 40, 1) if rank == 4 else (1, 16, 40))
+    if reduce_range or CPU_HAS_VNNI:
+        shape = (1, 16, 40, 1) if rank == 4 else (1, 16, 40)
+        executed = _executed("windowed_conv", reduce_range, shape=shape, args=(rank,), per_channel=per_channel)
+        assert not [x for x in executed if ",convolution," in x], executed
+        assert len([x for x in executed if ",matmul," in x and "src_u8" in x and "wei_s8" in x]) == 2, executed
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
