@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "byte_table.h"
@@ -290,14 +291,24 @@ struct Fused {
   size_t next;    // first op index after the chain
 };
 
-// BYOC_DNNL_WINOGRAD: "on" (the default) runs eligible 3x3 convs as Winograd F(4x4, 3x3), "off" keeps
-// oneDNN's direct kernels (the sums then match onnxruntime's to about 1e-7 of the output rather than 1e-5).
-bool WinogradOn() {
-  const char* text = std::getenv("BYOC_DNNL_WINOGRAD");
+// An 8-bit graph tensor a program computes as a byte table (LookupTable) of another.
+struct ByteTable {
+  int source;                  // the 8-bit graph tensor it maps
+  std::vector<uint8_t> table;  // what it maps each byte of source to
+  size_t step;                 // the step that applies it
+};
+
+// An on/off setting of the runtime in the environment: on when unset or empty.
+bool SwitchOn(const char* name) {
+  const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0' || std::string(text) == "on") return true;
   if (std::string(text) == "off") return false;
-  Fail(std::string("BYOC_DNNL_WINOGRAD=") + text + " is neither on nor off");
+  Fail(std::string(name) + "=" + text + " is neither on nor off");
 }
+
+// BYOC_DNNL_WINOGRAD: "on" (the default) runs eligible 3x3 convs as Winograd F(4x4, 3x3), "off" keeps
+// oneDNN's direct kernels (the sums then match onnxruntime's to about 1e-7 of the output rather than 1e-5).
+bool WinogradOn() { return SwitchOn("BYOC_DNNL_WINOGRAD"); }
 
 // A partition compiled into oneDNN primitives for teams of at most `max_threads` threads.
 class Program {
@@ -1038,17 +1049,22 @@ class Program {
   // A constant value in layout `desc` (reordered now, once, into memory the module owns). With `scales`, its
   // real values are quantized on the way into desc's integer type: round(x / scale), a scale per index of
   // `mask`'s axes (a unit's weight sent in real units: q * scale / scale is q again, exactly).
-  int ReorderConst(int v, const Desc& desc, const std::vector<double>* scales = nullptr, int mask = 0) {
-    if (values_[v].desc == desc && !scales) return v;
+  int ReorderConst(int v, const Desc& desc, const std::vector<double>& scales = {}, int mask = 0) {
+    if (values_[v].desc == desc && scales.empty()) return v;
+    return KeepConst(Reordered(memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()),
+                               desc, scales, mask));
+  }
+
+  // `source` reordered into new memory of layout `desc`, quantized by `scales` (if any) as for ReorderConst.
+  static memory Reordered(memory source, const Desc& desc, const std::vector<double>& scales = {}, int mask = 0) {
     memory converted(desc, Engine());
-    memory source(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle());
     dnnl::stream stream(Engine());
-    if (!scales) {
+    if (scales.empty()) {
       dnnl::reorder(source, converted).execute(stream, source, converted);
     } else {
       primitive_attr attr;
-      attr.set_scales_mask(DNNL_ARG_DST, scales->size() > 1 ? mask : 0);
-      std::vector<float> values(scales->begin(), scales->end());
+      attr.set_scales_mask(DNNL_ARG_DST, scales.size() > 1 ? mask : 0);
+      std::vector<float> values(scales.begin(), scales.end());
       memory scale(Desc({static_cast<int64_t>(values.size())}, memory::data_type::f32, memory::format_tag::a),
                    Engine(), values.data());
       dnnl::reorder::primitive_desc pd(Engine(), source.get_desc(), Engine(), desc, attr);
@@ -1056,15 +1072,18 @@ class Program {
                                          {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scale}});
     }
     stream.wait();
-    return KeepConst(converted);
+    return converted;
   }
 
-  // The s8 weights of a qnn.conv*/qnn.matmul in layout `desc`: sent as integers in float32, or in real units
-  // ("weight_real", with the float definition's weight they share), quantized here by "w_scale" along `mask`.
+  // What a qnn.conv*/qnn.matmul weight is quantized by on its way to s8: "w_scale" when it was sent in real units
+  // ("weight_real", with the float definition's weight it shares), nothing when sent as integers in float32.
+  static std::vector<double> WeightScales(const Attrs& a) {
+    return a.Has("weight_real") && a.Bool("weight_real") ? a.Floats("w_scale") : std::vector<double>{};
+  }
+
+  // The s8 weights of a qnn.conv*/qnn.matmul in layout `desc` (WeightScales along `mask`).
   int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask) {
-    if (!a.Has("weight_real") || !a.Bool("weight_real")) return ReorderConst(v, desc);
-    std::vector<double> scales = a.Floats("w_scale");
-    return ReorderConst(v, desc, &scales, mask);
+    return ReorderConst(v, desc, WeightScales(a), mask);
   }
 
   // A constant this program made (its memory is owned here, and counted in ConstantBytes).
@@ -1344,18 +1363,13 @@ class Program {
       DropComposedTables(f, dqs);
       // A source that is itself a byte table read by nothing else: one table of its source instead (hard-swish
       // as onnxruntime's quantizer writes it is three units, each a table of the one before).
-      auto upstream = byte_tables_.find(source);
-      if (upstream != byte_tables_.end() && g_.uses(source) == 1 && upstream->second.step + 1 == steps_.size()) {
+      if (std::optional<ByteTable> upstream = TakeLastTable(source)) {
         std::vector<uint8_t> composed(256);
-        for (int b = 0; b < 256; ++b) composed[b] = table[upstream->second.table[b]];
+        for (int b = 0; b < 256; ++b) composed[b] = table[upstream->table[b]];
         table = std::move(composed);
-        steps_.pop_back();
-        lifetimes_.erase(value_of_[source]);
-        value_of_[source] = -1;
-        source = upstream->second.source;
+        source = upstream->source;
         from = value_of_[source];
         src = values_[from].desc;
-        byte_tables_.erase(upstream);
       }
       int64_t count = static_cast<int64_t>(src.get_size());
       byte_tables_[q.output] = {source, table, steps_.size()};
@@ -1442,22 +1456,30 @@ class Program {
   }
 
   // The byte tables the post-ops of `f` read, as they are or through one of the leading dequantizations
-  // `dqs` (their composition is in the new table), are not computed when nothing else reads them: the step
-  // of such a table goes when it is the last one (a later step's reads are fixed), and its buffer with it.
+  // `dqs` (their composition is in the new table), are not computed when nothing else reads them.
   void DropComposedTables(const Fused& f, const std::vector<size_t>& dqs) {
     const std::vector<BodyOp>& ops = g_.ops();
     for (const PostOp& p : f.post) {
+      if (p.tensor < 0) continue;
       int read = p.tensor;
       for (size_t i : dqs)
         if (ops[i].output == p.tensor) read = ops[i].inputs[0];
-      auto table = byte_tables_.find(read);
-      if (p.tensor < 0 || table == byte_tables_.end() || g_.uses(read) != 1 || table->second.step + 1 != steps_.size())
-        continue;
-      steps_.pop_back();
-      lifetimes_.erase(value_of_[read]);
-      value_of_[read] = -1;
-      byte_tables_.erase(table);
+      TakeLastTable(read);
     }
+  }
+
+  // Graph tensor `id`'s byte table, taken out of the program (its step, its buffer) when nothing else reads
+  // `id` and its step is the last one (a later step's reads are fixed); nullopt, changing nothing, otherwise.
+  std::optional<ByteTable> TakeLastTable(int id) {
+    auto table = byte_tables_.find(id);
+    if (table == byte_tables_.end() || g_.uses(id) != 1 || table->second.step + 1 != steps_.size())
+      return std::nullopt;
+    ByteTable taken = std::move(table->second);
+    byte_tables_.erase(table);
+    steps_.pop_back();
+    lifetimes_.erase(value_of_[id]);
+    value_of_[id] = -1;
+    return taken;
   }
 
   // Whether oneDNN chose its reference (scalar C++) implementation for `pd`.
@@ -1570,13 +1592,14 @@ class Program {
     int rows_value = NewTemp(windows);
     AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, As(x, nwc), nwc}, {DNNL_ARG_DST, rows_value, windows}}, Desc(),
             std::make_shared<Windows>(rows, taps * channels, channels));
-    // [K, C, taps] (OIW) read as [tap][C][K] into plain s8 (quantized by w_scale per K when sent in real
-    // units): the rows of the matmul's weight, then packed (oneDNN has no scaled reorder into the packed layout)
+    // [K, C, taps] (OIW) read as [tap][C][K] into plain s8 (quantized per K when sent in real units): the rows
+    // of the matmul's weight, then packed (oneDNN has no scaled reorder into the packed layout). Only the packed
+    // copy is kept.
     Desc by_tap({taps, channels, outs}, memory::data_type::f32, Dims{1, taps, channels * taps});
-    int staged = QuantizedWeights(ConstView(value_of_[w], by_tap), Plain({taps, channels, outs}, memory::data_type::s8),
-                                  a, 1 << 2);
-    int packed = ReorderConst(ConstView(staged, Plain({taps * channels, outs}, memory::data_type::s8)),
-                              pd.weights_desc());
+    memory staged = Reordered(memory(by_tap, Engine(), const_cast<float*>(g_.const_data(w).data())),
+                              Plain({taps, channels, outs}, memory::data_type::s8), WeightScales(a), 1 << 2);
+    memory rows_of_weight(Plain({taps * channels, outs}, memory::data_type::s8), Engine(), staged.get_data_handle());
+    int packed = KeepConst(Reordered(rows_of_weight, pd.weights_desc()));
     args.push_back({DNNL_ARG_SRC, rows_value, windows});
     args.push_back({DNNL_ARG_WEIGHTS, packed, pd.weights_desc()});
     if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
@@ -2574,11 +2597,6 @@ class Program {
   std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
-  struct ByteTable {
-    int source;                  // the 8-bit graph tensor it maps
-    std::vector<uint8_t> table;  // what it maps each byte of source to
-    size_t step;                 // the step that applies it
-  };
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
   std::vector<Step> steps_;
   bool winograd_;    // BYOC_DNNL_WINOGRAD is not off
@@ -2619,12 +2637,7 @@ double ClockUs(clockid_t clock) {
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-bool ContentionWatchOn() {
-  const char* text = std::getenv("BYOC_DNNL_CONTENTION");
-  if (text == nullptr || *text == '\0' || std::string(text) == "on") return true;
-  if (std::string(text) == "off") return false;
-  Fail(std::string("BYOC_DNNL_CONTENTION=") + text + " is neither on nor off");
-}
+bool ContentionWatchOn() { return SwitchOn("BYOC_DNNL_CONTENTION"); }
 
 // Which program the next call runs, learnt from the timings of the calls before it.
 class ProgramChooser {
