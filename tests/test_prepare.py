@@ -86,6 +86,26 @@ def test_shape_chain_feeding_reshape_imports_builds_and_names_user_nodes():
     assert "<h2>Model preparation</h2>" in page and "shape, to_int32, batch, to_int64, target" in page
 
 
+def test_an_output_declared_with_the_wrong_rank_keeps_the_shape_the_model_computes():
+    """ddddocr's OCR model declares [1, seqlen] for its [seqlen, 1, classes] output.
+
+    onnxsim's folding of it fails strict shape inference, so onnxslim folds it;
+    it used to write the declared shape into the last Reshape ([1, -1]).
+    """
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "first_two"], ["lead"], name="lead", axis=0),
+        helper.make_node("Concat", ["lead", "minus_one"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"], name="reshape"),
+    ]
+    inits = [const("first_two", np.array([0, 1], np.int64)), const("minus_one", np.array([-1], np.int64))]
+    m = model(nodes, [tensor("x", [6, 1, 2, 5])], [tensor("y", [1, "seqlen"])], inits, opset=13)
+    artifact = _compiled_matches_onnxruntime(m)
+    assert artifact.plan.imported.simplifier.startswith("onnxslim ")
+    assert [tuple(o.shape) for o in artifact.outputs] == [(6, 1, 10)]
+
+
 def test_partitioned_export_keeps_the_folded_shape_chain_with_the_reshape_it_feeds():
     m = shape_chain()
     plan = byoc.partition(m, ["c_source"])

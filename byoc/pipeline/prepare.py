@@ -231,16 +231,26 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _loosened(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy without the shape facts folding can contradict.
+def _loosened(model: onnx.ModelProto, output_shapes: bool = True) -> onnx.ModelProto:
+    """A copy without the shape facts folding can contradict or wrongly trust.
 
     Exporters write output dims like -1 for "dynamic" and stale value_info;
     once shapes are folded, strict shape inference would reject them (PP-OCR's
     classifier declares its output [-1, 2]). Dropping them changes nothing the
     model computes; shape inference writes the real ones back.
+
+    Some declare a wrong rank too: ddddocr's OCR model says [1, seqlen] for an
+    output of [seqlen, 1, 8210]. onnxsim ignores it and strict inference then
+    refuses its result, but onnxslim writes it into the last Reshape, which
+    changes what the model computes: it gets ``output_shapes=False``, which
+    drops every output's shape (onnxsim cannot run without one).
     """
     out = _copy(model)
     for vi in out.graph.output:
+        if not vi.type.HasField("tensor_type"):
+            continue
+        if not output_shapes:
+            vi.type.tensor_type.ClearField("shape")
         for dim in vi.type.tensor_type.shape.dim:
             if dim.HasField("dim_value") and dim.dim_value <= 0:
                 dim.ClearField("dim_value")
@@ -343,7 +353,7 @@ def _run_onnxslim(model: onnx.ModelProto) -> onnx.ModelProto:
 
     # Folding and no-op removal only: its fusion patterns merge the user's nodes (as the skipped onnxsim passes).
     fusions = [name for name in DEFAULT_FUSION_PATTERNS if name.startswith("Fusion")]
-    return onnxslim.slim(_loosened(model), skip_fusion_patterns=fusions)
+    return onnxslim.slim(_loosened(model, output_shapes=False), skip_fusion_patterns=fusions)
 
 
 def _accepted(model: onnx.ModelProto, simplified: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str]:
