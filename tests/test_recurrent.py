@@ -242,6 +242,29 @@ def test_initializer_weights_are_pre_split(op):
     assert_close(run_byoc(decomposed, feed), expected)
 
 
+def test_constant_recurrence_weights_are_held_once_not_once_per_step():
+    """ddddocr's OCR model: a bidirectional LSTM of 32 steps with hidden 512 made 512 MB of copies of R in
+    the decomposed model, and the dnnl runtime reordered each step's copy again."""
+    def weights(steps):
+        return recurrent_model("LSTM", direction="bidirectional", constant_weights=True, seq=steps, hidden=40,
+                               inputs=8)
+
+    def weight_bytes(m):  # the constants too large to be shared as small ones (shapes, scalars)
+        return sum(numpy_helper.to_array(i).nbytes for i in m.graph.initializer if np.prod(i.dims) > 1024)
+
+    model, feed = weights(12)
+    decomposed, _ = decompose_recurrent(model)
+    assert weight_bytes(decomposed) == weight_bytes(model)  # W and R, transposed and split by gate
+    held = []
+    for steps in (3, 12):
+        model, feed = weights(steps)
+        artifact = byoc.compile(model, vendors=["dnnl"])
+        assert_close(artifact.run(feed), run_ort(model, feed))
+        (memory,) = artifact.runtime_memory.values()
+        held.append(memory.constant_bytes)
+    assert held[0] == held[1]
+
+
 @pytest.mark.parametrize("hidden", [64, 128])
 def test_silero_vad_like_lstm(hidden):
     """Silero VAD's decoder: one step, batch 1, LSTM weights as initializers, state in and out as tensors."""

@@ -599,10 +599,15 @@ class _Builder:
         return [pieces[t * gates:(t + 1) * gates] for t in range(seq)]
 
     def _recurrence_weights(self, r_d: Value, tag: str) -> list[Value]:
-        """Rᵀ of one direction, one [hidden, hidden] matrix per gate (one H·Rᵀ product per gate)."""
+        """Rᵀ of one direction, one [hidden, hidden] matrix per gate (one H·Rᵀ product per gate).
+
+        Every step reads them: a constant R becomes one initializer per gate here, not one per step
+        (ddddocr's 32-step bidirectional LSTM held 512 MB of copies).
+        """
         gates = _GATES[self.op]
         per_gate = self._split(r_d, 0, [self.hidden] * gates, f"{tag}R_split")
-        return [self._transpose(r_g, (1, 0), f"{tag}R{g}_T") for g, r_g in enumerate(per_gate)]
+        return [self._name(self._transpose(r_g, (1, 0), f"{tag}R{g}_T"), f"{tag}R{g}_T")
+                for g, r_g in enumerate(per_gate)]
 
     def _lstm_step(self, xs, h, c, weights, _reset_bias, p, acts, name):
         f_act, g_act, h_act = acts

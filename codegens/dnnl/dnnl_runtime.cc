@@ -1049,10 +1049,19 @@ class Program {
   // A constant value in layout `desc` (reordered now, once, into memory the module owns). With `scales`, its
   // real values are quantized on the way into desc's integer type: round(x / scale), a scale per index of
   // `mask`'s axes (a unit's weight sent in real units: q * scale / scale is q again, exactly).
+  // The same constant seen the same way is reordered once: an unrolled recurrence reads its weights at every
+  // step (ddddocr's 32-step bidirectional LSTM made 300 MB of copies of 16 MB).
   int ReorderConst(int v, const Desc& desc, const std::vector<double>& scales = {}, int mask = 0) {
     if (values_[v].desc == desc && scales.empty()) return v;
-    return KeepConst(Reordered(memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()),
-                               desc, scales, mask));
+    std::ostringstream key;
+    key << Root(v) << '/' << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
+    for (double s : scales) key << ',' << s;
+    auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
+    if (fresh) {
+      kept->second = KeepConst(Reordered(
+          memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()), desc, scales, mask));
+    }
+    return kept->second;
   }
 
   // `source` reordered into new memory of layout `desc`, quantized by `scales` (if any) as for ReorderConst.
@@ -2595,6 +2604,7 @@ class Program {
   std::vector<Value> values_;
   std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
   std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
+  std::map<std::string, int> const_reorders_;  // (constant, view, layout, scales) -> value
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
