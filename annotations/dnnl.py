@@ -3,8 +3,9 @@
 Heavy ops with what oneDNN folds into them (post-ops), largest patterns
 first:
 
-* conv2d and conv1d (depthwise too) [+ per-channel constant bias] [+ residual add]
-  [+ relu | clip], or [+ bias] + hard-sigmoid | hard-swish | swish;
+* conv2d and conv1d (depthwise too) [+ per-channel constant bias] [+ inference
+  batch norm] [+ residual add] [+ relu | clip], or [+ bias] [+ batch norm] +
+  hard-sigmoid | hard-swish | swish;
 * conv2d_transpose [+ per-channel bias] [+ relu | clip] (oneDNN deconvolution);
 * matmul [+ constant bias over the last axis] [+ GELU (the erf form ONNX
   exports) | relu | a scalar scale];
@@ -156,15 +157,17 @@ def _conv_residual(match: Match):
     return SUPPORTED
 
 
-def _conv_pattern(op: str, bias: bool, residual: bool, act: str):
+def _conv_pattern(op: str, bias: bool, batch_norm: bool, residual: bool, act: str):
     def build():
-        from tvm.relax.dpl import is_const, is_op, wildcard
+        from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, wildcard
 
         conv = is_op(f"relax.nn.{op}")(wildcard(), is_const())
         out, annotations = conv, {"conv": conv}
         if bias:
             annotations["bias"] = is_const()
             out = is_op("relax.add")(out, annotations["bias"])
+        if batch_norm:
+            out = is_tuple_get_item(is_op("relax.nn.batch_norm")(out, is_const(), is_const(), is_const(), is_const()), 0)
         if residual:
             annotations["residual"] = wildcard()
             out = is_op("relax.add")(out, annotations["residual"])
@@ -181,19 +184,27 @@ def _conv_pattern(op: str, bias: bool, residual: bool, act: str):
 
 
 def _conv_rules(op: str):
-    """The fused rules of ``op`` (conv1d or conv2d: oneDNN runs both, with the same post-ops)."""
+    """The fused rules of ``op`` (conv1d or conv2d: oneDNN runs both, with the same post-ops).
+
+    An inference batch norm after the conv (opset 13+ exports keep it; byoc's
+    preparation fuses only older ones) is folded into the conv's weights and
+    bias by the codegen (``codegens/dnnl/batch_norm.py``), so the activation
+    after it is still a post-op.
+    """
     rules = []
-    # Longest first, so conv + bias + residual + relu is taken whole. The
-    # multi-op activations follow a conv (+ bias) only: no residual before them.
-    combos = [*itertools.product((True, False), (True, False), ("relu", "clip", "")),
-              *itertools.product((True, False), (False,), ACTIVATIONS)]
-    for bias, residual, act in sorted(combos, key=lambda c: -(c[0] + c[1] + bool(c[2]))):
-        name = op + "_bias" * bias + "_add" * residual + (f"_{act}" if act else "")
-        if bias or residual or act:
+    # Longest first, so conv + bias + batch norm + residual + relu is taken whole.
+    # The multi-op activations follow a conv (+ bias, + batch norm) only: no residual before them.
+    combos = [*itertools.product((True, False), (True, False), (True, False), ("relu", "clip", "")),
+              *itertools.product((True, False), (True, False), (False,), ACTIVATIONS)]
+    for bias, bn, residual, act in sorted(combos, key=lambda c: -(c[0] + c[1] + c[2] + bool(c[3]))):
+        name = op + "_bias" * bias + "_bn" * bn + "_add" * residual + (f"_{act}" if act else "")
+        # A pattern cannot end in the batch norm's TupleGetItem (TVM roots a match at a call): the codegen
+        # folds a batch norm taken alone into the conv before it all the same.
+        if (bias or bn or residual or act) and not (bn and not residual and not act):
             check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
-                           *([_conv_residual] if residual else []),
+                           *([_batch_norm] if bn else []), *([_conv_residual] if residual else []),
                            *([_activation_check(act)] if act in ACTIVATIONS else []))
-            rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(op, bias, residual, act), check))
+            rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(op, bias, bn, residual, act), check))
     rules.append(OpRule(f"{NAME}.{op}", f"relax.nn.{op}", all_of(_base, conv_layout_nchw, constant_conv_weight)))
     return rules
 

@@ -41,6 +41,8 @@ def describe_pattern(pattern) -> str:
         return "*"
     if isinstance(pattern, dpl.OrPattern):
         return f"{describe_pattern(pattern.left)} | {describe_pattern(pattern.right)}"
+    if isinstance(pattern, dpl.TupleGetItemPattern):
+        return f"{describe_pattern(pattern.tuple)}[{pattern.index}]"
     return type(pattern).__name__
 
 

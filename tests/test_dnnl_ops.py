@@ -427,6 +427,47 @@ def test_batch_norm_after_a_concat_of_blocked_conv_outputs():
     assert "dnnl.batch_norm" in _rules(_compile(m))
 
 
+@pytest.mark.parametrize("rank,bias,group,after", [
+    (4, True, 1, "hardswish"), (4, False, 1, "relu"), (4, True, 6, "relu"), (4, False, 6, "hardswish"),
+    (4, True, 1, "add_relu"), (4, True, 1, ""), (3, True, 1, "relu"), (3, False, 6, "")])
+def test_batch_norm_after_a_conv_is_folded_into_its_weights_and_bias(rank, bias, group, after):
+    """Opset 13+ exports keep BatchNormalization after each Conv (RapidAI's MobileNetV3 orientation classifier):
+    folded into the conv's weights and bias, the activation after it is a post-op, and one convolution runs."""
+    shape = [1, 6, 9, 11][:rank]
+    w = _f(6, 6 // group, *[3] * (rank - 2), seed=1, scale=0.3)
+    inits = [const("w", w), *_bn_inits(6)] + ([const("b", _f(6, seed=9))] if bias else [])
+    nodes = [helper.make_node("Conv", ["x", "w", "b"] if bias else ["x", "w"], ["c"], name="conv",
+                              pads=[1] * (2 * (rank - 2)), group=group),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"], name="bn",
+                              epsilon=1e-3)]
+    if after == "add_relu":
+        nodes += [helper.make_node("Add", ["n", "x"], ["s"], name="res"),
+                  helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    elif after == "relu":
+        nodes.append(helper.make_node("Relu", ["n"], ["y"], name="relu"))
+    elif after:
+        nodes += _activation_nodes(after, "n", "y")
+    else:
+        nodes[-1].output[0] = "y"
+    m = model(nodes, [tensor("x", shape)], [tensor("y", shape)], inits, opset=17)
+    artifact = _compile(m, scale=2.0)
+    conv = f"conv{rank - 2}d"
+    # A pattern cannot end in the batch norm: taken alone, it is folded into the conv all the same.
+    rules = {f"dnnl.{conv}{'_bias' * bias}_bn_{after}"} if after else {f"dnnl.{conv}{'_bias' * bias}", "dnnl.batch_norm"}
+    assert _rules(artifact) == rules
+    executed = [line.split(",")[3] for line in _onednn_exec(m)]
+    assert executed.count("convolution") == 1 and set(executed) <= {"convolution", "reorder"}, executed
+
+
+def test_batch_norm_after_a_conv_whose_output_is_read_again_runs_on_its_own():
+    conv, inits = _conv("x", "c", 3, 8, "conv")
+    nodes = [conv, helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"], name="bn"),
+             helper.make_node("Add", ["n", "c"], ["y"], name="add")]
+    m = model(nodes, [tensor("x", [1, 3, 6, 6])], [tensor("y", [1, 8, 6, 6])], inits + _bn_inits(8), opset=17)
+    _compile(m)
+    assert "batch_normalization" in [line.split(",")[3] for line in _onednn_exec(m)]
+
+
 # -- split -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("split,axis,outs", [
     (None, 1, [[1, 4, 5, 3], [1, 4, 5, 3]]),               # equal halves (the C2f block of YOLOv8)

@@ -99,10 +99,12 @@ class DnnlCodegen(JsonRuntimeCodegen):
         super().__init__(DNNL_RUNTIME)
 
     def serialize(self, partition) -> SerializedGraph:
-        """The JSON graph of ``partition``, its quantized units as the runtime runs them (``quantized.py``)."""
+        """The JSON graph of ``partition``: batch norms folded into their convs (``batch_norm.py``), quantized
+        units as the runtime runs them (``quantized.py``)."""
+        from .batch_norm import batch_norms_folded
         from .quantized import lowered_for_dnnl
 
-        return serialize(lowered_for_dnnl(partition), dtypes=("float32", "uint8", "int8"))
+        return serialize(lowered_for_dnnl(batch_norms_folded(partition)), dtypes=("float32", "uint8", "int8"))
 
     def load_runtime(self) -> None:
         """Load the oneDNN runtime, after checking the runtime's own settings in the environment.
