@@ -78,6 +78,10 @@ class PartitionGraph:
                     seen.setdefault(t.id, t)
         return list(seen.values())
 
+    def unused_id(self) -> int:
+        """The first tensor id above every id the graph uses: where a codegen's rewrite numbers new tensors."""
+        return 1 + max([t.id for t in self.inputs] + [c.output.id for c in self.ops]
+                       + [t.id for c in self.ops for t in c.inputs])
 
 
 # Multi-result ops whose results are independent: each becomes an OpCall of its

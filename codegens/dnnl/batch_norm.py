@@ -41,8 +41,7 @@ def batch_norms_folded(graph: PartitionGraph) -> PartitionGraph:
     producer = {c.output.id: c for c in graph.ops}
     group_sizes = Counter(c.group for c in graph.ops)
     readers = Counter([t.id for c in graph.ops for t in c.inputs] + [t.id for t in graph.outputs])
-    next_id = 1 + max([t.id for t in graph.inputs] + [c.output.id for c in graph.ops]
-                      + [t.id for c in graph.ops for t in c.inputs])
+    next_id = graph.unused_id()
     folded: dict[int, list[OpCall]] = {}  # id(call) -> the calls replacing it ([] for the ones folded away)
     for bn in graph.ops:
         chain = _foldable(bn, producer, readers, alone=group_sizes[bn.group] == 1)
@@ -50,9 +49,9 @@ def batch_norms_folded(graph: PartitionGraph) -> PartitionGraph:
             continue
         conv, bias = chain
         weight, shift = _folded_constants(conv, bias, bn)
+        shift = shift.reshape((1, -1) + (1,) * (len(conv.output.shape) - 2))  # per channel of NCW / NCHW
         weight = Tensor(next_id, conv.inputs[1].shape, "float32", "const", weight)
-        shift = Tensor(next_id + 1, (1, len(shift)) + (1,) * (len(conv.output.shape) - 2), "float32", "const",
-                       shift.reshape((1, -1) + (1,) * (len(conv.output.shape) - 2)))
+        shift = Tensor(next_id + 1, shift.shape, "float32", "const", shift)
         next_id += 2
         folded[id(conv)] = [replace(conv, inputs=[conv.inputs[0], weight, *conv.inputs[2:]]),
                             OpCall("relax.add", [conv.output, shift], bn.output, {}, conv.rule, conv.group)]

@@ -39,12 +39,12 @@
 #include <atomic>
 #include <limits>
 #include <map>
-#include <set>
 #include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "byte_table.h"
@@ -1124,7 +1124,8 @@ class Program {
       return w.kind == Kind::kConst && w.shape.size() == 2 && DataType(w) == memory::data_type::f32 &&
              DataType(g_.tensor(o.output)) == memory::data_type::f32 && g_.Shape(o.output).size() == 2;
     };
-    if (a < 0 || g_.Shape(a).size() != 2 || g_.Shape(a)[0] != 1 || !mergeable(k)) return 0;
+    // Siblings all read `a`: a row read once has none, and the scan of the later ops is skipped.
+    if (a < 0 || g_.uses(a) < 2 || g_.Shape(a).size() != 2 || g_.Shape(a)[0] != 1 || !mergeable(k)) return 0;
     std::vector<size_t> siblings{k};
     for (size_t j = k + 1; j < ops.size(); ++j)
       if (mergeable(j)) siblings.push_back(j);

@@ -101,8 +101,7 @@ def _on_cpus(feature: str, ops: list[OpCall]) -> list[OpCall]:
 
 class _Lowering:
     def __init__(self, graph: PartitionGraph):
-        self.next_id = 1 + max([t.id for t in graph.inputs] + [c.output.id for c in graph.ops]
-                               + [t.id for c in graph.ops for t in c.inputs])
+        self.next_id = graph.unused_id()
 
     def tensor(self, shape, dtype: str = "float32", kind: str = "op", data=None) -> Tensor:
         self.next_id += 1
