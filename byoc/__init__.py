@@ -21,7 +21,8 @@ import order nor running the CLI can make one shadow the other.
 from byoc._version import __version__  # noqa: F401 - public
 
 from byoc.errors import *  # noqa: F401,F403 - the typed errors are public API
-from byoc.pipeline.frontend import ImportedModel, TensorSpec, import_model, load_model
+from byoc.pipeline.frontend import import_model, load_model
+from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 from byoc.pipeline.annotator import Annotation, Decision, annotate

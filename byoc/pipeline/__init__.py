@@ -6,4 +6,6 @@ frontend (load, :mod:`~byoc.pipeline.prepare`, :mod:`~byoc.pipeline.recurrent`,
 :mod:`~byoc.pipeline.artifact`. Each stage takes the previous one's result
 as data (``ImportedModel`` -> ``Annotation`` -> ``PartitionPlan`` ->
 ``Artifact``); the public entry points are re-exported by :mod:`byoc`.
+The types they pass (``ImportedModel``, ``TensorSpec``, ``OnnxNode``) live in
+:mod:`~byoc.pipeline.onnx_model`, below the frontend and the steps it drives.
 """

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Union
 
 from byoc.errors import ByocError, PolicyError
-from byoc.pipeline.frontend import ImportedModel, OnnxNode
+from byoc.pipeline.frontend import import_model
+from byoc.pipeline.onnx_model import ImportedModel, OnnxNode
 from byoc.vendor.registry import resolve_vendors
 from byoc.vendor import SUPPORTED, Match, Vendor
 
@@ -258,8 +259,6 @@ def annotate(
     run there (:attr:`Vendor.targets`) takes nothing, and says so as its reason.
     """
     from tvm.relax.transform import FuseOpsByPattern
-
-    from byoc.pipeline.frontend import import_model
 
     imported = import_model(model)
     vendor_list = resolve_vendors(vendors)

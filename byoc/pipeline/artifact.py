@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError, last_line
-from byoc.pipeline.frontend import TensorSpec
+from byoc.pipeline.onnx_model import TensorSpec
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 

@@ -14,7 +14,6 @@ import contextlib
 import io
 import os
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
@@ -34,62 +33,11 @@ from byoc.errors import (
     UnsupportedOpsError,
     first_line,
 )
+# The model's types are imported from here too (``byoc.pipeline.frontend.ImportedModel``).
+from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec, name_nodes, subgraphs  # noqa: F401
+from byoc.pipeline.prepare import prepare
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, static shape and dtype of a model input or output."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
-
-@dataclass(frozen=True)
-class OnnxNode:
-    """The ONNX node a Relax binding came from."""
-
-    name: str
-    op_type: str
-
-
-@dataclass
-class ImportedModel:
-    """A model imported into Relax, with the provenance of every binding.
-
-    ``node_of`` maps the name of each binding in ``mod["main"]`` to the user's
-    ONNX node that produced it (name and op type), through preparation: a
-    binding of a Conv that absorbed a BatchNormalization names the Conv, one
-    of an unrolled LSTM names the LSTM. ``model`` is byoc's own checked,
-    shape-inferred copy of the user's model with the static input shapes
-    applied, not the prepared graph: it is what onnxruntime runs as the
-    reference in ``verify``, and the graph reports and the ONNX export are
-    drawn on (the user's object is never modified). ``prepared_model`` is the
-    graph TVM imported.
-    """
-
-    mod: object  # tvm.IRModule
-    model: onnx.ModelProto
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
-    node_of: dict[str, OnnxNode] = field(default_factory=dict)
-    #: User node name -> what preparation made of it, for each node not imported
-    #: as itself ("folded into a constant", "fused into Conv `conv1`", ...).
-    prepared: dict[str, str] = field(default_factory=dict)
-    #: The graph TVM imported (``model`` after :mod:`byoc.pipeline.prepare`); None for
-    #: an ImportedModel made by hand, which then stands for ``model`` itself.
-    prepared_model: onnx.ModelProto | None = None
-    #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.
-    simplifier: str = ""
-    #: Binding name -> the ONNX tensor it holds, for each binding that is the
-    #: whole result of a single-output node (reports name boundaries by it).
-    tensor_of: dict[str, str] = field(default_factory=dict)
 
 
 # -- loading ------------------------------------------------------------------------
@@ -198,18 +146,6 @@ def _resolve_external_data(model: onnx.ModelProto, base_dir, origin: str) -> Non
 
 
 # -- checking -----------------------------------------------------------------------
-def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> None:
-    """Give every node a unique, non-empty name (reports are keyed by it); ``unnamed`` formats a missing one."""
-    seen: set[str] = set()
-    for index, node in enumerate(graph.node):
-        name = node.name or unnamed.format(op_type=node.op_type, index=index)
-        unique, k = name, 2
-        while unique in seen:
-            unique, k = f"{name}#{k}", k + 1
-        node.name = unique
-        seen.add(unique)
-
-
 def _read_as_the_writers_meant(model: onnx.ModelProto) -> None:
     """Undo two habits of model writers that onnx.checker and strict shape inference reject, in place.
 
@@ -229,15 +165,6 @@ def _read_as_the_writers_meant(model: onnx.ModelProto) -> None:
                 dim.ClearField("dim_value")
     if model.ir_version < 4 and not {t.name for t in graph.initializer} <= {vi.name for vi in graph.input}:
         model.ir_version = 4
-
-
-def subgraphs(node: onnx.NodeProto):
-    """The graphs ``node`` holds as attributes (If branches, Loop and Scan bodies)."""
-    for attr in node.attribute:
-        if attr.type == onnx.AttributeProto.GRAPH:
-            yield attr.g
-        elif attr.type == onnx.AttributeProto.GRAPHS:
-            yield from attr.graphs
 
 
 def _outer_names(node: onnx.NodeProto) -> set[str]:
@@ -480,8 +407,6 @@ def import_model(
     model = _check(model, overrides)
     inputs = _static_inputs(model)
     _check_tensor_sizes(model.graph)
-    from byoc.pipeline.prepare import prepare
-
     # Folding and unrolling run before the op check: a recurrent op is
     # supported once it is unrolled, and a folded op no longer needs TVM.
     prep = prepare(model)

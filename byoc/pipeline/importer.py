@@ -17,7 +17,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.vendor.values import const_array, is_tensor_const
-from byoc.pipeline.frontend import OnnxNode
+from byoc.pipeline.onnx_model import OnnxNode
 
 
 class ProvenanceImporter(ONNXGraphImporter):

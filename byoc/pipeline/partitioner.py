@@ -22,7 +22,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 from byoc.vendor.values import const_nbytes, static_dims
 from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
 from byoc.errors import ByocError, TargetError, last_line
-from byoc.pipeline.frontend import ImportedModel, OnnxNode, TensorSpec, import_model
+from byoc.pipeline.frontend import import_model
+from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec
 from byoc.pipeline.siblings import merge_siblings
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target

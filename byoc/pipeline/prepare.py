@@ -32,7 +32,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from byoc.errors import ModelLoadError, first_line
-from byoc.pipeline.frontend import name_nodes
+from byoc.pipeline.onnx_model import name_nodes
 
 __all__ = ["Prepared", "prepare", "SIMPLIFIER"]
 

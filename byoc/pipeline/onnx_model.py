@@ -1,0 +1,94 @@
+"""The model as the pipeline's stages share it: its types and two ONNX graph helpers.
+
+:class:`ImportedModel` (the Relax module with the provenance of every
+binding), :class:`TensorSpec` and :class:`OnnxNode` are what the frontend
+hands to the annotator, partitioner, builder and artifact;
+:func:`name_nodes` and :func:`subgraphs` are read by the frontend and by the
+steps it drives (:mod:`~byoc.pipeline.prepare`,
+:mod:`~byoc.pipeline.recurrent`, :mod:`~byoc.pipeline.importer`). They live
+apart from :mod:`~byoc.pipeline.frontend`, which drives those steps, so that
+no module of the pipeline imports one that imports it back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and dtype of a model input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class OnnxNode:
+    """The ONNX node a Relax binding came from."""
+
+    name: str
+    op_type: str
+
+
+@dataclass
+class ImportedModel:
+    """A model imported into Relax, with the provenance of every binding.
+
+    ``node_of`` maps the name of each binding in ``mod["main"]`` to the user's
+    ONNX node that produced it (name and op type), through preparation: a
+    binding of a Conv that absorbed a BatchNormalization names the Conv, one
+    of an unrolled LSTM names the LSTM. ``model`` is byoc's own checked,
+    shape-inferred copy of the user's model with the static input shapes
+    applied, not the prepared graph: it is what onnxruntime runs as the
+    reference in ``verify``, and the graph reports and the ONNX export are
+    drawn on (the user's object is never modified). ``prepared_model`` is the
+    graph TVM imported.
+    """
+
+    mod: object  # tvm.IRModule
+    model: onnx.ModelProto
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    node_of: dict[str, OnnxNode] = field(default_factory=dict)
+    #: User node name -> what preparation made of it, for each node not imported
+    #: as itself ("folded into a constant", "fused into Conv `conv1`", ...).
+    prepared: dict[str, str] = field(default_factory=dict)
+    #: The graph TVM imported (``model`` after :mod:`byoc.pipeline.prepare`); None for
+    #: an ImportedModel made by hand, which then stands for ``model`` itself.
+    prepared_model: onnx.ModelProto | None = None
+    #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.
+    simplifier: str = ""
+    #: Binding name -> the ONNX tensor it holds, for each binding that is the
+    #: whole result of a single-output node (reports name boundaries by it).
+    tensor_of: dict[str, str] = field(default_factory=dict)
+
+
+# -- ONNX graph helpers -----------------------------------------------------------
+def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> None:
+    """Give every node a unique, non-empty name (reports are keyed by it); ``unnamed`` formats a missing one."""
+    seen: set[str] = set()
+    for index, node in enumerate(graph.node):
+        name = node.name or unnamed.format(op_type=node.op_type, index=index)
+        unique, k = name, 2
+        while unique in seen:
+            unique, k = f"{name}#{k}", k + 1
+        node.name = unique
+        seen.add(unique)
+
+
+def subgraphs(node: onnx.NodeProto):
+    """The graphs ``node`` holds as attributes (If branches, Loop and Scan bodies)."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
