@@ -1,9 +1,8 @@
-"""Smoke tests of benchmarks/run.py, profile.py and roofline.py on tiny onnx.helper models.
+"""Smoke tests of benchmarks/run.py, where_time_goes.py and roofline.py on tiny onnx.helper models.
 
 No torch, no timing assertions.
 
-Everything runs in subprocesses: the scripts put benchmarks/ first on sys.path, where profile.py would
-shadow the standard library's ``profile`` in this process.
+Everything runs in subprocesses, as the scripts are run: each puts benchmarks/ first on sys.path.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "benchmarks" / "run.py"
-PROFILE = ROOT / "benchmarks" / "profile.py"
+WHERE_TIME_GOES = ROOT / "benchmarks" / "where_time_goes.py"
 GOALS = ["byoc / onnxruntime latency on every model", "speedup vs plain TVM on every model",
          "boundary overhead per offloaded call", "partitioning 10k ops vs TVM's passes alone"]
 
@@ -135,10 +134,10 @@ print(json.dumps({name: {k: v for k, v in r.items() if k != "outputs"} for name,
     assert results["onnxruntime"]["status"] == "ok" and results["onnxruntime"]["samples"] == 2
 
 
-def test_profile_groups_time_by_partition_and_host_with_onednn_primitives(tmp_path):
+def test_where_time_goes_groups_time_by_partition_and_host_with_onednn_primitives(tmp_path):
     out = tmp_path / "profile.json"
-    stdout = _run([PROFILE, "tiny_cnn", "--vendors", "dnnl", "--keep-on-host", "bn1", "--runs", "3", "--warmup", "1",
-                   "--onednn-verbose", "--build", tmp_path / "build", "--json", out])
+    stdout = _run([WHERE_TIME_GOES, "tiny_cnn", "--vendors", "dnnl", "--keep-on-host", "bn1", "--runs", "3",
+                   "--warmup", "1", "--onednn-verbose", "--build", tmp_path / "build", "--json", out])
     for heading in ("# Profile: tiny_cnn with byoc[dnnl]", "## Top", "## Totals", "## oneDNN primitives"):
         assert heading in stdout
     report = json.loads(out.read_text())
@@ -155,9 +154,9 @@ def test_profile_groups_time_by_partition_and_host_with_onednn_primitives(tmp_pa
     assert abs(sum(k["percent"] for k in kinds.values()) - 100) < 1e-6
 
 
-def test_profile_without_onednn(tmp_path):
+def test_where_time_goes_without_onednn(tmp_path):
     out = tmp_path / "profile.json"
-    stdout = _run([PROFILE, "tiny_mlp", "--vendors", "json_runtime", "--runs", "2", "--warmup", "1",
+    stdout = _run([WHERE_TIME_GOES, "tiny_mlp", "--vendors", "json_runtime", "--runs", "2", "--warmup", "1",
                    "--build", tmp_path / "build", "--json", out])
     assert "## oneDNN primitives" not in stdout
     report = json.loads(out.read_text())

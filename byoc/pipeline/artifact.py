@@ -273,7 +273,7 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
 
     ``threads`` is handed to those runtimes before they create their modules
     (:mod:`byoc.host.threads`). For tools that drive the Relax VM themselves
-    (benchmarks/profile.py); :func:`load` is the way to get an :class:`Artifact`.
+    (benchmarks/where_time_goes.py); :func:`load` is the way to get an :class:`Artifact`.
     """
     import tvm
 

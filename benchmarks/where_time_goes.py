@@ -2,8 +2,8 @@
 
 Run from the repo root::
 
-    python benchmarks/profile.py bert --vendors dnnl
-    python benchmarks/profile.py resnet50 --vendors dnnl --onednn-verbose --json profile.json
+    python benchmarks/where_time_goes.py bert --vendors dnnl
+    python benchmarks/where_time_goes.py resnet50 --vendors dnnl --onednn-verbose --json profile.json
 
 ``MODEL`` is a name from ``benchmarks/models.py`` (exported to
 ``benchmarks/build/<name>.onnx`` on first use) or a path to an ``.onnx`` file.
@@ -128,9 +128,10 @@ def run_child(spec: dict, tmp: Path, timeout: float, env=None, stdout=subprocess
         proc = subprocess.run([sys.executable, __file__, "--child", str(spec_file)], env=env, stdout=stdout,
                               stderr=subprocess.PIPE, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SystemExit(f"profile: the {spec['mode']} run did not finish within --timeout {timeout:g} s") from None
+        raise SystemExit(f"where_time_goes: the {spec['mode']} run did not finish within --timeout {timeout:g} s"
+                         ) from None
     if proc.returncode != 0:
-        raise SystemExit(f"profile: the {spec['mode']} run failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"where_time_goes: the {spec['mode']} run failed:\n{proc.stderr[-3000:]}")
     return json.loads(Path(spec["result"]).read_text())
 
 
@@ -201,7 +202,7 @@ def _model_path(model: str, build: Path) -> Path:
     if model.endswith(".onnx"):
         path = Path(model)
         if not path.is_file():
-            raise SystemExit(f"profile: {model} does not exist")
+            raise SystemExit(f"where_time_goes: {model} does not exist")
         return path
     return models.model_path(model, build)
 
@@ -283,7 +284,7 @@ def parse_args(argv):
     from byoc.deploy.targets import resolve_target
 
     if not resolve_target(args.target).is_host:
-        p.error(f"--target {args.target} does not run on this machine; profile a host target")
+        p.error(f"--target {args.target} does not run on this machine; measure a host target")
     return args
 
 
@@ -294,7 +295,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     path = _model_path(args.model, args.build)
     vendors = args.vendors.split(",")
-    with tempfile.TemporaryDirectory(prefix="byoc-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="byoc-where-time-goes-") as tmp:
         tmp = Path(tmp)
         library = tmp / "model.so"
         t0 = time.perf_counter()
