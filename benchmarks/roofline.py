@@ -47,7 +47,7 @@ import onnx
 from onnx import helper, numpy_helper, shape_inference
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import models  # noqa: E402  (benchmarks/ is not a package)
+import benchmark_models  # noqa: E402  (benchmarks/ is not a package)
 
 PEAK_SHAPES = ((512, 512, 512), (128, 768, 3072), (3136, 64, 256))  # M, K, N
 THREADS = 2
@@ -132,8 +132,8 @@ def _matmul_rate(shape: tuple, runs: int) -> float:
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "peak",
                               [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [m, k])],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [m, n])], [weight])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", models.OPSET)])
-    model.ir_version = models.IR_VERSION
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", benchmark_models.OPSET)])
+    model.ir_version = benchmark_models.IR_VERSION
     feeds = {"x": rng.standard_normal((m, k)).astype(np.float32)}
     return m * k * n / min(_timed_ms(_session(model), feeds, runs))
 
@@ -151,7 +151,7 @@ def onnxruntime_ms(model: onnx.ModelProto, runs: int) -> float:
 
 
 def model_row(name: str, peak_per_ms: float, runs: int, build: Path) -> dict:
-    path = Path(name) if name.endswith(".onnx") else models.model_path(name, build)
+    path = Path(name) if name.endswith(".onnx") else benchmark_models.model_path(name, build)
     model = onnx.load(str(path))
     macs = count_macs(model)
     floor = macs["dense"] / peak_per_ms
@@ -178,9 +178,10 @@ def print_table(peak_per_ms: float, rows: list[dict]) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["mobilenetv2", "resnet50", "bert"],
-                        help="names from benchmarks/models.py or .onnx paths (static input shapes)")
+                        help="names from benchmarks/benchmark_models.py or .onnx paths (static input shapes)")
     parser.add_argument("--runs", type=int, default=30, help="timed calls per measurement (default 30)")
-    parser.add_argument("--build", type=Path, default=models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
+    parser.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
+                        help="model cache (default benchmarks/build)")
     parser.add_argument("--json", type=Path, help="also save the table here")
     args = parser.parse_args(argv)
     peak = measure_peak(args.runs)

@@ -80,7 +80,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import models  # noqa: E402 - benchmarks/models.py, next to this file
+import benchmark_models  # noqa: E402 - next to this file
 
 HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
@@ -481,7 +481,7 @@ def _max_err(outputs, reference) -> float:
 
 def bench_model(name: str, args, tmp: Path, skipped: list) -> dict:
     """Compile every configuration of one model (workers), then time them interleaved (timing processes)."""
-    path = models.model_path(name, args.build)
+    path = benchmark_models.model_path(name, args.build)
     result = {"onnxruntime": {"status": "ok"}}
     timed = {"onnxruntime": ("onnxruntime", path)}
     if name in args.skip_plain_tvm_for:
@@ -780,7 +780,7 @@ def print_tables(report: dict) -> None:
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", help=f"comma-separated, from {', '.join(models.ALL_MODELS)} "
+    p.add_argument("--models", help=f"comma-separated, from {', '.join(benchmark_models.ALL_MODELS)} "
                                     f"(default {','.join(FULL_MODELS)}; with --quick {','.join(QUICK_MODELS)})")
     p.add_argument("--vendors", action="append", help="a vendor set, comma-separated in priority order; "
                                                       f"repeatable (default: {', '.join(DEFAULT_VENDOR_SETS)})")
@@ -807,7 +807,8 @@ def parse_args(argv):
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-boundary", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny models and few repetitions: a smoke run")
-    p.add_argument("--build", type=Path, default=models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
+    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
+                   help="model cache (default benchmarks/build)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     q = args.quick

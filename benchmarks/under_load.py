@@ -117,9 +117,9 @@ def model_source(name: str, args) -> tuple[Path, dict, dict | None]:
         model = rm.MODELS[name]
         path = rm.model_path(model, args.cache)
         return path, rm.make_inputs(model, path), model.input_shapes or None
-    import models  # benchmarks/models.py (needs torch to build them)
+    import benchmark_models  # needs torch to build them
 
-    path = models.model_path(name)
+    path = benchmark_models.model_path(name)
     return path, bench.random_inputs(path), None
 
 

@@ -5,7 +5,7 @@ Run from the repo root::
     python benchmarks/where_time_goes.py bert --vendors dnnl
     python benchmarks/where_time_goes.py resnet50 --vendors dnnl --onednn-verbose --json profile.json
 
-``MODEL`` is a name from ``benchmarks/models.py`` (exported to
+``MODEL`` is a name from ``benchmarks/benchmark_models.py`` (exported to
 ``benchmarks/build/<name>.onnx`` on first use) or a path to an ``.onnx`` file.
 This process builds byoc (partition + build + export for ``--target``); a
 child process loads the library and measures, so nothing of the build is in
@@ -47,7 +47,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import models  # noqa: E402 - benchmarks/models.py, next to this file
+import benchmark_models  # noqa: E402 - next to this file
 
 BUILTIN_PREFIX = "vm.builtin."
 
@@ -204,7 +204,7 @@ def _model_path(model: str, build: Path) -> Path:
         if not path.is_file():
             raise SystemExit(f"where_time_goes: {model} does not exist")
         return path
-    return models.model_path(model, build)
+    return benchmark_models.model_path(model, build)
 
 
 def build(path: Path, vendors: list, target: str, out: Path, keep_on_host=(), input_shapes=None):
@@ -263,7 +263,7 @@ def _input_shape(text: str):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("model", help=f"one of {', '.join(models.ALL_MODELS)}, or a path to an .onnx file")
+    p.add_argument("model", help=f"one of {', '.join(benchmark_models.ALL_MODELS)}, or a path to an .onnx file")
     p.add_argument("--vendors", required=True, help="the vendor set, comma-separated in priority order")
     p.add_argument("--target", default="x86_64", help="a target preset that runs on this machine (default x86_64)")
     p.add_argument("--keep-on-host", default="", metavar="NODE|OPTYPE[,...]",
@@ -276,7 +276,8 @@ def parse_args(argv):
     p.add_argument("--onednn-verbose", action="store_true",
                    help="also time oneDNN primitives (ONEDNN_VERBOSE=profile_exec in a second child)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per measuring child (default 1800)")
-    p.add_argument("--build", type=Path, default=models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
+    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
+                   help="model cache (default benchmarks/build)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     if args.runs < 1 or args.warmup < 1:

@@ -119,9 +119,9 @@ def test_a_timing_process_that_dies_is_reported_with_its_error(tmp_path):
 import argparse, json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-import models, run
+import benchmark_models, run
 tmp = Path(sys.argv[2])
-path = models.model_path("tiny_mlp", tmp / "build")
+path = benchmark_models.model_path("tiny_mlp", tmp / "build")
 args = argparse.Namespace(timeout=300, round_timeout=300)
 configs = {"broken": ("byoc", tmp / "missing.so"), "onnxruntime": ("onnxruntime", path)}
 results = run.time_interleaved(configs, run.random_inputs(path), args, tmp, rounds=2, warmup=1)

@@ -18,8 +18,7 @@ and match onnxruntime within a relative error of 1e-3 (max |byoc - ort| over
 max |ort|, per output).
 
 Everything runs in subprocesses, as in tests/test_benchmarks.py: the scripts
-put benchmarks/ first on sys.path, where benchmarks/models.py would shadow
-tests/models.py here.
+put benchmarks/ first on sys.path.
 """
 
 from __future__ import annotations

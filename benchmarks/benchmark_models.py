@@ -9,7 +9,7 @@ issue 15: conv with bias, as an exporter leaves BatchNorm folded) are built with
 ``onnx.helper`` and need no torch, so the smoke test runs without it. ``<model>_int8`` is
 that model quantized by ``onnxruntime.quantization`` (QDQ, u8/s8, per tensor, reduce_range).
 
-``python benchmarks/models.py [--build DIR] [NAME ...]`` builds the cache.
+``python benchmarks/benchmark_models.py [--build DIR] [NAME ...]`` builds the cache.
 """
 
 from __future__ import annotations
