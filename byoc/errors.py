@@ -43,6 +43,10 @@ class InvalidModelError(ModelLoadError):
     """onnx.checker or shape inference rejected the model."""
 
 
+class QuantizationError(InvalidModelError):
+    """A quantization parameter the ONNX spec does not allow (named with its node; byoc.pipeline.quantized)."""
+
+
 class UnsupportedOpsError(ModelLoadError):
     """The model uses ops that the importer cannot convert.
 

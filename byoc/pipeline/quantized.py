@@ -31,15 +31,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from byoc.errors import InvalidModelError, UnsupportedAttributeError
+from byoc.errors import QuantizationError, UnsupportedAttributeError
 
 __all__ = ["QOPERATOR_OPS", "QuantizationError", "check_quantization", "rewrite_qoperators"]
 
 MS_DOMAIN = "com.microsoft"
-
-
-class QuantizationError(InvalidModelError):
-    """A quantization parameter the ONNX spec does not allow (named with its node)."""
 
 
 # -- QOperator -> QDQ ------------------------------------------------------------------------
