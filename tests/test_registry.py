@@ -1,4 +1,4 @@
-"""Vendor registration: as a call, as a decorator, duplicates, lookups, entry points."""
+"""Vendor registration: as a call, as a decorator, duplicates, lookups, entry points; the codegen interface."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import byoc
 from byoc.vendor import registry
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import UnknownVendorError, VendorError
-from byoc.vendor import OpRule, Vendor
+from byoc.vendor import (Codegen, OpRule, RuntimeMemory, Vendor, as_codegen, runtime_memory, runtime_module_kinds,
+                         standalone_source)
 
 
 def _vendor(name):
@@ -126,3 +127,115 @@ def test_reset_forgets_registered_vendors_and_rediscovers_the_builtin_ones(fresh
     fresh_registry.reset()
     assert "reg_reset" not in byoc.list_vendors()
     assert {"c_source", "dnnl", "json_runtime"} <= set(byoc.list_vendors())
+
+
+# -- the codegen interface (byoc.vendor.Codegen) ---------------------------------------------
+
+
+def _relu_vendor(name, codegen):
+    return Vendor(name, (OpRule(f"{name}.relu", "relax.nn.relu"),), codegen)
+
+
+@pytest.mark.parametrize("attribute, capability", [
+    ("standalone_sources", "standalone_source"),
+    ("module_kind", "module_kinds"),
+    ("runtime_mem", "runtime_memory"),
+    ("load_runtimes", "load_runtime"),
+])
+@pytest.mark.parametrize("base", [CSourceCodegen, object], ids=["subclass", "duck-typed"])
+def test_a_misspelt_capability_is_an_error_at_registration_naming_it(attribute, capability, base):
+    def misspelt(self, *args):
+        return "int x;"
+
+    methods = {"compile": lambda self, partitions, options: [], attribute: misspelt}
+    codegen = type("Typo", (base,), methods)()
+    with pytest.raises(VendorError, match=rf"vendor 'typo': codegen Typo has '{attribute}', which is not part of the "
+                                          rf"codegen interface but looks like the capability '{capability}'"):
+        _relu_vendor("typo", codegen)
+
+
+def test_a_codegen_must_implement_compile():
+    class NoCompile(Codegen):
+        def standalone_source(self, partitions):
+            return ""
+
+    with pytest.raises(VendorError, match="codegen NoCompile must have a compile"):
+        _relu_vendor("nocompile", NoCompile())
+    with pytest.raises(VendorError, match="codegen object must have a compile"):
+        _relu_vendor("nocompile", object())
+
+
+@pytest.mark.parametrize("attributes, message", [
+    ({"standalone_source": "int x;"}, "standalone_source must be a method, not str"),
+    ({"module_kinds": "byoc_npu"}, "module_kinds must be a tuple of TVM module type keys"),
+], ids=["not-callable", "kinds-not-a-tuple"])
+def test_capabilities_must_be_methods_and_module_kinds_strings(attributes, message):
+    codegen = type("Odd", (Codegen,), {"compile": lambda self, partitions, options: [], **attributes})()
+    with pytest.raises(VendorError, match=message):
+        _relu_vendor("odd", codegen)
+
+
+def test_helpers_with_a_leading_underscore_or_far_from_a_capability_are_the_codegens_own():
+    class Helpers(CSourceCodegen):
+        library = "libnpu.so"
+
+        def _standalone_sources(self):
+            return []
+
+        def compiler(self):  # near compile, which is required and present: not a misspelling
+            return "gcc"
+
+    _relu_vendor("helpers", Helpers())
+
+
+def test_defaults_apply_to_a_codegen_that_overrides_only_compile():
+    class OnlyCompile(Codegen):
+        def compile(self, partitions, options):
+            return CSourceCodegen().compile(partitions, options)
+
+    codegen = OnlyCompile()
+    _relu_vendor("only_compile", codegen)
+    assert codegen.module_kinds == () and codegen.load_runtime() is None
+    assert codegen.standalone_source([]) is None and codegen.runtime_memory([], []) == {}
+    assert runtime_module_kinds(codegen) == () and standalone_source(codegen) is None
+    assert runtime_memory(codegen, [], []) == {}
+    from models import single_op
+
+    artifact = byoc.compile(single_op("Relu", {"x": [2, 3]}, [2, 3]), [_relu_vendor("only_compile", codegen)])
+    assert [p.vendor for p in artifact.plan.partitions] == ["only_compile"] and artifact.runtime_memory == {}
+
+
+def test_a_duck_typed_codegen_still_works_and_is_seen_through_the_interface():
+    import numpy as np
+
+    from models import single_op
+
+    class Duck:  # no base class, as out-of-tree vendors wrote before the interface
+        def __init__(self):
+            self.inner, self.calls = CSourceCodegen(), []
+
+        def compile(self, partitions, options):
+            self.calls.append([p.symbol for p in partitions])
+            return self.inner.compile(partitions, options)
+
+        def runtime_memory(self, partitions, modules):
+            return {p.symbol: RuntimeMemory(1, 2) for p in partitions}
+
+    duck = Duck()
+    vendor = _relu_vendor("duck", duck)
+    assert vendor.codegen is duck and isinstance(as_codegen(duck), Codegen)
+    assert as_codegen(duck).module_kinds == () and as_codegen(duck).standalone_source([]) is None
+    assert standalone_source(duck) is None
+    x = np.array([[-1.0, 2.0, -3.0]], np.float32)
+    artifact = byoc.compile(single_op("Relu", {"x": [1, 3]}, [1, 3]), [vendor])
+    assert duck.calls == [["duck_0"]]
+    assert artifact.runtime_memory == {"duck_0": RuntimeMemory(1, 2)}
+    np.testing.assert_array_equal(artifact.run([x])[0], np.maximum(x, 0))
+
+
+def test_the_in_tree_codegens_subclass_the_interface():
+    for name in ("c_source", "json_runtime", "dnnl"):
+        assert isinstance(byoc.get_vendor(name).codegen, Codegen), name
+    assert standalone_source(byoc.get_vendor("c_source").codegen) is not None
+    assert standalone_source(byoc.get_vendor("json_runtime").codegen) is None
+    assert runtime_module_kinds(byoc.get_vendor("json_runtime").codegen) == ("byoc_json_runtime",)

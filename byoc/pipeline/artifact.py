@@ -256,10 +256,10 @@ def _load_runtimes_for(path: Path) -> None:
     import mmap
 
     from byoc.vendor.registry import get_vendor, list_vendors
-    from byoc.vendor import runtime_module_kinds
+    from byoc.vendor import as_codegen
 
-    wanted = {kind.encode(): get_vendor(name).codegen for name in list_vendors()
-              for kind in runtime_module_kinds(get_vendor(name).codegen)}
+    codegens = [as_codegen(get_vendor(name).codegen) for name in list_vendors()]
+    wanted = {kind.encode(): codegen for codegen in codegens for kind in codegen.module_kinds}
     if not wanted or path.stat().st_size == 0:
         return
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:

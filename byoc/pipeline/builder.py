@@ -27,7 +27,7 @@ from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
-from byoc.vendor import Vendor, runtime_memory, runtime_module_kinds
+from byoc.vendor import Vendor, as_codegen, runtime_memory
 
 @contextlib.contextmanager
 def _codegens_for_this_build(mod, modules: dict[str, list]):
@@ -114,7 +114,7 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
     try:
-        modules = list(vendor.codegen.compile(graphs, dict(vendor.options)))
+        modules = list(as_codegen(vendor.codegen).compile(graphs, dict(vendor.options)))
     except CodegenError as err:
         raise CodegenError(f"{failed_on}: {err}") from err
     except ByocError:
@@ -253,8 +253,9 @@ def build(
 def _prepare_vendor_runtimes(plan: PartitionPlan, threads: Optional[int]) -> None:
     """Load the runtimes the plan's vendors need and give them the thread count, before they create modules."""
     for vendor in plan.vendors:
-        if runtime_module_kinds(vendor.codegen) and any(p.vendor == vendor.name for p in plan.partitions):
-            vendor.codegen.load_runtime()
+        codegen = as_codegen(vendor.codegen)
+        if codegen.module_kinds and any(p.vendor == vendor.name for p in plan.partitions):
+            codegen.load_runtime()
     set_vendor_threads(threads)
 
 

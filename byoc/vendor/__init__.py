@@ -1,8 +1,9 @@
 """The vendor API: everything a vendor writes against, and nothing else.
 
 - :mod:`byoc.vendor.rules` - :class:`Vendor`, :class:`OpRule`,
-  :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and the
-  :class:`Codegen` protocol with its optional capabilities;
+  :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and
+  :class:`Codegen`, the codegen interface (the required ``compile`` and a
+  default for each optional capability), which a vendor's codegen subclasses;
 - :mod:`byoc.vendor.checks` - reusable checks and combinators (dtypes,
   static shapes, layouts, constant weights, ``all_of``);
 - :mod:`byoc.vendor.graph` - :class:`~byoc.vendor.graph.PartitionGraph`,
@@ -14,16 +15,16 @@
 
 A vendor module usually needs only::
 
-    from byoc.vendor import OpRule, PatternRule, Vendor, register_vendor
+    from byoc.vendor import Codegen, OpRule, PatternRule, Vendor, register_vendor
     from byoc.vendor.checks import all_of, dtypes, static_shapes
 """
 
 from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, RuntimeMemory,
-                               Vendor, always, runtime_memory, runtime_module_kinds, standalone_source)
+                               Vendor, always, as_codegen, runtime_memory, runtime_module_kinds, standalone_source)
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
     "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "PatternRule", "Rule", "RuntimeMemory", "Vendor",
-    "always", "get_vendor", "list_vendors",
+    "always", "as_codegen", "get_vendor", "list_vendors",
     "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",
 ]

@@ -16,11 +16,12 @@ single ops they contain (as in TVM's pattern tables).
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from byoc.errors import VendorError
+from byoc.errors import StandaloneError, VendorError
 
 
 class _Supported:
@@ -122,40 +123,165 @@ def _is_dfpattern(obj) -> bool:
 Rule = Union[OpRule, PatternRule]
 
 
-class Codegen(Protocol):
-    """Turns a vendor's partitions into TVM runtime modules.
+class Codegen:
+    """The codegen interface: what byoc calls on a vendor's codegen. Public API; subclass it.
 
-    ``compile`` receives :class:`byoc.vendor.graph.PartitionGraph` objects (one per
-    partition, with ``symbol`` the function name to export) and the vendor's
-    options, and returns a list of ``tvm.runtime.Module``.
+    As onnxruntime's ``IExecutionProvider``, it is one declared interface: the
+    required :meth:`compile`, and a default for every optional capability, so
+    a codegen overrides only what it has and byoc calls the rest without
+    probing for it. A codegen's class is checked when its :class:`Vendor` is
+    made (:func:`check_codegen`): a missing ``compile``, or an attribute named
+    like a capability but not quite (``standalone_sources``, ``module_kind``),
+    is a :class:`~byoc.errors.VendorError` there, not a capability silently
+    off. Give a helper of your own that looks like a capability a leading
+    underscore.
+
+    A codegen that does not subclass this class (any object with a
+    ``compile`` method, as before this interface) is still taken and checked
+    the same way; byoc reaches its capabilities through :func:`as_codegen`,
+    which supplies these defaults for the ones it lacks.
     """
 
-    def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list: ...
+    #: The type keys of the TVM runtime modules this codegen makes that need its
+    #: runtime library loaded before they can be created or loaded back (a runtime
+    #: of its own, e.g. ``("byoc_json_runtime",)``). byoc calls :meth:`load_runtime`
+    #: when it builds for the vendor or loads an artifact holding such modules,
+    #: never at import. Default: none (the modules are TVM's own kinds).
+    module_kinds: tuple = ()
+
+    def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list:
+        """Required: the TVM runtime modules for ``partitions``, which export each partition's ``symbol``.
+
+        ``partitions`` are :class:`byoc.vendor.graph.PartitionGraph` objects,
+        all of the vendor's partitions in one build; ``options`` are the
+        vendor's options. Called once per build.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement compile(partitions, options)")
+
+    def load_runtime(self) -> None:
+        """Load the runtime library behind :attr:`module_kinds` (and raise a ``BuildError`` saying what to
+        install when it cannot). Default: nothing to load."""
+
+    def standalone_source(self, partitions: Sequence[Any]) -> Optional[str]:
+        """C that links ``partitions`` into byoc's standalone program (:mod:`byoc.deploy.standalone`), or None.
+
+        The C defines, for each partition, the tvm-ffi packed entry point
+        ``__tvm_ffi_<symbol>``, with no TVM runtime. Default: None, unsupported
+        (codegens whose modules need the TVM runtime, as the JSON runtime's).
+        """
+        return None
+
+    def runtime_memory(self, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, "RuntimeMemory"]:
+        """Per partition symbol, what this codegen's runtime holds for the ``modules`` it made from ``partitions``
+        (:class:`RuntimeMemory`), for the memory report. Called once after the build; if it raises, the build
+        still succeeds with a ``RuntimeWarning``. Default: nothing reported (``{}``)."""
+        return {}
 
 
-def runtime_module_kinds(codegen: Codegen) -> tuple[str, ...]:
-    """The type keys of the runtime modules ``codegen`` makes that need its runtime loaded to load back.
+#: The optional capabilities of :class:`Codegen`, each with its default.
+CAPABILITIES = ("module_kinds", "load_runtime", "standalone_source", "runtime_memory")
+_METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory")
+#: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
+_NEAR = 0.8
 
-    A codegen whose modules are not built into TVM (a runtime library of its
-    own) declares them as ``module_kinds`` and provides ``load_runtime()``;
-    byoc calls it when it builds for the vendor or loads an artifact holding
-    such modules, never at import.
+
+class _DuckCodegen(Codegen):
+    """A codegen that does not subclass :class:`Codegen`, seen through the interface: its own methods where
+    it has them, the defaults elsewhere."""
+
+    def __init__(self, wrapped: Any):
+        self.wrapped = wrapped
+
+    @property
+    def module_kinds(self) -> tuple:
+        return tuple(getattr(self.wrapped, "module_kinds", ()))
+
+    def compile(self, partitions, options):
+        return self.wrapped.compile(partitions, options)
+
+    def load_runtime(self) -> None:
+        own = getattr(self.wrapped, "load_runtime", None)
+        if own is not None:
+            own()
+
+    def standalone_source(self, partitions):
+        own = getattr(self.wrapped, "standalone_source", None)
+        return own(partitions) if own is not None else None
+
+    def runtime_memory(self, partitions, modules):
+        own = getattr(self.wrapped, "runtime_memory", None)
+        return own(partitions, modules) if own is not None else {}
+
+
+def as_codegen(codegen: Any) -> Codegen:
+    """``codegen`` as the :class:`Codegen` interface: itself when it subclasses it, else a view of it with the
+    interface's defaults for the capabilities it does not have."""
+    return codegen if isinstance(codegen, Codegen) else _DuckCodegen(codegen)
+
+
+def _has_own(codegen: Any, method: str) -> bool:
+    """Whether ``codegen`` provides ``method`` itself rather than through :class:`Codegen`'s default."""
+    if isinstance(codegen, Codegen):
+        return getattr(type(codegen), method, None) is not getattr(Codegen, method)
+    return callable(getattr(codegen, method, None))
+
+
+def check_codegen(codegen: Any, vendor: str) -> None:
+    """A :class:`~byoc.errors.VendorError` when ``codegen`` does not keep the :class:`Codegen` interface.
+
+    It must have a callable ``compile`` of its own; the capabilities it has
+    must be methods (``module_kinds`` a tuple of strings); and no public
+    attribute of its class may be named like a capability without being one:
+    ``standalone_sources`` or ``runtime_mem`` would otherwise leave the
+    capability quietly off. Attributes set on the instance are not looked at.
     """
-    return tuple(getattr(codegen, "module_kinds", ()))
+    owner = f"vendor {vendor!r}: codegen {type(codegen).__name__}"
+    if not callable(getattr(codegen, "compile", None)) or not _has_own(codegen, "compile"):
+        raise VendorError(f"{owner} must have a compile(partitions, options) method")
+    for name in _METHODS:
+        if hasattr(codegen, name) and not callable(getattr(codegen, name)):
+            raise VendorError(f"{owner}: {name} must be a method, not {type(getattr(codegen, name)).__name__}")
+    kinds = getattr(codegen, "module_kinds", ())
+    if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds):
+        raise VendorError(f"{owner}: module_kinds must be a tuple of TVM module type keys (strings), got {kinds!r}")
+    interface = set(dir(Codegen))
+    for name in sorted(set(dir(type(codegen))) - interface):
+        if name.startswith("_"):
+            continue
+        near = difflib.get_close_matches(name, CAPABILITIES, n=1, cutoff=_NEAR)
+        if near:
+            raise VendorError(
+                f"{owner} has {name!r}, which is not part of the codegen interface but looks like the capability "
+                f"{near[0]!r} (byoc.vendor.Codegen); name it {near[0]!r} to provide that capability, or give a "
+                "helper a name of its own (a leading underscore)")
 
 
-def standalone_source(codegen: Codegen) -> Optional[Callable[[Sequence[Any]], str]]:
+def runtime_module_kinds(codegen: Any) -> tuple[str, ...]:
+    """The type keys of the runtime modules ``codegen`` makes that need its runtime loaded to load back
+    (:attr:`Codegen.module_kinds`)."""
+    return tuple(as_codegen(codegen).module_kinds)
+
+
+def standalone_source(codegen: Any) -> Optional[Callable[[Sequence[Any]], str]]:
     """How ``codegen`` writes its partitions into a standalone C program, or None when it cannot.
 
-    A codegen whose partitions can be linked into byoc's standalone program
-    (plain C, no TVM runtime; see :mod:`byoc.deploy.standalone`) declares it
-    with a ``standalone_source(partitions) -> str`` method. The C it returns
-    defines, for each :class:`~byoc.vendor.graph.PartitionGraph` it is given,
-    the tvm-ffi packed entry point ``__tvm_ffi_<symbol>``. Codegens whose
-    modules need the TVM runtime (JSON runtime, oneDNN) do not have it.
+    A codegen has that capability when it provides
+    :meth:`Codegen.standalone_source` itself (the default means unsupported).
+    The function returned raises :class:`~byoc.errors.StandaloneError` if it
+    returns None for the partitions it is given after all.
     """
-    method = getattr(codegen, "standalone_source", None)
-    return method if callable(method) else None
+    if not _has_own(codegen, "standalone_source"):
+        return None
+    interface = as_codegen(codegen)
+
+    def emit(partitions: Sequence[Any]) -> str:
+        source = interface.standalone_source(partitions)
+        if source is None:
+            raise StandaloneError(f"{type(codegen).__name__}.standalone_source gave no C for "
+                                  f"{', '.join(p.symbol for p in partitions)}")
+        return source
+
+    return emit
 
 
 @dataclass(frozen=True)
@@ -171,14 +297,10 @@ class RuntimeMemory:
     constant_bytes: int
 
 
-def runtime_memory(codegen: Codegen, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, RuntimeMemory]:
-    """Per partition symbol, what ``codegen``'s runtime holds for the ``modules`` it made from ``partitions``.
-
-    A codegen reports it with a ``runtime_memory(partitions, modules)``
-    method returning that mapping; one without it reports nothing (``{}``).
-    """
-    method = getattr(codegen, "runtime_memory", None)
-    return dict(method(partitions, modules)) if callable(method) else {}
+def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, RuntimeMemory]:
+    """Per partition symbol, what ``codegen``'s runtime holds for the ``modules`` it made from ``partitions``
+    (:meth:`Codegen.runtime_memory`; ``{}`` for a codegen that does not report)."""
+    return dict(as_codegen(codegen).runtime_memory(partitions, modules) or {})
 
 
 @dataclass(frozen=True)
@@ -187,7 +309,7 @@ class Vendor:
 
     name: str
     rules: tuple
-    codegen: Codegen
+    codegen: Any  # a Codegen, or any object with compile(partitions, options): see check_codegen
     options: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     # Target presets (``byoc.deploy.targets``) whose artifacts can run this vendor's
@@ -213,5 +335,4 @@ class Vendor:
             if rule.name in seen:
                 raise VendorError(f"vendor {self.name!r}: rule {rule.name!r} is defined twice")
             seen.add(rule.name)
-        if not callable(getattr(self.codegen, "compile", None)):
-            raise VendorError(f"vendor {self.name!r}: codegen must have a compile(partitions, options) method")
+        check_codegen(self.codegen, self.name)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from byoc.vendor import Codegen, RuntimeMemory
+
 from .emitter import OP_EMITTERS, OpEmitter, emit_source, float_literal, kernels_source, source_memory
 
 __all__ = ["CSourceCodegen", "OP_EMITTERS", "emit_source", "float_literal", "kernels_source"]
 
 
-class CSourceCodegen:
+class CSourceCodegen(Codegen):
     """Codegen that emits one C source module for all of a vendor's partitions.
 
     Subclasses may extend :attr:`emitters` (Relax op name -> emitter) to add
@@ -28,14 +30,12 @@ class CSourceCodegen:
         return emit_source(partitions, dict(self.emitters))
 
     def standalone_source(self, partitions: Sequence) -> str:
-        """The same C, for a standalone program (the capability :func:`byoc.vendor.standalone_source` looks for)."""
+        """The same C, for a standalone program (:meth:`byoc.vendor.Codegen.standalone_source`)."""
         return self.source(partitions)
 
     def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
-        """What each partition's C takes (the capability :func:`byoc.vendor.runtime_memory` looks for):
-        the temporaries it mallocs per call, and its constants, compiled into the artifact."""
-        from byoc.vendor import RuntimeMemory
-
+        """What each partition's C takes (:meth:`byoc.vendor.Codegen.runtime_memory`): the temporaries it
+        mallocs per call, and its constants, compiled into the artifact."""
         return {symbol: RuntimeMemory(workspace, constants)
                 for symbol, (workspace, constants) in source_memory(partitions, dict(self.emitters)).items()}
 

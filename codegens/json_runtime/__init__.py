@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from byoc.vendor import Codegen, RuntimeMemory
+
 from .runtime import JSON_RUNTIME, RuntimeLibrary, load_runtime
 from .serializer import FORMAT, SCHEMA_VERSION, SerializedGraph, serialize
 
 __all__ = ["FORMAT", "JsonRuntimeCodegen", "SCHEMA_VERSION", "SerializedGraph", "load_runtime", "serialize"]
 
 
-class JsonRuntimeCodegen:
+class JsonRuntimeCodegen(Codegen):
     """Codegen that makes one runtime module per partition.
 
     ``library`` is the graph runtime that executes the JSON: byoc's reference
@@ -30,7 +32,7 @@ class JsonRuntimeCodegen:
 
     @property
     def module_kinds(self) -> tuple[str, ...]:
-        """The type key of the modules this codegen makes (see ``byoc.vendor.runtime_module_kinds``)."""
+        """The type key of the modules this codegen makes (:attr:`byoc.vendor.Codegen.module_kinds`)."""
         return (self.library.module_kind,)
 
     def load_runtime(self) -> None:
@@ -56,10 +58,8 @@ class JsonRuntimeCodegen:
         return modules
 
     def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
-        """What each module reports it holds (the capability :func:`byoc.vendor.runtime_memory` looks for): its
-        workspace per call, and its constants (as given, plus any copies its executor made, e.g. reordered)."""
-        from byoc.vendor import RuntimeMemory
-
+        """What each module reports it holds (:meth:`byoc.vendor.Codegen.runtime_memory`): its workspace per
+        call, and its constants (as given, plus any copies its executor made, e.g. reordered)."""
         memory = {}
         for module in modules:
             workspace, given, made = (int(v) for v in module["get_memory"]())

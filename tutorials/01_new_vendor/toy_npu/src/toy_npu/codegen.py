@@ -1,5 +1,10 @@
 """The toy NPU's codegen: byoc's C-source codegen, limited to the NPU's ops.
 
+Every codegen is a ``byoc.vendor.Codegen``: byoc calls its required
+``compile(partitions, options)`` and the optional capabilities it overrides
+(``standalone_source``, ``runtime_memory``, ``module_kinds`` with
+``load_runtime``); the others keep the interface's defaults. ``CSourceCodegen``
+is one, with ``standalone_source`` and ``runtime_memory``.
 A real NPU codegen would emit calls into its SDK here; the toy one reuses
 byoc's reference C kernels, so its partitions also run in a standalone
 (no TVM runtime) build and under qemu. Restricting ``emitters`` makes a rule
