@@ -180,8 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("models", nargs="*", default=["mobilenetv2", "resnet50", "bert"],
                         help="names from benchmarks/benchmark_models.py or .onnx paths (static input shapes)")
     parser.add_argument("--runs", type=int, default=30, help="timed calls per measurement (default 30)")
-    parser.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
-                        help="model cache (default benchmarks/build)")
+    parser.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
     parser.add_argument("--json", type=Path, help="also save the table here")
     args = parser.parse_args(argv)
     peak = measure_peak(args.runs)

@@ -807,8 +807,7 @@ def parse_args(argv):
     p.add_argument("--no-scaling", action="store_true")
     p.add_argument("--no-boundary", action="store_true")
     p.add_argument("--quick", action="store_true", help="tiny models and few repetitions: a smoke run")
-    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
-                   help="model cache (default benchmarks/build)")
+    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     q = args.quick

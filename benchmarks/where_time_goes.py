@@ -276,8 +276,7 @@ def parse_args(argv):
     p.add_argument("--onednn-verbose", action="store_true",
                    help="also time oneDNN primitives (ONEDNN_VERBOSE=profile_exec in a second child)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per measuring child (default 1800)")
-    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD,
-                   help="model cache (default benchmarks/build)")
+    p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD, help="model cache (default benchmarks/build)")
     p.add_argument("--json", type=Path, help="also write the results here")
     args = p.parse_args(argv)
     if args.runs < 1 or args.warmup < 1:
