@@ -1,7 +1,7 @@
 """Build byoc's native graph runtimes when the package is installed.
 
-The JSON runtime (``json_runtime.cc``) and the oneDNN runtime
-(``dnnl_runtime.cc``) are plain C++ shared libraries against the tvm-ffi
+The JSON runtime (``json_runtime.cc``) and the oneDNN runtime (the
+sources of ``codegens/dnnl/runtime/``) are plain C++ shared libraries against the tvm-ffi
 headers; Python never imports them, byoc loads them with ctypes when an
 artifact needs them (see ``codegens/json_runtime/runtime/library.py``). They
 are compiled here, once, so a machine with byoc installed needs no compiler to
@@ -18,6 +18,7 @@ still partitions and reports; building with it then says what is missing.
 import os
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 # Hidden visibility: several runtimes share graph_runtime.h and are loaded with
 # RTLD_GLOBAL; each must bind to its own copy of the shared code, not the first loaded.
-COMMON_FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+COMPILE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
 ONEDNN_VERSION = "2023.2.0"
 
 
@@ -65,9 +66,8 @@ def _onednn_flags():
 class NativeLibrary(Extension):
     """A shared library built with the C++ compiler directly (not a Python extension module)."""
 
-    def __init__(self, name, source, include_dirs, flags=None, optional=False):
-        super().__init__(name, sources=[source])
-        self.source = source
+    def __init__(self, name, sources, include_dirs, flags=None, optional=False):
+        super().__init__(name, sources=sources)
         self.include_dirs = include_dirs
         self.flags = flags or (lambda: ([], []))
         self.optional = optional
@@ -89,22 +89,33 @@ class BuildNativeLibraries(build_ext):
         ffi_compile, ffi_link = _tvm_ffi_flags()
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
-        command = [
-            os.environ.get("CXX", "g++"), *COMMON_FLAGS, str(ROOT / ext.source),
-            *(f"-I{ROOT / d}" for d in ext.include_dirs), *ffi_compile, *compile_flags,
-            *ffi_link, *link_flags, "-o", str(target),
+        objects = Path(self.build_temp) / ext.name
+        objects.mkdir(parents=True, exist_ok=True)
+        compiler = os.environ.get("CXX", "g++")
+        compiles = [
+            [compiler, *COMPILE_FLAGS, "-c", str(ROOT / source), *(f"-I{ROOT / d}" for d in ext.include_dirs),
+             *ffi_compile, *compile_flags, "-o", str(objects / (Path(source).stem + ".o"))]
+            for source in ext.sources
         ]
+        # One process per source, as many at once as there are CPUs: the oneDNN runtime is a dozen sources.
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            list(pool.map(self._run, compiles))
+        self._run([compiler, "-shared", *(command[-1] for command in compiles), *ffi_link, *link_flags,
+                   "-o", str(target)])
+
+    def _run(self, command):
         self.announce(shlex.join(command), level=3)
         subprocess.run(command, check=True)
 
 
 RUNTIME = "codegens/json_runtime/runtime"
+DNNL = "codegens/dnnl/runtime"
 setup(
     ext_modules=[
-        NativeLibrary("byoc.codegens.json_runtime.runtime.libbyoc_json_runtime", f"{RUNTIME}/json_runtime.cc",
+        NativeLibrary("byoc.codegens.json_runtime.runtime.libbyoc_json_runtime", [f"{RUNTIME}/json_runtime.cc"],
                       [RUNTIME, "codegens/c_source"]),
-        NativeLibrary("byoc.codegens.dnnl.libbyoc_dnnl", "codegens/dnnl/dnnl_runtime.cc", [RUNTIME],
-                      flags=_onednn_flags, optional=True),
+        NativeLibrary("byoc.codegens.dnnl.libbyoc_dnnl", sorted(str(p.relative_to(ROOT)) for p in (ROOT / DNNL).glob("*.cc")),
+                      [DNNL, RUNTIME], flags=_onednn_flags, optional=True),
     ],
     cmdclass={"build_ext": BuildNativeLibraries},
 )

@@ -1,0 +1,186 @@
+// common.h -- what every part of the dnnl runtime shares: oneDNN descs and the values, arguments and steps
+// a program is made of, the thread settings, and the forms fused into a primitive.
+#ifndef BYOC_DNNL_COMMON_H_
+#define BYOC_DNNL_COMMON_H_
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph_runtime.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+using namespace byoc::graph_runtime;  // NOLINT: this file is one runtime built on it
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::post_ops;
+using dnnl::primitive_attr;
+using dnnl::prop_kind;
+using Desc = dnnl::memory::desc;
+using Dims = dnnl::memory::dims;
+
+inline dnnl::engine& Engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// -- threads -------------------------------------------------------------------------------
+inline std::atomic<int> g_max_threads{0};  // set by byoc (byoc.dnnl.set_max_threads); 0: OpenMP's default
+
+inline int MaxThreads() {
+  int n = g_max_threads.load();
+  return n > 0 ? n : omp_get_max_threads();
+}
+
+// Steps byoc ran itself (Kernel: Winograd transforms, byte tables) in this process: byoc.dnnl.kernel_runs().
+inline std::atomic<int64_t> g_kernel_runs{0};
+
+// Single-thread work in microseconds, roughly, on AVX2: multiply-adds of a convolution or
+// matmul, and elements read and written by anything else.
+constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
+// A primitive below this runs on one thread; so does every primitive of a module whose
+// total is below kParallelModuleUs (a whole run shorter than one scheduler time slice
+// gains nothing from a team that may wait a time slice for its second thread).
+constexpr double kParallelOpUs = 25, kParallelModuleUs = 1000;
+
+// Sets the calling thread's OpenMP team size for its lifetime, then puts the caller's back.
+class OmpThreads {
+ public:
+  OmpThreads() : saved_(omp_get_max_threads()), current_(saved_) {}
+  ~OmpThreads() { omp_set_num_threads(saved_); }
+  void Set(int n) {
+    if (n != current_) omp_set_num_threads(current_ = n);
+  }
+
+ private:
+  int saved_, current_;
+};
+
+constexpr size_t kAlign = 64;
+
+inline size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// oneDNN has no rank-0 tensors: a scalar is a 1-element vector.
+inline Dims DimsOf(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return {1};
+  return Dims(shape.begin(), shape.end());
+}
+
+// Row-major (the layout of every tensor the caller and TVM hand over); a
+// shape (scalars included) or oneDNN dims.
+inline Desc Plain(const std::vector<int64_t>& shape, memory::data_type type = memory::data_type::f32) {
+  Dims dims = DimsOf(shape);
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  for (size_t i = dims.size(); i > 0; --i) {
+    strides[i - 1] = stride;
+    stride *= dims[i - 1];
+  }
+  return Desc(dims, type, strides);
+}
+
+// The oneDNN type of a graph tensor (8-bit ones are the int8 units' activations).
+inline memory::data_type DataType(const TensorInfo& t) {
+  return t.dtype == "uint8" ? memory::data_type::u8 : t.dtype == "int8" ? memory::data_type::s8 : memory::data_type::f32;
+}
+
+// `shape` with leading 1s up to `rank` (numpy broadcasting).
+inline Dims Padded(const std::vector<int64_t>& shape, size_t rank) {
+  Dims dims(rank, 1);
+  for (size_t i = 0; i < shape.size(); ++i) dims[rank - shape.size() + i] = shape[i];
+  return dims;
+}
+
+inline Desc Any(const Dims& dims, memory::data_type type = memory::data_type::f32) {
+  return Desc(dims, type, memory::format_tag::any);
+}
+
+inline primitive_attr UserScratchpad(const post_ops& ops = post_ops()) {
+  primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(ops);
+  return attr;
+}
+
+enum class Storage { kInput, kOutput, kConst, kTemp };
+
+// A buffer the steps read or write, in one memory layout.
+struct Value {
+  Desc desc;
+  Storage storage;
+  int slot;       // input / output index, index into consts_, or arena offset (temps)
+  int base = -1;  // a view (reshape) of this value's buffer; storage and slot are the base's
+  size_t offset = 0;  // a view's bytes into the base's buffer (a contiguous part of it)
+};
+
+struct Arg {
+  int key;    // DNNL_ARG_*
+  int value;  // index into values_
+  Desc desc;  // how the primitive sees the buffer (a value's desc, or a reshaped view of it)
+  size_t offset = 0;  // bytes into the buffer where `desc` starts (a strided slice of it)
+};
+
+// A step byoc computes itself, between oneDNN primitives, on the memory objects of its arguments.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual void Run(const std::unordered_map<int, memory>& args) const = 0;
+};
+
+struct Step {
+  dnnl::primitive primitive;  // unless `kernel` is set
+  std::vector<Arg> args;
+  Desc scratchpad;
+  int threads;  // the OpenMP team size it was created for
+  std::shared_ptr<const Kernel> kernel = nullptr;
+};
+
+// One post-op: an element-wise function, or a binary op with a second tensor.
+struct PostOp {
+  algorithm alg;
+  float alpha = 0.0f, beta = 0.0f;
+  int tensor = -1;  // graph tensor of a binary post-op's second operand
+};
+
+// The ops of a node folded into its conv2d / matmul head.
+struct Fused {
+  std::vector<PostOp> post;
+  int bias = -1;  // graph tensor of a bias added by the primitive itself
+  int last;       // graph tensor the fused chain produces
+  size_t next;    // first op index after the chain
+};
+
+// An 8-bit graph tensor a program computes as a byte table (LookupTable) of another.
+struct ByteTable {
+  int source;                  // the 8-bit graph tensor it maps
+  std::vector<uint8_t> table;  // what it maps each byte of source to
+  size_t step;                 // the step that applies it
+};
+
+
+
+// An on/off setting of the runtime in the environment: on when unset or empty.
+inline bool SwitchOn(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0' || std::string(text) == "on") return true;
+  if (std::string(text) == "off") return false;
+  Fail(std::string(name) + "=" + text + " is neither on nor off");
+}
+
+// BYOC_DNNL_WINOGRAD: "on" (the default) runs eligible 3x3 convs as Winograd F(4x4, 3x3), "off" keeps
+// oneDNN's direct kernels (the sums then match onnxruntime's to about 1e-7 of the output rather than 1e-5).
+inline bool WinogradOn() { return SwitchOn("BYOC_DNNL_WINOGRAD"); }
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
+
+#endif  // BYOC_DNNL_COMMON_H_

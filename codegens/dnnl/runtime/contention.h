@@ -1,0 +1,116 @@
+// contention.h -- the busy-machine switch: which of a module's two programs (its team's, or one compiled for
+// one thread) the next call runs.
+#ifndef BYOC_DNNL_CONTENTION_H_
+#define BYOC_DNNL_CONTENTION_H_
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <mutex>
+#include <utility>
+
+#include "common.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+// -- contention ----------------------------------------------------------------------------
+// A team of two waits for its second thread at every primitive. When another process holds
+// the other core, each wait is a scheduler time slice, and a run takes 10-100x its idle time.
+// So a module that has team primitives keeps a second program, compiled for one thread, and
+// ProgramChooser sends each call to whichever was faster when last timed:
+// - kSlowRuns team runs in a row that were slow send the next calls to the serial program.
+//   Slow means slower than the last serial run by kSwitchMargin; before the serial program
+//   has run, it means that the calling thread spent most of the run off a CPU (its CPU time
+//   under kBusyShare of the wall time: it slept waiting for its team, or for a core).
+// - After the serial calls (one, the first time, to time it), kTrials team calls try the
+//   team again (the first of them wakes the sleeping team, so the best one counts). Faster
+//   than the last serial run, the team keeps the calls; slower, the serial program gets
+//   twice as many calls as before (from kFirstBackoff up to kMaxBackoff).
+// Every serial stretch re-times the serial program, so a stale time corrects itself. The
+// serial program is compiled the first time it is needed (its reordered weights are a second
+// copy). BYOC_DNNL_CONTENTION=off, read when a module is created, keeps every call on the
+// team's program. byoc.dnnl.run_counts() says how many runs each kind of program made.
+constexpr double kBusyShare = 0.8;  // an idle team's caller spins at barriers: its share is ~1
+constexpr double kMinContendedUs = 200;  // shorter runs cannot have waited a time slice
+constexpr double kSwitchMargin = 1.2;
+constexpr int kSlowRuns = 2, kTrials = 2, kFirstBackoff = 4, kMaxBackoff = 1024;
+
+inline std::atomic<int64_t> g_team_runs{0}, g_serial_runs{0};
+
+// CLOCK_MONOTONIC: wall time; CLOCK_THREAD_CPUTIME_ID: the calling thread's time on a CPU.
+inline double ClockUs(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+inline bool ContentionWatchOn() { return SwitchOn("BYOC_DNNL_CONTENTION"); }
+
+// Which program the next call runs, learnt from the timings of the calls before it.
+class ProgramChooser {
+ public:
+  // One call, on the program the timings so far pick: `team()` runs the team's program and returns its
+  // {wall, calling thread's CPU} time in microseconds, `serial()` the serial one and its wall time.
+  // Returns whether the call ran serially.
+  template <class Team, class Serial>
+  bool Call(Team team, Serial serial) {
+    if (NextIsSerial()) {
+      SerialRan(serial());
+      return true;
+    }
+    std::pair<double, double> timed = team();
+    TeamRan(timed.first, timed.second);
+    return false;
+  }
+
+ private:
+  bool NextIsSerial() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (serial_left_ == 0) return false;
+    --serial_left_;
+    return true;
+  }
+
+  void SerialRan(double wall_us) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    serial_us_ = wall_us;
+  }
+
+  void TeamRan(double wall_us, double cpu_us) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (trials_left_ > 0) {
+      trial_best_us_ = std::min(trial_best_us_, wall_us);
+      if (--trials_left_ > 0) return;
+      if (trial_best_us_ > serial_us_) {
+        backoff_ = std::min(2 * backoff_, kMaxBackoff);
+        GoSerial(backoff_);
+      } else {
+        backoff_ = kFirstBackoff;
+      }
+      return;
+    }
+    bool slow = serial_us_ > 0 ? wall_us > kSwitchMargin * serial_us_
+                               : wall_us > kMinContendedUs && cpu_us < kBusyShare * wall_us;
+    slow_streak_ = slow ? slow_streak_ + 1 : 0;
+    if (slow_streak_ >= kSlowRuns) GoSerial(serial_us_ > 0 ? backoff_ : 1);
+  }
+
+  void GoSerial(int calls) {
+    serial_left_ = calls;
+    trials_left_ = kTrials;
+    trial_best_us_ = std::numeric_limits<double>::infinity();
+    slow_streak_ = 0;
+  }
+
+  std::mutex mutex_;
+  int serial_left_ = 0, trials_left_ = 0, slow_streak_ = 0, backoff_ = kFirstBackoff;
+  double serial_us_ = 0, trial_best_us_ = 0;  // serial_us_: the last serial run; 0 before the first
+};
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
+
+#endif  // BYOC_DNNL_CONTENTION_H_

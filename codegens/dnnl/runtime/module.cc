@@ -1,0 +1,110 @@
+// module.cc -- the dnnl runtime's module and FFI surface: the executor a graph module calls (its team's
+// program, and a serial one when the machine is busy) and the byoc.dnnl.* globals.
+#include <mutex>
+
+#include "contention.h"
+#include "program.h"
+
+namespace byoc {
+namespace graph_runtime {
+const char* const kRuntimeName = "dnnl";
+}  // namespace graph_runtime
+
+namespace dnnl_runtime {
+
+class DnnlExecutor {
+ public:
+  static constexpr const char* kName = "dnnl";
+  static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
+
+  // "vnni" when oneDNN's int8 kernels run on VNNI here (u8 x s8 products summed in int32: exact for any weight
+  // and for s8 sources), else "no_vnni" (pairs summed in int16, which saturates; an s8 source halves the
+  // weights): codegens/dnnl/quantized.py sends such units both ways. oneDNN's effective ISA, so
+  // ONEDNN_MAX_CPU_ISA counts.
+  static std::set<std::string> CpuFeatures() {
+    auto bit = [](dnnl::cpu_isa with, dnnl::cpu_isa without) { return static_cast<int>(with) & ~static_cast<int>(without); };
+    int vnni = bit(dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx2) |
+               bit(dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core);
+    return {(static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni) ? "vnni" : "no_vnni"};
+  }
+
+  explicit DnnlExecutor(const ParsedGraph& graph)
+      : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
+
+  // What the module holds besides its constants as given: one workspace per call in flight,
+  // and the reordered constants of each program compiled (the serial one once it has run).
+  MemoryUse Memory() const {
+    MemoryUse use{team_.WorkspaceBytes(), team_.ConstantBytes()};
+    if (const Program* serial = serial_ready_.load(std::memory_order_acquire)) {
+      use.workspace_bytes = std::max(use.workspace_bytes, serial->WorkspaceBytes());
+      use.constant_bytes += serial->ConstantBytes();
+    }
+    return use;
+  }
+
+  void Run(float* const* in, float* const* out) const {
+    if (!watch_) {  // nothing to choose: no clock reads on the path of small modules
+      g_team_runs.fetch_add(1, std::memory_order_relaxed);
+      return team_.Run(in, out);
+    }
+    bool serial = chooser_.Call(
+        [&] {
+          double wall = ClockUs(CLOCK_MONOTONIC), cpu = ClockUs(CLOCK_THREAD_CPUTIME_ID);
+          team_.Run(in, out);
+          return std::make_pair(ClockUs(CLOCK_MONOTONIC) - wall, ClockUs(CLOCK_THREAD_CPUTIME_ID) - cpu);
+        },
+        [&] {
+          const Program& program = Serial();  // compiled on first use, outside the timing
+          double wall = ClockUs(CLOCK_MONOTONIC);
+          program.Run(in, out);
+          return ClockUs(CLOCK_MONOTONIC) - wall;
+        });
+    (serial ? g_serial_runs : g_team_runs).fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  const Program& Serial() const {
+    std::call_once(serial_once_, [this] {
+      serial_ = std::make_unique<Program>(g_, 1);
+      serial_ready_.store(serial_.get(), std::memory_order_release);
+    });
+    return *serial_;
+  }
+
+  const ParsedGraph& g_;
+  Program team_;
+  bool watch_;
+  mutable ProgramChooser chooser_;
+  mutable std::once_flag serial_once_;
+  mutable std::unique_ptr<Program> serial_;
+  mutable std::atomic<const Program*> serial_ready_{nullptr};  // serial_, once compiled (for Memory)
+};
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  RegisterGraphRuntime<DnnlExecutor>();
+  tvm::ffi::reflection::GlobalDef()
+      .def("byoc.dnnl.set_max_threads",
+           [](int64_t n) {
+             if (n < 0) Fail("set_max_threads: a thread count is >= 0 (0: OpenMP's default)");
+             g_max_threads.store(static_cast<int>(n));
+           })
+      .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); })
+      .def("byoc.dnnl.run_counts", []() -> tvm::ffi::Array<int64_t> {
+        return {g_team_runs.load(), g_serial_runs.load()};
+      })
+      .def("byoc.dnnl.kernel_runs", []() -> int64_t { return g_kernel_runs.load(); })
+      // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with its
+      // caller `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
+      .def("byoc.dnnl.program_schedule",
+           [](double team_wall_us, double team_cpu_us, double serial_us, int64_t calls) -> tvm::ffi::Array<int64_t> {
+             ProgramChooser chooser;
+             tvm::ffi::Array<int64_t> ran;
+             for (int64_t i = 0; i < calls; ++i)
+               ran.push_back(chooser.Call([&] { return std::make_pair(team_wall_us, team_cpu_us); },
+                                          [&] { return serial_us; }));
+             return ran;
+           });
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc

@@ -1,0 +1,258 @@
+// program.cc -- the builder: a partition's ops compiled into steps on values (the op table is CompileOp's).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "program.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+Program::Program(const ParsedGraph& graph, int max_threads)
+      : g_(graph), value_of_(graph.tensors().size(), -1), winograd_(WinogradOn()) {
+  for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
+    int id = g_.inputs()[slot];
+    value_of_[id] = NewValue(Plain(g_.Shape(id), DataType(g_.tensor(id))), Storage::kInput, static_cast<int>(slot));
+  }
+  for (size_t id = 0; id < g_.tensors().size(); ++id) {
+    if (g_.tensor(id).kind == Kind::kConst) {
+      const std::vector<float>& data = g_.const_data(static_cast<int>(id));
+      if (data.empty()) Fail("constant " + g_.tensor(id).name + " is empty (zero-sized tensors are not supported)");
+      Desc desc = Plain(g_.Shape(id));
+      consts_.push_back(memory(desc, Engine(), const_cast<float*>(data.data())));
+      value_of_[id] = NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+    }
+  }
+  const std::vector<BodyOp>& ops = g_.ops();
+  OmpThreads omp;  // oneDNN sizes each primitive's work split for the team size current at creation
+  double total_us = 0;
+  for (const BodyOp& op : ops) total_us += WorkUs(op);
+  for (size_t k = 0; k < ops.size();) {
+    threads_ = total_us >= kParallelModuleUs && WorkUs(ops[k]) >= kParallelOpUs ? max_threads : 1;
+    omp.Set(threads_);
+    try {
+      k = CompileOp(k);
+    } catch (const dnnl::error& err) {
+      Fail(ops[k].where + ": oneDNN cannot run this op (" + err.what() + ")");
+    }
+  }
+  BindOutputs();
+  PlanArena();
+}
+
+// Whether any primitive runs on a team (else running it serially changes nothing).
+bool Program::parallel() const {
+  for (const Step& step : steps_)
+    if (step.threads > 1) return true;
+  return false;
+}
+
+void Program::Run(float* const* in, float* const* out) const {
+  std::unique_ptr<Workspace> ws = Take();
+  for (Bound& b : ws->inputs) b.mem.set_data_handle(reinterpret_cast<char*>(in[b.slot]) + b.offset);
+  for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
+  {
+    OmpThreads omp;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      omp.Set(steps_[i].threads);
+      if (steps_[i].kernel) {
+        steps_[i].kernel->Run(ws->args[i]);
+        g_kernel_runs.fetch_add(1, std::memory_order_relaxed);
+      } else
+        steps_[i].primitive.execute(ws->stream, ws->args[i]);
+    }
+    ws->stream.wait();
+  }
+  Give(std::move(ws));
+}
+
+// -- values and steps ----------------------------------------------------------------
+int Program::NewValue(const Desc& desc, Storage storage, int slot) {
+  values_.push_back({desc, storage, slot});
+  return static_cast<int>(values_.size() - 1);
+}
+
+// The buffer of `v` seen as `desc` (same bytes: a reshape), or the part of it `offset` bytes in.
+int Program::NewView(int v, const Desc& desc, size_t offset) {
+  values_.push_back({desc, Storage::kTemp, -1, Root(v), values_[v].offset + offset});
+  return static_cast<int>(values_.size() - 1);
+}
+
+// The value holding graph tensor `id` in layout `desc`, reordering once if needed.
+int Program::As(int id, const Desc& desc) {
+  int v = value_of_[id];
+  if (v < 0) Fail("tensor " + g_.tensor(id).name + " is read before it is computed");
+  if (values_[v].desc == desc) return v;
+  auto key = std::make_pair(id, DescKey(desc));
+  auto cached = reorders_.find(key);
+  if (cached != reorders_.end()) return cached->second;
+  int target;
+  if (StorageOf(v) == Storage::kConst) {
+    target = ReorderConst(v, desc);
+  } else {
+    target = NewTemp(desc);
+    AddReorder(v, target);
+  }
+  reorders_[key] = target;
+  return target;
+}
+
+std::string Program::DescKey(const Desc& d) {
+  std::ostringstream os;
+  for (auto x : d.get_dims()) os << x << ',';
+  os << '|' << static_cast<int>(d.get_data_type()) << '|' << static_cast<int>(d.get_format_kind()) << '|';
+  if (d.get_format_kind() == memory::format_kind::blocked) {
+    for (auto x : d.get_strides()) os << x << ',';
+    os << '|';
+    for (auto x : d.get_inner_blks()) os << x << ',';
+    os << '|';
+    for (auto x : d.get_inner_idxs()) os << x << ',';
+  }
+  return os.str();
+}
+
+void Program::AddReorder(int from, int to) {
+  dnnl::reorder::primitive_desc pd(Engine(), values_[from].desc, Engine(), values_[to].desc, UserScratchpad());
+  AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, from, values_[from].desc}, {DNNL_ARG_TO, to, values_[to].desc}},
+          pd.scratchpad_desc());
+}
+
+void Program::AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad,
+                      std::shared_ptr<const Kernel> kernel) {
+  for (const Arg& a : args) {
+    if (StorageOf(a.value) != Storage::kTemp) continue;
+    int step = static_cast<int>(steps_.size());
+    auto& life = lifetimes_.at(Root(a.value));
+    if (life.first < 0 || life.first > step) life.first = step;
+    life.second = std::max(life.second, step);
+  }
+  steps_.push_back({std::move(primitive), std::move(args), scratchpad, threads_, std::move(kernel)});
+}
+
+// Estimated single-thread time of op `op` (the head of the primitive it starts), in microseconds.
+double Program::WorkUs(const BodyOp& op) const {
+  auto numel = [this](int id) {
+    double n = 1;
+    for (int64_t d : g_.Shape(id)) n *= static_cast<double>(d);
+    return n;
+  };
+  double out = numel(op.output), macs = 0, elements = out;
+  bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
+              op.kernel == "qnn.conv1d";
+  if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
+    const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
+    double per = 1;
+    for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
+    macs = (conv ? out : numel(op.inputs[0])) * per;
+  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul") && !op.inputs.empty() &&
+             !g_.Shape(op.inputs[0]).empty()) {
+    macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
+  }
+  for (int x : op.inputs)
+    if (x >= 0) elements += numel(x);
+  return macs / kMacsPerUs + elements / kElementsPerUs;
+}
+
+int Program::NewTemp(const Desc& desc) {
+  int v = NewValue(desc, Storage::kTemp);
+  lifetimes_[v] = {-1, -1};
+  return v;
+}
+
+// The output of op `id` becomes a temp value in the layout the primitive chose.
+int Program::Define(int id, const Desc& desc) {
+  value_of_[id] = NewTemp(desc);
+  return value_of_[id];
+}
+
+// -- ops -----------------------------------------------------------------------------
+// The op table: what each kernel compiles to. An entry compiles the op at `k` (and the ops after it that it
+// fuses: a conv's bias and activations, ...) and returns the index of the first op after them.
+const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
+  using A = const Attrs&;
+  using Op = const BodyOp&;
+  static const std::unordered_map<std::string, OpCompiler> table = {
+      {"relax.nn.conv2d", [](Program& p, size_t k, Op, A a) { return p.Conv(k, a); }},
+      {"relax.nn.conv1d", [](Program& p, size_t k, Op, A a) { return p.Conv(k, a); }},
+      {"relax.nn.conv2d_transpose", [](Program& p, size_t k, Op, A a) { return p.Deconv2d(k, a); }},
+      {"relax.matmul", [](Program& p, size_t k, Op, A) { return p.Matmul(k); }},
+      {"qnn.conv2d", [](Program& p, size_t k, Op, A a) { return p.QuantizedConv(k, a); }},
+      {"qnn.conv1d", [](Program& p, size_t k, Op, A a) { return p.QuantizedConv(k, a); }},
+      {"qnn.matmul", [](Program& p, size_t k, Op, A a) { return p.QuantizedMatmul(k, a); }},
+      {"qnn.add", [](Program& p, size_t k, Op op, A a) { return p.QuantizedAdd(op, a), k + 1; }},
+      {"relax.quantize", [](Program& p, size_t k, Op op, A a) { return p.QuantizeReorder(op, a, true), k + 1; }},
+      {"relax.dequantize", [](Program& p, size_t k, Op op, A a) { return p.QuantizeReorder(op, a, false), k + 1; }},
+      {"relax.reshape", [](Program& p, size_t k, Op op, A) { return p.Reshape(op), k + 1; }},
+      {"relax.squeeze", [](Program& p, size_t k, Op op, A) { return p.Reshape(op), k + 1; }},
+      {"relax.expand_dims", [](Program& p, size_t k, Op op, A) { return p.Reshape(op), k + 1; }},
+      {"relax.flatten", [](Program& p, size_t k, Op op, A) { return p.Reshape(op), k + 1; }},
+      // one that repeats no values (the rule checks)
+      {"relax.broadcast_to", [](Program& p, size_t k, Op op, A) { return p.Reshape(op), k + 1; }},
+      {"relax.permute_dims", [](Program& p, size_t k, Op op, A a) { return p.Transpose(op, a), k + 1; }},
+      {"relax.nn.max_pool2d", [](Program& p, size_t k, Op op, A a) { return p.Pool(op, a), k + 1; }},
+      {"relax.nn.avg_pool2d", [](Program& p, size_t k, Op op, A a) { return p.Pool(op, a), k + 1; }},
+      {"relax.stack", [](Program& p, size_t k, Op op, A a) { return p.Stack(op, a), k + 1; }},
+      {"relax.nn.softmax", [](Program& p, size_t k, Op op, A a) { return p.Softmax(op, a), k + 1; }},
+      {"relax.nn.layer_norm", [](Program& p, size_t k, Op op, A a) { return p.LayerNorm(op, a), k + 1; }},
+      {"relax.concat", [](Program& p, size_t k, Op op, A a) { return p.Concat(op, a), k + 1; }},
+      {"relax.image.resize2d", [](Program& p, size_t k, Op op, A a) { return p.Resize(op, a), k + 1; }},
+      {"relax.strided_slice", [](Program& p, size_t k, Op op, A a) { return p.StridedSlice(op, a), k + 1; }},
+      {"relax.split", [](Program& p, size_t k, Op op, A a) { return p.Split(op, a), k + 1; }},
+      {"relax.nn.batch_norm", [](Program& p, size_t k, Op op, A a) { return p.BatchNorm(op, a), k + 1; }},
+  };
+  return table;
+}
+
+size_t Program::CompileOp(size_t k) {
+  if (merged_.count(k)) return k + 1;  // computed with an earlier matmul (SideBySide)
+  const BodyOp& op = g_.ops()[k];
+  // Forms spelled as several ops, each starting with an element-wise op, a reshape or a dequantize (never
+  // with a kernel of the table's own that takes ops after it): each returns how many ops it took, 0 if none.
+  for (size_t (Program::*form)(size_t) : {&Program::FakeQuantizedAt, &Program::LrnAt, &Program::ChannelShuffleAt,
+                                          &Program::ActivationFormAt})
+    if (size_t n = (this->*form)(k)) return k + n;
+  Attrs a(op.attrs, op.where);
+  auto entry = OpTable().find(op.kernel);
+  if (entry != OpTable().end()) return entry->second(*this, k, op, a);
+  // The families with an algorithm per kernel: reductions, binary ops, and element-wise functions.
+  if (const algorithm* reduction = ReductionOf(op.kernel)) {
+    Reduce(op, a, *reduction);
+  } else if (const algorithm* alg = BinaryAlgorithm(op.kernel)) {
+    Binary(op, *alg, Commutes(op.kernel));
+  } else {
+    PostOp p;
+    if (!EltwiseOf(op, &p)) Fail(op.where + ": no oneDNN primitive for " + op.kernel);
+    Arity(op, op.kernel == "relax.power" ? 2 : 1);
+    Eltwise(op, op.inputs[0], p.alg, p.alpha, p.beta, op.output);
+  }
+  return k + 1;
+}
+
+// An activation spelled as several ops (GELU, swish, hard-swish...) on its own, not after a primitive: one
+// eltwise primitive.
+size_t Program::ActivationFormAt(size_t k) {
+  const BodyOp& op = g_.ops()[k];
+  for (int x : op.inputs) {
+    PostOp p;
+    int reads = 0;
+    if (x < 0 || g_.tensor(x).kind == Kind::kConst) continue;
+    if (size_t n = ActivationAt(k, x, &p, &reads)) {
+      Eltwise(op, x, p.alg, p.alpha, p.beta, g_.ops()[k + n - 1].output);
+      return n;
+    }
+  }
+  return 0;
+}
+
+void Program::Arity(const BodyOp& op, size_t n) const {
+  if (op.inputs.size() != n) Fail(op.where + " takes " + std::to_string(n) + " inputs, got " + std::to_string(op.inputs.size()));
+}
+
+void Program::SameShape(const BodyOp& op, int input) const {
+  if (g_.Shape(input) != g_.Shape(op.output))
+    Fail(op.where + ": output shape " + ShapeStr(g_.Shape(op.output)) + " differs from " + ShapeStr(g_.Shape(input)));
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc

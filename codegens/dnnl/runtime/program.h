@@ -1,0 +1,330 @@
+// program.h -- a partition compiled into oneDNN primitives: the Program class. Its methods live in one file
+// per concern, named beside each group of declarations below; program.cc holds the op table.
+#ifndef BYOC_DNNL_PROGRAM_H_
+#define BYOC_DNNL_PROGRAM_H_
+
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+// A partition compiled into oneDNN primitives for teams of at most `max_threads` threads.
+class Program {
+ public:
+  Program(const ParsedGraph& graph, int max_threads);
+  bool parallel() const;
+  void Run(float* const* in, float* const* out) const;
+  // Bytes a call works in (the arena of intermediates and the largest scratchpad), and the
+  // bytes of the constants this program made (weights reordered for its primitives).
+  size_t WorkspaceBytes() const { return arena_bytes_ + scratch_bytes_; }
+  size_t ConstantBytes() const { return owned_const_bytes_; }
+
+ private:
+  struct Bound {  // a memory object on a caller's buffer, set per call
+    int slot;
+    memory mem;
+    size_t offset;
+  };
+  struct Workspace {
+    std::unique_ptr<char, decltype(&std::free)> arena{nullptr, &std::free};
+    std::vector<std::unordered_map<int, memory>> args;  // per step
+    std::vector<Bound> inputs, outputs;
+    dnnl::stream stream;
+  };
+  // A conv1d/conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,
+  // dilation counted from 0, padding split into its two sides.
+  struct ConvDims {
+    int64_t groups;
+    Dims weights, strides, dilation, pad_l, pad_r;
+  };
+  // The value that owns the buffer `v` reads: itself, or what it is a view of.
+  int Root(int v) const { return values_[v].base >= 0 ? values_[v].base : v; }
+  Storage StorageOf(int v) const { return values_[Root(v)].storage; }
+  static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
+  static bool Near(float value, double want) { return std::fabs(value - want) <= 1e-6 * std::fabs(want) + 1e-7; }
+  // Folds the ops after the head at `k` (same node, single reader) into post-ops.
+  // `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  template <class BiasOk>
+  Fused FusePostOps(size_t k, BiasOk bias_ok) const {
+    const std::vector<BodyOp>& ops = g_.ops();
+    Fused f;
+    f.last = ops[k].output;
+    f.next = k + 1;
+    const std::vector<int64_t>& shape = g_.Shape(f.last);
+    while (f.next < ops.size() && ops[f.next].node == ops[k].node) {
+      const BodyOp& op = ops[f.next];
+      int x = f.last;
+      PostOp act;
+      int reads = 0;
+      size_t length = ActivationAt(f.next, x, &act, &reads);
+      bool activation = length > 0 && g_.uses(x) == reads;
+      if (!activation) length = 1;
+      if (activation) {
+        f.post.push_back(act);
+      } else if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
+        break;
+      } else if (PostOp p; EltwiseOf(op, &p)) {
+        if (op.inputs[0] != x) break;
+        f.post.push_back(p);
+      } else if (op.inputs.size() == 2 && (op.inputs[0] == x || op.inputs[1] == x)) {
+        bool x_first = false;
+        float c = ScalarOperand(op, x, &x_first);
+        int other = op.inputs[0] == x ? op.inputs[1] : op.inputs[0];
+        const std::string& kernel = op.kernel;
+        if (kernel == "relax.add" && f.post.empty() && f.bias < 0 && bias_ok(other)) {
+          f.bias = other;
+        } else if (PostOp p{algorithm::eltwise_linear}; LinearOf(kernel, c, x_first, &p.alpha, &p.beta)) {
+          f.post.push_back(p);
+        } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || Commutes(kernel)) &&
+                   Broadcasts(g_.Shape(other), shape)) {
+          PostOp p;
+          p.alg = *BinaryAlgorithm(kernel);
+          p.tensor = other;
+          f.post.push_back(p);
+        } else {
+          break;
+        }
+      } else {
+        break;
+      }
+      f.last = ops[f.next + length - 1].output;
+      f.next += length;
+    }
+    return f;
+  }
+  // Creates the primitive desc, then again if a full-shape binary operand's layout
+  // differs from the dst layout oneDNN chose (the operand is then reordered to it).
+  template <class MakePd>
+  auto CreateWithPostOps(const Fused& f, const std::vector<int64_t>& shape, MakePd make) const {
+    auto pd = make(UserScratchpad(BuildPostOps(f, shape, nullptr)));
+    Desc dst = pd.dst_desc();
+    for (const PostOp& p : f.post) {
+      if (p.tensor >= 0 && g_.Shape(p.tensor) == shape && values_[value_of_[p.tensor]].desc != dst)
+        return make(UserScratchpad(BuildPostOps(f, shape, &dst)));
+    }
+    return pd;
+  }
+  // The same constant bytes seen with other dims (a group axis, leading 1s).
+  int ConstView(int v, const Desc& desc) { return values_[v].desc == desc ? v : NewView(v, desc); }
+  // -- int8 (see codegens/dnnl/quantized.py for what the Python side sends) ---------------
+  // oneDNN's quantization: real = scale * (q - zero_point). Scales and zero points are
+  // execution arguments; the module keeps them as constants.
+  template <class T>
+  int OwnedConst(const std::vector<T>& values, memory::data_type type) {
+    Desc desc({static_cast<int64_t>(values.size())}, type, memory::format_tag::a);
+    memory m(desc, Engine());
+    std::memcpy(m.get_data_handle(), values.data(), values.size() * sizeof(T));
+    return KeepConst(m);
+  }
+  // Whether oneDNN chose its reference (scalar C++) implementation for `pd`.
+  template <class Pd>
+  static bool IsReference(const Pd& pd) {
+    return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+  }
+  // A generated kernel ("jit:...", "brg..."), not a reference or plain-C one ("ref:any", "simple_nchw:any").
+  template <class Pd>
+  static bool IsJit(const Pd& pd) {
+    std::string impl = pd.impl_info_str();
+    return impl.find("jit") != std::string::npos || impl.rfind("brg", 0) == 0;
+  }
+  // The primitive desc `make` gives for sources `ids` (a sum or a concat) in the layouts their
+  // producers chose, when oneDNN has a fast kernel for that mix. Otherwise all in the layout of
+  // one of them (reordering the others is a jit reorder, where oneDNN's sum or concat of a mix
+  // is its reference kernel: measured on ShuffleNet, 13 sums of nhwc + nChw8c terms took 0.93
+  // ms of its 6.2 ms), and all plain when nothing else can be made.
+  template <class Make>
+  auto WithSourceLayouts(const std::vector<int>& ids, Make make) const {
+    auto in_layout = [&](int layout_of) {
+      std::vector<Desc> srcs;
+      for (int id : ids) {
+        const Desc& own = values_[value_of_[id]].desc;
+        if (g_.tensor(id).kind == Kind::kConst) {
+          srcs.push_back(Plain(g_.Shape(id)));
+        } else if (layout_of < 0) {
+          srcs.push_back(own);
+        } else {
+          auto tag = TagOf(values_[value_of_[layout_of]].desc);
+          srcs.push_back(tag == memory::format_tag::undef ? own : Desc(own.get_dims(), own.get_data_type(), tag));
+        }
+      }
+      return make(srcs);
+    };
+    try {
+      auto pd = in_layout(-1);
+      if (!IsReference(pd)) return pd;
+      for (int id : ids) {
+        if (g_.tensor(id).kind == Kind::kConst || TagOf(values_[value_of_[id]].desc) == memory::format_tag::undef)
+          continue;
+        try {
+          auto uniform = in_layout(id);
+          if (!IsReference(uniform)) return uniform;
+        } catch (const dnnl::error&) {  // that layout does not fit every source (a block cut by the axis)
+        }
+      }
+      return pd;
+    } catch (const dnnl::error&) {  // a mix of layouts oneDNN cannot combine at all
+      std::vector<Desc> plain;
+      for (int id : ids) plain.push_back(Plain(g_.Shape(id)));
+      return make(plain);
+    }
+  }
+
+  // program.cc: the builder: a partition's ops compiled into steps on values (the op table is CompileOp's)
+  int NewValue(const Desc& desc, Storage storage, int slot = -1);
+  int NewView(int v, const Desc& desc, size_t offset = 0);
+  int As(int id, const Desc& desc);
+  static std::string DescKey(const Desc& d);
+  void AddReorder(int from, int to);
+  void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad,
+               std::shared_ptr<const Kernel> kernel = nullptr);
+  double WorkUs(const BodyOp& op) const;
+  int NewTemp(const Desc& desc);
+  int Define(int id, const Desc& desc);
+  using OpCompiler = size_t (*)(Program& p, size_t k, const BodyOp& op, const Attrs& a);
+  static const std::unordered_map<std::string, OpCompiler>& OpTable();
+  size_t CompileOp(size_t k);
+  size_t ActivationFormAt(size_t k);
+  void Arity(const BodyOp& op, size_t n) const;
+  void SameShape(const BodyOp& op, int input) const;
+
+  // memory_plan.cc: the memory plan: outputs bound in place, intermediates packed into one arena by lifetime, and
+  // the pool of per-call workspaces
+  void BindOutputs();
+  void PlanArena();
+  std::unique_ptr<Workspace> Take() const;
+  void Give(std::unique_ptr<Workspace> ws) const;
+
+  // fusion.cc: ops folded into a primitive: post-op chains, and the activations spelled as several ops
+  float ScalarOperand(const BodyOp& op, int x, bool* x_first) const;
+  static bool LinearOf(const std::string& kernel, float c, bool x_first, float* alpha, float* beta);
+  size_t GeluAt(size_t j, int x) const;
+  size_t GeluTanhAt(size_t j, int x, int* x_reads) const;
+  size_t ActivationAt(size_t j, int x, PostOp* p, int* x_reads) const;
+  post_ops BuildPostOps(const Fused& f, const std::vector<int64_t>& shape, const Desc* full) const;
+  Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const;
+  void AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::vector<int64_t>& shape, const Desc& dst);
+
+  // elementwise.cc: element-wise ops: eltwise primitives and binary ops (with a scalar, an outer product, broadcasts)
+  void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output);
+  bool EltwiseOf(const BodyOp& op, PostOp* p) const;
+  static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel);
+  static const algorithm* BinaryAlgorithm(const std::string& kernel);
+  static bool Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
+  void Binary(const BodyOp& op, algorithm alg, bool commutes);
+  bool WithScalar(const BodyOp& op);
+  bool OuterProduct(const BodyOp& op);
+
+  // conv.cc: convolutions: conv1d/conv2d (direct, or Winograd: winograd.cc) and the transposed conv2d
+  ConvDims ConvShape(const BodyOp& op, const Attrs& a) const;
+  static dnnl::convolution_forward::primitive_desc ConvPd(const ConvDims& c, const Desc& src, const Desc& weights,
+                                                          const Desc* bias, const Desc& dst,
+                                                          const primitive_attr& attr);
+  size_t Conv(size_t k, const Attrs& a);
+  static size_t UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                                const std::vector<int64_t>& ys, const ConvDims& c);
+  static void DropSpatialAxis(ConvDims* c, size_t d);
+  bool ChannelBias(int b, int64_t channels, size_t rank) const;
+  size_t Deconv2d(size_t k, const Attrs& a);
+
+  // winograd.cc: big 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) around one batched matmul
+  size_t WinogradConv(size_t k, const ConvDims& c, const Fused& f);
+
+  // constants.cc: constants: weights reordered once into the layouts their primitives chose
+  int ReorderConst(int v, const Desc& desc, const std::vector<double>& scales = {}, int mask = 0);
+  static memory Reordered(memory source, const Desc& desc, const std::vector<double>& scales = {}, int mask = 0);
+  static std::vector<double> WeightScales(const Attrs& a);
+  int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask);
+  int KeepConst(const memory& m);
+
+  // matmul.cc: matmuls, and one-row matmuls by constant weights that read the same row run side by side
+  size_t SideBySide(size_t k);
+  size_t Matmul(size_t k);
+
+  // int8.cc: int8 units: quantized convs, matmuls and adds, quantize/dequantize, and fake-quantized element-wise units
+  void Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales, int mask);
+  void ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point);
+  post_ops OutputRange(const Attrs& a, memory::data_type type) const;
+  static Desc Retyped(const Desc& desc, const TensorInfo& t);
+  static Desc ChannelsLast(const std::vector<int64_t>& shape, memory::data_type type);
+  void QuantizedAdd(const BodyOp& op, const Attrs& a);
+  size_t FakeQuantizedAt(size_t k);
+  static bool PerTensor(const BodyOp& op);
+  void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize);
+  primitive_attr QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args);
+  size_t QuantizedConv(size_t k, const Attrs& a);
+  bool WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c);
+  size_t QuantizedMatmul(size_t k, const Attrs& a);
+  bool RowsAsConv(const BodyOp& op, const Attrs& a);
+
+  // byte_tables.cc: 8-bit element-wise units run as 256-entry byte tables, composed and chained
+  std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
+                                     const std::map<int, memory>& operands) const;
+  static memory SourceCodes(memory::data_type type);
+  memory BytesOf(int id, int source) const;
+  void DropComposedTables(const Fused& f, const std::vector<size_t>& dqs);
+  std::optional<ByteTable> TakeLastTable(int id);
+
+  // layout.cc: data movement kept in its source's layout: reshape, transpose, channel shuffle, concat, stack,
+  // slices, split, resize
+  void Reshape(const BodyOp& op);
+  void Transpose(const BodyOp& op, const Attrs& a);
+  size_t ChannelShuffleAt(size_t k);
+  static bool IsStrided(const Desc& desc);
+  static memory::format_tag TagOf(const Desc& desc);
+  void Concat(const BodyOp& op, const Attrs& a);
+  void Stack(const BodyOp& op, const Attrs& a);
+  bool CopyBlockedPart(const BodyOp& op, const Dims& offsets);
+  static std::string ResizeUnsupported(const std::string& method, const std::string& ctm, const std::string& rounding,
+                                       const std::vector<int64_t>& xs, const std::vector<int64_t>& ys);
+  void Resize(const BodyOp& op, const Attrs& a);
+  void StridedSlice(const BodyOp& op, const Attrs& a);
+  void Split(const BodyOp& op, const Attrs& a);
+  void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);
+
+  // reduce.cc: pooling and reductions
+  void Pool(const BodyOp& op, const Attrs& a);
+  static const algorithm* ReductionOf(const std::string& kernel);
+  void Reduce(const BodyOp& op, const Attrs& a, algorithm alg);
+  void ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorithm alg);
+  bool ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean);
+  void GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg);
+  bool ReducedOverOnly(int id, size_t axis) const;
+  void SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean);
+
+  // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
+  void Softmax(const BodyOp& op, const Attrs& a);
+  void LayerNorm(const BodyOp& op, const Attrs& a);
+  size_t LrnAt(size_t k);
+  void BatchNorm(const BodyOp& op, const Attrs& a);
+
+  const ParsedGraph& g_;
+  std::vector<int> value_of_;  // graph tensor -> its value as computed
+  std::vector<Value> values_;
+  std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
+  std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
+  std::set<size_t> merged_;  // matmul ops a sibling computed (SideBySide)
+  std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
+  std::map<std::string, int> const_reorders_;  // (constant, view, layout, scales) -> value
+  std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
+  std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
+  std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
+  std::vector<Step> steps_;
+  bool winograd_;    // BYOC_DNNL_WINOGRAD is not off
+  int threads_ = 1;  // the team size of the op being compiled
+  size_t arena_bytes_ = 0, scratch_bytes_ = 0, owned_const_bytes_ = 0;
+  mutable std::mutex pool_mutex_;
+  mutable std::vector<std::unique_ptr<Workspace>> pool_;
+};
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
+
+#endif  // BYOC_DNNL_PROGRAM_H_
