@@ -1,7 +1,8 @@
 """The supported-op table of each vendor, generated from its registered rules.
 
-``python -m byoc.optable [--vendor NAME ...]`` prints, per vendor, every rule
-with the Relax op or pattern it takes and the constraints its check enforces.
+``python -m byoc.optable [--vendor NAME ...] [--update FILE]`` prints, per vendor,
+every rule with the Relax op or pattern it takes and the constraints its check
+enforces; with ``--update`` it writes them into FILE instead.
 Nothing is written by hand: the ops come from the rules and the patterns they
 build, the constraints from the checks, read in this order:
 
@@ -11,15 +12,19 @@ build, the constraints from the checks, read in this order:
 3. the first line of the check's docstring;
 4. the check's function name.
 
-The project README embeds the output between ``<!-- optable:begin -->`` and
-``<!-- optable:end -->``; a test keeps the two equal.
+docs/ops.md holds the output for the bundled vendors between
+``<!-- optable:begin -->`` and ``<!-- optable:end -->``; a test keeps the two
+equal. Regenerate it with
+``python -m byoc.optable --vendor c_source json_runtime dnnl --update docs/ops.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from byoc.vendor.registry import get_vendor, list_vendors
@@ -126,17 +131,52 @@ def markdown(vendors: Iterable[str] | None = None) -> str:
     return "\n".join(out)
 
 
+BEGIN = "<!-- optable:begin -->\n"
+END = "<!-- optable:end -->"
+_SECTION = re.compile(re.escape(BEGIN) + r"(.*?)" + re.escape(END), re.S)
+
+
+def embedded(text: str) -> str | None:
+    """The table embedded in ``text`` between BEGIN and END, or None when it has no such section."""
+    found = _SECTION.search(text)
+    return found.group(1) if found else None
+
+
+def update(path: Path, table: str) -> bool:
+    """Replace the section of ``path`` between BEGIN and END with ``table``; True when it changed."""
+    text = path.read_text()
+    if embedded(text) is None:
+        raise ValueError(f"{path} has no {BEGIN.strip()} ... {END} section")
+    new = _SECTION.sub(lambda _: BEGIN + table + END, text, count=1)
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m byoc.optable", description=__doc__.splitlines()[0])
     parser.add_argument("--vendor", nargs="+", metavar="NAME", help="vendors to list (default: all registered)")
+    parser.add_argument(
+        "--update", metavar="FILE", type=Path,
+        help=f"write the table into FILE between '{BEGIN.strip()}' and '{END}' (docs/ops.md) instead of printing it",
+    )
     args = parser.parse_args(argv)
     from byoc.errors import ByocError
 
     try:
-        sys.stdout.write(markdown(args.vendor))
+        table = markdown(args.vendor)
     except ByocError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.update is None:
+        sys.stdout.write(table)
+        return 0
+    try:
+        changed = update(args.update, table)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.update}: {'updated' if changed else 'already up to date'}", file=sys.stderr)
     return 0
 
 

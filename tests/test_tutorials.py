@@ -1,4 +1,4 @@
-"""The tutorials run as written, and the README's op table is the generated one.
+"""The tutorials run as written, the README's examples print what it shows, and docs/ops.md is the generated op table.
 
 Each tutorial README is executed block by block in a fresh folder:
 
@@ -238,18 +238,38 @@ def test_tutorial_02_without_the_cross_toolchain_names_every_missing_package(tmp
     assert "qemu-user" in lines[0] and "Traceback" not in done.stderr
 
 
-# -- the project README ------------------------------------------------------------------------
+# -- the project README and docs/ops.md --------------------------------------------------------
 OPTABLE_VENDORS = ("c_source", "json_runtime", "dnnl")
+OPS_PAGE = REPO / "docs" / "ops.md"
 
 
-def test_readme_op_table_is_generated():
-    text = (REPO / "README.md").read_text()
-    found = re.search(r"<!-- optable:begin -->\n(.*?)<!-- optable:end -->", text, re.S)
-    assert found, "README.md has no <!-- optable:begin --> ... <!-- optable:end --> section"
-    assert found.group(1) == optable.markdown(OPTABLE_VENDORS), (
-        "README.md's op table is stale; regenerate it with "
-        f"`python -m byoc.optable --vendor {' '.join(OPTABLE_VENDORS)}`"
+def test_ops_page_op_table_is_generated():
+    table = optable.embedded(OPS_PAGE.read_text())
+    assert table is not None, "docs/ops.md has no <!-- optable:begin --> ... <!-- optable:end --> section"
+    assert table == optable.markdown(OPTABLE_VENDORS), (
+        "docs/ops.md's op table is stale; regenerate it with "
+        f"`python -m byoc.optable --vendor {' '.join(OPTABLE_VENDORS)} --update docs/ops.md`"
     )
+
+
+def test_optable_update_rewrites_only_the_marked_section(tmp_path):
+    page = tmp_path / "ops.md"
+    page.write_text("# intro\n\n<!-- optable:begin -->\nstale\n<!-- optable:end -->\n\ntail\n")
+    argv = [sys.executable, "-m", "byoc.optable", "--vendor", "c_source", "--update", str(page)]
+    assert subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT).returncode == 0
+    text = page.read_text()
+    assert text.startswith("# intro\n\n") and text.endswith("<!-- optable:end -->\n\ntail\n")
+    assert optable.embedded(text) == optable.markdown(["c_source"])
+    (tmp_path / "plain.md").write_text("no markers\n")
+    argv[-1] = str(tmp_path / "plain.md")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    assert done.returncode == 2 and "has no <!-- optable:begin -->" in done.stderr
+    assert (tmp_path / "plain.md").read_text() == "no markers\n"
+
+
+def test_readme_links_to_the_op_table_and_holds_none():
+    text = (REPO / "README.md").read_text()
+    assert "(docs/ops.md)" in text and "<!-- optable:begin -->" not in text
 
 
 def test_optable_reads_constraints_from_checks(toy_npu):
