@@ -10,8 +10,10 @@ TVM's LLVM target builds the rest.
     print(artifact.plan.partitions)
 
 Public API: :func:`compile`, :func:`partition`, :func:`annotate`,
-:func:`build`, :func:`load`, :func:`import_model`, and the vendor registry
-(:func:`register_vendor`, :func:`list_vendors`, :func:`get_vendor`).
+:func:`build`, :func:`load`, :func:`import_model`, the vendor registry
+(:func:`register_vendor`, :func:`list_vendors`, :func:`get_vendor`), and
+what a vendor writes (:class:`Vendor`, :class:`OpRule`, :class:`PatternRule`,
+:class:`Codegen`, :class:`VendorOption`).
 
 ``byoc.partition`` is both the function and the module behind
 ``python -m byoc.partition``: the module object is callable, so neither
@@ -23,7 +25,7 @@ from byoc._version import __version__  # noqa: F401 - public
 from byoc.errors import *  # noqa: F401,F403 - the typed errors are public API
 from byoc.pipeline.frontend import import_model, load_model
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
-from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
+from byoc.vendor import SUPPORTED, Codegen, Match, OpRule, PatternRule, Vendor, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 from byoc.pipeline.annotator import Annotation, Decision, annotate
 from byoc.pipeline.partitioner import Partition, PartitionPlan
@@ -35,8 +37,8 @@ from byoc import _moved
 _moved.install()
 
 __all__ = [
-    "Annotation", "Artifact", "Decision", "ImportedModel", "Match", "OpRule", "Partition",
-    "PartitionPlan", "PatternRule", "SUPPORTED", "TensorSpec", "Vendor", "annotate", "build",
+    "Annotation", "Artifact", "Codegen", "Decision", "ImportedModel", "Match", "OpRule", "Partition",
+    "PartitionPlan", "PatternRule", "SUPPORTED", "TensorSpec", "Vendor", "VendorOption", "annotate", "build",
     "compile", "get_vendor", "import_model", "list_vendors", "load", "load_model", "partition",
     "register_vendor", "unregister_vendor",
 ]

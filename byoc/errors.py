@@ -83,6 +83,18 @@ class VendorError(ByocError):
     """A vendor definition or registration is invalid."""
 
 
+class VendorOptionError(VendorError, ValueError):
+    """A vendor option is unknown, or its value is of the wrong type or not among its choices.
+
+    ``vendor`` and ``option`` name it (empty when the message is about a declaration).
+    """
+
+    def __init__(self, message: str, vendor: str = "", option: str = ""):
+        super().__init__(message)
+        self.vendor = vendor
+        self.option = option
+
+
 class PolicyError(ByocError):
     """A partitioning policy (``keep_on_host``, ``min_ops``) names something that is not in the model."""
 

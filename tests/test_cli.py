@@ -338,3 +338,36 @@ def test_export_onnx_warns_in_one_line_when_a_node_is_split(model_dir, tmp_path)
     assert len(lines) == 1 and lines[0].startswith("python -m byoc.partition: warning: ONNX nodes whose ops went "
                                                    "to several places stay plain nodes"), lines
     assert "fc1 (mm_only_0 + c_source_2); partitions with no whole node, so absent from the file: mm_only_0, c_source_2" in lines[0]
+
+
+# -- vendor options --------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, message", [
+    (["--vendor", "dnnl", "--vendor-option", "dnnl.winograd=maybe"],
+     "vendor 'dnnl' option 'winograd' takes on or off (True or False), got 'maybe'"),
+    (["--vendor", "dnnl", "--vendor-option", "dnnl.winogard=off"],
+     "vendor 'dnnl' has no option 'winogard'; its options are contention_watch, winograd"),
+    (["--vendor-option", "dnnl.winograd=off"],
+     "vendor 'dnnl' is not among the vendors (c_source); add it with --vendor"),
+    (["--vendor-option", "winograd=off"], "expected VENDOR.OPTION=VALUE, e.g. dnnl.winograd=off"),
+], ids=["bad-value", "unknown-option", "vendor-not-used", "no-vendor"])
+def test_a_bad_vendor_option_is_exit_2_with_one_line(model_dir, argv, message):
+    code, out, err = run_cli(model_dir / "small_cnn.onnx", *argv, "-q")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_vendor_options_reach_the_verify_build_and_the_report(model_dir, monkeypatch):
+    monkeypatch.setenv("BYOC_DNNL_CONTENTION", "off")
+    code, out, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--vendor-option", "dnnl.winograd=off",
+                             "--vendor-option", "dnnl.contention_watch=on", "--verify", "-q")
+    assert code == 0, err
+    assert out.splitlines()[2] == ("vendor options: dnnl.contention_watch=off (BYOC_DNNL_CONTENTION=off from the "
+                                   "environment), dnnl.winograd=off")
+    assert "Verification: ok" in out
+    monkeypatch.delenv("BYOC_DNNL_CONTENTION")
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--vendor-option", "dnnl.winograd=off",
+                           "--format", "json", "-q")
+    assert code == 0 and json.loads(out)["vendor_options"] == {
+        "dnnl": {"winograd": {"value": False, "default": True, "source": "build"}}}
+    code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "-q")
+    assert code == 0 and "vendor options" not in out  # every option its default: the report is as before

@@ -52,6 +52,29 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _vendor_option(text: str) -> tuple[str, str, str]:
+    """``dnnl.winograd=off`` -> ``("dnnl", "winograd", "off")``; the value is read by the option's type later."""
+    key, sep, value = text.partition("=")
+    vendor, dot, name = key.strip().partition(".")
+    if not sep or not dot or not vendor or not name or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected VENDOR.OPTION=VALUE, e.g. dnnl.winograd=off; got {text!r}")
+    return vendor, name.strip(), value.strip()
+
+
+def _vendor_options(vendors, assignments) -> dict:
+    """The ``--vendor-option`` assignments as ``vendor_options`` (vendor -> option -> value of its type)."""
+    from byoc.errors import VendorOptionError
+
+    by_name = {v.name: v for v in vendors}
+    options: dict[str, dict] = {}
+    for vendor, name, text in assignments:
+        if vendor not in by_name:
+            raise VendorOptionError(f"--vendor-option {vendor}.{name}: vendor {vendor!r} is not among the vendors "
+                                    f"({', '.join(by_name)}); add it with --vendor", vendor=vendor, option=name)
+        options.setdefault(vendor, {})[name] = by_name[vendor].option(name).parse(text, vendor)
+    return options
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
     from byoc.tools.report import FORMATS
@@ -75,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "cannot run there offloads nothing, with that reason")
     parser.add_argument("--strict", action="store_true",
                         help="a vendor that cannot run on the target, or whose codegen fails, is an error")
+    parser.add_argument("--vendor-option", type=_vendor_option, action="append", default=[],
+                        metavar="VENDOR.OPTION=VALUE",
+                        help="set an option a vendor declares, e.g. dnnl.winograd=off (on/off for switches; "
+                             "repeatable); used by the --verify build and shown in the report when not the default")
     parser.add_argument("--input-shape", type=_input_shape, action="append", default=[],
                         metavar="NAME=D1,D2,...", help="static shape for a dynamic input (repeatable)")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
@@ -127,7 +154,7 @@ def _run(args, say) -> int:
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
     from byoc.tools.verify import load_inputs, verify
-    from byoc.pipeline.builder import build
+    from byoc.pipeline.builder import build, vendor_option_settings
 
     if args.list_vendors:
         sys.stdout.write(_list_vendors())
@@ -136,6 +163,8 @@ def _run(args, say) -> int:
         raise _UsageError("MODEL.onnx is required (or use --list-vendors)")
     _check_paths(args)
     vendors = resolve_vendors(args.vendor or ["c_source"])
+    vendor_options = _vendor_options(vendors, args.vendor_option)
+    settings = vendor_option_settings(vendors, vendor_options)  # checked before the model is read
     target = resolve_target(args.target)
     shapes = dict(args.input_shape)
 
@@ -153,12 +182,15 @@ def _run(args, say) -> int:
     if args.verify:
         inputs = load_inputs(args.inputs) if args.inputs else None
         say(f"verify: building for {target.name}")
-        artifact = build(plan, target=target)
+        artifact = build(plan, target=target, vendor_options=vendor_options)
+        settings = artifact.vendor_option_settings
         memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
         verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
                               progress=say, artifact=artifact)
+    used = {p.vendor for p in plan.partitions} if verification is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
-                          verification.as_dict() if verification else None)
+                          verification.as_dict() if verification else None,
+                          {vendor: options for vendor, options in settings.items() if vendor in used})
     text = render(report, args.format)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -63,6 +63,22 @@ class Artifact:
 
         return {name: RuntimeMemory(*pair) for name, pair in self.metadata.get("runtime_memory", {}).items()}
 
+    @property
+    def vendor_options(self) -> dict:
+        """Vendor -> option -> value: the options each vendor's codegen was built with (those it declares,
+        for the vendors with partitions), as stored in the artifact, so a loaded one reports them too."""
+        return {vendor: {name: setting.value for name, setting in options.items()}
+                for vendor, options in self.vendor_option_settings.items()}
+
+    @property
+    def vendor_option_settings(self) -> dict:
+        """Vendor -> option -> :class:`~byoc.vendor.OptionSetting`: each option's value with its default, where
+        it came from and, for an environment variable, which one (empty for an artifact of an older byoc)."""
+        from byoc.vendor import OptionSetting
+
+        return {vendor: {name: OptionSetting.from_json(record) for name, record in options.items()}
+                for vendor, options in self.metadata.get("vendor_options", {}).items()}
+
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
         """Write the artifact as a shared library for its target; returns the path.

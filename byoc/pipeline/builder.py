@@ -21,13 +21,14 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc._version import __version__
 from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
-from byoc.errors import BuildError, ByocError, CodegenError, TargetError, last_line
+from byoc.errors import BuildError, ByocError, CodegenError, TargetError, VendorOptionError, last_line
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
-from byoc.vendor import Vendor, as_codegen, runtime_memory
+from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
+from byoc.vendor.registry import resolve_vendors
 
 @contextlib.contextmanager
 def _codegens_for_this_build(mod, modules: dict[str, list]):
@@ -96,9 +97,12 @@ def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPrese
             )
 
 
-def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None) -> tuple[list, dict]:
+def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None,
+                options: Optional[Mapping] = None) -> tuple[list, dict]:
     """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``, and what they hold.
 
+    ``options`` are what the codegen's ``compile`` receives (default: the
+    vendor's options resolved without the user's, :meth:`Vendor.resolve_options`).
     With ``target``, C source modules are syntax-checked with its C compiler.
     Raises :class:`CodegenError` naming the vendor when the codegen fails.
     The second result maps a partition's name to its
@@ -114,7 +118,9 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
     try:
-        modules = list(as_codegen(vendor.codegen).compile(graphs, dict(vendor.options)))
+        if options is None:
+            options = vendor.compile_options(vendor.resolve_options())
+        modules = list(as_codegen(vendor.codegen).compile(graphs, dict(options)))
     except CodegenError as err:
         raise CodegenError(f"{failed_on}: {err}") from err
     except ByocError:
@@ -141,8 +147,33 @@ def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
             )
 
 
-def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tuple[PartitionPlan, dict, dict]:
-    """Run every vendor's codegen; a failing vendor's partitions go back to the host.
+def vendor_option_settings(vendors: Iterable[Vendor], vendor_options: Optional[Mapping] = None,
+                           environ: Optional[Mapping[str, str]] = None) -> dict[str, dict[str, OptionSetting]]:
+    """Vendor name -> option name -> :class:`~byoc.vendor.OptionSetting`, for each of ``vendors`` whose codegen
+    declares options, as a build given ``vendor_options`` (vendor name -> option name -> value) resolves them:
+    default < the Vendor's ``options`` < ``vendor_options`` < the option's environment variable.
+
+    A vendor that is not among ``vendors``, an unknown option or a bad value
+    is a :class:`~byoc.errors.VendorOptionError` naming it and the choices.
+    """
+    vendors = list(vendors)
+    vendor_options = {} if vendor_options is None else vendor_options
+    if not isinstance(vendor_options, Mapping):
+        raise VendorOptionError(f"vendor_options must map vendor names to their options, got "
+                                f"{type(vendor_options).__name__}")
+    names = [v.name for v in vendors]
+    for name in vendor_options:
+        if name not in names:
+            raise VendorOptionError(f"vendor_options names vendor {name!r}, which is not among this build's vendors "
+                                    f"({', '.join(names) or 'none'})", vendor=str(name))
+    settings = {v.name: v.resolve_options(vendor_options.get(v.name), environ) for v in vendors}
+    return {name: options for name, options in settings.items() if options}
+
+
+def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
+                 settings: Mapping[str, Mapping[str, OptionSetting]]) -> tuple[PartitionPlan, dict, dict]:
+    """Run every vendor's codegen with its options (``settings``, :func:`vendor_option_settings`); a failing
+    vendor's partitions go back to the host.
 
     Returns the (possibly re-partitioned) plan, the modules per vendor, and
     what each partition's runtime holds (:func:`run_codegen`).
@@ -152,7 +183,8 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tup
         modules, memory, failed = {}, {}, None
         for vendor in plan.vendors:
             try:
-                modules[vendor.name], reported = run_codegen(plan, vendor, target)
+                options = vendor.compile_options(settings.get(vendor.name, {}))
+                modules[vendor.name], reported = run_codegen(plan, vendor, target, options)
                 memory.update(reported)
             except CodegenError as err:
                 if strict:
@@ -173,7 +205,9 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool) -> tup
                          min_ops=plan.min_ops, keep_on_host=plan.keep_on_host)
 
 
-def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict) -> str:
+def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
+              settings: Mapping[str, Mapping[str, OptionSetting]]) -> str:
+    built = {p.vendor for p in plan.partitions}
     return json.dumps(
         {
             "schema": 1,
@@ -185,6 +219,9 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict) -> str:
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
             # partition -> [workspace bytes per call, constant bytes], as its vendor's runtime reports them
             "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes] for name, m in memory.items()},
+            # vendor -> option -> {value, default, source[, note]}: the options its codegen was built with
+            "vendor_options": {vendor: {name: setting.as_json() for name, setting in options.items()}
+                               for vendor, options in settings.items() if vendor in built},
         },
         sort_keys=True,
     )
@@ -206,6 +243,7 @@ def build(
     *,
     strict: bool = False,
     threads: Optional[int] = None,
+    vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
     **partition_options,
 ) -> Artifact:
     """Compile a :class:`PartitionPlan` (or a model, partitioned first) into an :class:`Artifact`.
@@ -224,6 +262,14 @@ def build(
     ``threads``: how many threads the artifact may use, host pool and vendor
     runtimes alike (default: the user's OMP_NUM_THREADS / TVM_NUM_THREADS,
     else the CPUs the process may use; see :mod:`byoc.host.threads`).
+
+    ``vendor_options``: vendor name -> option name -> value, e.g.
+    ``{"dnnl": {"winograd": False}}``, over the options each vendor's codegen
+    declares (:attr:`byoc.vendor.Codegen.declared_options`; their defaults,
+    then the Vendor's own ``options``, then these, then an option's
+    environment variable when set). The codegens get them; the artifact
+    keeps them (:attr:`Artifact.vendor_options`). An unknown vendor or
+    option, or a bad value, is a :class:`~byoc.errors.VendorOptionError`.
     """
     check_threads(threads)
 
@@ -237,10 +283,11 @@ def build(
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), target=preset,
                          strict=strict, **partition_options)
     _check_vendor_targets(plan, preset)
+    settings = vendor_option_settings(plan.vendors, vendor_options)
     _prepare_vendor_runtimes(plan, threads)
-    plan, modules, memory = _codegen_all(plan, preset, strict)
+    plan, modules, memory = _codegen_all(plan, preset, strict, settings)
     mod = lower_partitions(plan.mod, modules)
-    metadata = _metadata(plan, preset, memory)
+    metadata = _metadata(plan, preset, memory, settings)
     mod = _with_metadata(mod, metadata)
     try:
         executable = compile_host(mod, preset)
@@ -269,14 +316,18 @@ def compile(  # noqa: A001 - the public name the product promises
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     strict: bool = False,
     threads: Optional[int] = None,
+    vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
 ) -> Artifact:
     """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
 
     ``strict`` is as in :func:`build`: a failing codegen raises instead of
     sending its partitions back to the host; and as in :func:`byoc.partition`:
     a vendor that cannot run on ``target`` is an error instead of taking
-    nothing. ``threads`` is as in :func:`build`.
+    nothing. ``threads`` and ``vendor_options`` (e.g. ``{"dnnl": {"winograd":
+    False}}``) are as in :func:`build`; the options are checked before the
+    model is imported.
     """
+    vendor_option_settings(resolve_vendors(vendors), vendor_options)
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
                      input_shapes=input_shapes, strict=strict)
-    return build(plan, strict=strict, threads=threads)
+    return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)

@@ -18,6 +18,7 @@ from typing import Mapping, Optional
 
 from byoc.errors import ByocError
 from byoc.pipeline.partitioner import PartitionPlan
+from byoc.vendor.options import format_value
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "json", "dot", "html")
@@ -141,6 +142,14 @@ REPORT_SCHEMA = {
             },
         },
         "verify": {"type": "object", "required": ["status"]},
+        # present when a vendor option is not its default (or an environment variable set it):
+        # vendor -> option -> {value, default, source[, note]}
+        "vendor_options": {"type": "object", "additionalProperties": {
+            "type": "object", "additionalProperties": {
+                "type": "object",
+                "required": ["value", "default", "source"],
+                "properties": {"source": {"enum": ["default", "vendor", "build", "environment"]},
+                               "note": {"type": "string"}}}}},
     },
 }
 
@@ -242,6 +251,7 @@ def build_report(
     target: str = "x86_64",
     memory: Optional[Mapping] = None,
     verification: Optional[Mapping] = None,
+    vendor_options: Optional[Mapping] = None,
 ) -> dict:
     """The report of ``plan`` as a JSON-ready dict (see :data:`REPORT_SCHEMA`).
 
@@ -249,6 +259,10 @@ def build_report(
     a path, so reports compare equal across machines); ``memory`` is
     :meth:`byoc.tools.memory.MemoryEstimate.as_dict` and ``verification`` what
     :mod:`byoc.tools.verify` found, when they were computed.
+    ``vendor_options`` (vendor -> option -> :class:`~byoc.vendor.OptionSetting`,
+    as :attr:`byoc.Artifact.vendor_option_settings` or
+    :func:`byoc.pipeline.builder.vendor_option_settings` give them) adds the
+    options that are not their defaults.
     """
     vendors = [v.name for v in plan.vendors]
     offloaded = {v: 0 for v in vendors}
@@ -298,6 +312,11 @@ def build_report(
             "simplifier": plan.imported.simplifier,
             "nodes": {n: plan.imported.prepared[n] for n in order if n in plan.imported.prepared},
         }
+    chosen = {vendor: {name: options[name].as_json() for name in sorted(options) if not options[name].is_default}
+              for vendor, options in (vendor_options or {}).items()}
+    if any(chosen.values()):
+        # Only then, so reports of builds with every default stay as they were.
+        report["vendor_options"] = {vendor: options for vendor, options in chosen.items() if options}
     if memory is not None:
         report["memory"] = dict(memory)
     if verification is not None:
@@ -348,6 +367,7 @@ def render_text(report: Mapping) -> str:
         f"byoc partition report: {report['model']}",
         f"vendors: {', '.join(report['vendors']) or '-'}   target: {report['target']}   "
         f"min_ops: {pol['min_ops']}   keep_on_host: {', '.join(pol['keep_on_host']) or '-'}",
+        *_vendor_options_text(report),
         "",
         "Summary",
         *_table(["", ""], [
@@ -396,6 +416,13 @@ def render_text(report: Mapping) -> str:
         lines += ["", f"Verification: {verify['status']}"]
         lines += [f"  {line}" for line in verify.get("lines", [])]
     return "\n".join(lines) + "\n"
+
+
+def _vendor_options_text(report: Mapping) -> list[str]:
+    """``vendor options: dnnl.winograd=off (BYOC_DNNL_WINOGRAD=off from the environment)``, or nothing."""
+    chosen = [f"{vendor}.{name}={format_value(record['value'])}" + (f" ({record['note']})" if record.get("note") else "")
+              for vendor, options in report.get("vendor_options", {}).items() for name, record in options.items()]
+    return [f"vendor options: {', '.join(chosen)}"] if chosen else []
 
 
 def _memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]:

@@ -4,6 +4,8 @@
   :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and
   :class:`Codegen`, the codegen interface (the required ``compile`` and a
   default for each optional capability), which a vendor's codegen subclasses;
+- :mod:`byoc.vendor.options` - :class:`VendorOption`, an option a codegen
+  declares, and how a build resolves them (:class:`OptionSetting`);
 - :mod:`byoc.vendor.checks` - reusable checks and combinators (dtypes,
   static shapes, layouts, constant weights, ``all_of``);
 - :mod:`byoc.vendor.graph` - :class:`~byoc.vendor.graph.PartitionGraph`,
@@ -21,10 +23,12 @@ A vendor module usually needs only::
 
 from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, RuntimeMemory,
                                Vendor, always, as_codegen, runtime_memory, runtime_module_kinds, standalone_source)
+from byoc.vendor.options import OptionSetting, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
-    "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "PatternRule", "Rule", "RuntimeMemory", "Vendor",
+    "SUPPORTED", "Check", "CheckResult", "Codegen", "Match", "OpRule", "OptionSetting", "PatternRule", "Rule",
+    "RuntimeMemory", "Vendor", "VendorOption",
     "always", "as_codegen", "get_vendor", "list_vendors",
     "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",
 ]

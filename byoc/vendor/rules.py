@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from byoc.errors import StandaloneError, VendorError
+from byoc.vendor.options import OptionSetting, VendorOption, check_declarations, declared, option, resolve
 
 
 class _Supported:
@@ -149,6 +150,13 @@ class Codegen:
     #: never at import. Default: none (the modules are TVM's own kinds).
     module_kinds: tuple = ()
 
+    #: The options this codegen takes (:class:`~byoc.vendor.options.VendorOption`: name, type, default,
+    #: one-line doc). A build hands ``compile`` every one of them, resolved: the default, unless the
+    #: vendor's ``options``, the user's ``vendor_options`` or the option's environment variable say
+    #: otherwise (:mod:`byoc.vendor.options`). Default: none; ``compile`` then gets the vendor's ``options`` as
+    #: they are.
+    declared_options: tuple = ()
+
     def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list:
         """Required: the TVM runtime modules for ``partitions``, which export each partition's ``symbol``.
 
@@ -179,7 +187,7 @@ class Codegen:
 
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
-CAPABILITIES = ("module_kinds", "load_runtime", "standalone_source", "runtime_memory")
+CAPABILITIES = ("module_kinds", "declared_options", "load_runtime", "standalone_source", "runtime_memory")
 _METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
 _NEAR = 0.8
@@ -195,6 +203,10 @@ class _DuckCodegen(Codegen):
     @property
     def module_kinds(self) -> tuple:
         return tuple(getattr(self.wrapped, "module_kinds", ()))
+
+    @property
+    def declared_options(self) -> tuple:
+        return declared(self.wrapped)
 
     def compile(self, partitions, options):
         return self.wrapped.compile(partitions, options)
@@ -244,11 +256,16 @@ def check_codegen(codegen: Any, vendor: str) -> None:
     kinds = getattr(codegen, "module_kinds", ())
     if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds):
         raise VendorError(f"{owner}: module_kinds must be a tuple of TVM module type keys (strings), got {kinds!r}")
+    check_declarations(getattr(codegen, "declared_options", ()), owner)
     interface = set(dir(Codegen))
     for name in sorted(set(dir(type(codegen))) - interface):
         if name.startswith("_"):
             continue
-        near = difflib.get_close_matches(name, CAPABILITIES, n=1, cutoff=_NEAR)
+        value = getattr(type(codegen), name, None)
+        if isinstance(value, (tuple, list)) and value and all(isinstance(v, VendorOption) for v in value):
+            near = ["declared_options"]
+        else:
+            near = difflib.get_close_matches(name, CAPABILITIES, n=1, cutoff=_NEAR)
         if near:
             raise VendorError(
                 f"{owner} has {name!r}, which is not part of the codegen interface but looks like the capability "
@@ -305,7 +322,13 @@ def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[An
 
 @dataclass(frozen=True)
 class Vendor:
-    """A vendor: its name, its rules (in priority order), its codegen, its options."""
+    """A vendor: its name, its rules (in priority order), its codegen, its options.
+
+    ``options`` are passed to every check (``Match.options``). When the
+    codegen declares its options (:attr:`Codegen.declared_options`) they must
+    be among those, with values they take, and override the defaults in every
+    build; otherwise they are passed to ``compile`` as they are.
+    """
 
     name: str
     rules: tuple
@@ -336,3 +359,33 @@ class Vendor:
                 raise VendorError(f"vendor {self.name!r}: rule {rule.name!r} is defined twice")
             seen.add(rule.name)
         check_codegen(self.codegen, self.name)
+        if self.declared_options:
+            for name, value in self.options.items():
+                option(self.declared_options, name, self.name).check(value, self.name)
+
+    @property
+    def declared_options(self) -> tuple:
+        """The options its codegen declares (:attr:`Codegen.declared_options`)."""
+        return declared(self.codegen)
+
+    def option(self, name: str) -> VendorOption:
+        """The declared option ``name``, or a :class:`~byoc.errors.VendorOptionError` naming those there are."""
+        return option(self.declared_options, name, self.name)
+
+    def resolve_options(self, given: Optional[Mapping[str, Any]] = None,
+                        environ: Optional[Mapping[str, str]] = None) -> dict[str, OptionSetting]:
+        """Each declared option as a build with ``given`` (the user's options for this vendor) sets it: the
+        default < this vendor's ``options`` < ``given`` < its environment variable (read from ``environ``,
+        default ``os.environ``). Empty for a codegen that declares none (then ``given`` must be empty too)."""
+        given = {} if given is None else given
+        if not self.declared_options:
+            resolve((), self.name, {}, given, environ)  # refuses any name, saying there are none
+            return {}
+        return resolve(self.declared_options, self.name, self.options, given, environ)
+
+    def compile_options(self, settings: Mapping[str, OptionSetting]) -> dict:
+        """What ``codegen.compile`` receives for ``settings`` (:meth:`resolve_options`): their values, or this
+        vendor's ``options`` as they are when its codegen declares none."""
+        if not self.declared_options:
+            return dict(self.options)
+        return {name: setting.value for name, setting in settings.items()}

@@ -23,6 +23,7 @@ from pathlib import Path
 from byoc.codegens.json_runtime import JsonRuntimeCodegen, SerializedGraph, serialize
 from byoc.codegens.json_runtime.runtime import RuntimeLibrary
 from byoc.errors import BuildError
+from byoc.vendor import VendorOption
 
 ONEDNN_VERSION = "2023.2.0"
 LIBRARY_DIST = "onednn-cpu-gomp"
@@ -93,34 +94,33 @@ DNNL_RUNTIME = RuntimeLibrary("dnnl", package=__package__, dependencies=onednn_l
 
 
 class DnnlCodegen(JsonRuntimeCodegen):
-    """The JSON-runtime codegen, executed by the oneDNN runtime."""
+    """The JSON-runtime codegen, executed by the oneDNN runtime.
+
+    Its options travel in each partition's graph (``"options"``), so an
+    exported artifact computes as it was built, whatever the environment of
+    the process that loads it. Each option's environment variable (``on`` or
+    ``off``) is an explicit override read when the model is built; the
+    artifact records it (``BYOC_DNNL_WINOGRAD=off from the environment``).
+    """
+
+    declared_options = (
+        VendorOption("winograd", bool, True,
+                     "run big 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) (winograd.h: 1.6-2.3x faster per "
+                     "layer, sums within about 1e-5 of the output instead of 1e-7)", env="BYOC_DNNL_WINOGRAD"),
+        VendorOption("contention_watch", bool, True,
+                     "watch the runs for a busy machine and then run serially (the runtime's contention watch)",
+                     env="BYOC_DNNL_CONTENTION"),
+    )
 
     def __init__(self):
         super().__init__(DNNL_RUNTIME)
 
-    def serialize(self, partition) -> SerializedGraph:
+    def serialize(self, partition, options=None) -> SerializedGraph:
         """The JSON graph of ``partition``: batch norms folded into their convs (``batch_norm.py``), quantized
-        units as the runtime runs them (``quantized.py``)."""
+        units as the runtime runs them (``quantized.py``), and the options (their defaults unless ``options``
+        say otherwise)."""
         from .batch_norm import batch_norms_folded
         from .quantized import lowered_for_dnnl
 
-        return serialize(lowered_for_dnnl(batch_norms_folded(partition)), dtypes=("float32", "uint8", "int8"))
-
-    def load_runtime(self) -> None:
-        """Load the oneDNN runtime, after checking the runtime's own settings in the environment.
-
-        Each is ``on`` (the default) or ``off``, read when a module is created; a
-        misspelt value is a set-up error here, not a failed codegen whose
-        partitions would quietly run on the host:
-
-        * ``BYOC_DNNL_CONTENTION``: whether a module watches its runs for a busy
-          machine and then runs serially (``dnnl_runtime.cc``, "contention");
-        * ``BYOC_DNNL_WINOGRAD``: whether big 3x3 stride-1 convolutions run as
-          Winograd F(4x4, 3x3) (``winograd.h``: 1.6-2.3x faster per layer, sums
-          within about 1e-5 of the output instead of 1e-7).
-        """
-        for name in ("BYOC_DNNL_CONTENTION", "BYOC_DNNL_WINOGRAD"):
-            value = os.environ.get(name, "")
-            if value not in ("", "on", "off"):
-                raise BuildError(f"{name}={value} is neither on nor off; unset it or choose one")
-        super().load_runtime()
+        return serialize(lowered_for_dnnl(batch_norms_folded(partition)), dtypes=("float32", "uint8", "int8"),
+                         options=self.graph_options(options))

@@ -10,7 +10,7 @@ library (``SaveToBytes``) and loads back in a fresh process once
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from byoc.vendor import Codegen, RuntimeMemory
 
@@ -39,9 +39,18 @@ class JsonRuntimeCodegen(Codegen):
         """Load the runtime library, so modules of ``module_kinds`` can be created and loaded."""
         self.library.load()
 
-    def serialize(self, partition) -> SerializedGraph:
-        """The JSON graph and constants of ``partition`` (a ``byoc.vendor.graph.PartitionGraph``)."""
-        return serialize(partition)
+    def graph_options(self, options: Optional[Mapping] = None) -> Optional[dict]:
+        """The declared options (:attr:`byoc.vendor.Codegen.declared_options`) as a graph carries them: their
+        values in ``options``, else their defaults; None when this codegen declares none."""
+        if not self.declared_options:
+            return None
+        given = options or {}
+        return {o.name: given.get(o.name, o.default) for o in self.declared_options}
+
+    def serialize(self, partition, options: Optional[Mapping] = None) -> SerializedGraph:
+        """The JSON graph and constants of ``partition`` (a ``byoc.vendor.graph.PartitionGraph``), with the
+        codegen's ``options`` (:meth:`graph_options`)."""
+        return serialize(partition, options=self.graph_options(options))
 
     def compile(self, partitions: Sequence, options: Mapping) -> list:
         import tvm
@@ -51,7 +60,7 @@ class JsonRuntimeCodegen(Codegen):
         create = tvm_ffi.get_global_func(self.library.factory)
         modules = []
         for partition in partitions:
-            graph = self.serialize(partition)
+            graph = self.serialize(partition, options)
             names = sorted(graph.constants)
             tensors = [tvm.runtime.tensor(graph.constants[n]) for n in names]
             modules.append(create(graph.symbol, graph.json, names, tensors))

@@ -29,6 +29,14 @@ Schema ``byoc.json_runtime.graph``, version 2 (:data:`SCHEMA_VERSION`)::
       ]
     }
 
+A graph may also carry the options its codegen was built with, as a
+top-level ``"options"`` field typed like node attributes (written only when
+the codegen declares options, so graphs without it are unchanged; a runtime
+that does not read it ignores it)::
+
+      "options": {"contention_watch": {"type": "bool", "value": true},
+                  "winograd": {"type": "bool", "value": true}}
+
 A graph-level driver dispatches on ``op`` (one node per rule match, as TVM's
 own JSON runtimes do); the reference runtime executes ``body``, whose
 ``kernel`` is the Relax op name. Attribute values are typed:
@@ -55,7 +63,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -129,11 +137,13 @@ def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple) -> dict:
     return {"name": name, "kind": t.kind, "shape": [int(d) for d in t.shape], "dtype": t.dtype}
 
 
-def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES) -> SerializedGraph:
+def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[Mapping[str, Any]] = None) -> SerializedGraph:
     """The JSON graph and constants of one partition (schema in the module docstring).
 
     ``dtypes`` are the tensor dtypes the executing runtime takes (the oneDNN
     runtime adds uint8 and int8); constants are float32 whatever they hold.
+    ``options`` (option name -> value), when given, are written as the
+    graph's ``"options"`` field.
     """
     name = _Names(graph)
     where = f"partition {graph.symbol}"
@@ -187,6 +197,8 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES) -> SerializedGraph:
         "outputs": [declare(t) for t in graph.outputs],
         "nodes": nodes,
     }
+    if options is not None:
+        document["options"] = {key: typed_attr(value, f"{where} option {key!r}") for key, value in options.items()}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)
     constants = {name(t): np.ascontiguousarray(t.data, dtype=np.float32) for t in graph.constants}
     return SerializedGraph(graph.symbol, text, constants)
