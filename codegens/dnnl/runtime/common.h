@@ -166,20 +166,6 @@ struct ByteTable {
   size_t step;                 // the step that applies it
 };
 
-
-
-// An on/off setting of the runtime in the environment: on when unset or empty.
-inline bool SwitchOn(const char* name) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0' || std::string(text) == "on") return true;
-  if (std::string(text) == "off") return false;
-  Fail(std::string(name) + "=" + text + " is neither on nor off");
-}
-
-// BYOC_DNNL_WINOGRAD: "on" (the default) runs eligible 3x3 convs as Winograd F(4x4, 3x3), "off" keeps
-// oneDNN's direct kernels (the sums then match onnxruntime's to about 1e-7 of the output rather than 1e-5).
-inline bool WinogradOn() { return SwitchOn("BYOC_DNNL_WINOGRAD"); }
-
 }  // namespace dnnl_runtime
 }  // namespace byoc
 

@@ -31,8 +31,8 @@ namespace dnnl_runtime {
 //   twice as many calls as before (from kFirstBackoff up to kMaxBackoff).
 // Every serial stretch re-times the serial program, so a stale time corrects itself. The
 // serial program is compiled the first time it is needed (its reordered weights are a second
-// copy). BYOC_DNNL_CONTENTION=off, read when a module is created, keeps every call on the
-// team's program. byoc.dnnl.run_counts() says how many runs each kind of program made.
+// copy). The graph's option contention_watch off (vendor_options, or BYOC_DNNL_CONTENTION=off
+// when the artifact was built) keeps every call on the team's program. byoc.dnnl.run_counts() says how many runs each kind of program made.
 constexpr double kBusyShare = 0.8;  // an idle team's caller spins at barriers: its share is ~1
 constexpr double kMinContendedUs = 200;  // shorter runs cannot have waited a time slice
 constexpr double kSwitchMargin = 1.2;
@@ -46,8 +46,6 @@ inline double ClockUs(clockid_t clock) {
   clock_gettime(clock, &t);
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
-
-inline bool ContentionWatchOn() { return SwitchOn("BYOC_DNNL_CONTENTION"); }
 
 // Which program the next call runs, learnt from the timings of the calls before it.
 class ProgramChooser {

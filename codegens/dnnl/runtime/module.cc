@@ -29,7 +29,7 @@ class DnnlExecutor {
   }
 
   explicit DnnlExecutor(const ParsedGraph& graph)
-      : g_(graph), team_(graph, MaxThreads()), watch_(ContentionWatchOn() && team_.parallel()) {}
+      : g_(graph), team_(graph, MaxThreads()), watch_(graph.BoolOption("contention_watch", true) && team_.parallel()) {}
 
   // What the module holds besides its constants as given: one workspace per call in flight,
   // and the reordered constants of each program compiled (the serial one once it has run).

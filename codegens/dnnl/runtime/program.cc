@@ -10,7 +10,7 @@ namespace byoc {
 namespace dnnl_runtime {
 
 Program::Program(const ParsedGraph& graph, int max_threads)
-      : g_(graph), value_of_(graph.tensors().size(), -1), winograd_(WinogradOn()) {
+      : g_(graph), value_of_(graph.tensors().size(), -1), winograd_(graph.BoolOption("winograd", true)) {
   for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
     int id = g_.inputs()[slot];
     value_of_[id] = NewValue(Plain(g_.Shape(id), DataType(g_.tensor(id))), Storage::kInput, static_cast<int>(slot));

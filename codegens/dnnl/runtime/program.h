@@ -317,7 +317,7 @@ class Program {
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
   std::vector<Step> steps_;
-  bool winograd_;    // BYOC_DNNL_WINOGRAD is not off
+  bool winograd_;    // the graph's option "winograd" (default on)
   int threads_ = 1;  // the team size of the op being compiled
   size_t arena_bytes_ = 0, scratch_bytes_ = 0, owned_const_bytes_ = 0;
   mutable std::mutex pool_mutex_;

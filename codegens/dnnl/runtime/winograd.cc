@@ -17,7 +17,7 @@ namespace dnnl_runtime {
 // 7x7x512 layer: 0.7x) or with fewer than 32 channels in or out (SqueezeNet's 55x55, 16 -> 64: 1.05x, the
 // transforms as costly as the products). Returns the op after the fused chain, or 0 (the direct conv) when it does
 // not apply:
-// another geometry, a post-op it has no epilogue for, or BYOC_DNNL_WINOGRAD=off.
+// another geometry, a post-op it has no epilogue for, or the graph's option winograd off.
 size_t Program::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   const BodyOp& op = g_.ops()[k];
   int x = op.inputs[0], w = op.inputs[1];

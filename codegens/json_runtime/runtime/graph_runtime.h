@@ -400,6 +400,8 @@ class ParsedGraph {
            std::to_string(kGraphVersion) + "); rebuild the artifact with this byoc version");
     if (AsString(Field(g, "symbol", "graph"), "graph symbol") != symbol)
       Fail("graph symbol does not match the module symbol " + symbol);
+    auto options = g.find(Any(String("options")));  // a vendor's settings, typed like attributes (optional)
+    if (options != g.end()) options_ = AsObject((*options).second, "graph options");
     ParseTensors(AsArray(Field(g, "tensors", "graph"), "graph tensors"));
     ParseInputsAndConstants(g, consts);
     ParseNodes(AsArray(Field(g, "nodes", "graph"), "graph nodes"));
@@ -424,6 +426,13 @@ class ParsedGraph {
   // Readers of a tensor: ops reading it plus one per listing as graph output.
   int uses(int id) const { return uses_[id]; }
   const std::vector<float>& const_data(int id) const { return *const_data_[tensors_[id].slot]; }
+  // The vendor options the graph was built with ({} in graphs that carry none).
+  Attrs options() const { return Attrs(options_, "graph options"); }
+  // Boolean option `key`, or `otherwise` when the graph does not set it.
+  bool BoolOption(const char* key, bool otherwise) const {
+    Attrs a = options();
+    return a.Has(key) ? a.Bool(key) : otherwise;
+  }
 
  private:
   int Lookup(const std::string& name, const std::string& where) const {
@@ -530,6 +539,7 @@ class ParsedGraph {
   }
 
   std::set<std::string> cpu_features_;
+  JObject options_;
   int64_t version_ = 0;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, int> index_;
