@@ -121,13 +121,13 @@ def test_the_lazy_upward_imports_are_inside_functions():
 
 
 # -- import cycles --------------------------------------------------------------------
-#: The imports a cycle may go through (each inside a function): (importer, imported).
-CYCLE_EDGES_ALLOWED = LAZY_UPWARD | {
-    # _partition hands quantized units to the module that builds its emitters on this one's
-    # (OpEmitter, _Body). Known, not designed: it goes when those two move to a module of
-    # their own (codegens/ was outside issue 29 item 6, which removed the pipeline's circle).
-    ("byoc.codegens.c_source.emitter", "byoc.codegens.c_source.quantized"),
-}
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): never run."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            skipped |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
+    return skipped
 
 
 def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
@@ -137,9 +137,11 @@ def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
     resolved; ``from P import n`` imports ``P.n`` when that is a module, else
     ``P``. Modules outside ``packages`` are left out, and so is the implicit
     import of a module's parent packages (else every module of a package whose
-    ``__init__`` re-exports would be in a cycle with it). An import by a
-    string (``importlib.import_module``, as ``byoc._moved`` does for the old
-    paths) is not seen.
+    ``__init__`` re-exports would be in a cycle with it). Imports under ``if
+    TYPE_CHECKING:`` are left out: they never run (``tools/report`` names
+    ``PartitionPlan`` so, for annotations only). An import by a string
+    (``importlib.import_module``, as ``byoc._moved`` does for the old paths
+    and the vendor registry for the built-in vendors) is not seen.
     """
     files, shown = {}, {}
     for package, folder in packages.items():
@@ -157,7 +159,11 @@ def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
     for module, path in files.items():
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         edges = graph[module] = {}
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        never_run = _type_checking_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in never_run:
+                continue
             if isinstance(node, ast.Import):
                 targets = [known(a.name) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -223,21 +229,14 @@ def _describe(cycle: list[str], component: set[str], graph) -> str:
 def test_the_package_has_no_import_cycles():
     """No chain of imports of ``byoc`` (with its vendor packages) leads back to where it started.
 
-    The exceptions are the imports listed in :data:`CYCLE_EDGES_ALLOWED`: the
-    two conveniences the design names (:data:`LAZY_UPWARD`):
-    ``PartitionPlan.report()`` imports ``tools.report``, which imports
-    ``PartitionPlan``, and ``Artifact.export_standalone()`` imports
-    ``deploy.standalone``, which lowers partitions with the builder, which
-    makes artifacts; and one known cycle of the c_source codegen. Those edges
-    are taken out before looking, so every other cycle fails, and so does one
-    that needs any import besides them. A listed edge that is gone fails too,
-    so the list only shrinks.
+    Every import counts, inside a function too, but not one under ``if
+    TYPE_CHECKING:``, which never runs. There are no exceptions: the two
+    conveniences that reach up (:data:`LAZY_UPWARD`) import modules that do
+    not import back. ``tools/report`` names ``PartitionPlan`` for type
+    checkers only, and ``deploy/standalone`` lowers partitions with
+    ``pipeline/lowering``, which imports neither the builder nor the artifact.
     """
     graph = _import_graph({"byoc": BYOC, "byoc.codegens": ROOT / "codegens", "byoc.annotations": ROOT / "annotations"})
-    for module, target in CYCLE_EDGES_ALLOWED:
-        assert any(_base(t) == target for t in graph[module]), (
-            f"{module} no longer imports {target}: drop it from CYCLE_EDGES_ALLOWED")
-        graph[module] = {t: where for t, where in graph[module].items() if _base(t) != target}
     cycles = _cycles(graph)
     assert not cycles, "import cycles:\n" + "\n".join(_describe(*c, graph) for c in cycles)
 
@@ -254,6 +253,22 @@ def test_the_cycle_check_finds_a_function_local_relative_cycle(tmp_path):
     assert [_describe(*c, graph) for c in _cycles(graph)] == [
         "pkg.a -> pkg.sub.b -> pkg.c -> pkg.a  (pkg/a.py:1, pkg/sub/b.py:2, pkg/c.py:1)"
     ]
+
+
+def test_the_cycle_check_leaves_out_imports_only_type_checkers_run(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from pkg import b\n")
+    (package / "b.py").write_text(
+        "import typing\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.a import f\nelse:\n    import pkg.c\n"
+        "if typing.TYPE_CHECKING:\n    import pkg.a\n"
+    )
+    (package / "c.py").write_text("")
+    graph = _import_graph({"pkg": package})
+    assert graph["pkg.b"] == {"pkg.c": "pkg/b.py:6"}
+    assert _cycles(graph) == []
 
 
 def test_old_import_paths_give_the_moved_module_with_a_deprecation_warning():

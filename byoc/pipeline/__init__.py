@@ -8,4 +8,7 @@ as data (``ImportedModel`` -> ``Annotation`` -> ``PartitionPlan`` ->
 ``Artifact``); the public entry points are re-exported by :mod:`byoc`.
 The types they pass (``ImportedModel``, ``TensorSpec``, ``OnnxNode``) live in
 :mod:`~byoc.pipeline.onnx_model`, below the frontend and the steps it drives.
+:mod:`~byoc.pipeline.lowering` turns partition calls into calls of built
+modules, for the builder and for :mod:`byoc.deploy.standalone`; it imports
+no other byoc module.
 """

@@ -2,20 +2,15 @@
 
 byoc calls the codegens itself, before TVM's ``RunCodegen``, so that a
 failing codegen is reported with the vendor's name and its partitions can go
-back to the host. ``RunCodegen`` still looks a codegen up as the global
-``relax.ext.<name>``: for each build, byoc renames the partitions' codegen to
-a name unique to that build, registers a function under it that hands back the
-modules already built, and removes it when ``RunCodegen`` returns. No global
-outlives a build and none of TVM's own is ever replaced; vendors never touch
-TVM globals.
+back to the host. ``RunCodegen`` then lowers the partition calls to the
+modules built, through a global ``relax.ext.<name>`` that lives only while it
+runs (:func:`byoc.pipeline.lowering.lower_partitions`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
-import uuid
 import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
@@ -25,51 +20,11 @@ from byoc.errors import BuildError, ByocError, CodegenError, TargetError, Vendor
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
+from byoc.pipeline.lowering import lower_partitions
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
 from byoc.vendor.registry import resolve_vendors
-
-@contextlib.contextmanager
-def _codegens_for_this_build(mod, modules: dict[str, list]):
-    """``mod`` with each partition's codegen renamed to a name of this build, registered while in the block.
-
-    ``RunCodegen`` calls ``relax.ext.<Codegen attribute>``; the functions
-    registered here only return the modules ``modules[vendor]`` already built.
-    """
-    import tvm_ffi
-
-    token = uuid.uuid4().hex[:16]
-    names = {vendor: f"byoc_{token}_{vendor}" for vendor in modules}
-    renamed = {}
-    for gvar, func in mod.functions_items():
-        vendor = func.attrs.get("Codegen") if func.attrs is not None else None
-        renamed[gvar] = func.with_attr("Codegen", names[str(vendor)]) if vendor is not None else func
-    registered = []
-    try:
-        for vendor, name in names.items():
-            built = modules[vendor]
-            tvm_ffi.register_global_func(f"relax.ext.{name}", lambda functions, options, constants, built=built: built)
-            registered.append(f"relax.ext.{name}")
-        import tvm
-
-        yield tvm.IRModule(renamed, attrs=mod.attrs)
-    finally:
-        for name in registered:
-            tvm_ffi.remove_global_func(name)
-
-
-def lower_partitions(mod, modules: dict[str, list]):
-    """``mod`` after TVM's ``RunCodegen``: partition calls become calls of the modules in ``modules``.
-
-    ``modules`` maps each vendor with partitions in ``mod`` to the runtime
-    modules its codegen built (empty lists only rewrite the calls, as the
-    standalone export does, which links the partitions' C itself).
-    """
-    from tvm import relax
-
-    with _codegens_for_this_build(mod, modules) as renamed:
-        return relax.transform.RunCodegen()(renamed)
 
 
 def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPreset]) -> None:

@@ -14,11 +14,13 @@ import colorsys
 import html
 import json
 from collections import defaultdict
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from byoc.errors import ByocError
-from byoc.pipeline.partitioner import PartitionPlan
 from byoc.vendor.options import format_value
+
+if TYPE_CHECKING:  # only named in annotations: PartitionPlan.report() imports this module
+    from byoc.pipeline.partitioner import PartitionPlan
 
 SCHEMA_VERSION = 1
 FORMATS = ("text", "json", "dot", "html")

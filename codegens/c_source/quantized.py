@@ -22,7 +22,7 @@ from byoc.errors import UnsupportedOp
 from byoc.vendor.graph import OpCall, Tensor, qdq_params
 from byoc.vendor.quantized import QParams
 
-from .emitter import OpEmitter, _Body
+from .body import OpEmitter, _Body
 
 _CODES = {"uint8": "BYOC_U8", "int8": "BYOC_I8", "int32": "BYOC_I32"}
 

@@ -65,6 +65,7 @@ from byoc.deploy.standalone.tensor_file import read_tensors, write_tensors
 from byoc.deploy.targets import TargetPreset
 from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
+from byoc.pipeline.lowering import lower_partitions
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
            "run_program", "write_tensors"]
@@ -89,8 +90,6 @@ def _lowered_module(artifact):
     # in the order of relax.pipeline.default_build_pipeline, stopping before the VM-specific
     # lowering. RunCodegen only rewrites the partition calls here: no module is handed to
     # it, the partitions' C is emitted again by _partition_sources.
-    from byoc.pipeline.builder import lower_partitions
-
     target = artifact.target.tvm_target()
     mod = lower_partitions(artifact.plan.mod, {vendor.name: [] for vendor in artifact.plan.vendors})
     passes = [
