@@ -141,6 +141,36 @@ def test_load_takes_threads_too(tmp_path):
     assert got == [1, 1]
 
 
+def test_each_artifact_keeps_its_own_thread_count_in_one_process(tmp_path):
+    """threads= belongs to each artifact: two artifacts built at once on two Python threads with 1 and 2 threads,
+    then two loaded one after the other with 2 and 1, each have dnnl modules made for their own count (the
+    runtime takes the count per calling thread, and each module keeps the one it was created with)."""
+    got = _run(f"""
+        import json, threading, numpy as np, byoc, byoc.examples
+
+        def dnnl_threads(module):
+            own = [int(module["get_max_threads"]())] if module.kind == "byoc_dnnl" else []
+            return own + [n for m in module.imports for n in dnnl_threads(m)]
+
+        plan = byoc.partition(byoc.examples.small_cnn(), vendors=["dnnl"])
+        start, built = threading.Barrier(2), {{}}
+        def build(count):
+            start.wait()
+            built[count] = byoc.build(plan, threads=count)
+        workers = [threading.Thread(target=build, args=(n,)) for n in (1, 2)]
+        for w in workers: w.start()
+        for w in workers: w.join()
+        built[1].export({str(tmp_path / 'm.so')!r})
+        loaded = {{n: byoc.load({str(tmp_path / 'm.so')!r}, threads=n) for n in (2, 1)}}
+        x = np.zeros(built[1].inputs[0].shape, np.float32)
+        for artifact in (*built.values(), *loaded.values()):
+            artifact.run([x])
+        print(json.dumps({{"built": {{n: dnnl_threads(a.executable.mod) for n, a in built.items()}},
+                          "loaded": {{n: dnnl_threads(a._loaded_library()) for n, a in loaded.items()}}}}))
+    """)
+    assert got == {"built": {"1": [1], "2": [2]}, "loaded": {"2": [2], "1": [1]}}, got
+
+
 def _working_threads(count: int) -> int:
     """How many threads of a fresh process gain CPU time while a big dnnl convolution runs with ``threads=count``."""
     return _run(BIG_CONV + f"""

@@ -34,12 +34,13 @@ inline dnnl::engine& Engine() {
 }
 
 // -- threads -------------------------------------------------------------------------------
-inline std::atomic<int> g_max_threads{0};  // set by byoc (byoc.dnnl.set_max_threads); 0: OpenMP's default
+// The team size for modules the calling thread creates: byoc sets it (byoc.dnnl.set_max_threads, from an
+// artifact's threads=) on the thread that builds or loads the artifact, right before its modules are created,
+// and each module keeps the count it was created with. Per thread, so that two artifacts built or loaded at
+// once in one process with different counts each get their own. 0: OpenMP's default.
+inline thread_local int t_max_threads = 0;
 
-inline int MaxThreads() {
-  int n = g_max_threads.load();
-  return n > 0 ? n : omp_get_max_threads();
-}
+inline int ThreadsForNewModules() { return t_max_threads > 0 ? t_max_threads : omp_get_max_threads(); }
 
 // Steps byoc ran itself (Kernel: Winograd transforms, byte tables) in this process: byoc.dnnl.kernel_runs().
 inline std::atomic<int64_t> g_kernel_runs{0};

@@ -29,7 +29,11 @@ class DnnlExecutor {
   }
 
   explicit DnnlExecutor(const ParsedGraph& graph)
-      : g_(graph), team_(graph, MaxThreads()), watch_(graph.BoolOption("contention_watch", true) && team_.parallel()) {}
+      : g_(graph), max_threads_(ThreadsForNewModules()), team_(graph, max_threads_),
+        watch_(graph.BoolOption("contention_watch", true) && team_.parallel()) {}
+
+  // The team size this module's primitives were created for (the module's get_max_threads).
+  int MaxThreads() const { return max_threads_; }
 
   // What the module holds besides its constants as given: one workspace per call in flight,
   // and the reordered constants of each program compiled (the serial one once it has run).
@@ -72,6 +76,7 @@ class DnnlExecutor {
   }
 
   const ParsedGraph& g_;
+  int max_threads_;
   Program team_;
   bool watch_;
   mutable ProgramChooser chooser_;
@@ -86,9 +91,9 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("byoc.dnnl.set_max_threads",
            [](int64_t n) {
              if (n < 0) Fail("set_max_threads: a thread count is >= 0 (0: OpenMP's default)");
-             g_max_threads.store(static_cast<int>(n));
+             t_max_threads = static_cast<int>(n);
            })
-      .def("byoc.dnnl.max_threads", []() -> int64_t { return MaxThreads(); })
+      .def("byoc.dnnl.max_threads", []() -> int64_t { return ThreadsForNewModules(); })
       .def("byoc.dnnl.run_counts", []() -> tvm::ffi::Array<int64_t> {
         return {g_team_runs.load(), g_serial_runs.load()};
       })

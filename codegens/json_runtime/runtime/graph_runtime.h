@@ -47,6 +47,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -561,6 +562,12 @@ struct MemoryUse {
   size_t constant_bytes = 0;
 };
 
+// Whether an executor reports the team size it was created for (int MaxThreads() const).
+template <class E, class = void>
+struct ReportsThreads : std::false_type {};
+template <class E>
+struct ReportsThreads<E, std::void_t<decltype(std::declval<const E&>().MaxThreads())>> : std::true_type {};
+
 template <class Executor>
 class GraphModuleObj : public ModuleObj {
  public:
@@ -599,6 +606,12 @@ class GraphModuleObj : public ModuleObj {
         for (const auto& c : consts_) given += static_cast<int64_t>(c.second.size() * sizeof(float));
         *rv = Array<int64_t>{static_cast<int64_t>(use.workspace_bytes), given, static_cast<int64_t>(use.constant_bytes)};
       });
+    }
+    if constexpr (ReportsThreads<Executor>::value) {
+      if (name == "get_max_threads") {  // the team size its kernels were created for
+        return Function::FromPacked(
+            [self, this](PackedArgs, Any* rv) { *rv = static_cast<int64_t>(executor_->MaxThreads()); });
+      }
     }
     return std::nullopt;
   }
