@@ -54,3 +54,26 @@ def test_threads_on_a_loaded_artifact(tmp_path):
         outputs = list(pool.map(loaded.run, feeds))
     for f, out in zip(feeds, outputs):
         np.testing.assert_allclose(out[0], onnxruntime_outputs(m, f)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_two_threads_compile_at_once():
+    """Two threads compiling at once both get a working artifact, and the process's stdout is its own after: TVM's
+    importer and the silencing around it (sys.stdout, warning filters) are process-wide, so imports take turns.
+    Without that, one thread's compile failed in TVM's Gemm converter (AssertionError)."""
+    import sys
+
+    stdout = sys.stdout
+    models = [small_cnn(), small_mlp()]
+    start = threading.Barrier(len(models))
+
+    def compile_one(m):
+        start.wait()
+        return byoc.compile(m, vendors=["c_source"])
+
+    with ThreadPoolExecutor(len(models)) as pool:
+        artifacts = list(pool.map(compile_one, models))
+    assert sys.stdout is stdout
+    for m, artifact in zip(models, artifacts):
+        feed = random_inputs(m, seed=3)
+        for got, want in zip(artifact.run(feed), onnxruntime_outputs(m, feed)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

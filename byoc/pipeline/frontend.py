@@ -35,7 +35,7 @@ from byoc.errors import (
 )
 # The model's types are imported from here too (``byoc.pipeline.frontend.ImportedModel``).
 from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec, name_nodes, subgraphs  # noqa: F401
-from byoc.pipeline.prepare import prepare
+from byoc.pipeline.prepare import QUIET_LOCK, prepare
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
@@ -457,6 +457,7 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     return specs
 
 
+
 def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
               op_types: Mapping[str, str] | None = None):
     """Import ``model`` into Relax: ``(mod, node_of, tensor_of)``; see :class:`ImportedModel`.
@@ -481,8 +482,9 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
                             for name, t in held.items()]
     importer = ProvenanceImporter({s.name: list(s.shape) for s in specs}, {s.name: s.dtype for s in specs})
     try:
-        # TVM's importer prints and warns on its own; a library must not.
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        # TVM's importer prints and warns on its own; a library must not. The silencing swaps process-wide
+        # state (sys.stdout, the warning filters) and the importer keeps some of its own: one import at a time.
+        with QUIET_LOCK, warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             mod = importer.from_onnx(model.graph, opset)
             owners = importer.binding_provenance(mod["main"])

@@ -24,6 +24,7 @@ import contextlib
 import io
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -284,7 +285,7 @@ def _candidates(model: onnx.ModelProto):
             # The simplifiers print progress and warn on their own, from Python and from C++
             # (onnxsim's "WARNING: failed to run ... op" and the tracebacks of its onnxruntime
             # runs); a library must not: what they print is dropped, their errors are kept.
-            with warnings.catch_warnings(), _output_silenced():
+            with _output_silenced(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 simplified = run(model)
         except Exception as err:  # noqa: BLE001 - the simplifiers raise every kind of error
@@ -300,6 +301,12 @@ def _candidates(model: onnx.ModelProto):
     yield None, ""
 
 
+#: held while a stage swaps process-wide state to keep a tool quiet (sys.stdout and stderr, their file
+#: descriptors, the warning filters): two threads preparing or importing at once would restore each other's
+#: swaps (a thread's StringIO left as sys.stdout), so such stages take turns.
+QUIET_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _output_silenced():
     """Send what this process writes to stdout and stderr, Python and native code alike, to nowhere.
@@ -307,20 +314,21 @@ def _output_silenced():
     The file descriptors are process-wide, so output of other threads in the
     meantime is dropped too; the simplifiers take well under a minute.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with open(os.devnull, "w") as null, contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            os.dup2(null.fileno(), 1)
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in saved:
-            os.close(fd)
+    with QUIET_LOCK:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            with open(os.devnull, "w") as null, contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                os.dup2(null.fileno(), 1)
+                os.dup2(null.fileno(), 2)
+                yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
 
 
 def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto:
