@@ -15,6 +15,7 @@ they do not exist for), the dnnl runtime is skipped and the ``dnnl`` vendor
 still partitions and reports; building with it then says what is missing.
 """
 
+import importlib.util
 import os
 import shlex
 import subprocess
@@ -29,6 +30,14 @@ ROOT = Path(__file__).resolve().parent
 # Hidden visibility: several runtimes share graph_runtime.h and are loaded with
 # RTLD_GLOBAL; each must bind to its own copy of the shared code, not the first loaded.
 COMPILE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+
+
+def _shared_limits():
+    """-D flags for the limits the runtimes share with Python, from their one source (codegens/limits.py)."""
+    spec = importlib.util.spec_from_file_location("byoc_limits", ROOT / "codegens" / "limits.py")
+    limits = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(limits)
+    return [f"-DBYOC_MAX_RANK={limits.MAX_RANK}"]
 ONEDNN_VERSION = "2023.2.0"
 
 
@@ -93,8 +102,9 @@ class BuildNativeLibraries(build_ext):
         objects.mkdir(parents=True, exist_ok=True)
         compiler = os.environ.get("CXX", "g++")
         compiles = [
-            [compiler, *COMPILE_FLAGS, "-c", str(ROOT / source), *(f"-I{ROOT / d}" for d in ext.include_dirs),
-             *ffi_compile, *compile_flags, "-o", str(objects / (Path(source).stem + ".o"))]
+            [compiler, *COMPILE_FLAGS, *_shared_limits(), "-c", str(ROOT / source),
+             *(f"-I{ROOT / d}" for d in ext.include_dirs), *ffi_compile, *compile_flags,
+             "-o", str(objects / (Path(source).stem + ".o"))]
             for source in ext.sources
         ]
         # One process per source, as many at once as there are CPUs: the oneDNN runtime is a dozen sources.

@@ -11,15 +11,16 @@ from __future__ import annotations
 from byoc.vendor.checks import all_of, avg_pool_plain, conv_layout_nchw, dtypes, per_channel_bias, pool_layout_nchw, static_shapes
 from byoc.vendor.quantized import qdq_rules, qdq_supported
 from byoc.codegens.c_source import CSourceCodegen
+from byoc.codegens.limits import MAX_RANK
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import OpRule, PatternRule, Vendor
 
 NAME = "c_source"
 
-_base = all_of(dtypes("float32"), static_shapes(8))
+_base = all_of(dtypes("float32"), static_shapes(MAX_RANK))
 # Ops that only pick or move values also run on the 8-bit integers a QOperator model
 # leaves between its integer ops (its MaxPool and Flatten read uint8 as they are).
-_moves = all_of(dtypes("float32", "int8", "uint8"), static_shapes(8))
+_moves = all_of(dtypes("float32", "int8", "uint8"), static_shapes(MAX_RANK))
 
 
 def _conv_pattern(bias: bool, relu: bool):
@@ -50,7 +51,7 @@ _conv_check = all_of(_base, conv_layout_nchw)
 _conv_bias_check = all_of(_conv_check, per_channel_bias)
 
 RULES = (
-    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(8), conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
+    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
     PatternRule(f"{NAME}.conv2d_bias_relu", _conv_pattern(True, True), _conv_bias_check),
     PatternRule(f"{NAME}.conv2d_bias", _conv_pattern(True, False), _conv_bias_check),
     PatternRule(f"{NAME}.conv2d_relu", _conv_pattern(False, True), _conv_check),

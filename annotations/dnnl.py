@@ -41,12 +41,12 @@ from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
 from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
                          per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
+from byoc.codegens.limits import MAX_RANK
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
 from byoc.vendor.quantized import OPTIONAL_UNIT_OPS, UNIT_OPS, WEIGHTED, qdq_rules, qdq_supported
 
 NAME = "dnnl"
-MAX_RANK = 8  # graph_runtime.h's kMaxRank
 
 
 def _non_empty(match: Match):

@@ -385,3 +385,24 @@ def test_a_missing_runtime_library_says_how_to_get_it():
     with pytest.raises(BuildError, match=r"no_such_runtime runtime library \(libbyoc_no_such_runtime.so\) is "
                                          r"not installed; reinstall byoc"):
         missing.load()
+
+
+@pytest.mark.parametrize("runtime", ["json_runtime", "dnnl"])
+def test_the_rank_limit_is_the_one_the_kernels_header_writes(runtime):
+    """The rank limit is written once (byoc_kernels.h's BYOC_MAX_RANK): the rules take rank MAX_RANK and refuse
+    MAX_RANK + 1 with that number, and the runtimes, built with it, refuse a graph of rank MAX_RANK + 1."""
+    import tvm_ffi
+
+    from byoc.codegens.limits import MAX_RANK, defined_int
+
+    assert MAX_RANK == defined_int("BYOC_MAX_RANK") >= 4
+    fits, over = [1] * (MAX_RANK - 1) + [3], [1] * MAX_RANK + [3]
+    assert not byoc.partition(single_op("Relu", {"x": fits}, fits), [runtime]).host_ops
+    (refused,) = byoc.partition(single_op("Relu", {"x": over}, over), [runtime]).host_ops
+    assert refused.reasons[runtime] == f"rank {MAX_RANK + 1} > {MAX_RANK} not supported"
+    (graph,) = _graphs(single_op("Relu", {"x": fits}, fits), [runtime])
+    text = serialize(graph).json.replace(json.dumps(fits).replace(" ", ""), json.dumps(over).replace(" ", ""))
+    assert text != serialize(graph).json
+    byoc.get_vendor(runtime).codegen.load_runtime()
+    with pytest.raises(ValueError, match=f"has rank above {MAX_RANK}"):
+        tvm_ffi.get_global_func(f"byoc.{runtime}.create")(graph.symbol, text, [], [])

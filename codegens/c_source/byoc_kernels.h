@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+// The one place the rank limit is written: codegens/limits.py reads it for Python and setup.py.
 #define BYOC_MAX_RANK 8
 
 #if defined(__GNUC__) || defined(__clang__)

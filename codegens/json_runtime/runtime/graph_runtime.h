@@ -70,7 +70,12 @@ using tvm::ffi::String;
 constexpr uint32_t kBlobVersion = 1;   // layout of SaveToBytes
 constexpr int64_t kGraphVersion = 2;   // "version" field of the graph JSON (1 is read too: no "only_if_cpu")
 constexpr int kMaxJsonDepth = 64;      // the schema nests 5 deep; refuse pathological input
-constexpr size_t kMaxRank = 8;         // the rank limit of the vendors' rules
+// The rank limit of the kernels and the vendors' rules: written once, in c_source/byoc_kernels.h, and handed
+// to the compiler by setup.py (codegens/limits.py reads it for Python).
+#ifndef BYOC_MAX_RANK
+#error "BYOC_MAX_RANK is defined by setup.py from c_source/byoc_kernels.h (codegens/limits.py)"
+#endif
+constexpr size_t kMaxRank = BYOC_MAX_RANK;
 
 // The runtime whose errors are being raised ("json_runtime", "dnnl"); set by
 // each shared library, which holds exactly one runtime.

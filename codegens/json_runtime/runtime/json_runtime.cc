@@ -25,8 +25,6 @@ namespace json_runtime {
 
 using namespace byoc::graph_runtime;  // NOLINT: this file is one runtime built on it
 
-static_assert(kMaxRank == BYOC_MAX_RANK, "graph rank limit and kernel rank limit differ");
-
 // Per-call buffers: one float pointer per tensor of the graph.
 using Step = std::function<void(float* const* buf)>;
 
