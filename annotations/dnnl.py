@@ -20,7 +20,7 @@ first:
   unit dims), so the glue between heavy ops stays in the same partition and
   activations keep oneDNN's blocked layouts.
 
-Every check enforces a limit of the runtime (``codegens/dnnl/dnnl_runtime.cc``)
+Every check enforces a limit of the runtime (``codegens/dnnl/runtime/``)
 and names it when it rejects: float32, static non-empty shapes of rank <= 8,
 NCHW/OIHW or NCW/OIW (IOHW for transposed convs), constant conv weights (they are
 reordered once, at load), matmul operands of rank >= 2, the second operand of

@@ -24,9 +24,12 @@ How each side uses the count:
   allowed CPU (not pinned one per core, which on a shared machine would keep a
   worker on a core another process holds).
 - A vendor runtime that takes a count registers ``byoc.<name>.set_max_threads``;
-  byoc calls it before the runtime creates modules (at build and load). The
-  dnnl runtime then gives each primitive one thread when its work is small
-  and up to the count otherwise (see ``codegens/dnnl/dnnl_runtime.cc``).
+  byoc calls it before the runtime creates modules (at build and load), on the
+  thread that builds or loads. The dnnl runtime takes the count per calling
+  thread and each module keeps the one it was created with, so two artifacts
+  in one process keep their own counts; it gives each primitive one thread when
+  its work is small and up to the count otherwise (see
+  ``codegens/dnnl/runtime/common.h``).
 
 Nothing is written to ``os.environ``.
 """

@@ -2,7 +2,7 @@
 
 The graph is the JSON-runtime's (same serializer, same module blob and
 loader machinery, :mod:`byoc.codegens.json_runtime`); the executor in
-``dnnl_runtime.cc`` creates oneDNN primitives and reorders weights once, when
+``runtime/`` (the C++ sources, one file per concern) creates oneDNN primitives and reorders weights once, when
 a module is created or loaded, and only binds buffers per call.
 
 oneDNN comes from the package extra ``byoc[dnnl]``: the PyPI wheels

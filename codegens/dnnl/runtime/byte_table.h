@@ -1,5 +1,5 @@
 /*
- * byte_table.h -- y[i] = table[x[i]] over bytes, for dnnl_runtime.cc's LookupTable kernel (an element-wise
+ * byte_table.h -- y[i] = table[x[i]] over bytes, for the LookupTable kernel (kernels.h) (an element-wise
  * int8 unit computed once for the 256 possible input bytes).
  *
  * A scalar loop takes about 1.4 cycles per byte, which is most of what it replaces (oneDNN's binary with a

@@ -1,6 +1,6 @@
 /*
  * winograd.h -- the transforms of a Winograd F(4x4, 3x3) convolution over NHWC float32 tensors, for
- * dnnl_runtime.cc (which runs the 36 products of transformed tiles and weights as one batched oneDNN matmul).
+ * winograd.cc (which runs the 36 products of transformed tiles and weights as one batched oneDNN matmul).
  *
  * A 3x3 stride-1 convolution computes each 4x4 output tile from a 6x6 input patch d as
  *     Y = A^T [ (G g G^T) (.) (B^T d B) ] A

@@ -3,7 +3,7 @@
  * access with located errors, the parsed and validated partition graph, and
  * the tvm-ffi module that holds one partition and calls an executor.
  *
- * A runtime (json_runtime.cc: reference kernels; dnnl_runtime.cc: oneDNN)
+ * A runtime (json_runtime.cc: reference kernels; codegens/dnnl/runtime/: oneDNN)
  * defines an Executor class
  *
  *     struct Executor {
