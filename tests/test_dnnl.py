@@ -470,7 +470,7 @@ def test_missing_onednn_names_the_extra(monkeypatch):
     from byoc.codegens import dnnl
 
     _without_onednn(monkeypatch)
-    with pytest.raises(BuildError, match=r'onednn-cpu-gomp is not installed; pip install "byoc\[dnnl\]"'):
+    with pytest.raises(BuildError, match=r'onednn-cpu-gomp is not installed; pip install "byoc-tvm\[dnnl\]"'):
         dnnl.onednn_library()
 
 
@@ -483,7 +483,7 @@ def test_building_without_onednn_is_a_clear_error_not_a_fallback(monkeypatch):
     unloaded = RuntimeLibrary(DNNL_RUNTIME.name, DNNL_RUNTIME.package, dependencies=onednn_library)
     monkeypatch.setattr(byoc.get_vendor("dnnl").codegen, "library", unloaded)
     assert isinstance(byoc.get_vendor("dnnl").codegen, DnnlCodegen)
-    with pytest.raises(BuildError, match=r'pip install "byoc\[dnnl\]"'):
+    with pytest.raises(BuildError, match=r'pip install "byoc-tvm\[dnnl\]"'):
         byoc.compile(residual_block(), vendors=["dnnl"])
 
 

@@ -5,7 +5,7 @@ loader machinery, :mod:`byoc.codegens.json_runtime`); the executor in
 ``runtime/`` (the C++ sources, one file per concern) creates oneDNN primitives and reorders weights once, when
 a module is created or loaded, and only binds buffers per call.
 
-oneDNN comes from the package extra ``byoc[dnnl]``: the PyPI wheels
+oneDNN comes from the package extra ``byoc-tvm[dnnl]``: the PyPI wheels
 ``onednn-cpu-gomp`` (the library, OpenMP threading) and
 ``onednn-devel-cpu-gomp`` (its headers), both 2023.2.0 (oneDNN 3.2). The
 runtime library is compiled against the headers when byoc is installed (they
@@ -27,7 +27,7 @@ from byoc.vendor import VendorOption
 
 ONEDNN_VERSION = "2023.2.0"
 LIBRARY_DIST = "onednn-cpu-gomp"
-INSTALL_HINT = f'pip install "byoc[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION})'
+INSTALL_HINT = f'pip install "byoc-tvm[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION})'
 
 __all__ = ["DNNL_RUNTIME", "DnnlCodegen", "onednn_library"]
 
