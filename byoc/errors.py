@@ -147,5 +147,16 @@ class ArtifactLoadError(ByocError):
     """An exported artifact could not be loaded."""
 
 
+class ArtifactTargetError(ArtifactLoadError, TargetError):
+    """The file is a shared library for another machine (e.g. an s390x artifact on x86_64): it cannot be loaded here.
+
+    ``target`` names what it was built for (a preset's name, e.g. ``"s390x"``, when byoc knows the machine).
+    """
+
+    def __init__(self, message: str, target: str = ""):
+        super().__init__(message)
+        self.target = target
+
+
 #: The error classes (what ``from byoc.errors import *`` and ``byoc`` export).
 __all__ = [name for name, value in list(globals().items()) if isinstance(value, type) and issubclass(value, ByocError)]

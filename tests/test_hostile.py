@@ -287,3 +287,88 @@ def test_hostile_names_reach_the_codegens_safely(vendor, tmp_path):
                    check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(TESTS)})
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected[0], rtol=1e-4, atol=1e-5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nasty.so", "x.npy", "y.npy"]
+
+
+# -- artifacts byoc.load cannot load here -------------------------------------------------
+@pytest.fixture(scope="module")
+def exported_so(tmp_path_factory):
+    """An x86_64 artifact's bytes (exported from the small CNN), for the tests to rewrite its ELF header."""
+    from byoc.deploy.targets import host_name
+
+    if host_name() != "x86_64":
+        pytest.skip("the crafted headers start from an x86_64 library")
+    folder = tmp_path_factory.mktemp("exported")
+    return byoc.compile(small_cnn(), vendors=["c_source"]).export(folder / "model.so").read_bytes()
+
+
+def _with_elf_header(data: bytes, byte_order: str, e_type: int, machine: int) -> bytes:
+    """``data`` with EI_DATA, e_type and e_machine (offsets 5, 16, 18) rewritten, the last two in ``byte_order``."""
+    head = bytearray(data)
+    head[5] = 1 if byte_order == "little" else 2
+    head[16:18] = e_type.to_bytes(2, byte_order)
+    head[18:20] = machine.to_bytes(2, byte_order)
+    return bytes(head)
+
+
+@pytest.mark.parametrize("target, byte_order, machine", [("s390x", "big", 22), ("ppc64le", "little", 21)])
+def test_an_artifact_for_another_machine_names_its_target(exported_so, tmp_path, target, byte_order, machine):
+    """The dynamic loader says "cannot open shared object file: No such file or directory" for a file
+    that exists; byoc.load reads the ELF header first and says what it was built for and how to run it."""
+    from byoc.errors import ArtifactLoadError, TargetError
+
+    path = tmp_path / f"model-{target}.so"
+    path.write_bytes(_with_elf_header(exported_so, byte_order, 3, machine))
+    with pytest.raises(TargetError) as info:
+        byoc.load(path)
+    message = str(info.value)
+    assert isinstance(info.value, ArtifactLoadError)  # what byoc.load raised for it before
+    assert info.value.target == target
+    assert f"was built for {target} (ELF machine {machine}, {byte_order}-endian), not for this x86_64 machine" \
+        in message
+    for hint in (f"target={target!r}", "run_emulated(inputs)", "export_standalone(folder)", f"qemu-{target}"):
+        assert hint in message, hint
+    assert "No such file" not in message and "\n" not in message
+
+
+def test_an_artifact_for_a_machine_byoc_has_no_preset_for(exported_so, tmp_path):
+    from byoc.errors import TargetError
+
+    path = tmp_path / "model-aarch64.so"
+    path.write_bytes(_with_elf_header(exported_so, "little", 3, 183))
+    with pytest.raises(TargetError, match=r"is a shared library for aarch64 \(ELF machine 183, 64-bit "
+                                          r"little-endian\), not for this x86_64 machine"):
+        byoc.load(path)
+
+
+@pytest.mark.parametrize("kind", ["text", "empty", "object_file", "cut_short"])
+def test_a_file_that_is_not_a_shared_library_is_named(exported_so, tmp_path, kind):
+    from byoc.errors import ArtifactLoadError
+
+    data, expected = {
+        "text": (b"hello\n", "is a text file, not a shared library; byoc.load expects the .so"),
+        "empty": (b"", "is empty; byoc.load expects the .so"),
+        "object_file": (_with_elf_header(exported_so, "little", 1, 62), "is an ELF object file (.o), not a shared"),
+        "cut_short": (exported_so[:12], "starts like an ELF file but its header is cut short or corrupt"),
+    }[kind]
+    path = tmp_path / "model.so"
+    path.write_bytes(data)
+    with pytest.raises(ArtifactLoadError) as info:
+        byoc.load(path)
+    assert expected in str(info.value)
+
+
+def test_a_cross_built_s390x_artifact_names_its_target(tmp_path):
+    """The same with a real s390x library (needs the cross compiler: installed with apt-get, as test_cross does)."""
+    from byoc.deploy import toolchain
+    from byoc.deploy.targets import host_name
+    from byoc.errors import TargetError
+
+    if host_name() == "s390x":
+        pytest.skip("s390x is this machine")
+    try:
+        toolchain.install_missing("s390x")
+    except toolchain.AptUnavailable as err:
+        pytest.skip(f"the s390x toolchain is missing and cannot be installed: {err}")
+    path = byoc.compile(small_cnn(), vendors=["c_source"], target="s390x").export(tmp_path / "model-s390x.so")
+    with pytest.raises(TargetError, match=r"was built for s390x .* run_emulated\(inputs\)"):
+        byoc.load(path)

@@ -38,6 +38,10 @@ class TargetPreset:
     # TVM's LLVM target assumes 128-bit vectors for s390x and logs a warning on
     # every build unless the width is given; stating it keeps the same code.
     vector_width: Optional[int] = None
+    # What the ELF header of a library built for it says: e_machine, and the byte order
+    # (EI_DATA) it is read in; byoc.load names a library built for another machine by them.
+    elf_machine: int = 0
+    byte_order: str = "little"
 
     def tvm_target(self):
         import tvm
@@ -136,13 +140,14 @@ class TargetPreset:
 
 
 PRESETS = {
-    "x86_64": TargetPreset("x86_64", "x86_64-linux-gnu", "gcc", "gcc", None, None),
+    "x86_64": TargetPreset("x86_64", "x86_64-linux-gnu", "gcc", "gcc", None, None, elf_machine=62),  # EM_X86_64
     "ppc64le": TargetPreset("ppc64le", "powerpc64le-linux-gnu", "powerpc64le-linux-gnu-gcc",
                             "gcc-powerpc64le-linux-gnu", "qemu-ppc64le", "/usr/powerpc64le-linux-gnu",
-                            libc_package="libc6-dev-ppc64el-cross"),
+                            libc_package="libc6-dev-ppc64el-cross", elf_machine=21),  # EM_PPC64
     "s390x": TargetPreset("s390x", "s390x-ibm-linux", "s390x-linux-gnu-gcc",
                           "gcc-s390x-linux-gnu", "qemu-s390x", "/usr/s390x-linux-gnu",
-                          libc_package="libc6-dev-s390x-cross", vector_width=128),
+                          libc_package="libc6-dev-s390x-cross", vector_width=128,
+                          elf_machine=22, byte_order="big"),  # EM_S390
 }
 
 # qemu's CPU model must offer the instructions LLVM may emit for ``mcpu``;

@@ -18,9 +18,9 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from byoc.errors import ArtifactLoadError, BuildError, InputError, TargetError, last_line
+from byoc.errors import ArtifactLoadError, ArtifactTargetError, BuildError, InputError, TargetError, last_line
 from byoc.pipeline.onnx_model import TensorSpec
-from byoc.deploy.targets import TargetPreset, resolve_target
+from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 METADATA_FUNCTION = "byoc_metadata"
@@ -284,6 +284,88 @@ def _load_runtimes_for(path: Path) -> None:
         codegen.load_runtime()
 
 
+#: e_type of the ELF files that are not shared libraries (ET_DYN, 3), as the messages name them
+_ELF_TYPES = {1: "an ELF object file (.o)", 2: "an ELF executable", 4: "an ELF core dump"}
+
+#: e_machine of some machines byoc has no preset for, to name them (the presets name their own)
+_ELF_MACHINES = {3: "x86 (32-bit)", 8: "MIPS", 20: "PowerPC (32-bit)", 21: "PowerPC 64", 22: "IBM Z",
+                 40: "ARM", 62: "x86_64", 183: "aarch64", 243: "RISC-V"}
+
+_EXPECTED = "byoc.load expects the .so that Artifact.export wrote"
+
+
+def _elf_header(head: bytes) -> Optional[tuple[int, str, int, int]]:
+    """(bits, byte order, e_type, e_machine) from an ELF file's first 20 bytes; None when they are cut short
+    or the class (EI_CLASS) or byte order (EI_DATA) is not one ELF defines."""
+    if len(head) < 20 or head[4] not in (1, 2) or head[5] not in (1, 2):
+        return None
+    order = "little" if head[5] == 1 else "big"
+    return 32 * head[4], order, int.from_bytes(head[16:18], order), int.from_bytes(head[18:20], order)
+
+
+def _host_machine() -> Optional[tuple[int, str, int]]:
+    """(bits, byte order, e_machine) of the libraries this process can load: its preset's, else its own
+    executable's (None when neither says)."""
+    preset = PRESETS.get(host_name())
+    if preset is not None:
+        return 64, preset.byte_order, preset.elf_machine
+    try:
+        with open("/proc/self/exe", "rb") as file:
+            header = _elf_header(file.read(20))
+    except OSError:
+        return None
+    return header and (header[0], header[1], header[3])
+
+
+def check_library_file(path: Path) -> None:
+    """An ArtifactLoadError unless ``path`` is an ELF shared library this machine can load.
+
+    The header is read before TVM sees the file: the dynamic loader reports a
+    library built for another machine as "cannot open shared object file: No
+    such file or directory". One for another machine is an
+    :class:`~byoc.errors.ArtifactTargetError` naming the target it was built for.
+    """
+    if not path.is_file():
+        kind = "a folder, not an artifact file" if path.is_dir() else "not found"
+        raise ArtifactLoadError(f"artifact {kind}: {str(path)!r}; give the .so that Artifact.export wrote")
+    with open(path, "rb") as file:
+        head = file.read(20)
+    if head[:4] != b"\x7fELF":
+        text = head.isascii() and all(c >= 32 or c in b"\t\n\r" for c in head)
+        what = "empty" if not head else "a text file, not a shared library" if text else "not a shared library"
+        model_hint = (" It looks like an ONNX model: compile it first, e.g. byoc.compile(path, vendors=[...])"
+                      if path.suffix == ".onnx" or head[:1] == b"\x08" else "")
+        raise ArtifactLoadError(f"{str(path)!r} is {what}; {_EXPECTED}.{model_hint}")
+    header = _elf_header(head)
+    if header is None:
+        raise ArtifactLoadError(f"{str(path)!r} starts like an ELF file but its header is cut short or corrupt; "
+                                f"{_EXPECTED}: copy or export it again")
+    bits, order, e_type, machine = header
+    if e_type != 3:  # ET_DYN
+        what = _ELF_TYPES.get(e_type, f"an ELF file of type {e_type}")
+        raise ArtifactLoadError(f"{str(path)!r} is {what}, not a shared library; {_EXPECTED}")
+    host = _host_machine()
+    if host is None or (bits, order, machine) == host:
+        return
+    here = host_name()
+    preset = next((p for p in PRESETS.values() if (64, p.byte_order, p.elf_machine) == (bits, order, machine)),
+                  None)
+    if preset is None:
+        what = _ELF_MACHINES.get(machine, "another machine")
+        raise ArtifactTargetError(
+            f"{str(path)!r} is a shared library for {what} (ELF machine {machine}, {bits}-bit {order}-endian), "
+            f"not for this {here} machine, so it cannot be loaded here; load it on a machine of that kind",
+            target=what)
+    emulated = (f"; or, to run the model here, compile it for {preset.name} (byoc.compile(model, ..., "
+                f"target={preset.name!r})) and call run_emulated(inputs) on that artifact, which runs its "
+                f"standalone C program under {preset.qemu}, or write that program with export_standalone(folder) "
+                f"and run it under {preset.qemu} yourself") if preset.qemu else ""
+    raise ArtifactTargetError(
+        f"{str(path)!r} was built for {preset.name} (ELF machine {machine}, {order}-endian), not for this "
+        f"{here} machine, so it cannot be loaded here: load it with byoc.load on {preset.name} hardware"
+        f"{emulated}", target=preset.name)
+
+
 def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     """The TVM runtime module of the library at ``path``, with the vendor runtimes it holds loaded first.
 
@@ -294,6 +376,7 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     import tvm
 
     path = Path(path)
+    check_library_file(path)
     _load_runtimes_for(path)
     set_vendor_threads(check_threads(threads))
     try:
@@ -311,16 +394,6 @@ def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Artifa
     use; see :mod:`byoc.host.threads`).
     """
     path = Path(path)
-    if not path.is_file():
-        kind = "a folder, not an artifact file" if path.is_dir() else "not found"
-        raise ArtifactLoadError(f"artifact {kind}: {str(path)!r}; give the .so that Artifact.export wrote")
-    with open(path, "rb") as file:
-        head = file.read(4)
-    if head != b"\x7fELF":
-        model_hint = (" It looks like an ONNX model: compile it first, e.g. byoc.compile(path, vendors=[...])"
-                      if path.suffix == ".onnx" or head[:1] == b"\x08" else "")
-        raise ArtifactLoadError(f"{str(path)!r} is not a shared library; byoc.load expects the .so that "
-                                f"Artifact.export wrote.{model_hint}")
     library = load_library(path, threads)
     try:
         import tvm
