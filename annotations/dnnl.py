@@ -348,7 +348,7 @@ def _resize_supported(match: Match):
     method, ctm, rounding = str(a.method), str(a.coordinate_transformation_mode), str(a.rounding_method)
     # oneDNN's source coordinate is (x + 0.5) * in / out - 0.5 (ONNX half_pixel),
     # clamped at the edges, rounded for nearest: the combinations below give the
-    # same result as ONNX Resize (checked against onnxruntime in tests/test_dnnl_ops.py).
+    # same result as ONNX Resize (checked against onnxruntime in tests/test_dnnl_ops_layout.py).
     half_pixel = ctm == "half_pixel" or (ctm == "pytorch_half_pixel" and ys[2] > 1 and ys[3] > 1)
     if method == "cubic":
         return "cubic resize (oneDNN resampling has nearest and linear only)"

@@ -56,6 +56,9 @@ and reported as skipped with the reason.
 * goals: issue 7's goal figures, each for the vendor set that does best on it,
   met or missed (printed, never asserted).
 
+The timing processes are in ``benchmarks/timing_processes.py``, the goals and tables in
+``benchmarks/run_report.py``.
+
 byoc loads oneDNN's OpenMP with a short spin (``GOMP_SPINCOUNT=10000``) unless the
 environment sets a wait policy (``codegens/dnnl/__init__.py`` has the figures).
 """
@@ -66,7 +69,6 @@ import argparse
 import json
 import os
 import platform
-import select
 import signal
 import statistics
 import subprocess
@@ -81,16 +83,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import benchmark_models  # noqa: E402 - next to this file
+from run_report import evaluate_goals, print_tables  # noqa: E402
+from timing_processes import SETTLE_MS, _tvm_runner, random_inputs, time_interleaved  # noqa: E402
 
 HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
 QUICK_MODELS = ("tiny_cnn", "tiny_mlp")
 DEFAULT_VENDOR_SETS = ("c_source", "json_runtime", "dnnl")
-# Pause before each timed request: onnxruntime's intra-op threads keep spinning for a while after
-# its call returns, and a configuration timed right after it shares the 2 cores with them
-# (measured on byoc[dnnl] ResNet-50 int8: 31.8 ms timed alone in this harness, 58.6 ms right after
-# onnxruntime's turn).
-SETTLE_MS = 50
 # Calls per timed request: after the pause, a first call wakes the process's sleeping threads
 # (oneDNN's OpenMP team, onnxruntime's pool); the median over the calls is the steady latency.
 CALLS_PER_REQUEST = 3
@@ -280,201 +279,6 @@ def run_worker(task: dict, timeout: float, tmp: Path, script: Path | str = __fil
     return dict(json.loads(Path(task["result"]).read_text()), status="ok")
 
 
-# -- timing processes: one long-lived subprocess per configuration ---------------------
-def random_inputs(path: Path) -> dict:
-    """Seeded random arrays for the ONNX model's inputs, by name, in graph order."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    rng = np.random.default_rng(1)
-    initializers = {i.name for i in model.graph.initializer}
-    inputs = {}
-    for vi in model.graph.input:
-        if vi.name not in initializers:
-            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-            inputs[vi.name] = rng.standard_normal(shape).astype(dtype)
-    return inputs
-
-
-def _ort_runner(path: str, inputs: dict):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, inputs)
-
-
-def _tvm_runner(lib_path: str, inputs: dict):
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(tvm.runtime.load_module(lib_path), tvm.cpu())
-    arrays = list(inputs.values())
-
-    def run():
-        result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
-        items = [result] if hasattr(result, "numpy") else list(result)
-        return [item.numpy() for item in items]
-
-    return run
-
-
-def _byoc_runner(lib_path: str, inputs: dict, threads=None):
-    import byoc
-
-    artifact = byoc.load(lib_path, threads=threads)
-    return lambda: artifact.run(inputs)
-
-
-RUNNERS = {"onnxruntime": _ort_runner, "tvm": _tvm_runner, "byoc": _byoc_runner}
-
-
-def _timer_main(spec_file: str) -> int:
-    """Timing process: load once, then answer ``run N`` with N elapsed seconds and ``save`` with the outputs."""
-    spec = json.loads(Path(spec_file).read_text())
-    # The protocol owns the original stdout; whatever a library prints goes to stderr instead.
-    replies = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    with np.load(spec["inputs"]) as saved:
-        inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(spec["input_names"])}
-    options = {"threads": spec["threads"]} if spec.get("threads") else {}  # byoc only (benchmarks/under_load.py)
-    run = RUNNERS[spec["kind"]](spec["path"], inputs, **options)
-    replies.write("ready\n")
-    outputs = None
-    for line in sys.stdin:
-        command, *arg = line.split()
-        if command == "run":
-            times = []
-            for _ in range(int(arg[0])):
-                t = time.perf_counter()
-                outputs = run()
-                times.append(time.perf_counter() - t)
-            replies.write(" ".join(repr(t) for t in times) + "\n")
-        elif command == "save":
-            np.savez(spec["outputs"], *[np.asarray(o) for o in outputs])
-            replies.write("saved\n")
-        else:
-            raise SystemExit(f"timing process: unknown command {line.strip()!r}")
-    return 0
-
-
-class TimingProcess:
-    """One configuration in its own process; ``why`` is set (and the process gone) once it failed."""
-
-    def __init__(self, name: str, spec: dict, tmp: Path, env: dict | None = None):
-        """``env``: variables set in the process on top of this one's environment."""
-        self.name, self.spec = name, spec
-        self.status, self.why = "ok", None
-        slug = "".join(c if c.isalnum() else "-" for c in name) + f"-{time.monotonic_ns()}"
-        spec_file = tmp / f"timer-{slug}.json"
-        spec_file.write_text(json.dumps(spec))
-        self._stderr = open(tmp / f"timer-{slug}.err", "w+")
-        # Own session: a hung child and everything it started are killed together.
-        self.proc = subprocess.Popen([sys.executable, __file__, "--timer", str(spec_file)], start_new_session=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env={**os.environ, **(env or {})})
-        self._buffer = b""
-
-    def request(self, command: str, timeout: float, expect: str | None = None):
-        """Send one command and return the reply line, or None (and mark the process failed)."""
-        if self.why:
-            return None
-        try:
-            self.proc.stdin.write(command.encode() + b"\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            return self._fail("error", f"died before {command!r}: {self._last_error()}")
-        return self.reply(command, timeout, expect)
-
-    def reply(self, what: str, timeout: float, expect: str | None = None):
-        """The next reply line within ``timeout`` seconds (``expect``: the only right answer), or None."""
-        if self.why:
-            return None
-        fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return self._fail("timeout", f"no reply to {what!r} within {timeout:g} s")
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return self._fail("error", f"died during {what!r}: {self._last_error()}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        line = line.decode()
-        if expect is not None and line != expect:
-            return self._fail("error", f"answered {line[:80]!r} to {what!r}")
-        return line
-
-    def _last_error(self) -> str:
-        try:
-            self.proc.wait(timeout=10)  # it closed its stdout: it is exiting
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._stderr.seek(0)
-        lines = [line for line in self._stderr.read().splitlines() if line.strip()]
-        return lines[-1].strip() if lines else f"exit code {self.proc.returncode}"
-
-    def _fail(self, status: str, why: str):
-        self.status, self.why = status, why
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.close()
-        return None
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()  # EOF ends the command loop
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout, self._stderr):
-            if not stream.closed:
-                stream.close()
-
-
-def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, warmup: int, calls: int = 1,
-                     settle_ms: float = SETTLE_MS) -> dict:
-    """Time each configuration in its own process, one at a time per round.
-
-    ``configs`` maps a name to ``(kind, path)`` (kind: onnxruntime | tvm |
-    byoc). Returns per name ``{"status": "ok", "median_s", "samples",
-    "outputs"}`` or ``{"status": "timeout" | "error", "why"}``.
-    """
-    input_file = tmp / f"inputs-{time.monotonic_ns()}.npz"
-    np.savez(input_file, *inputs.values())
-    procs = {}
-    for name, (kind, path) in configs.items():  # all load at once; loading is not timed
-        spec = {"kind": kind, "path": str(path), "inputs": str(input_file), "input_names": list(inputs),
-                "outputs": str(tmp / f"outputs-{len(procs)}-{time.monotonic_ns()}.npz")}
-        procs[name] = TimingProcess(name, spec, tmp)
-    for proc in procs.values():
-        proc.reply("load", args.timeout, expect="ready")
-    times = {name: [] for name in procs}
-    for round_ in range(warmup + rounds):
-        for name, proc in procs.items():
-            time.sleep(settle_ms / 1e3)  # the previous process's idle threads stop spinning first
-            line = proc.request(f"run {calls}", args.round_timeout * calls)
-            if line is not None and round_ >= warmup:
-                times[name].extend(float(t) for t in line.split())
-    results = {}
-    for name, proc in procs.items():
-        if proc.request("save", args.round_timeout, expect="saved"):
-            with np.load(proc.spec["outputs"]) as saved:
-                outputs = [saved[f"arr_{i}"] for i in range(len(saved.files))]
-            results[name] = {"status": "ok", "median_s": statistics.median(times[name]),
-                             "samples": len(times[name]), "outputs": outputs}
-        else:
-            results[name] = {"status": proc.status, "why": f"timing process: {proc.why}"}
-        proc.close()
-    return results
-
-
 def _max_err(outputs, reference) -> float:
     return max(float(np.max(np.abs(np.asarray(o, dtype=np.float64) - r))) for o, r in zip(outputs, reference))
 
@@ -611,173 +415,6 @@ def bench_boundary(args, tmp: Path, skipped: list) -> list:
     return rows
 
 
-# -- goals ------------------------------------------------------------------------------
-def _goal(goal: str, target: str, best: dict | None, met) -> dict:
-    """One goal line; ``best`` holds vendors, value, shown (or None: not measured)."""
-    if best is None:
-        return {"goal": goal, "target": target, "vendors": None, "value": None, "measured": "not measured",
-                "met": None}
-    return {"goal": goal, "target": target, **best, "met": met}
-
-
-def _per_vendor_set(report: dict, field: str) -> dict:
-    """byoc vendor set -> {model: value of ``field``} over the models of the run."""
-    sets: dict = {}
-    for model, configs in report["models"].items():
-        for key, entry in configs.items():
-            if key.startswith("byoc["):
-                sets.setdefault(key[5:-1], {})[model] = entry.get(field)
-    return sets
-
-
-def _every_model_goal(report: dict, goal: str, target: str, field: str, higher_is_better: bool,
-                      threshold: float, models: list, spec: str, extra: str = "") -> dict:
-    """A goal over every model (``models``: those where it can be measured) for the best vendor set.
-
-    The worst model of a set decides; a set measured on fewer models ranks after complete ones.
-    """
-    candidates = []
-    for vendors, values in _per_vendor_set(report, field).items():
-        measured = {m: v for m, v in values.items() if v is not None}
-        if not measured:
-            continue
-        missing = sorted(set(models) - set(measured))
-        worst = min(measured.values()) if higher_is_better else max(measured.values())
-        label = "least" if higher_is_better else "worst"
-        shown = f"{label} {worst:{spec}}x (" + ", ".join(f"{m} {v:{spec}}x" for m, v in measured.items()) + ")"
-        if missing:
-            shown += f"; not measured on {', '.join(missing)}"
-        shown += extra
-        rank = -worst if higher_is_better else worst
-        candidates.append((bool(missing), rank, {"vendors": vendors, "value": worst, "measured": shown}))
-    if not candidates:
-        return _goal(goal, target, None, None)
-    incomplete, _, best = min(candidates, key=lambda c: c[:2])
-    value = best["value"]
-    met = not incomplete and (value >= threshold if higher_is_better else value <= threshold)
-    return _goal(goal, target, best, met)
-
-
-def _latency_goal(report: dict) -> dict:
-    return _every_model_goal(report, "byoc / onnxruntime latency on every model", "<= 1.0", "vs_onnxruntime",
-                             False, 1.0, list(report["models"]), ".2f")
-
-
-def _speedup_goal(report: dict) -> dict:
-    plain = [m for m, c in report["models"].items() if c.get("plain_tvm", {}).get("latency_ms") is not None]
-    unmeasured = sorted(set(report["models"]) - set(plain))
-    extra = f"; plain TVM not measured on {', '.join(unmeasured)}" if unmeasured else ""
-    return _every_model_goal(report, "speedup vs plain TVM on every model", ">= 3x", "speedup_vs_plain_tvm",
-                             True, 3.0, plain, ".1f", extra)
-
-
-def _boundary_goal(report: dict) -> dict:
-    goal, target = "boundary overhead per offloaded call", "< 2 us"
-    if not report["boundary"]:
-        return _goal(goal, target, None, None)
-    row = min(report["boundary"], key=lambda r: r["us_per_call"])
-    return _goal(goal, target, {"vendors": row["vendors"], "value": row["us_per_call"],
-                                "measured": f"{row['us_per_call']:.2f} us"}, row["us_per_call"] < 2.0)
-
-
-def _scaling_goal(report: dict) -> dict:
-    goal, target = "partitioning 10k ops vs TVM's passes alone", "<= 1.2x"
-    rows = [r for r in report["scaling"] if r["status"] == "ok"]
-    if not rows:
-        return _goal(goal, target, None, None)
-    ops = 10000 if any(r["ops"] == 10000 for r in rows) else max(r["ops"] for r in rows)
-    at = [r for r in rows if r["ops"] == ops]
-    worst = max(r["ratio"] for r in at)
-    shown = f"worst {worst:.2f}x (" + ", ".join(f"{r['graph']} {r['ratio']:.2f}x" for r in at) + ")"
-    if ops != 10000:
-        shown += f"; at {ops} ops, 10k not measured"
-    return _goal(goal, target, {"vendors": at[0]["vendors"], "value": worst, "measured": shown}, worst <= 1.2)
-
-
-def evaluate_goals(report: dict) -> list:
-    """Issue 7's goal figures, each for the vendor set that does best on it."""
-    return [_latency_goal(report), _speedup_goal(report), _boundary_goal(report), _scaling_goal(report)]
-
-
-# -- output ---------------------------------------------------------------------------
-def _fmt(value, spec=".1f", unit=""):
-    return "-" if value is None else f"{value:{spec}}{unit}"
-
-
-def _bytes(n):
-    if n is None:
-        return "-"
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
-
-
-def print_tables(report: dict) -> None:
-    settings = report["settings"]
-    print("## Latency (median of %d rounds of %d calls after %d warm-up rounds, a %g ms pause before each; "
-          "each configuration in its own process; onnxruntime with 2 threads)"
-          % (settings["runs"], settings.get("calls", 1), settings["warmup"], settings.get("settle_ms", 0)))
-    print()
-    print("| model | config | latency | vs onnxruntime | speedup vs plain TVM | compile | partitions | "
-          "planned memory in all | model lower bound | max abs err |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, configs in report["models"].items():
-        for key, c in configs.items():
-            if c.get("status") != "ok":
-                print(f"| {name} | {key} | {c['status']}: {c['why']} | | | | | | | |")
-                continue
-            mem = c.get("memory", {})
-            print(f"| {name} | {key} | {_fmt(c.get('latency_ms'), '.2f', ' ms')} | "
-                  f"{_fmt(c.get('vs_onnxruntime'), '.2f', 'x')} | {_fmt(c.get('speedup_vs_plain_tvm'), '.2f', 'x')} | "
-                  f"{_fmt(c.get('compile_s'), '.1f', ' s')} | {c.get('partitions', '-')} | "
-                  f"{_bytes(mem.get('total_planned_bytes'))} | {_bytes(mem.get('model_lower_bound_bytes'))} | "
-                  f"{_fmt(c.get('max_abs_err_vs_onnxruntime'), '.2g')} |")
-    shared = [(name, key, row) for name, configs in report["models"].items() for key, c in configs.items()
-              for row in c.get("in_process", [])]
-    if shared:
-        print()
-        print("## In one process: byoc next to another runtime's thread pool (calls alternating, median of "
-              "%d; onnxruntime with 2 threads)" % (max(settings["runs"], 10) * 3))
-        print()
-        print("| model | config | peer | byoc alone | byoc after the peer's call | ratio | peer alone | "
-              "peer after byoc's call |")
-        print("|---|---|---|---|---|---|---|---|")
-        for name, key, r in shared:
-            print(f"| {name} | {key} | {r['peer']} | {r['byoc_alone_ms']:.2f} ms | {r['byoc_alternating_ms']:.2f} ms | "
-                  f"{r['byoc_alternating_ms'] / r['byoc_alone_ms']:.2f}x | {r['peer_alone_ms']:.2f} ms | "
-                  f"{r['peer_alternating_ms']:.2f} ms |")
-    print()
-    print("## Partition scaling: byoc.partition vs FuseOpsByPattern + MergeCompositeFunctions alone")
-    print()
-    print("| graph | ops | vendors | TVM passes | byoc annotate+partition | ratio | partitions |")
-    print("|---|---|---|---|---|---|---|")
-    for r in report["scaling"]:
-        if r["status"] != "ok":
-            print(f"| {r['graph']} | {r['ops']} | {r['vendors']} | {r['status']}: {r['why']} | | | |")
-        else:
-            print(f"| {r['graph']} | {r['ops']} | {r['vendors']} | {r['tvm_s']:.3f} s | {r['byoc_s']:.3f} s | "
-                  f"{r['ratio']:.2f}x | {r['partitions']} |")
-    print()
-    print("## Boundary overhead: chain alternating offloaded Add / host Neg vs the same chain all on host")
-    print()
-    print("| vendors | ops | partitions | chain | all-host chain | per offloaded call |")
-    print("|---|---|---|---|---|---|")
-    for r in report["boundary"]:
-        print(f"| {r['vendors']} | {r['ops']} | {r['partitions']} | {r['chain_us']:.1f} us | "
-              f"{r['host_chain_us']:.1f} us | {r['us_per_call']:.2f} us |")
-    print()
-    print("## Skipped")
-    print()
-    for s in report["skipped"] or [{"what": "nothing", "why": ""}]:
-        print(f"- {s['what']}" + (f": {s['why']}" if s["why"] else ""))
-    print()
-    print("## Goals (issue 7), each for the best vendor set")
-    print()
-    print("| goal | target | best vendor set | measured | status |")
-    print("|---|---|---|---|---|")
-    for g in report["goals"]:
-        status = "not measured" if g["met"] is None else ("met" if g["met"] else "missed")
-        print(f"| {g['goal']} | {g['target']} | {g['vendors'] or '-'} | {g['measured']} | {status} |")
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", help=f"comma-separated, from {', '.join(benchmark_models.ALL_MODELS)} "
@@ -830,8 +467,6 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
         return _worker_main(argv[1])
-    if argv[:1] == ["--timer"]:
-        return _timer_main(argv[1])
     args = parse_args(argv)
     import onnxruntime
     import tvm

@@ -43,8 +43,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import real_models as rm  # noqa: E402 - benchmarks/real_models.py: models, inputs, the build worker
-import run as bench  # noqa: E402 - benchmarks/run.py: timing processes
+import real_models_catalog as rm  # noqa: E402 - benchmarks/real_models_catalog.py: the suite's models, inputs
+import run as bench  # noqa: E402 - benchmarks/run.py: run_worker
+import timing_processes as timing  # noqa: E402 - benchmarks/timing_processes.py: TimingProcess, random_inputs
 
 DEFAULT_MODELS = ("ppocr_det", "ppocr_cls", "shufflenet", "squeezenet", "silero_vad_openvino", "magika",
                   "nudenet_320n")
@@ -86,7 +87,7 @@ def time_once(kind: str, path: Path, inputs: tuple[str, list], args, tmp: Path, 
             "outputs": str(tmp / f"out-{time.monotonic_ns()}.npz")}
     if kind == "byoc" and args.threads:
         spec["threads"] = args.threads
-    proc = bench.TimingProcess(kind, spec, tmp, env)
+    proc = timing.TimingProcess(kind, spec, tmp, env)
     try:
         if proc.reply("load", args.timeout, expect="ready") is None:
             return {"why": proc.why}
@@ -120,7 +121,7 @@ def model_source(name: str, args) -> tuple[Path, dict, dict | None]:
     import benchmark_models  # needs torch to build them
 
     path = benchmark_models.model_path(name)
-    return path, bench.random_inputs(path), None
+    return path, timing.random_inputs(path), None
 
 
 def bench_model(name: str, args, tmp: Path) -> dict:

@@ -1,0 +1,69 @@
+"""What the tests of the dnnl vendor on single ops and small graphs share (tests/test_dnnl_ops_*.py).
+
+Each test builds a small ONNX graph with ``models.py``'s helpers, compiles it for dnnl through
+``byoc.compile(..., strict=True)`` and compares every output with onnxruntime (``_compile``); ``_rules``
+names the rules that took its ops, ``_reason`` why an op stayed on the host, and ``_onednn_exec`` lists the
+primitives oneDNN executes (its verbose log, from a fresh process).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+from onnx import helper
+
+import byoc
+
+from models import const, onnxruntime_outputs, random_inputs, rng
+
+RTOL, ATOL = 1e-4, 1e-4
+
+
+def _f(*shape, seed=5, scale=1.0):
+    return (rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+def _compile(m, host_ops=(), inputs=None, scale=1.0):
+    """Compile for dnnl, check which ops stayed on the host, compare every output with onnxruntime."""
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    assert sorted(d.op for d in artifact.plan.host_ops) == sorted(host_ops), \
+        [(d.op, d.reasons) for d in artifact.plan.host_ops]
+    inputs = inputs or {k: v * np.float32(scale) for k, v in random_inputs(m).items()}
+    for got, want in zip(artifact.run(inputs), onnxruntime_outputs(m, inputs)):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    return artifact
+
+
+def _rules(artifact) -> set[str]:
+    return {d.rule for d in artifact.plan.decisions.values() if d.rule}
+
+
+def _reason(m, op):
+    plan = byoc.partition(m, ["dnnl"])
+    reasons = [d.reasons["dnnl"] for d in plan.host_ops if d.op == op]
+    assert reasons, f"{op} went to dnnl: {plan.host_ops}"
+    return reasons[0]
+
+
+def _conv(x, out, cin, cout, prefix, k=3, group=1, pads=(1, 1, 1, 1), seed=1):
+    """A Conv node with a bias, and its initializers."""
+    w, b = _f(cout, cin // group, k, k, seed=seed, scale=0.3), _f(cout, seed=seed + 50)
+    node = helper.make_node("Conv", [x, f"{prefix}_w", f"{prefix}_b"], [out], name=prefix, pads=list(pads), group=group)
+    return node, [const(f"{prefix}_w", w), const(f"{prefix}_b", b)]
+
+
+def _onednn_exec(m, env=None) -> list[str]:
+    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a fresh process) executes."""
+    script = ("import sys, numpy as np, onnx, byoc\n"
+              "a = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
+              "x = [np.ones(i.shape, np.float32) for i in a.inputs]\n"
+              "a.run(x)\n"  # the first run loads the module: weights are reordered then
+              "print('RUN', flush=True)\n"
+              "a.run(x)\n")
+    log = subprocess.run([sys.executable, "-c", script], input=m.SerializeToString(), capture_output=True,
+                         timeout=300, env={**os.environ, "ONEDNN_VERBOSE": "1", **(env or {})})
+    assert log.returncode == 0, log.stderr[-2000:].decode()
+    return [line for line in log.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]

@@ -1,0 +1,177 @@
+"""The dnnl vendor on the element-wise ops real models add: sqrt / exp / leaky relu, reciprocal, broadcasting
+multiplies, softmax over any axis, power, LRN, scalar and per-channel constant operands over blocked conv
+outputs, and GELU's tanh form in any spelling; each against onnxruntime through
+``byoc.compile(..., strict=True)`` with the op checked to have gone to dnnl, and every combination the
+runtime does not take checked to stay on the host with its reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import byoc
+
+from dnnl_op_helpers import _compile, _conv, _f, _onednn_exec, _reason, _rules
+from models import const, model, random_inputs, single_op, tensor
+
+
+# -- element-wise ops real models add -----------------------------------------------------------
+@pytest.mark.parametrize("op,attrs,positive", [
+    ("Sqrt", {}, True), ("Exp", {}, False), ("LeakyRelu", {"alpha": 0.1}, False),
+])
+def test_unary_eltwise(op, attrs, positive):
+    m = single_op(op, {"x": [2, 3, 5]}, [2, 3, 5], attrs)
+    inputs = random_inputs(m)
+    if positive:
+        inputs = {k: np.abs(v) + np.float32(0.1) for k, v in inputs.items()}
+    assert len(_rules(_compile(m, inputs=inputs))) == 1
+
+
+@pytest.mark.parametrize("numerator", [None, 2.5, -0.5])
+def test_reciprocal_and_a_scalar_over_a_tensor(numerator):
+    """Reciprocal(x) and c / x: oneDNN's eltwise_pow (c * x^-1), including on negative x."""
+    if numerator is None:
+        m = single_op("Reciprocal", {"x": [2, 3, 5]}, [2, 3, 5])
+    else:
+        m = model([helper.make_node("Div", ["c", "x"], ["y"], name="div")], [tensor("x", [2, 3, 5])],
+                  [tensor("y", [2, 3, 5])], [const("c", np.array(numerator, np.float32))])
+    x = _f(2, 3, 5, seed=11)
+    x = np.where(np.abs(x) < 0.05, np.float32(0.5), x)  # away from the pole at 0
+    artifact = _compile(m, inputs={"x": x})
+    np.testing.assert_allclose(artifact.run({"x": x})[0], np.float32(numerator or 1.0) / x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("a,b", [([1, 1, 256], [1, 64, 1]), ([5, 1], [1, 7]), ([3, 1, 4], [3, 6, 1]), ([6, 1], [5])])
+def test_outer_product_multiply_is_a_matmul(a, b):
+    """Both operands broadcast ([.., M, 1] * [.., 1, N], e.g. Magika's layer norm): one matmul with K = 1."""
+    out = list(np.broadcast_shapes(tuple(a), tuple(b)))
+    m = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], [tensor("a", a), tensor("b", b)],
+              [tensor("y", out)])
+    _compile(m)
+
+
+def test_a_multiply_whose_operands_both_broadcast_otherwise_stays_on_host():
+    m = model([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], [tensor("a", [2, 1, 3]), tensor("b", [1, 4, 1])],
+              [tensor("y", [2, 4, 3])])
+    assert _reason(m, "relax.multiply") == ("operands (2, 1, 3) and (1, 4, 1) both broadcast to (2, 4, 3) "
+                                            "(oneDNN broadcasts the second operand only)")
+
+
+@pytest.mark.parametrize("shape,axis", [([1, 16, 4, 35], 1), ([7, 5], 0), ([3, 9, 5], 1), ([2, 3, 5], -1)])
+def test_softmax_over_any_axis(shape, axis):
+    """Over another axis than the last (YOLOv8's box bins), oneDNN's jit softmax runs on a layout with that
+    axis innermost."""
+    m = single_op("Softmax", {"x": shape}, shape, {"axis": axis})
+    assert _rules(_compile(m, scale=3.0)) == {"dnnl.softmax"}
+
+
+def test_softmax_over_channels_feeding_a_conv():
+    """YOLOv8's distribution focal loss head: softmax over 16 bins on axis 1, then a 1x1 conv over them."""
+    conv, inits = _conv("p", "y", 16, 1, "dfl", k=1, pads=(0, 0, 0, 0))
+    m = model([helper.make_node("Softmax", ["x"], ["p"], name="softmax", axis=1), conv],
+              [tensor("x", [1, 16, 4, 35])], [tensor("y", [1, 1, 4, 35])], inits)
+    _compile(m, scale=3.0)
+
+
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
+def test_power_with_a_scalar_exponent(exponent):
+    """The decomposed layer norm of PP-OCR rec: (x - mean) ** 2, then sqrt."""
+    m = single_op("Pow", {"x": [2, 7]}, [2, 7], initializers=[const("e", np.array(exponent, np.float32))])
+    inputs = random_inputs(m)
+    if exponent != int(exponent):
+        inputs = {k: np.abs(v) + np.float32(0.1) for k, v in inputs.items()}
+    assert _rules(_compile(m, inputs=inputs)) == {"dnnl.power"}
+
+
+def test_power_with_a_tensor_exponent_stays_on_host():
+    m = single_op("Pow", {"x": [2, 7], "e": [2, 7]}, [2, 7])
+    assert "exponent of shape (2, 7) is not a scalar constant" in _reason(m, "relax.power")
+
+
+# -- LRN ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size,alpha,beta,bias,shape", [
+    (5, 1e-4, 0.75, 1.0, [1, 8, 5, 7]),    # AlexNet / GoogLeNet
+    (3, 0.5, 0.6, 2.0, [2, 5, 3, 3]),      # a window wider than half the channels at the edges
+    (1, 1.0, 1.0, 0.5, [1, 3, 4, 4]),
+])
+def test_lrn(size, alpha, beta, bias, shape):
+    m = single_op("LRN", {"x": shape}, shape, {"size": size, "alpha": alpha, "beta": beta, "bias": bias})
+    assert _rules(_compile(m, scale=2.0)) == {"dnnl.lrn"}
+
+
+def test_lrn_after_a_conv_reads_the_blocked_layout():
+    c1, i1 = _conv("x", "c", 3, 16, "c1")
+    nodes = [c1, helper.make_node("LRN", ["c"], ["y"], name="lrn", size=5, alpha=1e-3, beta=0.75, bias=1.0)]
+    m = model(nodes, [tensor("x", [1, 3, 7, 6])], [tensor("y", [1, 16, 7, 6])], i1)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.lrn"}
+
+
+def test_lrn_of_a_3d_tensor_runs_as_its_ops():
+    """TVM imports a rank-3 LRN with avg_pool2d, not the NCHW form oneDNN's LRN is matched on:
+    its ops go to dnnl one by one (onnxruntime has no rank-3 LRN to compare with)."""
+    m = single_op("LRN", {"x": [2, 6, 5]}, [2, 6, 5], {"size": 3})
+    plan = byoc.partition(m, ["dnnl"])
+    rules = {d.rule for d in plan.decisions.values() if d.rule}
+    assert plan.host_ops == [] and "dnnl.lrn" not in rules and {"dnnl.avg_pool2d", "dnnl.power"} <= rules
+
+
+# -- a scalar constant operand over a conv output in a blocked layout ------------------------------
+@pytest.mark.parametrize("op,scalar_first", [
+    ("Add", False), ("Add", True), ("Sub", False), ("Sub", True), ("Mul", False), ("Div", False), ("Div", True)])
+def test_scalar_operand_of_a_blocked_conv_output(op, scalar_first):
+    """x+c, c+x, x-c, c-x, x*c and x/c run as one eltwise_linear over the conv's blocked output (oneDNN's binary
+    would broadcast the scalar with its reference kernel); c/x as one eltwise_pow (c * x^-1)."""
+    conv, inits = _conv("x", "a", 3, 8, "c1", seed=3)
+    operands = ["c", "a"] if scalar_first else ["a", "c"]
+    # the conv's output is read twice, so the scalar op cannot be one of its post-ops
+    nodes = [conv, helper.make_node(op, operands, ["b"], name="scalar_op"), helper.make_node("Mul", ["b", "a"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["y"])]
+    m = model(nodes, [tensor("x", [1, 3, 24, 96])], [tensor("y", [1, 8, 24, 96])],
+              inits + [const("c", np.array(0.75, np.float32))])
+    _compile(m, inputs={"x": _f(1, 3, 24, 96)}, scale=1.0)
+
+
+@pytest.mark.parametrize("op,channels", [("Add", 8), ("Mul", 8), ("Add", 24), ("Mul", 20)])
+def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
+    """x + c and x * c with c of shape (1, C, 1, 1) over a channel-blocked conv output: the constant is reordered
+    into the same blocking (plain, oneDNN runs its reference kernel: DenseNet-121 538 of 620 ms), C not a multiple
+    of the block included."""
+    conv, inits = _conv("x", "a", 3, channels, "c1", seed=4)
+    # the conv's output is read twice, so the op cannot be one of its post-ops
+    nodes = [conv, helper.make_node(op, ["a", "c"], ["b"], name="channel_op"), helper.make_node("Mul", ["b", "a"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["y"])]
+    c = np.random.default_rng(5).uniform(0.5, 1.5, (1, channels, 1, 1)).astype(np.float32)
+    m = model(nodes, [tensor("x", [1, 3, 24, 40])], [tensor("y", [1, channels, 24, 40])], inits + [const("c", c)])
+    _compile(m, inputs={"x": _f(1, 3, 24, 40)}, scale=1.0)
+
+
+# -- GELU's tanh form ---------------------------------------------------------------------------
+def _gelu_tanh_nodes(spelling, x, out):
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + c * x^3))) as exporters spell it; c = 0.044715 (or ``wrong``)."""
+    c = 0.04 if spelling == "wrong" else 0.044715
+    n = helper.make_node
+    scalars = [const(name, np.array(v, np.float32)) for name, v in
+               (("c", c), ("k", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5), ("three", 3.0))]
+    if spelling in ("keras", "wrong"):  # tf2onnx: c * x, * x, * x, + x, * k, tanh, + 1, * 0.5, * x
+        nodes = [n("Mul", ["c", x], ["g1"]), n("Mul", [x, "g1"], ["g2"]), n("Mul", [x, "g2"], ["g3"]),
+                 n("Add", [x, "g3"], ["g4"]), n("Mul", ["g4", "k"], ["g5"]), n("Tanh", ["g5"], ["g6"]),
+                 n("Add", ["g6", "one"], ["g7"]), n("Mul", ["g7", "half"], ["g8"]), n("Mul", [x, "g8"], [out])]
+    else:  # torch: pow(x, 3), and x * 0.5 first
+        nodes = [n("Mul", [x, "half"], ["h"]), n("Pow", [x, "three"], ["g1"]), n("Mul", ["g1", "c"], ["g2"]),
+                 n("Add", [x, "g2"], ["g3"]), n("Mul", ["g3", "k"], ["g4"]), n("Tanh", ["g4"], ["g5"]),
+                 n("Add", ["g5", "one"], ["g6"]), n("Mul", ["h", "g6"], [out])]
+    return nodes, scalars
+
+
+@pytest.mark.parametrize("spelling", ["keras", "torch", "wrong"])
+def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):
+    """The tanh form of GELU runs as oneDNN's eltwise_gelu_tanh whatever order and grouping the exporter wrote
+    (Magika: nine primitives each time); with another constant it is not GELU and runs op by op."""
+    conv, inits = _conv("x", "a", 3, 8, "c1", seed=6)
+    nodes, scalars = _gelu_tanh_nodes(spelling, "a", "y")
+    m = model([conv, *nodes], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 8, 10, 12])], inits + scalars)
+    _compile(m)
+    gelu = [x for x in _onednn_exec(m) if "eltwise_gelu_tanh" in x]
+    assert len(gelu) == (0 if spelling == "wrong" else 1), gelu

@@ -1,0 +1,62 @@
+"""The dnnl vendor on matmuls with constant weights: rows of a multiple of 1 KB stored padded, and one-row
+products by several weights run as one matmul; each against onnxruntime through
+``byoc.compile(..., strict=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import onnx
+import pytest
+from onnx import helper
+
+from dnnl_op_helpers import _compile, _f, _onednn_exec, _rules
+from models import const, model, tensor
+
+
+@pytest.mark.parametrize("x,n", [([2, 64], 256), ([1, 3, 64], 512), ([5, 32], 768)])
+def test_matmul_with_weight_rows_of_a_multiple_of_1_kb(x, n):
+    """Such weights are stored with padded rows (oneDNN's gemm thrashes the cache on them); bias and relu fused."""
+    k = x[-1]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "b"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    m = model(nodes, [tensor("x", x)], [tensor("y", x[:-1] + [n])],
+              [const("w", _f(k, n, seed=3, scale=0.2)), const("b", _f(n, seed=4))])
+    assert any(rule.startswith("dnnl.matmul_bias") for rule in _rules(_compile(m)))
+
+
+def test_weight_rows_of_a_multiple_of_1_kb_are_padded(tmp_path):
+    """oneDNN's own log shows the stored weight's row stride: 256 + 16 floats. The padding is for the AVX2 gemm,
+    which reads the weight as it is stored (with AVX-512 oneDNN packs it in blocks of its own), so oneDNN is held
+    to AVX2 here, on any CPU that has it."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    m = model(nodes, [tensor("x", [2, 64])], [tensor("y", [2, 256])], [const("w", _f(64, 256, seed=3))])
+    path = tmp_path / "mm.onnx"
+    onnx.save(m, path)
+    script = ("import numpy as np, byoc\n"
+              f"a = byoc.compile({str(path)!r}, vendors=['dnnl'], strict=True)\n"
+              "print('RUN', flush=True)\n"
+              "a.run({'x': np.ones((2, 64), np.float32)})\n")
+    log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONEDNN_VERBOSE": "1", "ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert log.returncode == 0, log.stderr[-2000:]
+    matmuls = [line for line in log.stdout.split("RUN\n", 1)[1].splitlines() if ",exec," in line and ",matmul," in line]
+    assert len(matmuls) == 1 and "wei_f32::blocked:ab:272x1" in matmuls[0], matmuls
+
+
+def test_matmuls_of_one_row_by_constant_weights_run_as_one():
+    """An unrolled LSTM's per-gate products H·R_gᵀ at batch 1 (ddddocr's OCR model: 248 of 1x512x512): one
+    matmul by the weights side by side, each product a view of its columns, one of them a graph output."""
+    nodes = [helper.make_node("MatMul", ["h", f"r{g}"], [f"g{g}"], name=f"hr{g}") for g in range(4)]
+    nodes += [helper.make_node("Add", ["g0", "g1"], ["s"], name="add"),
+              helper.make_node("Sigmoid", ["g2"], ["t"], name="sigmoid")]
+    widths = [24, 24, 40, 8]
+    inits = [const(f"r{g}", _f(16, n, seed=10 + g)) for g, n in enumerate(widths)]
+    m = model(nodes, [tensor("h", [1, 16])], [tensor("s", [1, 24]), tensor("t", [1, 40]), tensor("g3", [1, 8])],
+              inits)
+    _compile(m)
+    executed = [line.split(",")[3] for line in _onednn_exec(m)]
+    assert executed.count("matmul") == 1, executed

@@ -1,0 +1,102 @@
+"""The dnnl vendor on reductions: n-ary Sum / Mean / Max / Min, ReduceMax / ReduceMin, global pools, sums and
+means over any axes, and a global max over a long row; each against onnxruntime through
+``byoc.compile(..., strict=True)`` with the op checked to have gone to dnnl.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from dnnl_op_helpers import _compile, _conv, _onednn_exec, _rules
+from models import const, model, tensor
+
+
+# -- n-ary Sum / Mean / Max / Min, max and min reductions, global pools --------------------------
+@pytest.mark.parametrize("op,n", [("Sum", 2), ("Sum", 3), ("Mean", 3)])
+def test_sum_and_mean_of_several_tensors(op, n):
+    """TVM imports them as broadcast_to each, stack, sum / mean over the new axis (shufflenet's Sum)."""
+    names = ["a", "b", "c"][:n]
+    m = model([helper.make_node(op, names, ["y"], name="nary")], [tensor(x, [1, 4, 3, 5]) for x in names],
+              [tensor("y", [1, 4, 3, 5])])
+    rules = _rules(_compile(m))
+    assert {"dnnl.broadcast_to", "dnnl.stack", f"dnnl.{op.lower()}"} == rules
+
+
+def test_sum_of_conv_outputs_adds_them_in_their_blocked_layouts():
+    """The stack is not materialized: one oneDNN sum reads the convs' outputs as they are."""
+    c1, i1 = _conv("x", "a", 3, 16, "c1", seed=1)
+    c2, i2 = _conv("x", "b", 3, 16, "c2", seed=2)
+    nodes = [c1, c2, helper.make_node("Sum", ["a", "b", "x2"], ["y"], name="sum")]
+    m = model(nodes, [tensor("x", [1, 3, 6, 7]), tensor("x2", [1, 16, 6, 7])], [tensor("y", [1, 16, 6, 7])], i1 + i2)
+    assert _rules(_compile(m)) == {"dnnl.conv2d_bias", "dnnl.broadcast_to", "dnnl.stack", "dnnl.sum"}
+
+
+@pytest.mark.parametrize("op,n", [("Max", 1), ("Max", 2), ("Min", 3)])
+def test_max_and_min_of_several_tensors_are_binary_ops_without_a_stack(op, n):
+    """TVM's Max (Min) of n tensors is stack + max over the new axis: a chain of oneDNN binary max (min)."""
+    names = [f"x{i}" for i in range(n)]
+    m = model([helper.make_node(op, names, ["y"], name="m")], [tensor(x, [2, 5, 3]) for x in names],
+              [tensor("y", [2, 5, 3])])
+    assert f"dnnl.{op.lower()}" in _rules(_compile(m))
+
+
+@pytest.mark.parametrize("op,shape,attrs", [
+    ("ReduceMax", [2, 7, 5], {"axes": [1], "keepdims": 1}),
+    ("ReduceMax", [3, 4, 6, 5], {"axes": [0, 2], "keepdims": 0}),
+    ("ReduceMin", [2, 7, 5], {"axes": [-1], "keepdims": 0}),
+    ("ReduceMin", [4, 9], {"keepdims": 1}),
+    ("GlobalMaxPool", [2, 5, 9, 7], {}),
+    ("GlobalMaxPool", [1, 6, 11], {}),
+    ("GlobalAveragePool", [1, 6, 11], {}),
+])
+def test_max_and_min_reductions(op, shape, attrs):
+    attrs = dict(attrs)
+    axes = [a % len(shape) for a in attrs.pop("axes", range(len(shape)))]
+    names, inits = ["x"], []
+    if len(axes) < len(shape):  # an input from opset 18
+        names, inits = ["x", "axes"], [const("axes", np.array(axes, np.int64))]
+    keep = attrs.get("keepdims", 1)
+    if op.startswith("Global"):
+        out = shape[:2] + [1] * (len(shape) - 2)
+    else:
+        out = [1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes]
+    m = model([helper.make_node(op, names, ["y"], name="r", **attrs)], [tensor("x", shape)], [tensor("y", out)], inits,
+              opset=18)
+    _compile(m)
+
+
+def test_global_max_pool_of_a_blocked_conv_output():
+    conv, inits = _conv("x", "c", 8, 16, "conv")
+    m = model([conv, helper.make_node("GlobalMaxPool", ["c"], ["y"], name="gmp")], [tensor("x", [1, 8, 9, 9])],
+              [tensor("y", [1, 16, 1, 1])], inits)
+    assert {"dnnl.conv2d_bias", "dnnl.max"} == _rules(_compile(m))
+
+
+# -- sums and means over axes oneDNN has only its reference reduction for -------------------------
+@pytest.mark.parametrize("op,shape,axes,out", [
+    ("ReduceSum", [1, 512, 256], [1], [1, 1, 256]),  # Magika's: 4 ms in oneDNN's reference kernel
+    ("ReduceMean", [2, 6, 5, 7], [1, 2], [2, 1, 1, 7]),
+    ("ReduceSum", [3, 4, 5], [0, 1], [1, 1, 5]),
+    ("ReduceMean", [2, 1, 6, 5], [0, 2], [1, 1, 1, 5]),  # a size-1 axis between the reduced ones
+    ("ReduceSum", [2, 6, 5, 7], [1, 3], [2, 1, 5, 1]),  # not one run of axes: the reduction primitive
+    ("ReduceMean", [4, 9], [1], [4, 1]),  # innermost: oneDNN's jit reduction
+])
+def test_reductions_over_any_axes(op, shape, axes, out):
+    """A sum (mean) over consecutive axes that are not innermost runs as a matmul with a row of ones."""
+    m = model([helper.make_node(op, ["x", "axes"], ["y"], name="reduce")], [tensor("x", shape)], [tensor("y", out)],
+              [const("axes", np.array(axes, np.int64))], opset=18)
+    assert _rules(_compile(m)) == {f"dnnl.{op[6:].lower()}"}
+
+
+# -- a global max over a long row ------------------------------------------------------------------
+def test_a_global_max_over_a_long_row_runs_a_jit_pooling():
+    """ReduceMax over the last axis of [N, C, W]: oneDNN's pooling over plain NCW is its plain-C simple_nchw
+    kernel (0.4 ms in Magika); the source is taken channels last, where the pooling jits."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["y"], name="gmax", axes=[2], keepdims=0)]
+    m = model(nodes, [tensor("x", [1, 64, 508])], [tensor("y", [1, 64])])
+    m.opset_import[0].version = 13
+    _compile(m)
+    pools = [x for x in _onednn_exec(m) if ",pooling," in x]
+    assert len(pools) == 1 and "jit" in pools[0].split(",")[4], pools
