@@ -371,3 +371,24 @@ def test_vendor_options_reach_the_verify_build_and_the_report(model_dir, monkeyp
         "dnnl": {"winograd": {"value": False, "default": True, "source": "build"}}}
     code, out, _ = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "-q")
     assert code == 0 and "vendor options" not in out  # every option its default: the report is as before
+
+
+# -- an artifact given as the model ------------------------------------------------------------
+@pytest.mark.parametrize("kind, message", [
+    ("artifact", "is a byoc artifact (a shared library that Artifact.export wrote), not an ONNX model: load it "
+                 "with byoc.load(path) in Python to run it"),
+    ("other_elf", "is an ELF file (a shared library or program), not an ONNX model"),
+], ids=["artifact", "other_elf"])
+def test_a_shared_library_given_as_the_model_is_named(model_dir, tmp_path, kind, message):
+    """An exported .so passed to the CLI said "not an ONNX protobuf"; it is named, with what to do instead."""
+    path = tmp_path / "model.so"
+    if kind == "artifact":
+        byoc.compile(model_dir / "small_cnn.onnx", vendors=["c_source"]).export(path)
+    else:
+        path.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(57))
+    code, out, err = run_cli(path, "-q")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert "protobuf" not in err
+    with pytest.raises(byoc.NotOnnxError, match=r"is (a byoc artifact|an ELF file)"):
+        byoc.partition(path)

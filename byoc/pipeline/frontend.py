@@ -79,6 +79,17 @@ def load_model(source: ModelSource, base_dir: str | os.PathLike | None = None) -
 def _parse(data: bytes, origin: str) -> onnx.ModelProto:
     if not data:
         raise NotOnnxError(f"{origin} is empty (0 bytes); expected an ONNX model file")
+    if data.startswith(b"\x7fELF"):
+        from byoc.pipeline.artifact import METADATA_FUNCTION
+
+        if METADATA_FUNCTION.encode() in data:
+            raise NotOnnxError(
+                f"{origin} is a byoc artifact (a shared library that Artifact.export wrote), not an ONNX model: "
+                "load it with byoc.load(path) in Python to run it; it is not partitioned or compiled again "
+                "(give the .onnx model it was built from for that)"
+            )
+        raise NotOnnxError(f"{origin} is an ELF file (a shared library or program), not an ONNX model; "
+                           "expected a model saved with onnx.save")
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
