@@ -323,3 +323,27 @@ def test_nodes_are_sorted_by_what_their_subgraphs_read_too():
     m.ir_version = 8
     x = np.array([-1.0, 0.5, 2.0], dtype=np.float32)
     np.testing.assert_array_equal(byoc.compile(m, vendors=[]).run({"x": x})[0], -np.maximum(x, 0))
+
+
+def test_the_dynamic_input_error_gives_the_models_own_inputs_and_dims():
+    """The example was a generic `x=1,3,224,224`; it is each dynamic input's name and dims, static ones as
+    numbers and symbolic ones by their names, for the API and for the CLI."""
+    def info(name, dims):
+        return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, dims)
+
+    nodes = [helper.make_node("Relu", ["input_ids"], ["a"], name="relu"),
+             helper.make_node("Neg", ["pixel_values"], ["b"], name="neg"),
+             helper.make_node("Abs", ["scale"], ["c"], name="abs")]
+    m = model(nodes, [info("input_ids", ["batch", "sequence"]), info("pixel_values", ["batch", 3, "height", None]),
+                      info("scale", [2])],
+              [info("a", ["batch", "sequence"]), info("b", ["batch", 3, "height", None]), info("c", [2])])
+    with pytest.raises(DynamicShapeError) as raised:
+        byoc.import_model(m)
+    message = str(raised.value)
+    assert message.startswith("inputs without a static shape: input_ids['batch', 'sequence'], "
+                              "pixel_values['batch', 3, 'height', '?']; ")
+    assert ("input_shapes={'input_ids': (<batch>, <sequence>), 'pixel_values': (<batch>, 3, <height>, <dim 3>)}"
+            in message)
+    assert ("(CLI: --input-shape input_ids=<batch>,<sequence> --input-shape pixel_values=<batch>,3,<height>,<dim 3>)"
+            in message)
+    assert "scale" not in message and "224" not in message

@@ -313,24 +313,38 @@ def _tensor_type(vi: onnx.ValueInfoProto):
 
 
 def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
-    specs, dynamic = [], []
+    specs, dynamic = [], {}
     for vi in _graph_inputs(model.graph):
         ttype = _tensor_type(vi)
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
         # A zero extent is a real, empty tensor (ONNX allows it and TVM builds it); only
         # unknown or negative extents leave byoc without a shape to compile for.
         if not ttype.HasField("shape") or any(not isinstance(d, int) or d < 0 for d in dims):
-            dynamic.append(f"{vi.name}{dims if ttype.HasField('shape') else ' (unknown rank)'}")
+            dynamic[vi.name] = dims if ttype.HasField("shape") else None
             continue
         dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
         specs.append(TensorSpec(vi.name, tuple(int(d) for d in dims), dtype))
     if dynamic:
-        raise DynamicShapeError(
-            "inputs without a static shape: " + ", ".join(dynamic)
-            + "; give their shapes, e.g. input_shapes={'x': [1, 3, 224, 224]} "
-            "(CLI: --input-shape x=1,3,224,224)"
-        )
+        raise DynamicShapeError(_dynamic_shapes_message(dynamic))
     return specs
+
+
+def _dynamic_shapes_message(dynamic: Mapping[str, list | None]) -> str:
+    """What to give for the inputs ``dynamic`` (name -> declared dims, None for an unknown rank), as the model
+    declares them: its static dims as numbers, each other one as ``<its name>`` (``<dim I>`` when it has none)."""
+    def size(index: int, dim) -> str:
+        if isinstance(dim, int) and dim >= 0:
+            return str(dim)
+        return f"<{dim}>" if isinstance(dim, str) and dim != "?" else f"<dim {index}>"
+
+    listed, examples = [], {}
+    for name, dims in dynamic.items():
+        listed.append(f"{name}{dims}" if dims is not None else f"{name} (unknown rank)")
+        examples[name] = ["<dim 0>", "<dim 1>", "..."] if dims is None else [size(i, d) for i, d in enumerate(dims)]
+    api = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in examples.items())
+    cli = " ".join(f"--input-shape {name}={','.join(dims)}" for name, dims in examples.items())
+    return (f"inputs without a static shape: {', '.join(listed)}; give the sizes to compile for, "
+            f"input_shapes={{{api}}} (CLI: {cli}), with a number for each <...>")
 
 
 def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:
