@@ -134,6 +134,17 @@ def test_a_vendor_that_cannot_run_on_the_target_offloads_nothing_and_says_why(mo
     assert code == 2 and "dnnl runs on x86_64 only, not s390x" in err
 
 
+def test_a_vendor_that_cannot_build_for_the_target_is_one_warning_line(model_dir):
+    code, out, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--target", "s390x", "-q")
+    assert code == 0 and "partitions     0" in out
+    assert err.splitlines() == ["python -m byoc.partition: warning: dnnl cannot build for s390x (its runtime is "
+                                "x86_64 only): all its ops stay on the host"]
+    _, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl,c_source", "--target", "s390x", "-q")
+    assert len(err.splitlines()) == 1 and "dnnl cannot build for s390x" in err
+    _, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "-q")
+    assert err == ""  # x86_64: nothing to warn about
+
+
 # -- exit codes --------------------------------------------------------------------------------
 def test_exit_0_as_a_module(model_dir):
     done = run_module(model_dir / "small_cnn.onnx", "--format", "json")

@@ -247,3 +247,16 @@ def test_siblings_of_two_vendors_stay_apart():
     plan = byoc.partition(m, vendors)
     assert [(p.vendor, p.onnx_nodes) for p in plan.partitions] == [("left", ["head0"]), ("right", ["head1"])]
     _matches_onnxruntime(m, plan)
+
+
+def test_a_vendor_that_cannot_build_for_the_target_warns_once(recwarn):
+    """One RuntimeWarning per partition() for a vendor whose runtime does not run on the target, not one per op."""
+    x86_only = Vendor("acme", (OpRule("acme.relu", "relax.nn.relu"), OpRule("acme.add", "relax.add")),
+                      CSourceCodegen(), targets=("x86_64",))
+    plan = byoc.partition(_cycle_model(), [x86_only, "c_source"], target="s390x")
+    assert {p.vendor for p in plan.partitions} == {"c_source"}
+    assert [str(w.message) for w in recwarn.list if w.category is RuntimeWarning] == [
+        "acme cannot build for s390x (its runtime is x86_64 only): all its ops stay on the host"]
+    recwarn.clear()
+    byoc.partition(_cycle_model(), [x86_only], target="x86_64")
+    assert not [w for w in recwarn.list if w.category is RuntimeWarning]

@@ -225,9 +225,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             try:
                 return _run(args, say)
             finally:
-                for warning in caught:  # byoc's own, one line each, even with --quiet
-                    if Path(warning.filename).resolve().is_relative_to(_PACKAGE):
-                        print(f"{PROG}: warning: {' '.join(str(warning.message).split())}", file=sys.stderr)
+                # byoc's own, one line each and each once (a re-partition repeats them), even with --quiet
+                lines = [f"{PROG}: warning: {' '.join(str(warning.message).split())}" for warning in caught
+                         if Path(warning.filename).resolve().is_relative_to(_PACKAGE)]
+                for line in dict.fromkeys(lines):
+                    print(line, file=sys.stderr)
     except (_UsageError, ByocError) as err:
         return fail(str(err))
     except OSError as err:  # e.g. -o into a read-only folder

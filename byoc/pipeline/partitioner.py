@@ -220,8 +220,9 @@ def partition(
     ``model`` is a path, bytes, ``ModelProto`` or :class:`ImportedModel`.
     ``vendors`` (names or :class:`Vendor` objects) are in priority order.
     ``target`` is ``"x86_64"``, ``"ppc64le"`` or ``"s390x"`` (optionally
-    ``NAME:MCPU``): a vendor that cannot run there offloads nothing and gives
-    that as its reason, or, with ``strict=True``, is a :class:`TargetError`.
+    ``NAME:MCPU``): a vendor that cannot run there offloads nothing, gives
+    that as its reason and is named once in a ``RuntimeWarning``, or, with
+    ``strict=True``, is a :class:`TargetError`.
     ``min_ops`` is the smallest number of op calls a partition may have;
     ``keep_on_host`` lists ONNX node names or op types that stay on the host;
     ``input_shapes`` gives static shapes to dynamic inputs
@@ -238,6 +239,11 @@ def partition(
     if strict and unusable:
         raise TargetError(f"{'; '.join(unusable)}: leave them out of the vendors for {preset.name}, or build "
                           "for a target they run on")
+    for vendor in vendors:  # once per vendor here; each op's reason in the plan still says why
+        if target_reason(vendor, preset.name):
+            warnings.warn(f"{vendor.name} cannot build for {preset.name} (its runtime is "
+                          f"{' and '.join(vendor.targets)} only): all its ops stay on the host",
+                          RuntimeWarning, stacklevel=2)
     imported = import_model(model, input_shapes=input_shapes)
     demoted: dict[tuple[str, str], str] = {}
     while True:
