@@ -104,6 +104,27 @@ def test_list_vendors():
     code, out, _ = run_cli("--list-vendors")
     assert code == 0
     assert any(line.split()[0] == "c_source" for line in out.splitlines())
+    assert "unavailable" not in next(line for line in out.splitlines() if line.split()[0] == "c_source")
+
+
+def test_list_vendors_marks_dnnl_unavailable_without_onednn_and_says_what_to_install(monkeypatch):
+    from importlib import metadata
+
+    real = metadata.distribution
+
+    def distribution(name):  # as if the onednn-cpu-gomp wheel were not installed
+        if name == "onednn-cpu-gomp":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+    code, out, err = run_cli("--list-vendors")
+    assert code == 0 and err == ""
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert lines["dnnl"].split(None, 1)[1].startswith(
+        '(unavailable: the dnnl vendor needs oneDNN, and onednn-cpu-gomp is not installed; pip install "byoc-tvm[dnnl]"')
+    assert lines["dnnl"].endswith(byoc.get_vendor("dnnl").description)
+    assert "unavailable" not in lines["c_source"] + lines["json_runtime"]
 
 
 @pytest.mark.parametrize("argv", [

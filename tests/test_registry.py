@@ -141,6 +141,7 @@ def _relu_vendor(name, codegen):
     ("module_kind", "module_kinds"),
     ("runtime_mem", "runtime_memory"),
     ("load_runtimes", "load_runtime"),
+    ("availabilty", "availability"),
 ])
 @pytest.mark.parametrize("base", [CSourceCodegen, object], ids=["subclass", "duck-typed"])
 def test_a_misspelt_capability_is_an_error_at_registration_naming_it(attribute, capability, base):
@@ -168,7 +169,8 @@ def test_a_codegen_must_implement_compile():
 @pytest.mark.parametrize("attributes, message", [
     ({"standalone_source": "int x;"}, "standalone_source must be a method, not str"),
     ({"module_kinds": "byoc_npu"}, "module_kinds must be a tuple of TVM module type keys"),
-], ids=["not-callable", "kinds-not-a-tuple"])
+    ({"availability": None}, "availability must be a method, not NoneType"),
+], ids=["not-callable", "kinds-not-a-tuple", "availability-not-callable"])
 def test_capabilities_must_be_methods_and_module_kinds_strings(attributes, message):
     codegen = type("Odd", (Codegen,), {"compile": lambda self, partitions, options: [], **attributes})()
     with pytest.raises(VendorError, match=message):
@@ -197,6 +199,7 @@ def test_defaults_apply_to_a_codegen_that_overrides_only_compile():
     _relu_vendor("only_compile", codegen)
     assert codegen.module_kinds == () and codegen.load_runtime() is None
     assert codegen.standalone_source([]) is None and codegen.runtime_memory([], []) == {}
+    assert codegen.availability() is None
     assert runtime_module_kinds(codegen) == () and standalone_source(codegen) is None
     assert runtime_memory(codegen, [], []) == {}
     from models import single_op
@@ -225,6 +228,7 @@ def test_a_duck_typed_codegen_still_works_and_is_seen_through_the_interface():
     vendor = _relu_vendor("duck", duck)
     assert vendor.codegen is duck and isinstance(as_codegen(duck), Codegen)
     assert as_codegen(duck).module_kinds == () and as_codegen(duck).standalone_source([]) is None
+    assert as_codegen(duck).availability() is None
     assert standalone_source(duck) is None
     x = np.array([[-1.0, 2.0, -3.0]], np.float32)
     artifact = byoc.compile(single_op("Relu", {"x": [1, 3]}, [1, 3]), [vendor])
@@ -239,3 +243,65 @@ def test_the_in_tree_codegens_subclass_the_interface():
     assert standalone_source(byoc.get_vendor("c_source").codegen) is not None
     assert standalone_source(byoc.get_vendor("json_runtime").codegen) is None
     assert runtime_module_kinds(byoc.get_vendor("json_runtime").codegen) == ("byoc_json_runtime",)
+
+
+# -- availability: whether a vendor can build here, without loading anything -------------------
+def _without_wheel(monkeypatch, dist):
+    """importlib.metadata as if the distribution ``dist`` were not installed."""
+    from importlib import metadata
+
+    real = metadata.distribution
+
+    def distribution(name):
+        if name == dist:
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "distribution", distribution)
+
+
+def test_dnnl_says_it_is_unavailable_without_the_onednn_wheel_and_what_to_install(monkeypatch):
+    from byoc.vendor.registry import vendor_availability
+
+    _without_wheel(monkeypatch, "onednn-cpu-gomp")
+    reason = vendor_availability("dnnl")
+    assert reason is not None and "onednn-cpu-gomp is not installed" in reason
+    assert 'pip install "byoc-tvm[dnnl]"' in reason
+    assert byoc.get_vendor("dnnl").codegen.availability() == reason
+    assert vendor_availability("c_source") is None and vendor_availability("json_runtime") is None
+
+
+
+def test_dnnl_says_it_is_unavailable_without_its_runtime_library(monkeypatch):
+    from byoc.codegens.dnnl import DNNL_RUNTIME
+    from byoc.vendor.registry import vendor_availability
+
+    monkeypatch.setattr(DNNL_RUNTIME, "package", "byoc.vendor")  # a package without libbyoc_dnnl.so
+    assert "the dnnl runtime library (libbyoc_dnnl.so) is not installed" in vendor_availability("dnnl")
+
+
+def test_availability_is_read_without_loading_the_runtime(monkeypatch):
+    from byoc.codegens.dnnl import DNNL_RUNTIME
+    from byoc.vendor.registry import vendor_availability
+
+    def refuse(*_):
+        raise AssertionError("availability loaded the runtime library")
+
+    monkeypatch.setattr(type(DNNL_RUNTIME), "load", refuse, raising=False)
+    monkeypatch.setattr(byoc.get_vendor("dnnl").codegen, "load_runtime", refuse)
+    vendor_availability("dnnl")  # installed or not: it only reads package metadata
+
+
+def test_a_codegens_own_availability_and_a_check_that_raises():
+    class Missing(CSourceCodegen):
+        def availability(self):
+            return "the acme SDK is not installed;\n  pip install acme-sdk"
+
+    class Broken(CSourceCodegen):
+        def availability(self):
+            raise OSError("no /dev/acme")
+
+    from byoc.vendor.registry import vendor_availability
+
+    assert vendor_availability(_relu_vendor("missing", Missing())) == "the acme SDK is not installed; pip install acme-sdk"
+    assert vendor_availability(_relu_vendor("broken", Broken())) == "its availability check raised OSError: no /dev/acme"

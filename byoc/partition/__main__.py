@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build, run and compare every output with onnxruntime; on a mismatch, "
                              "name the partition that causes it")
     parser.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random, seed 0)")
-    parser.add_argument("--list-vendors", action="store_true", help="list registered vendors and exit")
+    parser.add_argument("--list-vendors", action="store_true",
+                        help="list registered vendors (and why one cannot build here, if so) and exit")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     return parser
@@ -138,11 +139,17 @@ def _check_paths(args) -> None:
 
 
 def _list_vendors() -> str:
-    from byoc.vendor.registry import get_vendor, list_vendors
+    """One line per vendor: its name and description, led by why it cannot build here when it cannot."""
+    from byoc.vendor.registry import get_vendor, list_vendors, vendor_availability
 
     names = list_vendors()
     width = max((len(n) for n in names), default=0)
-    return "".join(f"{n.ljust(width)}  {get_vendor(n).description}".rstrip() + "\n" for n in names)
+    lines = []
+    for name in names:
+        missing = vendor_availability(name)
+        note = f"(unavailable: {missing}) " if missing else ""
+        lines.append(f"{name.ljust(width)}  {note}{get_vendor(name).description}".rstrip() + "\n")
+    return "".join(lines)
 
 
 def _run(args, say) -> int:

@@ -20,10 +20,10 @@ import importlib
 import threading
 import warnings
 from importlib import metadata
-from typing import Callable, Iterable, Union
+from typing import Callable, Iterable, Optional, Union
 
 from byoc.errors import UnknownVendorError, VendorError
-from byoc.vendor.rules import Vendor
+from byoc.vendor.rules import Vendor, as_codegen
 
 ENTRY_POINT_GROUP = "byoc.vendors"
 BUILTIN_MODULES = ("byoc.annotations.c_source", "byoc.annotations.json_runtime", "byoc.annotations.dnnl")
@@ -145,6 +145,20 @@ def list_vendors() -> list[str]:
 def get_vendor(name: str) -> Vendor:
     """The vendor registered as ``name``."""
     return REGISTRY.get(name)
+
+
+def vendor_availability(vendor: Union[str, Vendor]) -> Optional[str]:
+    """None when ``vendor`` (a name or a Vendor) can build here, else why not and what to install, as its codegen
+    says (:meth:`Codegen.availability <byoc.vendor.Codegen.availability>`; nothing is loaded). A check that
+    raises is taken as the reason."""
+    codegen = as_codegen((vendor if isinstance(vendor, Vendor) else get_vendor(vendor)).codegen)
+    try:
+        reason = codegen.availability()
+    except Exception as err:  # noqa: BLE001 - a broken check must not break listing the vendors
+        return f"its availability check raised {type(err).__name__}: {err}"
+    if reason is None:
+        return None
+    return " ".join(str(reason).split()) or "its codegen gave no reason"
 
 
 def resolve_vendors(vendors: Iterable[Union[str, Vendor]]) -> list[Vendor]:

@@ -185,10 +185,18 @@ class Codegen:
         still succeeds with a ``RuntimeWarning``. Default: nothing reported (``{}``)."""
         return {}
 
+    def availability(self) -> Optional[str]:
+        """None when this codegen can build here, else one line saying why not and what to install (a missing
+        wheel or library). It must be cheap and load nothing (look at package metadata or files, not
+        :meth:`load_runtime`): ``python -m byoc.partition --list-vendors`` asks every vendor. Default: None
+        (available)."""
+        return None
+
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
-CAPABILITIES = ("module_kinds", "declared_options", "load_runtime", "standalone_source", "runtime_memory")
-_METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory")
+CAPABILITIES = ("module_kinds", "declared_options", "load_runtime", "standalone_source", "runtime_memory",
+                "availability")
+_METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "availability")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
 _NEAR = 0.8
 
@@ -223,6 +231,10 @@ class _DuckCodegen(Codegen):
     def runtime_memory(self, partitions, modules):
         own = getattr(self.wrapped, "runtime_memory", None)
         return own(partitions, modules) if own is not None else {}
+
+    def availability(self):
+        own = getattr(self.wrapped, "availability", None)
+        return own() if own is not None else None
 
 
 def as_codegen(codegen: Any) -> Codegen:

@@ -115,6 +115,17 @@ class DnnlCodegen(JsonRuntimeCodegen):
     def __init__(self):
         super().__init__(DNNL_RUNTIME)
 
+    def availability(self):
+        """None when oneDNN's wheel (at the version the runtime was built for) and the runtime library are
+        installed, else what to install: what :meth:`load_runtime` needs, located from package metadata and
+        files, nothing loaded."""
+        try:
+            self.library.dependencies()  # onednn_library()
+            self.library.library_path()
+        except BuildError as err:
+            return str(err)
+        return None
+
     def serialize(self, partition, options=None) -> SerializedGraph:
         """The JSON graph of ``partition``: batch norms folded into their convs (``batch_norm.py``), quantized
         units as the runtime runs them (``quantized.py``), and the options (their defaults unless ``options``
