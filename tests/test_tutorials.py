@@ -1,6 +1,7 @@
 """The tutorials run as written, the README's examples print what it shows, and docs/ops.md is the generated op table.
 
-Each tutorial README is executed block by block in a fresh folder:
+Each tutorial README is executed block by block in a fresh copy of the tutorials, in the folder the README
+says to run its commands in (``cd tutorials/...``):
 
 - ```` ```console ````: every ``$ command`` runs in bash; its stdout must equal
   the lines that follow it (stderr, where byoc writes progress, is ignored);
@@ -12,7 +13,9 @@ Each tutorial README is executed block by block in a fresh folder:
   fixtures do rather than run blindly.
 
 Numbers are checked against onnxruntime by the tutorials themselves (their
-outputs print whether they match), never against byoc.
+outputs print whether they match), never against byoc. Each tutorial runs a
+second time over its own files, and in a git repository holding the tutorials
+leaves ``git status`` clean.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import importlib
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -74,20 +79,39 @@ def _console(body: str) -> list[tuple[str, str]]:
     return [(command, "".join(f"{line}\n" for line in out)) for command, out in steps]
 
 
-def _repo_paths(command: str) -> str:
-    """Commands run from the repository root in the README; here they run in a scratch folder."""
-    return re.sub(r"(?<![\w/.])tutorials/", f"{REPO}/tutorials/", command)
+def tutorials_copy(dest: Path) -> Path:
+    """What a clone holds of the tutorials (and the root .gitignore), copied to ``dest``; returns ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / ".gitignore", dest / ".gitignore")
+    shutil.copytree(REPO / "tutorials", dest / "tutorials",
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return dest
 
 
-def run_tutorial(readme: Path, workdir: Path, sh_allowed: set[str]) -> None:
-    """Execute ``readme``'s blocks in ``workdir`` as the module docstring describes."""
+def workdir_of(readme: Path, root: Path) -> Path:
+    """Where ``readme`` says to run its commands (``cd tutorials/...``) in the copy at ``root``; else ``root``."""
+    said = re.search(r"\bcd (tutorials/[\w./-]+?)/?`", readme.read_text())
+    return root / said.group(1) if said else root
+
+
+def run_tutorial(readme: Path, workdir: Path, sh_allowed: set[str], again: dict[str, str] | None = None) -> None:
+    """Execute ``readme``'s blocks in ``workdir`` as the module docstring describes.
+
+    ``again`` maps a console command to what it prints, instead of its shown
+    output, when the tutorial runs a second time over its own files.
+    """
+    with tempfile.TemporaryDirectory(prefix="byoc-tutorial-") as scripts:  # not in workdir: a user has no such files
+        _run_blocks(readme, workdir, sh_allowed, again or {}, Path(scripts))
+
+
+def _run_blocks(readme: Path, workdir: Path, sh_allowed: set[str], again: dict[str, str], scripts: Path) -> None:
     items = blocks(readme)
     for index, (info, body) in enumerate(items):
         if info == "console":
             for command, expected in _console(body):
-                assert _run(_repo_paths(command), workdir, shell=True) == expected, command
+                assert _run(command, workdir, shell=True) == again.get(command, expected), command
         elif info == "python run":
-            script = workdir / f"step_{index}.py"
+            script = scripts / f"step_{index}.py"
             script.write_text(body)
             out = _run([sys.executable, str(script)], workdir)
             nxt = items[index + 1] if index + 1 < len(items) else None
@@ -138,10 +162,21 @@ def test_toy_npu_is_found_through_the_entry_point(toy_npu):
     assert entries[0].load() is toy_npu.VENDOR
 
 
-def test_tutorial_01_runs_as_written(toy_npu, tmp_path):
-    sh = {f"pip install ./{TOY_PACKAGE.relative_to(REPO)}", f"pip uninstall -y {TOY_DIST}",
-          f"cat {TOY_SOURCES.relative_to(REPO)}/*.py | wc -l"}
-    run_tutorial(TUTORIAL_1 / "README.md", tmp_path, sh)
+TUTORIAL_1_SH = {f"pip install ./{TOY_PACKAGE.relative_to(TUTORIAL_1)}", f"pip uninstall -y {TOY_DIST}",
+                 f"cat {TOY_SOURCES.relative_to(TUTORIAL_1)}/*.py | wc -l",
+                 "rm -f small_cnn.onnx small_cnn_toy_npu.so split.html split.onnx"}
+# What its commands print when they run again over their own files (the README says so).
+TUTORIAL_1_AGAIN = {"python -m byoc.examples small_cnn.onnx": "small_cnn.onnx already holds small_cnn\n"}
+
+
+def test_tutorial_01_runs_as_written_and_again_over_its_own_files(toy_npu, tmp_path):
+    readme = TUTORIAL_1 / "README.md"
+    workdir = workdir_of(readme, tutorials_copy(tmp_path))
+    run_tutorial(readme, workdir, TUTORIAL_1_SH)
+    assert (workdir / "small_cnn_toy_npu.so").is_file()
+    run_tutorial(readme, workdir, TUTORIAL_1_SH, again=TUTORIAL_1_AGAIN)  # e.g. export writes over its .so
+    for printed in TUTORIAL_1_AGAIN.values():
+        assert f"`{printed.strip()}`" in readme.read_text(), "the README says what a second run prints"
 
 
 def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
@@ -198,12 +233,48 @@ def s390x_toolchain():
         pytest.skip(str(err))
 
 
-def test_tutorial_02_runs_as_written(s390x_toolchain, tmp_path):
-    packages = " ".join(p for p in ("gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"))
-    sh = {f"apt-get update && apt-get install -y --no-install-recommends {packages}"}
-    run_tutorial(TUTORIAL_2 / "README.md", tmp_path, sh)
-    assert (tmp_path / "small_cnn_s390x" / "model").exists()
-    run_tutorial(TUTORIAL_2 / "README.md", tmp_path, sh)  # again, over its own files
+TUTORIAL_2_SH = {"apt-get update && apt-get install -y --no-install-recommends gcc-s390x-linux-gnu "
+                 "libc6-dev-s390x-cross qemu-user", "rm -rf small_cnn.onnx small_cnn_s390x"}
+
+
+def test_tutorial_02_runs_as_written_and_again_over_its_own_files(s390x_toolchain, tmp_path):
+    readme = TUTORIAL_2 / "README.md"
+    workdir = workdir_of(readme, tutorials_copy(tmp_path))
+    run_tutorial(readme, workdir, TUTORIAL_2_SH)
+    assert (workdir / "small_cnn_s390x" / "model").exists()
+    run_tutorial(readme, workdir, TUTORIAL_2_SH)  # again, over its own files
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "user.name=byoc", "-c", "user.email=byoc@example.invalid", "-C", str(root),
+                           *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("tutorial, fixture, sh, outputs", [
+    (TUTORIAL_1, "toy_npu", TUTORIAL_1_SH, ["small_cnn.onnx", "small_cnn_toy_npu.so"]),
+    (TUTORIAL_2, "s390x_toolchain", TUTORIAL_2_SH, ["small_cnn.onnx", "small_cnn_s390x/model"]),
+], ids=["01_new_vendor", "02_deploy_s390x"])
+def test_a_tutorial_run_as_its_readme_says_leaves_git_status_clean(tutorial, fixture, sh, outputs, request, tmp_path):
+    """Run where the README says, in a repository holding the tutorials: git sees nothing new; its clean-up
+    deletes every file it wrote."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    request.getfixturevalue(fixture)
+    root = tutorials_copy(tmp_path / "clone")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "tutorials"]):
+        _git(root, *args)
+    readme = tutorial / "README.md"
+    workdir = workdir_of(readme, root)
+    run_tutorial(readme, workdir, sh)
+    assert _git(root, "status", "--porcelain", "--untracked-files=all") == ""
+    assert all((workdir / name).exists() for name in outputs), "the outputs are in the tutorial's folder"
+    assert not any((root / name.split("/")[0]).exists() for name in outputs), "and not in the repository root"
+    cleanup = [line for line in sh if line.startswith("rm ")]
+    assert len(cleanup) == 1 and f"\n{cleanup[0]}\n" in readme.read_text(), "the README says how to delete them"
+    _run(cleanup[0], workdir, shell=True)
+    assert _git(root, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
 
 
 DEPLOY = TUTORIAL_2 / "deploy_s390x.py"

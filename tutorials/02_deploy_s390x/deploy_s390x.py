@@ -1,6 +1,6 @@
 """Deploy an ONNX model to s390x (IBM Z, big-endian) and check it against onnxruntime.
 
-    python tutorials/02_deploy_s390x/deploy_s390x.py [MODEL.onnx] [--out DIR]
+    python deploy_s390x.py [MODEL.onnx] [--out DIR]      (in tutorials/02_deploy_s390x)
 
 Without MODEL.onnx it uses byoc's example CNN, written to small_cnn.onnx
 unless that file already holds it (another file there is never replaced). The
