@@ -19,6 +19,7 @@ from onnx import TensorProto, helper
 
 import byoc
 from byoc.pipeline import frontend
+from byoc.pipeline.prepare import prepare
 from byoc.errors import ModelLoadError
 from byoc.tools.onnx_export import partitioned_model
 from byoc.tools.report import REPORT_SCHEMA, build_report, render
@@ -273,6 +274,73 @@ def test_a_model_preparation_leaves_alone_has_no_preparation_section():
     assert plan.imported.prepared == {} and plan.imported.simplifier == ""
     report = build_report(plan, "m.onnx")
     assert "prepared" not in report and "Model preparation" not in render(report, "text")
+
+
+# -- rewrites named as what they did: merged, folded, a no-op -------------------------------
+def linear_layer() -> onnx.ModelProto:
+    """A torch Linear on rank-3 activations (MatMul + bias Add, which onnxsim merges into a Gemm between
+    Reshapes), after a Reshape and before a Reshape to the shape its input already has."""
+    r = rng(5)
+    nodes = [
+        helper.make_node("Reshape", ["x", "rows"], ["xr"], name="to_rows"),
+        helper.make_node("MatMul", ["xr", "w"], ["mm"], name="matmul"),
+        helper.make_node("Add", ["mm", "b"], ["h"], name="bias"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "same"], ["y"], name="keep_shape"),
+    ]
+    inits = [const("rows", np.array([1, 5, 8], np.int64)), const("w", r.standard_normal((8, 4)).astype(np.float32)),
+             const("b", r.standard_normal(4).astype(np.float32)), const("same", np.array([1, 5, 4], np.int64))]
+    return model(nodes, [tensor("x", [1, 40])], [tensor("y", [1, 5, 4])], inits, opset=13)
+
+
+def test_matmul_and_add_merged_into_a_gemm_are_reported_as_merged():
+    # Before: "removed: it does nothing for these shapes: matmul" and "fused into Reshape `to_rows`: bias".
+    artifact = _compiled_matches_onnxruntime(linear_layer())
+    plan = artifact.plan
+    assert "Gemm" in {n.op_type for n in plan.imported.prepared_model.graph.node}
+    assert plan.imported.prepared == {
+        "matmul": "merged into a Gemm with Add `bias`",
+        "bias": "merged into a Gemm with MatMul `matmul`",
+        "keep_shape": "removed: a no-op for these shapes",
+    }
+    # The Gemm runs as the user's MatMul; the Reshape before it is still the user's Reshape.
+    assert [p.onnx_nodes for p in plan.partitions] == [["to_rows", "matmul", "relu"]]
+    text = _text(plan)
+    assert "  merged into a Gemm with Add `bias`: matmul\n" in text
+    assert "  merged into a Gemm with MatMul `matmul`: bias\n" in text
+    assert "  removed: a no-op for these shapes: keep_shape" in text
+    assert "does nothing" not in text and "fused into" not in text
+
+
+def test_a_reshape_to_the_same_shape_is_a_no_op_and_a_real_fusion_is_not():
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "same"], ["rs"], name="same_shape"),
+             helper.make_node("Sigmoid", ["rs"], ["y"], name="sigmoid")]
+    m = model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], [const("same", np.array([1, 8], np.int64))],
+              opset=13)
+    assert prepare(frontend._check(m)).fate == {"same_shape": "removed: a no-op for these shapes"}
+    # A BatchNormalization fused into its Conv leaves the Conv writing the tensor the BN read, like a
+    # no-op would, but with other weights.
+    assert prepare(frontend._check(conv_bn(9))).fate == {"bn": "fused into Conv `conv`"}
+
+
+def test_nodes_merged_without_weights_are_named_with_the_node_they_became():
+    # onnxsim's fuse_gelu (opset 20): Div, Erf, Add, Mul, Mul -> Gelu, which stands for the last Mul.
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"], name="div"),
+             helper.make_node("Erf", ["d"], ["e"], name="erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="add"),
+             helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="half_of")]
+    inits = [const("sqrt2", np.array(np.sqrt(2), np.float32)), const("one", np.array(1, np.float32)),
+             const("half", np.array(0.5, np.float32))]
+    prepared = prepare(frontend._check(model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], inits,
+                                                      opset=20)))
+    if [n.op_type for n in prepared.model.graph.node] != ["Gelu"]:
+        pytest.skip("this simplifier does not fuse Gelu")
+    assert prepared.origin == {prepared.model.graph.node[0].name: "half_of"}
+    merged = "merged into a Gelu with Mul `half_of` and 3 other nodes"
+    assert prepared.fate == {"div": merged, "erf": merged, "add": merged, "mul": merged,
+                             "half_of": "merged into a Gelu with Div `div` and 3 other nodes"}
 
 
 # -- preparation never changes what the model computes ------------------------------------
