@@ -608,3 +608,31 @@ def test_the_recurrence_is_one_vendor_partition():
         artifact = byoc.build(plan)
     assert len(plan.partitions) <= 2, plan
     assert_close(artifact.run(feed), run_ort(model, feed))
+
+
+def test_the_last_step_of_an_lstm_builds_without_tvms_fast_mode_warning(tmp_path):
+    """A torch LSTM classifier reads ``out[-1]``: a Gather with a constant index, which TVM's importer writes
+    as ``take(mode="fast")``. Its C++ warning ("Fast mode segfaults when there are out-of-bounds indices")
+    reached stderr twice per compile (import and host build), -q or not; the index is inside the axis, so
+    there is nothing to warn about. A subprocess, because the warning is written by C++ to the fd."""
+    import subprocess
+    import sys
+
+    model, feed = recurrent_model("LSTM", constant_weights=True, outputs=("Y",))
+    graph = model.graph
+    graph.node.extend([helper.make_node("Gather", ["Y", "last"], ["last_y"], name="last_step", axis=0),
+                       helper.make_node("Relu", ["last_y"], ["out"], name="relu")])
+    graph.initializer.append(numpy_helper.from_array(np.array(-1, np.int64), "last"))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 2, 5]))  # directions, batch, hidden
+    onnx.save(model, tmp_path / "lstm.onnx")
+    np.savez(tmp_path / "feed.npz", **feed)
+    script = (
+        "import numpy as np, byoc\n"
+        f"artifact = byoc.compile({str(tmp_path / 'lstm.onnx')!r}, vendors=['c_source'])\n"
+        f"np.save({str(tmp_path / 'out.npy')!r}, artifact.run(dict(np.load({str(tmp_path / 'feed.npz')!r})))[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "Fast mode segfaults" not in done.stderr
+    assert_close([np.load(tmp_path / "out.npy")], run_ort(model, feed))
