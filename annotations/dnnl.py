@@ -41,6 +41,8 @@ from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
 from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
                          per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
+# The forms the codegen rewrites as one op, with the constants that make them that form (one source).
+from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
 from byoc.codegens.limits import MAX_RANK
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
@@ -71,10 +73,6 @@ def _scalar(expr):
         return None
     value = const_array(expr)
     return float(value.reshape(-1)[0]) if value.size == 1 else None
-
-
-def _near(value, want: float) -> bool:
-    return value is not None and math.isclose(value, want, rel_tol=1e-6, abs_tol=1e-7)
 
 
 def _prim(expr):
@@ -112,7 +110,6 @@ def _activation(kind: str, x):
 
 def _activation_check(kind: str):
     clip_bounds = {"hardswish": (0.0, 6.0), "hardswish_hardsigmoid": (0.0, 1.0), "hardsigmoid": (0.0, 1.0)}
-    wanted = {"hs_three": 3.0, "hs_six": 6.0}
 
     def check(match: Match):
         rank = len(static_shape(match.root) or ())
@@ -123,8 +120,8 @@ def _activation_check(kind: str):
             shape = static_shape(expr)
             if value is None or len(shape) > rank:
                 return f"{kind}: {name[3:]} of shape {shape} is not a scalar constant"
-            if name in wanted and not _near(value, wanted[name]):
-                return f"{kind}: {value:g} where hard-swish has {wanted[name]:g}"
+            if name in HARDSWISH_CONSTANTS and not near(value, HARDSWISH_CONSTANTS[name]):
+                return f"{kind}: {value:g} where hard-swish has {HARDSWISH_CONSTANTS[name]:g}"
         for call in calls_of(match, "relax.clip"):
             bounds = (_prim(call.args[1]), _prim(call.args[2]))
             if bounds != clip_bounds[kind]:
@@ -230,9 +227,6 @@ def _matmul_bias(match: Match):
     return SUPPORTED
 
 
-GELU_CONSTANTS = {"gelu_sqrt2": math.sqrt(2.0), "gelu_one": 1.0, "gelu_half": 0.5}
-
-
 def _gelu(x):
     """x * 0.5 * (1 + erf(x / sqrt 2)), as ONNX exports of GELU spell it; (pattern, annotations)."""
     from tvm.relax.dpl import is_const, is_op
@@ -247,7 +241,7 @@ def _gelu_constants(match: Match):
     """the constants are sqrt(2), 1 and 0.5."""
     for name, want in GELU_CONSTANTS.items():
         got = _scalar(match.annotated[name])
-        if not _near(got, want):
+        if not near(got, want):
             shown = f"{got:g}" if got is not None else f"a tensor of shape {static_shape(match.annotated[name])}"
             return f"{shown} where GELU has {want:g}: not the erf form of GELU"
     return SUPPORTED

@@ -67,3 +67,42 @@ def _onednn_exec(m, env=None) -> list[str]:
                          timeout=300, env={**os.environ, "ONEDNN_VERBOSE": "1", **(env or {})})
     assert log.returncode == 0, log.stderr[-2000:].decode()
     return [line for line in log.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
+
+
+# -- activations as exporters spell them --------------------------------------------------------
+def _activation_nodes(kind, x, out, p="act"):
+    """ONNX nodes for an activation; HardSwish also spelled x * HardSigmoid(x), swish as x * Sigmoid(x)."""
+    if kind == "hardsigmoid":
+        return [helper.make_node("HardSigmoid", [x], [out], name=f"{p}_hs", alpha=0.2, beta=0.5)]
+    if kind == "hardswish":
+        return [helper.make_node("HardSwish", [x], [out], name=f"{p}_hsw")]
+    if kind == "hardswish_hardsigmoid":
+        return [helper.make_node("HardSigmoid", [x], [f"{p}_g"], name=f"{p}_hs", alpha=1 / 6, beta=0.5),
+                helper.make_node("Mul", [x, f"{p}_g"], [out], name=f"{p}_mul")]
+    if kind == "swish":
+        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
+                helper.make_node("Mul", [x, f"{p}_s"], [out], name=f"{p}_mul")]
+    if kind == "swish_reversed":
+        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
+                helper.make_node("Mul", [f"{p}_s", x], [out], name=f"{p}_mul")]
+    raise ValueError(kind)
+
+
+ACTIVATIONS = ["hardsigmoid", "hardswish", "hardswish_hardsigmoid", "swish", "swish_reversed"]
+
+
+def _gelu_tanh_nodes(spelling, x, out):
+    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + c * x^3))) as exporters spell it; c = 0.044715 (or ``wrong``)."""
+    c = 0.04 if spelling == "wrong" else 0.044715
+    n = helper.make_node
+    scalars = [const(name, np.array(v, np.float32)) for name, v in
+               (("c", c), ("k", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5), ("three", 3.0))]
+    if spelling in ("keras", "wrong"):  # tf2onnx: c * x, * x, * x, + x, * k, tanh, + 1, * 0.5, * x
+        nodes = [n("Mul", ["c", x], ["g1"]), n("Mul", [x, "g1"], ["g2"]), n("Mul", [x, "g2"], ["g3"]),
+                 n("Add", [x, "g3"], ["g4"]), n("Mul", ["g4", "k"], ["g5"]), n("Tanh", ["g5"], ["g6"]),
+                 n("Add", ["g6", "one"], ["g7"]), n("Mul", ["g7", "half"], ["g8"]), n("Mul", [x, "g8"], [out])]
+    else:  # torch: pow(x, 3), and x * 0.5 first
+        nodes = [n("Mul", [x, "half"], ["h"]), n("Pow", [x, "three"], ["g1"]), n("Mul", ["g1", "c"], ["g2"]),
+                 n("Add", [x, "g2"], ["g3"]), n("Mul", ["g3", "k"], ["g4"]), n("Tanh", ["g4"], ["g5"]),
+                 n("Add", ["g5", "one"], ["g6"]), n("Mul", ["h", "g6"], [out])]
+    return nodes, scalars

@@ -11,32 +11,11 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from dnnl_op_helpers import _compile, _conv, _f, _onednn_exec, _reason, _rules
+from dnnl_op_helpers import ACTIVATIONS, _activation_nodes, _compile, _conv, _f, _onednn_exec, _reason, _rules
 from models import const, model, single_op, tensor
 
 
 # -- activations, alone and as conv post-ops; depthwise and 1-D convs ---------------------
-def _activation_nodes(kind, x, out, p="act"):
-    """ONNX nodes for an activation; HardSwish also spelled x * HardSigmoid(x), swish as x * Sigmoid(x)."""
-    if kind == "hardsigmoid":
-        return [helper.make_node("HardSigmoid", [x], [out], name=f"{p}_hs", alpha=0.2, beta=0.5)]
-    if kind == "hardswish":
-        return [helper.make_node("HardSwish", [x], [out], name=f"{p}_hsw")]
-    if kind == "hardswish_hardsigmoid":
-        return [helper.make_node("HardSigmoid", [x], [f"{p}_g"], name=f"{p}_hs", alpha=1 / 6, beta=0.5),
-                helper.make_node("Mul", [x, f"{p}_g"], [out], name=f"{p}_mul")]
-    if kind == "swish":
-        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
-                helper.make_node("Mul", [x, f"{p}_s"], [out], name=f"{p}_mul")]
-    if kind == "swish_reversed":
-        return [helper.make_node("Sigmoid", [x], [f"{p}_s"], name=f"{p}_sig"),
-                helper.make_node("Mul", [f"{p}_s", x], [out], name=f"{p}_mul")]
-    raise ValueError(kind)
-
-
-ACTIVATIONS = ["hardsigmoid", "hardswish", "hardswish_hardsigmoid", "swish", "swish_reversed"]
-
-
 @pytest.mark.parametrize("kind", ACTIVATIONS)
 def test_activation_alone_is_one_eltwise(kind):
     shape = [1, 3, 5, 7]

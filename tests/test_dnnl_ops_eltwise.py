@@ -13,7 +13,7 @@ from onnx import helper
 
 import byoc
 
-from dnnl_op_helpers import _compile, _conv, _f, _onednn_exec, _reason, _rules
+from dnnl_op_helpers import _compile, _conv, _f, _gelu_tanh_nodes, _onednn_exec, _reason, _rules
 from models import const, model, random_inputs, single_op, tensor
 
 
@@ -148,23 +148,6 @@ def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
 
 
 # -- GELU's tanh form ---------------------------------------------------------------------------
-def _gelu_tanh_nodes(spelling, x, out):
-    """0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + c * x^3))) as exporters spell it; c = 0.044715 (or ``wrong``)."""
-    c = 0.04 if spelling == "wrong" else 0.044715
-    n = helper.make_node
-    scalars = [const(name, np.array(v, np.float32)) for name, v in
-               (("c", c), ("k", np.sqrt(2 / np.pi)), ("one", 1.0), ("half", 0.5), ("three", 3.0))]
-    if spelling in ("keras", "wrong"):  # tf2onnx: c * x, * x, * x, + x, * k, tanh, + 1, * 0.5, * x
-        nodes = [n("Mul", ["c", x], ["g1"]), n("Mul", [x, "g1"], ["g2"]), n("Mul", [x, "g2"], ["g3"]),
-                 n("Add", [x, "g3"], ["g4"]), n("Mul", ["g4", "k"], ["g5"]), n("Tanh", ["g5"], ["g6"]),
-                 n("Add", ["g6", "one"], ["g7"]), n("Mul", ["g7", "half"], ["g8"]), n("Mul", [x, "g8"], [out])]
-    else:  # torch: pow(x, 3), and x * 0.5 first
-        nodes = [n("Mul", [x, "half"], ["h"]), n("Pow", [x, "three"], ["g1"]), n("Mul", ["g1", "c"], ["g2"]),
-                 n("Add", [x, "g2"], ["g3"]), n("Mul", ["g3", "k"], ["g4"]), n("Tanh", ["g4"], ["g5"]),
-                 n("Add", ["g5", "one"], ["g6"]), n("Mul", ["h", "g6"], [out])]
-    return nodes, scalars
-
-
 @pytest.mark.parametrize("spelling", ["keras", "torch", "wrong"])
 def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):
     """The tanh form of GELU runs as oneDNN's eltwise_gelu_tanh whatever order and grouping the exporter wrote

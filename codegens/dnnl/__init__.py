@@ -128,10 +128,12 @@ class DnnlCodegen(JsonRuntimeCodegen):
 
     def serialize(self, partition, options=None) -> SerializedGraph:
         """The JSON graph of ``partition``: batch norms folded into their convs (``batch_norm.py``), quantized
-        units as the runtime runs them (``quantized.py``), and the options (their defaults unless ``options``
-        say otherwise)."""
+        units as the runtime runs them (``quantized.py``), activations spelled as several ops as one op each
+        (``activations.py``), and the options (their defaults unless ``options`` say otherwise)."""
+        from .activations import activations_fused
         from .batch_norm import batch_norms_folded
         from .quantized import lowered_for_dnnl
 
-        return serialize(lowered_for_dnnl(batch_norms_folded(partition)), dtypes=("float32", "uint8", "int8"),
+        graph = activations_fused(lowered_for_dnnl(batch_norms_folded(partition)))
+        return serialize(graph, dtypes=("float32", "uint8", "int8"),
                          options=self.graph_options(options))

@@ -25,6 +25,7 @@ void Program::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
 // eltwise algorithm in `p`; false for any other op.
 bool Program::EltwiseOf(const BodyOp& op, PostOp* p) const {
   p->alpha = p->beta = 0.0f;
+  if (op.kernel == "byoc.eltwise") return ActivationOf(op, p);
   if (op.kernel == "relax.nn.relu") p->alg = algorithm::eltwise_relu;
   else if (op.kernel == "relax.sigmoid") p->alg = algorithm::eltwise_logistic;
   else if (op.kernel == "relax.tanh") p->alg = algorithm::eltwise_tanh;
@@ -48,6 +49,23 @@ bool Program::EltwiseOf(const BodyOp& op, PostOp* p) const {
   } else {
     return false;
   }
+  return true;
+}
+
+// A byoc.eltwise op: an activation the dnnl codegen found spelled as several ops (codegens/dnnl/activations.py),
+// as oneDNN's eltwise algorithm of that name with its alpha and beta.
+bool Program::ActivationOf(const BodyOp& op, PostOp* p) const {
+  static const std::map<std::string, algorithm> table = {{"gelu_erf", algorithm::eltwise_gelu_erf},
+                                                         {"gelu_tanh", algorithm::eltwise_gelu_tanh},
+                                                         {"swish", algorithm::eltwise_swish},
+                                                         {"hardswish", algorithm::eltwise_hardswish},
+                                                         {"hardsigmoid", algorithm::eltwise_hardsigmoid}};
+  Attrs a(op.attrs, op.where);
+  const algorithm* alg = Find(table, a.Str("algorithm"));
+  if (alg == nullptr) Fail(op.where + ": no oneDNN eltwise algorithm " + a.Str("algorithm"));
+  p->alg = *alg;
+  p->alpha = static_cast<float>(a.Float("alpha"));
+  p->beta = static_cast<float>(a.Float("beta"));
   return true;
 }
 

@@ -121,11 +121,10 @@ size_t Program::FakeQuantizedAt(size_t k) {
   while (j < ops.size() && ops[j].kernel != "relax.quantize") {
     const BodyOp& op = ops[j];
     PostOp p;
-    int reads = 0, other_dq = -1;
-    size_t n = ActivationAt(j, x, &p, &reads);  // hard-swish reads x twice
-    if (n > 0 && g_.uses(x) != reads) n = 0;
-    if (n == 0 && g_.uses(x) != 1) return 0;
-    if (n == 0 && op.inputs.size() == 1 && op.inputs[0] == x && EltwiseOf(op, &p)) n = 1;
+    int other_dq = -1;
+    size_t n = 0;
+    if (g_.uses(x) != 1) return 0;
+    if (op.inputs.size() == 1 && op.inputs[0] == x && EltwiseOf(op, &p)) n = 1;
     bool x_first = false;
     float c = ScalarOperand(op, x, &x_first);  // before LinearOf reads x_first: argument order is unspecified
     if (n == 0 && LinearOf(op.kernel, c, x_first, &p.alpha, &p.beta)) {

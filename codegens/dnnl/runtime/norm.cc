@@ -63,45 +63,24 @@ void Program::LayerNorm(const BodyOp& op, const Attrs& a) {
   AddStep(dnnl::layer_normalization_forward(pd), std::move(args), pd.scratchpad_desc());
 }
 
-// ONNX LRN as TVM imports it, eight ops of one node:
-//   x / (bias + alpha * squeeze(avg_pool3d(expand_dims(x * x), (n, 1, 1), pad n/2, count pad)))^beta,
-// which is oneDNN's across-channel LRN x / (k + alpha/n * sum of squares)^beta.
-// Compiles it and returns 8, or returns 0 when the ops at k are something else.
-size_t Program::LrnAt(size_t k) {
-  const std::vector<BodyOp>& ops = g_.ops();
-  if (k + 8 > ops.size() || ops[k + 7].node != ops[k].node) return 0;
-  const BodyOp &sq = ops[k], &expand = ops[k + 1], &pool = ops[k + 2], &squeeze = ops[k + 3], &mul = ops[k + 4],
-               &add = ops[k + 5], &power = ops[k + 6], &div = ops[k + 7];
-  if (sq.kernel != "relax.multiply" || sq.inputs.size() != 2 || sq.inputs[0] != sq.inputs[1]) return 0;
-  int x = sq.inputs[0];
-  auto chain = [&](const BodyOp& op, const char* kernel, const BodyOp& from) {
-    return op.kernel == kernel && !op.inputs.empty() && op.inputs[0] == from.output && g_.uses(from.output) == 1;
-  };
-  if (!chain(expand, "relax.expand_dims", sq) || !chain(pool, "relax.nn.avg_pool3d", expand) ||
-      !chain(squeeze, "relax.squeeze", pool) || !chain(mul, "relax.multiply", squeeze) ||
-      !chain(add, "relax.add", mul) || !chain(power, "relax.power", add) || div.kernel != "relax.divide" ||
-      div.inputs != std::vector<int>{x, power.output} || g_.uses(power.output) != 1)
-    return 0;
-  bool first = false;
-  float alpha = ScalarOperand(mul, squeeze.output, &first), bias = ScalarOperand(add, mul.output, &first);
-  float beta = ScalarOperand(power, add.output, &first);
+// A byoc.lrn op: ONNX LRN, which TVM imports as eight ops and the dnnl codegen rewrites as one
+// (codegens/dnnl/activations.py): oneDNN's LRN across channels, x / (bias + alpha/size * the sum of the
+// squares over `size` channels)^beta.
+void Program::Lrn(const BodyOp& op, const Attrs& a) {
+  Arity(op, 1);
+  SameShape(op, op.inputs[0]);
+  int x = op.inputs[0];
   const auto& xs = g_.Shape(x);
-  Attrs pa(pool.attrs, pool.where);
-  auto size = pa.Ints("pool_size"), st = pa.Ints("strides"), pad = pa.Ints("padding"), dil = pa.Ints("dilation");
-  int64_t n = size.empty() ? 0 : size[0];
-  if (std::isnan(alpha) || std::isnan(bias) || std::isnan(beta) || !first || xs.size() != 4 || g_.Shape(div.output) != xs ||
-      size != std::vector<int64_t>{n, 1, 1} || st != std::vector<int64_t>{1, 1, 1} || dil != std::vector<int64_t>{1, 1, 1} ||
-      n % 2 != 1 || pad != std::vector<int64_t>{n / 2, 0, 0, n / 2, 0, 0} || !pa.Bool("count_include_pad") ||
-      pa.Bool("ceil_mode"))
-    Fail(div.where + ": not an LRN over channels with an odd window (the ops oneDNN's LRN computes)");
+  if (xs.size() != 4) Fail(op.where + ": LRN of a rank-" + std::to_string(xs.size()) + " tensor (oneDNN: 4-D NCHW)");
   int src = value_of_[x];
   Desc desc = g_.tensor(x).kind == Kind::kConst ? Plain(xs) : values_[src].desc;
   dnnl::lrn_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, algorithm::lrn_across_channels, desc,
-                                       desc, n, alpha, beta, bias, UserScratchpad());
+                                       desc, a.Int("size"), static_cast<float>(a.Float("alpha")),
+                                       static_cast<float>(a.Float("beta")), static_cast<float>(a.Float("bias")),
+                                       UserScratchpad());
   AddStep(dnnl::lrn_forward(pd),
-          {{DNNL_ARG_SRC, As(x, desc), desc}, {DNNL_ARG_DST, Define(div.output, pd.dst_desc()), pd.dst_desc()}},
+          {{DNNL_ARG_SRC, As(x, desc), desc}, {DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()}},
           pd.scratchpad_desc());
-  return 8;
 }
 
 // Inference batch norm (the first result of relax.nn.batch_norm): moving statistics as given.

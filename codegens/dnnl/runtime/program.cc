@@ -200,6 +200,7 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
       {"relax.strided_slice", [](Program& p, size_t k, Op op, A a) { return p.StridedSlice(op, a), k + 1; }},
       {"relax.split", [](Program& p, size_t k, Op op, A a) { return p.Split(op, a), k + 1; }},
       {"relax.nn.batch_norm", [](Program& p, size_t k, Op op, A a) { return p.BatchNorm(op, a), k + 1; }},
+      {"byoc.lrn", [](Program& p, size_t k, Op op, A a) { return p.Lrn(op, a), k + 1; }},
   };
   return table;
 }
@@ -207,10 +208,11 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
 size_t Program::CompileOp(size_t k) {
   if (merged_.count(k)) return k + 1;  // computed with an earlier matmul (SideBySide)
   const BodyOp& op = g_.ops()[k];
-  // Forms spelled as several ops, each starting with an element-wise op, a reshape or a dequantize (never
-  // with a kernel of the table's own that takes ops after it): each returns how many ops it took, 0 if none.
-  for (size_t (Program::*form)(size_t) : {&Program::FakeQuantizedAt, &Program::LrnAt, &Program::ChannelShuffleAt,
-                                          &Program::ActivationFormAt})
+  // Units that span ops: an int8 element-wise unit (dequantize, element-wise ops, quantize) and a channel
+  // shuffle (reshape, transpose, reshape), each starting with a kernel the table does not fuse ops after; each
+  // returns how many ops it took, 0 if none. The activations spelled as several ops arrive as one op
+  // (codegens/dnnl/activations.py).
+  for (size_t (Program::*form)(size_t) : {&Program::FakeQuantizedAt, &Program::ChannelShuffleAt})
     if (size_t n = (this->*form)(k)) return k + n;
   Attrs a(op.attrs, op.where);
   auto entry = OpTable().find(op.kernel);
@@ -227,22 +229,6 @@ size_t Program::CompileOp(size_t k) {
     Eltwise(op, op.inputs[0], p.alg, p.alpha, p.beta, op.output);
   }
   return k + 1;
-}
-
-// An activation spelled as several ops (GELU, swish, hard-swish...) on its own, not after a primitive: one
-// eltwise primitive.
-size_t Program::ActivationFormAt(size_t k) {
-  const BodyOp& op = g_.ops()[k];
-  for (int x : op.inputs) {
-    PostOp p;
-    int reads = 0;
-    if (x < 0 || g_.tensor(x).kind == Kind::kConst) continue;
-    if (size_t n = ActivationAt(k, x, &p, &reads)) {
-      Eltwise(op, x, p.alg, p.alpha, p.beta, g_.ops()[k + n - 1].output);
-      return n;
-    }
-  }
-  return 0;
 }
 
 void Program::Arity(const BodyOp& op, size_t n) const {

@@ -49,7 +49,6 @@ class Program {
   int Root(int v) const { return values_[v].base >= 0 ? values_[v].base : v; }
   Storage StorageOf(int v) const { return values_[Root(v)].storage; }
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
-  static bool Near(float value, double want) { return std::fabs(value - want) <= 1e-6 * std::fabs(want) + 1e-7; }
   // Folds the ops after the head at `k` (same node, single reader) into post-ops.
   // `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
   template <class BiasOk>
@@ -62,14 +61,7 @@ class Program {
     while (f.next < ops.size() && ops[f.next].node == ops[k].node) {
       const BodyOp& op = ops[f.next];
       int x = f.last;
-      PostOp act;
-      int reads = 0;
-      size_t length = ActivationAt(f.next, x, &act, &reads);
-      bool activation = length > 0 && g_.uses(x) == reads;
-      if (!activation) length = 1;
-      if (activation) {
-        f.post.push_back(act);
-      } else if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
+      if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
         break;
       } else if (PostOp p; EltwiseOf(op, &p)) {
         if (op.inputs[0] != x) break;
@@ -95,8 +87,8 @@ class Program {
       } else {
         break;
       }
-      f.last = ops[f.next + length - 1].output;
-      f.next += length;
+      f.last = op.output;
+      ++f.next;
     }
     return f;
   }
@@ -191,7 +183,6 @@ class Program {
   using OpCompiler = size_t (*)(Program& p, size_t k, const BodyOp& op, const Attrs& a);
   static const std::unordered_map<std::string, OpCompiler>& OpTable();
   size_t CompileOp(size_t k);
-  size_t ActivationFormAt(size_t k);
   void Arity(const BodyOp& op, size_t n) const;
   void SameShape(const BodyOp& op, int input) const;
 
@@ -202,12 +193,9 @@ class Program {
   std::unique_ptr<Workspace> Take() const;
   void Give(std::unique_ptr<Workspace> ws) const;
 
-  // fusion.cc: ops folded into a primitive: post-op chains, and the activations spelled as several ops
+  // fusion.cc: ops folded into a primitive: scalar operands as linear post-ops, and post-op chains
   float ScalarOperand(const BodyOp& op, int x, bool* x_first) const;
   static bool LinearOf(const std::string& kernel, float c, bool x_first, float* alpha, float* beta);
-  size_t GeluAt(size_t j, int x) const;
-  size_t GeluTanhAt(size_t j, int x, int* x_reads) const;
-  size_t ActivationAt(size_t j, int x, PostOp* p, int* x_reads) const;
   post_ops BuildPostOps(const Fused& f, const std::vector<int64_t>& shape, const Desc* full) const;
   Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const;
   void AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::vector<int64_t>& shape, const Desc& dst);
@@ -215,6 +203,7 @@ class Program {
   // elementwise.cc: element-wise ops: eltwise primitives and binary ops (with a scalar, an outer product, broadcasts)
   void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output);
   bool EltwiseOf(const BodyOp& op, PostOp* p) const;
+  bool ActivationOf(const BodyOp& op, PostOp* p) const;
   static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel);
   static const algorithm* BinaryAlgorithm(const std::string& kernel);
   static bool Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
@@ -302,7 +291,7 @@ class Program {
   // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
   void Softmax(const BodyOp& op, const Attrs& a);
   void LayerNorm(const BodyOp& op, const Attrs& a);
-  size_t LrnAt(size_t k);
+  void Lrn(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;
