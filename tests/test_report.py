@@ -213,3 +213,49 @@ def test_export_warns_about_a_node_split_across_partitions_and_still_computes_th
     want = ort.InferenceSession(model.SerializeToString()).run(None, inputs)
     got = ort.InferenceSession(exported.SerializeToString()).run(None, inputs)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def _torch_names(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every tensor and node named as torch's exporter names them, 60+ characters each."""
+    initializers = {t.name for t in model.graph.initializer}
+    prefix = "/features/stage1/block1.0"
+    long = {}
+    for node in model.graph.node:
+        for name in node.output:
+            long[name] = f"{prefix}/{node.name}/{node.op_type}_output_0_of_the_{node.name}_layer"
+        node.name = f"{prefix}/{node.name}/{node.op_type}"
+    long["x"] = "input_images_in_nchw_layout_as_the_dataloader_gives_them_to_the_model"
+    for node in model.graph.node:
+        node.input[:] = [long.get(n, n) if n not in initializers else n for n in node.input]
+        node.output[:] = [long[n] for n in node.output]
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        vi.name = long.get(vi.name, vi.name)
+    return model
+
+
+def test_text_report_lines_stay_within_120_characters_with_torch_names():
+    # Before: the partition table's rows were 260 characters (inputs and outputs in the table).
+    plan = byoc.partition(_torch_names(small_cnn()), ["c_source"])
+    # Without the memory section: its explanations are fixed text, as README.md shows it.
+    report = build_report(plan, "model.onnx")
+    boundary = [t["name"] for p in report["partitions"] for t in p["inputs"] + p["outputs"]]
+    assert len(plan.partitions) == 2 and min(len(name) for name in boundary) >= 60
+    text = render(report, "text")
+    assert max(len(line) for line in text.splitlines()) <= 120, text
+    # Each partition's tensors on lines of their own, long names shortened in the middle ...
+    first = report["partitions"][0]
+    line = next(line for line in text.splitlines() if line.startswith(f"  {first['name']} inputs: "))
+    assert "…" in line and line.endswith(" 1x3x8x8 float32")
+    name = first["inputs"][0]["name"]
+    assert line.split(": ", 1)[1].startswith(name[:20]) and name[-20:] + " 1x3x8x8" in line
+    # ... and whole in JSON and HTML.
+    assert json.loads(render(report, "json"))["partitions"][0]["inputs"][0]["name"] == name
+    assert name in render(report, "html")
+    # Node names are not cut: lists of them wrap.
+    assert all(n in text for p in report["partitions"] for n in p["onnx_nodes"])
+
+
+def test_a_table_that_fits_keeps_the_tensors_in_it(cnn_plan):
+    text = render(_report(cnn_plan), "text")
+    assert "  name        vendor    nodes  ops  inputs              outputs" in text
+    assert " inputs: " not in text

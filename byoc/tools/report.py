@@ -344,8 +344,42 @@ def _shape(t: Mapping) -> str:
     return "x".join(str(d) for d in t["shape"]) or "scalar"
 
 
-def _tensors(tensors) -> str:
-    return ", ".join(f"{t['name']} {_shape(t)} {t['dtype']}" for t in tensors) or "-"
+def _tensors(tensors, name_width: Optional[int] = None) -> str:
+    return ", ".join(f"{_middle(t['name'], name_width)} {_shape(t)} {t['dtype']}" for t in tensors) or "-"
+
+
+#: the width the text report's lines keep within (JSON and HTML keep every name whole)
+TEXT_WIDTH = 120
+_NAME_WIDTH = 48  # a tensor name in the text report's partition lines, shortened in the middle beyond it
+
+
+def _middle(text: str, width: Optional[int]) -> str:
+    """``text``, or its start and end around "…" when it is longer than ``width``."""
+    if width is None or len(text) <= width:
+        return text
+    tail = (width - 1) // 2
+    return f"{text[:width - 1 - tail]}…{text[len(text) - tail:]}"
+
+
+def _wrap(line: str, width: int = TEXT_WIDTH, hang: int = 4) -> list[str]:
+    """``line`` within ``width``, continued ``hang`` further in: broken after a comma in the line's second
+    half, else at its last space. A word longer than a whole line is shortened in the middle."""
+    if len(line) <= width:
+        return [line]
+    indent = len(line) - len(line.lstrip(" "))
+    words = [_middle(w, width - indent - hang) for w in line[indent:].split(" ") if w]
+    if not words:
+        return [""]
+    lines, current = [], [" " * indent + words[0]]
+    for word in words[1:]:
+        if len(" ".join(current + [word])) <= width:
+            current.append(word)
+            continue
+        cut = next((i + 1 for i in range(len(current) - 1, 0, -1) if current[i].endswith(",")
+                    and len(" ".join(current[:i + 1])) >= width // 2), len(current))
+        lines.append(" ".join(current[:cut]))
+        current = [" " * (indent + hang) + (current[cut:] + [word])[0]] + (current[cut:] + [word])[1:]
+    return lines + [" ".join(current)]
 
 
 def _table(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -386,15 +420,7 @@ def render_text(report: Mapping) -> str:
     ]
     parts = report["partitions"]
     if parts:
-        lines += _table(
-            ["name", "vendor", "nodes", "ops", "inputs", "outputs", "const bytes", "boundary bytes"],
-            [[p["name"], p["vendor"], str(len(p["onnx_nodes"])), str(p["ops"]), _tensors(p["inputs"]),
-              _tensors(p["outputs"]), str(p["constant_bytes"]), str(p["boundary_bytes"])] for p in parts],
-        )
-        lines.append("")
-        units = {n["name"] for n in report["nodes"] if n.get("quantized_unit")}
-        lines += [f"  {p['name']} nodes: {', '.join(n + (' (QDQ int8)' if n in units else '') for n in p['onnx_nodes'])}"
-                  for p in parts]
+        lines += _partitions_text(parts, {n["name"] for n in report["nodes"] if n.get("quantized_unit")})
     else:
         lines.append("  none: every op runs on the host")
     lines += ["", "Host ops (grouped by reason)"]
@@ -407,6 +433,8 @@ def render_text(report: Mapping) -> str:
     else:
         lines.append("  none: every op is offloaded")
     lines += _prepared_text(report)
+    # Lines that list the model's names wrap; the memory section's fixed explanations are as the docs show them.
+    lines = [wrapped for line in lines for wrapped in _wrap(line)]
     memory = report.get("memory")
     if memory:
         rows, notes = _memory_rows(memory)
@@ -416,8 +444,33 @@ def render_text(report: Mapping) -> str:
     verify = report.get("verify")
     if verify:
         lines += ["", f"Verification: {verify['status']}"]
-        lines += [f"  {line}" for line in verify.get("lines", [])]
+        lines += [wrapped for line in verify.get("lines", []) for wrapped in _wrap(f"  {line}")]
     return "\n".join(lines) + "\n"
+
+
+def _partitions_text(parts: list, units: set) -> list[str]:
+    """The partition table, then each partition's nodes.
+
+    A table too wide for :data:`TEXT_WIDTH` (torch's tensor names, as
+    ``/layer1/layer1.0/conv1/Conv_output_0``, made it 250 characters) leaves
+    the boundary tensors to a line each per partition, long names shortened
+    in the middle.
+    """
+    header = ["name", "vendor", "nodes", "ops", "inputs", "outputs", "const bytes", "boundary bytes"]
+    rows = [[p["name"], p["vendor"], str(len(p["onnx_nodes"])), str(p["ops"]), _tensors(p["inputs"]),
+             _tensors(p["outputs"]), str(p["constant_bytes"]), str(p["boundary_bytes"])] for p in parts]
+    lines = _table(header, rows)
+    tensors = max(len(line) for line in lines) > TEXT_WIDTH
+    if tensors:
+        lines = _table([c for i, c in enumerate(header) if i not in (4, 5)],
+                       [[c for i, c in enumerate(row) if i not in (4, 5)] for row in rows])
+    lines.append("")
+    for p in parts:
+        if tensors:
+            lines += [f"  {p['name']} inputs: {_tensors(p['inputs'], _NAME_WIDTH)}",
+                      f"  {p['name']} outputs: {_tensors(p['outputs'], _NAME_WIDTH)}"]
+        lines.append(f"  {p['name']} nodes: {', '.join(n + (' (QDQ int8)' if n in units else '') for n in p['onnx_nodes'])}")
+    return lines
 
 
 def _vendor_options_text(report: Mapping) -> list[str]:
