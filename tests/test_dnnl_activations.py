@@ -120,3 +120,22 @@ def test_a_graph_without_forms_is_returned_as_it_is():
     plan = byoc.partition(m, ["dnnl"])
     (graph,) = [partition_graph(plan.mod[p.global_var], p.name) for p in plan.partitions]
     assert activations_fused(graph) is graph
+
+
+def test_the_dnnl_runtime_tells_an_artifact_that_still_spells_activations_to_be_rebuilt():
+    """A dnnl graph of schema version 2 (before this rewrite) spells its activations as several ops, which the
+    runtime no longer finds: it refuses it by its version, saying to rebuild; version 3 loads. The JSON runtime
+    still reads version 2 (its graphs did not change)."""
+    import tvm_ffi
+
+    m = model(_activation_nodes("swish", "x", "y"), [tensor("x", [2, 8])], [tensor("y", [2, 8])])
+    plan = byoc.partition(m, ["dnnl"])
+    (graph,) = [partition_graph(plan.mod[p.global_var], p.name) for p in plan.partitions]
+    text = DnnlCodegen().serialize(graph).json
+    assert text.endswith(',"version":3}')
+    byoc.get_vendor("dnnl").codegen.load_runtime()
+    create = tvm_ffi.get_global_func("byoc.dnnl.create")
+    create(graph.symbol, text, [], [])
+    with pytest.raises(ValueError, match="graph schema version 2 is not supported .*reads 3 to 3.*an earlier byoc; "
+                                         "rebuild it"):
+        create(graph.symbol, text.replace('"version":3', '"version":2'), [], [])

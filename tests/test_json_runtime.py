@@ -401,8 +401,9 @@ def test_the_rank_limit_is_the_one_the_kernels_header_writes(runtime):
     (refused,) = byoc.partition(single_op("Relu", {"x": over}, over), [runtime]).host_ops
     assert refused.reasons[runtime] == f"rank {MAX_RANK + 1} > {MAX_RANK} not supported"
     (graph,) = _graphs(single_op("Relu", {"x": fits}, fits), [runtime])
-    text = serialize(graph).json.replace(json.dumps(fits).replace(" ", ""), json.dumps(over).replace(" ", ""))
-    assert text != serialize(graph).json
+    sent = byoc.get_vendor(runtime).codegen.serialize(graph).json  # as the runtime reads it (its schema version)
+    text = sent.replace(json.dumps(fits).replace(" ", ""), json.dumps(over).replace(" ", ""))
+    assert text != sent
     byoc.get_vendor(runtime).codegen.load_runtime()
     with pytest.raises(ValueError, match=f"has rank above {MAX_RANK}"):
         tvm_ffi.get_global_func(f"byoc.{runtime}.create")(graph.symbol, text, [], [])

@@ -205,7 +205,7 @@ def test_dnnl_declares_winograd_and_contention_watch():
 def test_the_dnnl_graph_json_carries_the_options_and_json_runtime_graphs_stay_as_they_were():
     graph = _dnnl_partition()
     text = DnnlCodegen().serialize(graph).json
-    assert GRAPH_OPTIONS in text and text.endswith(',"version":2}')
+    assert GRAPH_OPTIONS in text and text.endswith(',"version":3}')  # the dnnl runtime's schema
     off = json.loads(DnnlCodegen().serialize(graph, {"winograd": False}).json)["options"]
     assert off == {"contention_watch": {"type": "bool", "value": True}, "winograd": {"type": "bool", "value": False}}
     plain = JsonRuntimeCodegen().serialize(graph)
@@ -217,9 +217,9 @@ def test_the_dnnl_codegen_writes_the_resolved_options_into_every_graph(monkeypat
 
     written = []
 
-    def recording(graph, dtypes, options=None):
+    def recording(graph, dtypes, options=None, version=None):
         written.append(options)
-        return serialize(graph, dtypes, options)
+        return serialize(graph, dtypes, options, version)
 
     monkeypatch.setattr(dnnl, "serialize", recording)
     monkeypatch.setenv("BYOC_DNNL_CONTENTION", "off")

@@ -26,6 +26,8 @@ from byoc.errors import BuildError
 from byoc.vendor import VendorOption
 
 ONEDNN_VERSION = "2023.2.0"
+#: the graph schema the dnnl runtime reads: 3, where activations arrive as one op (serializer.py's docstring)
+GRAPH_VERSION = 3
 LIBRARY_DIST = "onednn-cpu-gomp"
 INSTALL_HINT = f'pip install "byoc-tvm[dnnl]" (or {LIBRARY_DIST}=={ONEDNN_VERSION})'
 
@@ -135,5 +137,5 @@ class DnnlCodegen(JsonRuntimeCodegen):
         from .quantized import lowered_for_dnnl
 
         graph = activations_fused(lowered_for_dnnl(batch_norms_folded(partition)))
-        return serialize(graph, dtypes=("float32", "uint8", "int8"),
+        return serialize(graph, dtypes=("float32", "uint8", "int8"), version=GRAPH_VERSION,
                          options=self.graph_options(options))

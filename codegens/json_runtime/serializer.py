@@ -53,6 +53,12 @@ for int8 units whose kernels are exact only with VNNI). Runtimes read version
 1 graphs too (they have no such ops). Tensor names are generated (``inputN``,
 ``constN``, ``tN``), never taken from the model.
 
+Version 3 is what the dnnl codegen writes since the activations spelled as
+several ops reach its runtime as one op each (``byoc.eltwise``, ``byoc.lrn``:
+``codegens/dnnl/activations.py``): the dnnl runtime, which no longer finds
+them in the op sequence, reads version 3 only and tells an older artifact to be
+rebuilt; the JSON runtime reads 1 to 3.
+
 The text is deterministic: keys are sorted, separators fixed, names come
 from counters, so the same partition gives byte-identical JSON in every
 process.
@@ -137,13 +143,14 @@ def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple) -> dict:
     return {"name": name, "kind": t.kind, "shape": [int(d) for d in t.shape], "dtype": t.dtype}
 
 
-def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[Mapping[str, Any]] = None) -> SerializedGraph:
+def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[Mapping[str, Any]] = None,
+              version: int = SCHEMA_VERSION) -> SerializedGraph:
     """The JSON graph and constants of one partition (schema in the module docstring).
 
     ``dtypes`` are the tensor dtypes the executing runtime takes (the oneDNN
     runtime adds uint8 and int8); constants are float32 whatever they hold.
     ``options`` (option name -> value), when given, are written as the
-    graph's ``"options"`` field.
+    graph's ``"options"`` field; ``version`` is the schema version written.
     """
     name = _Names(graph)
     where = f"partition {graph.symbol}"
@@ -189,7 +196,7 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[M
 
     document = {
         "format": FORMAT,
-        "version": SCHEMA_VERSION,
+        "version": version,
         "symbol": graph.symbol,
         "tensors": list(tensors.values()),
         "inputs": [name(t) for t in graph.inputs],

@@ -16,6 +16,9 @@ class DnnlExecutor {
  public:
   static constexpr const char* kName = "dnnl";
   static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'D', 'N', 'N', 'L'};
+  // Version 3: the activations spelled as several ops arrive as one op (codegens/dnnl/activations.py); an
+  // older graph still spells them, and this runtime no longer finds them in the op sequence.
+  static constexpr int64_t kMinGraphVersion = 3;
 
   // "vnni" when oneDNN's int8 kernels run on VNNI here (u8 x s8 products summed in int32: exact for any weight
   // and for s8 sources), else "no_vnni" (pairs summed in int16, which saturates; an s8 source halves the

@@ -9,6 +9,7 @@
  *     struct Executor {
  *       static constexpr const char* kName;     // "json_runtime": error prefix, global names
  *       static constexpr char kMagic[8];        // first bytes of its module blob
+ *       static constexpr int64_t kMinGraphVersion;  // the oldest graph schema it reads (to kGraphVersion)
  *       static std::set<std::string> CpuFeatures();  // what ops marked "only_if_cpu" may ask for
  *       explicit Executor(const ParsedGraph&);  // compile once; may keep pointers into the graph
  *       void Run(float* const* in, float* const* out) const;  // thread safe
@@ -68,7 +69,7 @@ using tvm::ffi::PackedArgs;
 using tvm::ffi::String;
 
 constexpr uint32_t kBlobVersion = 1;   // layout of SaveToBytes
-constexpr int64_t kGraphVersion = 2;   // "version" field of the graph JSON (1 is read too: no "only_if_cpu")
+constexpr int64_t kGraphVersion = 3;   // newest "version" of the graph JSON; an Executor reads from its kMinGraphVersion
 constexpr int kMaxJsonDepth = 64;      // the schema nests 5 deep; refuse pathological input
 // The rank limit of the kernels and the vendors' rules: written once, in c_source/byoc_kernels.h, and handed
 // to the compiler by setup.py (codegens/limits.py reads it for Python).
@@ -392,7 +393,8 @@ class ParsedGraph {
  public:
   ParsedGraph(const std::string& symbol, const std::string& text,
               const std::map<std::string, const std::vector<float>*>& consts,
-              const std::set<std::string>& cpu_features = {}) : cpu_features_(cpu_features) {
+              const std::set<std::string>& cpu_features = {}, int64_t min_version = 1)
+      : cpu_features_(cpu_features) {
     CheckJsonDepth(text);
     String error;
     Any root = tvm::ffi::json::Parse(String(text), &error);
@@ -401,9 +403,10 @@ class ParsedGraph {
     if (AsString(Field(g, "format", "graph"), "graph format") != "byoc.json_runtime.graph")
       Fail("graph format is not byoc.json_runtime.graph");
     version_ = AsInt(Field(g, "version", "graph"), "graph version");
-    if (version_ != 1 && version_ != kGraphVersion)
-      Fail("graph schema version " + std::to_string(version_) + " is not supported (this runtime reads 1 to " +
-           std::to_string(kGraphVersion) + "); rebuild the artifact with this byoc version");
+    if (version_ < min_version || version_ > kGraphVersion)
+      Fail("graph schema version " + std::to_string(version_) + " is not supported (this runtime reads " +
+           std::to_string(min_version) + " to " + std::to_string(kGraphVersion) + "): the artifact was built by " +
+           (version_ < min_version ? "an earlier" : "a later") + " byoc; rebuild it with this byoc version");
     if (AsString(Field(g, "symbol", "graph"), "graph symbol") != symbol)
       Fail("graph symbol does not match the module symbol " + symbol);
     auto options = g.find(Any(String("options")));  // a vendor's settings, typed like attributes (optional)
@@ -585,7 +588,8 @@ class GraphModuleObj : public ModuleObj {
     for (const auto& c : consts_) {
       if (!by_name.emplace(c.first, &c.second).second) Fail("constant " + c.first + " is given twice");
     }
-    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name, Executor::CpuFeatures());
+    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name, Executor::CpuFeatures(),
+                                           Executor::kMinGraphVersion);
     executor_ = std::make_unique<Executor>(*graph_);
   }
 

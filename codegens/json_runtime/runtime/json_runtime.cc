@@ -32,6 +32,7 @@ class ReferenceExecutor {
  public:
   static constexpr const char* kName = "json_runtime";
   static constexpr char kMagic[8] = {'B', 'Y', 'O', 'C', 'J', 'S', 'R', 'T'};
+  static constexpr int64_t kMinGraphVersion = 1;
   // Its graphs hold no CPU-dependent ops (only dnnl's lowering makes them).
   static std::set<std::string> CpuFeatures() { return {}; }
 
