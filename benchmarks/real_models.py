@@ -361,10 +361,7 @@ def parse_args(argv):
     bad = [c for c in args.latency if c not in args.configs]
     if bad:
         p.error(f"--latency {' '.join(bad)}: not in --configs")
-    bad = [s for s in args.skip if s.count(":") != 1]
-    if bad:
-        p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
-    args.skip = {s: "--skip" for s in args.skip}
+    args.skip = bench.skipped_pairs(p, args.skip)
     args.cache = args.cache or default_cache()
     if args.full_range and not args.int8:
         p.error("--full-range is an --int8 option")

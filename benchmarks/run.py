@@ -453,14 +453,19 @@ def parse_args(argv):
     args.runs = args.runs or (3 if q else 10)
     args.warmup = args.warmup if args.warmup is not None else (1 if q else 2)
     args.skip_plain_tvm_for = [m for m in args.skip_plain_tvm_for.split(",") if m]
-    bad = [s for s in args.skip if s.count(":") != 1]
-    if bad:
-        p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
-    args.skip = {s: "--skip" for s in args.skip}
+    args.skip = skipped_pairs(p, args.skip)
     args.scaling_sizes = [int(s) for s in (args.scaling_sizes or ("100,300" if q else "1000,10000,50000")).split(",")]
     args.scaling_vendors = args.scaling_vendors or args.vendors[0]
     args.boundary_ops = args.boundary_ops or (20 if q else 200)
     return args
+
+
+def skipped_pairs(p: argparse.ArgumentParser, values: list) -> dict:
+    """--skip's MODEL:VENDORSET values as {pair: why} (a usage error names the malformed ones); real_models.py too."""
+    bad = [s for s in values if s.count(":") != 1]
+    if bad:
+        p.error(f"--skip takes MODEL:VENDORSET, got {', '.join(bad)}")
+    return {s: "--skip" for s in values}
 
 
 def main(argv=None) -> int:
