@@ -259,3 +259,48 @@ def test_a_table_that_fits_keeps_the_tensors_in_it(cnn_plan):
     text = render(_report(cnn_plan), "text")
     assert "  name        vendor    nodes  ops  inputs              outputs" in text
     assert " inputs: " not in text
+
+
+def _split_model(halves_out: bool = False) -> onnx.ModelProto:
+    """Relu -> Split into 3 + 5 -> Erf of the first half, Sigmoid of the second; the Relu's, the Erf's and
+    the Sigmoid's results are the model's outputs. With ``halves_out``, the halves are the outputs."""
+    from onnx import helper
+
+    from models import const, model, tensor
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Split", ["r", "sizes"], ["a", "b"], name="split", axis=1)]
+    outputs = [tensor("a", [1, 3]), tensor("b", [1, 5])]
+    if not halves_out:
+        nodes += [helper.make_node("Erf", ["a"], ["ya"], name="erf"),
+                  helper.make_node("Sigmoid", ["b"], ["sb"], name="sigmoid")]
+        outputs = [tensor("ya", [1, 3]), tensor("sb", [1, 5]), tensor("r", [1, 8])]
+    return model(nodes, [tensor("x", [1, 8])], outputs, [const("sizes", np.array([3, 5], np.int64))])
+
+
+def _splitter():
+    from byoc.codegens.c_source import CSourceCodegen
+    from byoc.vendor import OpRule, Vendor
+
+    return Vendor("splitter", (OpRule("splitter.relu", "relax.nn.relu"), OpRule("splitter.split", "relax.split"),
+                               OpRule("splitter.sigmoid", "relax.sigmoid")), CSourceCodegen())
+
+
+def test_partition_outputs_are_the_models_tensors_when_a_split_is_inside():
+    # Before: "splitter_0:0", "splitter_0:1" for the halves (read through bindings with no decision of
+    # their own, so the partition's outputs were not matched to tensors) ...
+    (part,) = _report(byoc.partition(_split_model(halves_out=True), [_splitter()]))["partitions"]
+    assert [(t["name"], t["shape"]) for t in part["outputs"]] == [("a", [1, 3]), ("b", [1, 5])]
+    # ... and "r", "split", "sb" here: matched in the model's order, not in the partition's.
+    report = _report(byoc.partition(_split_model(), [_splitter()]))
+    (part,) = report["partitions"]
+    assert part["onnx_nodes"] == ["relu", "split", "sigmoid"]
+    assert [(t["name"], t["shape"]) for t in part["outputs"]] == [("a", [1, 3]), ("sb", [1, 5]), ("r", [1, 8])]
+    assert "splitter_0:" not in render(report, "text")
+
+
+def test_a_host_splits_halves_are_named_as_the_model_names_them():
+    # Before: c_source_1 read "sigmoid" (the node reading the half), not the Split's output "b".
+    report = _report(byoc.partition(_split_model(), ["c_source"]))
+    assert [([t["name"] for t in p["inputs"]], p["onnx_nodes"], [t["name"] for t in p["outputs"]])
+            for p in report["partitions"]] == [(["x"], ["relu"], ["r"]), (["b"], ["sigmoid"], ["sb"])]

@@ -198,11 +198,45 @@ def _merged_regions(mod) -> list[tuple[object, object]]:
     return regions
 
 
-def _source_names(imported: ImportedModel, main) -> dict[str, str]:
-    """Main var name -> the ONNX tensor it holds (an input or a node's output), else its producing node's name."""
+def _source_names(imported: ImportedModel, main, items: Mapping[str, list[str]]) -> dict[str, str]:
+    """Main var name -> the ONNX tensor it holds (an input or a node's output), else its producing node's name.
+
+    ``items`` is :func:`_tuple_outputs`.
+    """
+    from tvm import relax
+
     names = {p.name: spec.name for p, spec in zip(main.params, imported.inputs)}
     names.update({b: imported.tensor_of.get(b, n.name) for b, n in imported.node_of.items()})
+    for block in main.body.blocks:  # a Split's halves: item i is the node's output i
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+                outputs = items.get(value.tuple_value.name, ())
+                if value.index < len(outputs):
+                    names[binding.var.name] = outputs[value.index]
     return names
+
+
+def _tuple_outputs(imported: ImportedModel, main) -> dict[str, list[str]]:
+    """Main var name -> its ONNX tensors, for a tuple that is a multi-output node's result (a Split's).
+
+    Only for a node imported as itself with one tuple field per output: an
+    unrolled LSTM's Splits are not its outputs.
+    """
+    from tvm import relax
+
+    prepared = imported.prepared_model if imported.prepared_model is not None else imported.model
+    imported_as = {n.name: n.op_type for n in prepared.graph.node}
+    outputs = {n.name: list(n.output) for n in imported.model.graph.node}
+    items = {}
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            node = imported.node_of.get(binding.var.name)
+            ty = binding.var.ty
+            if (node is not None and isinstance(ty, relax.TupleType) and imported_as.get(node.name) == node.op_type
+                    and len(outputs.get(node.name, ())) == len(ty.fields) and all(outputs[node.name])):
+                items[binding.var.name] = outputs[node.name]
+    return items
 
 
 def partition(
@@ -318,23 +352,47 @@ def _rename_regions(mod):
     return tvm.IRModule(functions, attrs=mod.attrs)
 
 
-def _escaping(main, region: set[str]) -> list[str]:
-    """Bindings of ``region`` whose values are used outside it, in program order."""
+def _output_labels(func, sources: Mapping[str, str], items: Mapping[str, list[str]],
+                   order: Mapping[str, int]) -> Optional[list[str]]:
+    """The ONNX tensor each output of the Codegen function ``func`` holds, in its order; None if one is unknown.
+
+    Each output is the result of a composite call (the composite stands for
+    the original bindings it names, the last in ``order`` being its result)
+    or an item of one (a Split's half, named by ``items``).
+    """
     from tvm import relax
 
-    used_outside: set[str] = {v.name for v in relax.analysis.free_vars(main.body.body)}
-    for block in main.body.blocks:
-        for b in block.bindings:
-            if b.var.name not in region:
-                used_outside.update(v.name for v in relax.analysis.free_vars(b.value))
-    return [b.var.name for block in main.body.blocks for b in block.bindings
-            if b.var.name in region and b.var.name in used_outside]
+    bound = {b.var: b.value for block in func.body.blocks for b in block.bindings}
+
+    def original(var) -> Optional[str]:
+        call = bound.get(var)
+        composite = bound.get(call.op) if isinstance(call, relax.Call) and isinstance(call.op, relax.Var) else None
+        if not isinstance(composite, relax.Function) or composite.attrs is None \
+                or BINDINGS_ATTR not in composite.attrs:
+            return None
+        return max(str(composite.attrs[BINDINGS_ATTR]).split(","), key=lambda name: order.get(name, -1))
+
+    def labels(expr) -> Optional[list[str]]:
+        if isinstance(expr, relax.Tuple):
+            fields = [labels(field) for field in expr.fields]
+            return None if None in fields else [label for field in fields for label in field]
+        value = bound.get(expr)
+        if isinstance(value, relax.TupleGetItem):
+            tensors = items.get(original(value.tuple_value), ())
+            return [tensors[value.index]] if value.index < len(tensors) else None
+        name = original(expr)
+        return None if name is None else items.get(name) or [sources.get(name, name)]
+
+    return labels(func.body.body)
 
 
 def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> PartitionPlan:
     from tvm import relax
 
-    sources = _source_names(imported, imported.mod["main"])
+    original = imported.mod["main"]
+    items = _tuple_outputs(imported, original)
+    sources = _source_names(imported, original, items)
+    order = {b.var.name: i for i, b in enumerate(b for block in original.body.blocks for b in block.bindings)}
     merged = _rename_regions(merged)
     main = merged["main"]
     # Label every value of the partitioned main by what produced it, walking in
@@ -352,7 +410,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> Partit
                     and "Codegen" in (merged[value.op].attrs or {})):
                 label[binding.var] = sources.get(binding.var.name, binding.var.name)
                 continue
-            part = _partition_of(imported, annotation, merged, value, label, sources)
+            part = _partition_of(annotation, merged, value, label, (sources, items, order))
             partitions.append(part)
             names = [t.source for t in part.outputs]
             label[binding.var] = names[0] if len(names) == 1 else names
@@ -360,8 +418,11 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> Partit
                          min_ops, keep_on_host, target)
 
 
-def _partition_of(imported, annotation, merged, call, label, sources) -> Partition:
-    """The Partition for one call of a Codegen function in the partitioned main."""
+def _partition_of(annotation, merged, call, label, naming) -> Partition:
+    """The Partition for one call of a Codegen function in the partitioned main.
+
+    ``naming`` is what :func:`_output_labels` reads after ``func``.
+    """
     gvar = call.op
     func = merged[gvar]
     name = gvar.name_hint
@@ -375,9 +436,9 @@ def _partition_of(imported, annotation, merged, call, label, sources) -> Partiti
         for i, ty in enumerate(_tensor_types(arg.ty)):
             inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, static_dims(ty.shape), str(ty.dtype)))
     out_types = _tensor_types(func.ret_ty)
-    escaping = _escaping(imported.mod["main"], set(bindings))
-    labels = [sources.get(b, b) for b in escaping] if len(escaping) == len(out_types) else \
-        [f"{name}:{i}" for i in range(len(out_types))]
+    labels = _output_labels(func, *naming)
+    if labels is None or len(labels) != len(out_types):
+        labels = [f"{name}:{i}" for i in range(len(out_types))]
     outputs = [BoundaryTensor(lbl, static_dims(ty.shape), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
     return Partition(
         name=name, vendor=str(func.attrs["Codegen"]), bindings=bindings, onnx_nodes=nodes,
