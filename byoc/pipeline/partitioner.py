@@ -225,6 +225,8 @@ def _tuple_outputs(imported: ImportedModel, main) -> dict[str, list[str]]:
     """
     from tvm import relax
 
+    if imported.model is None:  # a Relax module given without its ONNX model (benchmarks/run.py's scaling graphs)
+        return {}
     prepared = imported.prepared_model if imported.prepared_model is not None else imported.model
     imported_as = {n.name: n.op_type for n in prepared.graph.node}
     outputs = {n.name: list(n.output) for n in imported.model.graph.node}
