@@ -54,8 +54,17 @@ def lower_partitions(mod, modules: dict[str, list]):
     ``modules`` maps each vendor with partitions in ``mod`` to the runtime
     modules its codegen built (empty lists only rewrite the calls, as the
     standalone export does, which links the partitions' C itself).
+
+    A vendor's modules hold their partitions' constants themselves (a codegen
+    gets them as arrays in each :class:`~byoc.vendor.graph.PartitionGraph`).
+    ``RunCodegen`` also records them as the module attribute
+    ``const_name_to_constant``, which TVM's build would package as a constant
+    loader beside those modules: every weight twice in an exported library.
+    That copy is dropped.
     """
     from tvm import relax
 
     with _codegens_for_this_build(mod, modules) as renamed:
-        return relax.transform.RunCodegen()(renamed)
+        lowered = relax.transform.RunCodegen()(renamed)
+    return lowered.without_attr("const_name_to_constant") if "const_name_to_constant" in (lowered.attrs or {}) \
+        else lowered
