@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import tempfile
 from pathlib import Path
 
@@ -370,6 +371,19 @@ def test_readme_api_example_runs_twice_and_prints_what_the_readme_shows(s390x_to
     (tmp_path / "api.py").write_text(code)
     for _ in range(2):  # a second run meets the files of the first
         assert _run([sys.executable, "api.py"], tmp_path) == shown
+
+
+def test_readme_vendor_example_registers_a_vendor_that_takes_the_small_cnn(tmp_path):
+    """The README's 'Writing a vendor' block, run as written, gives a vendor that offloads the small CNN's convs
+    and relus."""
+    code = _readme_block_after("## Writing a vendor", "python")
+    script = code + textwrap.dedent("""
+        import byoc, byoc.examples
+        plan = byoc.partition(byoc.examples.small_cnn(), vendors=["acme"])
+        print(sorted({d.rule for d in plan.decisions.values() if d.rule}))
+        """)
+    (tmp_path / "vendor.py").write_text(script)
+    assert _run([sys.executable, "vendor.py"], tmp_path).strip() == "['acme.conv2d', 'acme.relu']"
 
 
 def test_readme_cli_sample_is_what_the_first_command_prints(tmp_path):
