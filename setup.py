@@ -101,8 +101,9 @@ class BuildNativeLibraries(build_ext):
         objects = Path(self.build_temp) / ext.name
         objects.mkdir(parents=True, exist_ok=True)
         compiler = os.environ.get("CXX", "g++")
+        limits = _shared_limits()
         compiles = [
-            [compiler, *COMPILE_FLAGS, *_shared_limits(), "-c", str(ROOT / source),
+            [compiler, *COMPILE_FLAGS, *limits, "-c", str(ROOT / source),
              *(f"-I{ROOT / d}" for d in ext.include_dirs), *ffi_compile, *compile_flags,
              "-o", str(objects / (Path(source).stem + ".o"))]
             for source in ext.sources

@@ -45,8 +45,9 @@ HARDSWISH_CONSTANTS = {"hs_three": 3.0, "hs_six": 6.0}
 
 _GELU_TANH_SAMPLES = (-4.0, -1.7, -0.6, -0.05, 0.3, 0.9, 2.1, 3.6)
 _GELU_TANH_WINDOW = 12  # ops at most: the longest spelling seen (Keras/tf2onnx's c*x*x*x) has 9
-_TANH_FORM_OPS = {"relax.multiply": 2, "relax.add": 2, "relax.subtract": 2, "relax.divide": 2, "relax.power": 2,
-                  "relax.tanh": 1}
+#: the element-wise ops a tanh GELU is spelled with, as the numpy functions that evaluate them at the samples
+_TANH_FORM_OPS = {"relax.multiply": np.multiply, "relax.add": np.add, "relax.subtract": np.subtract,
+                  "relax.divide": np.divide, "relax.power": np.power, "relax.tanh": np.tanh}
 
 
 def near(value: Optional[float], want: float) -> bool:
@@ -185,19 +186,24 @@ class _Forms:
             if j + n > len(self.ops):
                 return None
             call = self.ops[j + n - 1]
-            if _TANH_FORM_OPS.get(call.op) != len(call.inputs) or call.output.shape != x.shape:
+            function = _TANH_FORM_OPS.get(call.op)
+            if function is None or function.nin != len(call.inputs) or call.output.shape != x.shape:
                 return None
             args = []
             for t in call.inputs:
                 if t.id in value:
                     args.append(value[t.id])
                     reads[t.id] += 1
-                elif self._scalar(t) is not None:
-                    args.append(np.float64(self._scalar(t)))
-                else:
+                    continue
+                scalar = self._scalar(t)
+                if scalar is None:
                     return None  # reads something computed outside the window
+                args.append(np.float64(scalar))
             has_tanh |= call.op == "relax.tanh"
-            value[call.output.id] = _evaluate(call.op, args)
+            # A window that is no GELU may divide by zero or raise a negative number to a fraction on the way:
+            # inf or NaN, which fails the check, and no warning.
+            with np.errstate(all="ignore"):
+                value[call.output.id] = np.broadcast_to(function(*args), (len(_GELU_TANH_SAMPLES),))
             if not has_tanh or not _is_gelu_tanh(value[call.output.id]):
                 continue
             if any(t != x.id and self.uses[t] != count for t, count in reads.items()):
@@ -264,31 +270,6 @@ class _Forms:
             raise CodegenError(f"{div.op}: not an LRN over channels with an odd window (the ops oneDNN's LRN computes)")
         attrs = {"size": window, "alpha": alpha, "beta": beta, "bias": bias}
         return 8, OpCall(LRN, [x], div.output, attrs, sq.rule, sq.group)
-
-
-def _evaluate(op: str, args: list) -> np.ndarray:
-    """``op`` of float64 ``args`` (arrays over the samples, or scalars), as the sample-point check computes it.
-
-    A window that is no GELU may divide by zero or raise a negative number to a fraction on the way: that
-    gives inf or NaN, which fails the check, and no warning."""
-    with np.errstate(all="ignore"):
-        return _evaluated(op, args)
-
-
-def _evaluated(op: str, args: list) -> np.ndarray:
-    a = args[0]
-    b = args[1] if len(args) > 1 else 0.0
-    if op == "relax.multiply":
-        return np.broadcast_to(a * b, (len(_GELU_TANH_SAMPLES),))
-    if op == "relax.add":
-        return np.broadcast_to(a + b, (len(_GELU_TANH_SAMPLES),))
-    if op == "relax.subtract":
-        return np.broadcast_to(a - b, (len(_GELU_TANH_SAMPLES),))
-    if op == "relax.divide":
-        return np.broadcast_to(a / b, (len(_GELU_TANH_SAMPLES),))
-    if op == "relax.power":
-        return np.broadcast_to(np.power(a, b), (len(_GELU_TANH_SAMPLES),))
-    return np.broadcast_to(np.tanh(a), (len(_GELU_TANH_SAMPLES),))
 
 
 def _is_gelu_tanh(values: np.ndarray) -> bool:
