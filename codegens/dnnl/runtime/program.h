@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -182,6 +183,24 @@ class Program {
   int Define(int id, const Desc& desc);
   using OpCompiler = size_t (*)(Program& p, size_t k, const BodyOp& op, const Attrs& a);
   static const std::unordered_map<std::string, OpCompiler>& OpTable();
+  // Op-table entries. Alone: a lowering of the one op at k (of the op, or of the op and its attributes), after
+  // which the next op comes. Fusing: a lowering from op k (of k, or of k and the op's attributes) that may take
+  // the ops after it too (a bias, post-ops) and returns the index after them.
+  template <auto Lower>
+  static size_t Alone(Program& p, size_t k, const BodyOp& op, const Attrs& a) {
+    if constexpr (std::is_invocable_v<decltype(Lower), Program&, const BodyOp&, const Attrs&>)
+      (p.*Lower)(op, a);
+    else
+      (p.*Lower)(op);
+    return k + 1;
+  }
+  template <auto Lower>
+  static size_t Fusing(Program& p, size_t k, const BodyOp&, const Attrs& a) {
+    if constexpr (std::is_invocable_v<decltype(Lower), Program&, size_t, const Attrs&>)
+      return (p.*Lower)(k, a);
+    else
+      return (p.*Lower)(k);
+  }
   size_t CompileOp(size_t k);
   void Arity(const BodyOp& op, size_t n) const;
   void SameShape(const BodyOp& op, int input) const;
@@ -247,6 +266,8 @@ class Program {
   size_t FakeQuantizedAt(size_t k);
   static bool PerTensor(const BodyOp& op);
   void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize);
+  void Quantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, true); }
+  void Dequantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, false); }
   primitive_attr QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args);
   size_t QuantizedConv(size_t k, const Attrs& a);
   bool WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c);
