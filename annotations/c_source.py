@@ -17,12 +17,6 @@ from byoc.vendor import OpRule, PatternRule, Vendor
 
 NAME = "c_source"
 
-_base = all_of(dtypes("float32"), static_shapes(MAX_RANK))
-# Ops that only pick or move values also run on the 8-bit integers a QOperator model
-# leaves between its integer ops (its MaxPool and Flatten read uint8 as they are).
-_moves = all_of(dtypes("float32", "int8", "uint8"), static_shapes(MAX_RANK))
-
-
 def _conv_pattern(bias: bool, relu: bool):
     def build():
         from tvm.relax.dpl import is_const, is_op, wildcard
@@ -47,33 +41,44 @@ def _matmul_bias_pattern():
     return is_op("relax.add")(matmul, wildcard()), {"matmul": matmul}
 
 
-_conv_check = all_of(_base, conv_layout_nchw)
-_conv_bias_check = all_of(_conv_check, per_channel_bias)
+def float_and_int8_rules(name: str = NAME, shapes=None) -> tuple:
+    """The reference kernels' rules under vendor ``name``. ``shapes`` is the check every float rule applies to
+    shapes: static shapes of rank <= MAX_RANK for the C kernels (dims are compiled in), ``known_ranks`` for a
+    runtime that specializes per call (json_runtime). QDQ units stay static."""
+    static = static_shapes(MAX_RANK)
+    base = all_of(dtypes("float32"), shapes or static)
+    # Ops that only pick or move values also run on the 8-bit integers a QOperator model
+    # leaves between its integer ops (its MaxPool and Flatten read uint8 as they are).
+    moves = all_of(dtypes("float32", "int8", "uint8"), shapes or static)
+    conv_check = all_of(base, conv_layout_nchw)
+    conv_bias_check = all_of(conv_check, per_channel_bias)
+    return (
+        *qdq_rules(name, all_of(qdq_supported, static, conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
+        PatternRule(f"{name}.conv2d_bias_relu", _conv_pattern(True, True), conv_bias_check),
+        PatternRule(f"{name}.conv2d_bias", _conv_pattern(True, False), conv_bias_check),
+        PatternRule(f"{name}.conv2d_relu", _conv_pattern(False, True), conv_check),
+        OpRule(f"{name}.conv2d", "relax.nn.conv2d", conv_check),
+        PatternRule(f"{name}.matmul_bias", _matmul_bias_pattern, base),
+        OpRule(f"{name}.matmul", "relax.matmul", base),
+        OpRule(f"{name}.add", "relax.add", base),
+        OpRule(f"{name}.subtract", "relax.subtract", base),
+        OpRule(f"{name}.multiply", "relax.multiply", base),
+        OpRule(f"{name}.divide", "relax.divide", base),
+        OpRule(f"{name}.relu", "relax.nn.relu", base),
+        OpRule(f"{name}.sigmoid", "relax.sigmoid", base),
+        OpRule(f"{name}.tanh", "relax.tanh", base),
+        OpRule(f"{name}.clip", "relax.clip", base),
+        OpRule(f"{name}.max_pool2d", "relax.nn.max_pool2d", all_of(moves, pool_layout_nchw)),
+        OpRule(f"{name}.avg_pool2d", "relax.nn.avg_pool2d", all_of(base, pool_layout_nchw, avg_pool_plain)),
+        OpRule(f"{name}.mean", "relax.mean", base),
+        OpRule(f"{name}.softmax", "relax.nn.softmax", base),
+        OpRule(f"{name}.reshape", "relax.reshape", moves),
+        OpRule(f"{name}.concat", "relax.concat", moves),
+        OpRule(f"{name}.transpose", "relax.permute_dims", moves),
+    )
 
-RULES = (
-    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
-    PatternRule(f"{NAME}.conv2d_bias_relu", _conv_pattern(True, True), _conv_bias_check),
-    PatternRule(f"{NAME}.conv2d_bias", _conv_pattern(True, False), _conv_bias_check),
-    PatternRule(f"{NAME}.conv2d_relu", _conv_pattern(False, True), _conv_check),
-    OpRule(f"{NAME}.conv2d", "relax.nn.conv2d", _conv_check),
-    PatternRule(f"{NAME}.matmul_bias", _matmul_bias_pattern, _base),
-    OpRule(f"{NAME}.matmul", "relax.matmul", _base),
-    OpRule(f"{NAME}.add", "relax.add", _base),
-    OpRule(f"{NAME}.subtract", "relax.subtract", _base),
-    OpRule(f"{NAME}.multiply", "relax.multiply", _base),
-    OpRule(f"{NAME}.divide", "relax.divide", _base),
-    OpRule(f"{NAME}.relu", "relax.nn.relu", _base),
-    OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
-    OpRule(f"{NAME}.tanh", "relax.tanh", _base),
-    OpRule(f"{NAME}.clip", "relax.clip", _base),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
-    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
-    OpRule(f"{NAME}.mean", "relax.mean", _base),
-    OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
-    OpRule(f"{NAME}.reshape", "relax.reshape", _moves),
-    OpRule(f"{NAME}.concat", "relax.concat", _moves),
-    OpRule(f"{NAME}.transpose", "relax.permute_dims", _moves),
-)
+
+RULES = float_and_int8_rules()
 
 VENDOR = register_vendor(
     Vendor(

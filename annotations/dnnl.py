@@ -39,7 +39,10 @@ from types import SimpleNamespace
 
 from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
 from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
-                         per_channel_bias, pool_layout_nchw, static_shape, static_shapes)
+                         known_ranks, per_channel_bias, pool_layout_nchw, static_shapes)
+# Shapes as the checks compare them: a symbolic dim is its text ("batch"), equal only to itself. The runtime
+# compiles each partition per set of sizes (graph_runtime.h), so a dim need not be static to be taken.
+from byoc.vendor.checks import dims as static_shape
 from byoc.codegens.dnnl import DnnlCodegen
 # The forms the codegen rewrites as one op, with the constants that make them that form (one source).
 from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
@@ -61,10 +64,10 @@ def _non_empty(match: Match):
     return SUPPORTED
 
 
-_base = all_of(dtypes("float32"), static_shapes(MAX_RANK), _non_empty)
+_base = all_of(dtypes("float32"), known_ranks(MAX_RANK), _non_empty)
 # Ops that only pick or move values also take the 8-bit integers a QOperator model leaves
 # between its integer ops (codegens/dnnl/quantized.py runs them on the values as floats).
-_moves = all_of(dtypes("float32", "uint8", "int8"), static_shapes(MAX_RANK), _non_empty)
+_moves = all_of(dtypes("float32", "uint8", "int8"), known_ranks(MAX_RANK), _non_empty)
 
 
 def _scalar(expr):
@@ -390,6 +393,8 @@ def _slice_positive_strides(match: Match):
     shape, out = static_shape(call.args[0]), static_shape(call)
     for axis, step in zip((int(f.value) for f in call.args[1].fields), strides):
         extent, n = shape[axis], out[axis]
+        if step > 1 and not (isinstance(n, int) and isinstance(extent, int)):
+            return f"strided_slice at step {step} along the symbolic dim {extent!r} (static extents only)"
         if step > 1 and n > 1 and n * step > extent:
             return (f"strided_slice of {n} elements at step {step} along an axis of {extent} (oneDNN views a "
                     "stepped axis only when elements * step <= its extent)")
@@ -415,7 +420,7 @@ def _split_results(match: Match):
             x_shape = static_shape(call.args[0])
             axis = int(call.attrs.axis)
             extent = x_shape[axis] if x_shape is not None and -len(x_shape) <= axis < len(x_shape) else None
-            if extent is None or int(sections.value) < 1 or extent % int(sections.value):
+            if not isinstance(extent, int) or int(sections.value) < 1 or extent % int(sections.value):
                 return f"split of an axis of {extent} into {int(sections.value)} unequal sections"
     ty = match.root.ty
     for field in ty.fields if isinstance(ty, relax.TupleType) else ():

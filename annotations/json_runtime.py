@@ -3,9 +3,10 @@
 The runtime runs the reference kernels that the C-source codegen compiles in
 (``byoc_kernels.h``), so it supports exactly the same ops, patterns and
 limits: the rules are c_source's float rules, under this vendor's name, with
-the same checks and rejection reasons (float32 only, static shapes of rank <=
-8, NCHW/OIHW, per-channel conv bias, no dilated or ceil-mode average
-pooling). c_source's int8 rules (QDQ units, lone Q/DQ, data movement on 8-bit
+the same checks and rejection reasons (float32 only, rank <= 8, NCHW/OIHW,
+per-channel conv bias, no dilated or ceil-mode average pooling), except that
+dims may be symbolic: the runtime compiles a partition for each set of sizes
+it is called with. c_source's int8 rules (QDQ units, lone Q/DQ, data movement on 8-bit
 integers) are not taken: the runtime's kernels are float32 only.
 
 Importing this module loads nothing: the runtime library (compiled when byoc
@@ -16,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from byoc.annotations.c_source import RULES as _C_SOURCE_RULES
+from byoc.annotations.c_source import float_and_int8_rules
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
-from byoc.vendor.checks import all_of, dtypes
+from byoc.codegens.limits import MAX_RANK
+from byoc.vendor.checks import all_of, dtypes, known_ranks
 from byoc.vendor.quantized import QuantizedUnitRule
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import Vendor
@@ -28,8 +30,8 @@ _FLOAT32 = dtypes("float32")
 _INT8_OPS = ("relax.quantize", "relax.dequantize")
 
 RULES = tuple(
-    replace(rule, name=f"{NAME}.{rule.name.split('.', 1)[1]}", check=all_of(_FLOAT32, rule.check))
-    for rule in _C_SOURCE_RULES
+    replace(rule, check=all_of(_FLOAT32, rule.check))
+    for rule in float_and_int8_rules(NAME, known_ranks(MAX_RANK))
     if not isinstance(rule, QuantizedUnitRule) and getattr(rule, "op", None) not in _INT8_OPS
 )
 

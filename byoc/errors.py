@@ -143,6 +143,25 @@ class InputError(ByocError, ValueError):
     """Run-time inputs do not match the model (names, count, shape, dtype)."""
 
 
+class InputShapeError(InputError):
+    """A call's input breaks the model's signature: a wrong rank, a static dim of another size, a symbolic dim with
+    two sizes across the inputs, or one outside its range. ``input`` names the input, ``dim`` the dim (its name, or
+    its axis as a string for a static one; empty for a wrong rank)."""
+
+    def __init__(self, message: str, input: str = "", dim: str = ""):  # noqa: A002 - the public attribute's name
+        super().__init__(message)
+        self.input = input
+        self.dim = dim
+
+
+class InputDtypeError(InputError, TypeError):
+    """A call's input has another dtype than the model's. ``input`` names it."""
+
+    def __init__(self, message: str, input: str = ""):  # noqa: A002
+        super().__init__(message)
+        self.input = input
+
+
 class ArtifactLoadError(ByocError):
     """An exported artifact could not be loaded."""
 

@@ -8,7 +8,7 @@ build, the constraints from the checks, read in this order:
 
 1. a ``doc`` attribute on the check function;
 2. the check combinators of :mod:`byoc.vendor.checks` (``all_of``, ``dtypes``,
-   ``static_shapes``, ``attr_equals``), read from their closures;
+   ``static_shapes``, ``known_ranks``, ``attr_equals``), read from their closures;
 3. the first line of the check's docstring;
 4. the check's function name.
 
@@ -80,6 +80,8 @@ def constraints(check) -> list[str]:
             return ["/".join(env["allowed"]) + " only"]
         if factory == "static_shapes":
             return [f"static shapes of rank <= {env['max_rank']}"]
+        if factory == "known_ranks":
+            return [f"rank <= {env['max_rank']} (dims may be symbolic)"]
         if factory == "attr_equals":
             return [f"{env['what'] or env['name']} in {', '.join(map(str, env['allowed']))}"]
     text = inspect.getdoc(check)

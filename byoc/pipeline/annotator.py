@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Union
 
 from byoc.errors import ByocError, PolicyError
+from byoc.pipeline.shape_args import inline_shape_arguments
 from byoc.pipeline.frontend import import_model
 from byoc.pipeline.onnx_model import ImportedModel, OnnxNode
 from byoc.vendor.registry import resolve_vendors
@@ -173,6 +174,7 @@ class _RuleChecker:
             annotated={k: v for k, v in ctx.annotated_expr.items() if k != _ROOT},
             calls=calls,
             options=self.vendor.options,
+            dim_bounds=self.state.dim_bounds,
         )
         try:
             result = self.rule.check(match)
@@ -192,6 +194,8 @@ class _State:
     attempts: dict[str, list[_Attempt]] = field(default_factory=dict)
     # (rule, matched root expression) -> its binding names, comma-joined, for each accepted match
     accepted: dict[tuple, str] = field(default_factory=dict)
+    # symbolic dim -> (min, max), what a rule's check reads as Match.dim_bounds
+    dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
 
 
 def _fusion_patterns(vendors: list[Vendor], state: _State):
@@ -268,11 +272,12 @@ def annotate(
     if len(names) != len(set(names)):
         raise ByocError("internal error: binding names in main are not unique")
 
-    state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}))
-    fused = FuseOpsByPattern(
+    state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}),
+                   dim_bounds={name: (d.min, d.max) for name, d in imported.dims.items()})
+    fused = inline_shape_arguments(FuseOpsByPattern(
         _fusion_patterns([v for v in vendor_list if target_reason(v, target) is None], state),
         bind_constants=True, annotate_codegen=False
-    )(imported.mod)
+    )(imported.mod))
 
     taken: dict[str, tuple[str, str]] = {}  # binding -> (vendor, rule)
     for _, func in fused.functions_items():

@@ -18,8 +18,10 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from byoc.errors import ArtifactLoadError, ArtifactTargetError, BuildError, InputError, TargetError, last_line
-from byoc.pipeline.onnx_model import TensorSpec
+from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, TargetError,
+                         last_line)
+from byoc.pipeline.dims import bind_dims
+from byoc.pipeline.onnx_model import DimRange, TensorSpec
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
@@ -37,8 +39,10 @@ class Artifact:
 
     ``plan`` is the :class:`~byoc.pipeline.partitioner.PartitionPlan` it was built
     from (None for an artifact loaded from disk). ``inputs``/``outputs``
-    describe the ONNX model's tensors, in ONNX order. ``threads`` sizes the
-    host thread pool of each thread that runs it (see :mod:`byoc.host.threads`).
+    describe the ONNX model's tensors, in ONNX order: each dim a size or the
+    name of a symbolic dim, whose range ``dims`` gives. One artifact runs
+    every shape its signature allows. ``threads`` sizes the host thread pool
+    of each thread that runs it (see :mod:`byoc.host.threads`).
     """
 
     def __init__(self, executable, metadata: dict, plan=None, target: Optional[TargetPreset] = None,
@@ -49,6 +53,7 @@ class Artifact:
         self.target = target or resolve_target(metadata["target"], metadata.get("mcpu"))
         self.inputs = _specs(metadata["inputs"])
         self.outputs = _specs(metadata["outputs"])
+        self.dims = {name: DimRange(name, low, high) for name, (low, high) in metadata.get("dims", {}).items()}
         self._library = library
         self._library_lock = threading.Lock()
         self._local = threading.local()
@@ -164,16 +169,13 @@ class Artifact:
         for spec, value in zip(specs, arrays):
             array = np.asarray(value)
             if array.dtype != np.dtype(spec.dtype):
-                raise InputError(
+                raise InputDtypeError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}; "
-                    f"convert it with .astype(np.{spec.dtype})"
-                )
-            if tuple(array.shape) != spec.shape:
-                raise InputError(
-                    f"input {spec.name!r} has shape {tuple(array.shape)}, expected {spec.shape}"
+                    f"convert it with .astype(np.{spec.dtype})", spec.name
                 )
             # not np.ascontiguousarray: it turns a 0-d (scalar) input into shape (1,)
             checked.append(np.require(array, requirements="C"))
+        bind_dims(specs, [a.shape for a in checked], self.dims)
         return checked
 
     def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False):

@@ -171,6 +171,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             "mcpu": target.mcpu,
             "inputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.inputs],
             "outputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.outputs],
+            # each symbolic dim of the inputs -> [min, max (null: unbounded)]
+            "dims": {name: [d.min, d.max] for name, d in plan.imported.dims.items()},
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
             # partition -> [workspace bytes per call, constant bytes], as its vendor's runtime reports them
             "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes] for name, m in memory.items()},

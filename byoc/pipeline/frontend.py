@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import warnings
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -34,7 +35,8 @@ from byoc.errors import (
     first_line,
 )
 # The model's types are imported from here too (``byoc.pipeline.frontend.ImportedModel``).
-from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec, name_nodes, subgraphs  # noqa: F401
+from byoc.pipeline.onnx_model import DimRange, ImportedModel, OnnxNode, TensorSpec, name_nodes, subgraphs  # noqa: F401
+from byoc.pipeline.dims import DimSetting, split_dim_settings
 from byoc.pipeline.prepare import QUIET_LOCK, prepare
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
@@ -264,12 +266,14 @@ def _graph_inputs(graph: onnx.GraphProto):
     return [vi for vi in graph.input if vi.name not in initializers]
 
 
-def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> list[str]:
-    """Set the static shapes; returns one line per fixed dim of the model that a shape overrides.
+def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence]) -> list[str]:
+    """Set the shapes given; returns one line per fixed dim of the model that a shape overrides.
 
-    Giving a symbolic dim a size is what ``input_shapes`` is for; changing a
-    dim the model fixed is allowed (some models work at any size) but warned
-    about, and the lines explain a shape-inference failure that follows.
+    A dim given as a string stays symbolic under that name (it names a dim
+    the model leaves unnamed, or ties dims of two inputs together). Giving a
+    symbolic dim a size is what ``input_shapes`` is for; changing a dim the
+    model fixed is allowed (some models work at any size) but warned about,
+    and the lines explain a shape-inference failure that follows.
     """
     inputs = {vi.name: vi for vi in _graph_inputs(model.graph)}
     unknown = sorted(set(input_shapes) - set(inputs))
@@ -285,18 +289,21 @@ def _apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Seque
             raise DynamicShapeError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, but the model's "
                                     f"input {name!r} is {declared} (rank {len(declared)})")
         changed = [i for i, (old, new) in enumerate(zip(declared, shape)) if isinstance(old, int) and old > 0
-                   and old != int(new)]
+                   and not isinstance(new, str) and old != int(new)]
         if changed:
             overrides.append(f"input {name!r} is fixed at {declared} in the model and input_shapes makes it "
                              f"{list(shape)} (dim {', '.join(map(str, changed))})")
         dims.ClearField("dim")
         for extent in shape:
+            if isinstance(extent, str) and extent.isidentifier():
+                dims.dim.add().dim_param = extent
+                continue
             # A model may declare an empty (zero) extent itself, but from a user a 0 or -1
             # is almost always a "dynamic" placeholder from another tool, not an empty tensor.
-            if int(extent) <= 0:
+            if isinstance(extent, str) or int(extent) <= 0:
                 raise DynamicShapeError(
-                    f"input_shapes[{name!r}] has a non-positive extent: {shape}; give the concrete "
-                    "positive size to compile for (0 and -1 do not mean dynamic here)"
+                    f"input_shapes[{name!r}] has an extent that is not a size or a dim's name: {shape}; give the "
+                    "positive size to compile for, or a name to keep the dim symbolic (0 and -1 do not mean dynamic)"
                 )
             dims.dim.add().dim_value = int(extent)
     for line in overrides:
@@ -312,21 +319,67 @@ def _tensor_type(vi: onnx.ValueInfoProto):
     return vi.type.tensor_type
 
 
-def _static_inputs(model: onnx.ModelProto) -> list[TensorSpec]:
-    specs, dynamic = [], {}
+def _declared_dims(vi: onnx.ValueInfoProto) -> Optional[list]:
+    """An input's dims as the model declares them (a size, a name, or "?"), None for an unknown rank."""
+    ttype = _tensor_type(vi)
+    if not ttype.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
+
+
+def _name_dims(model: onnx.ModelProto, fixed: Mapping[str, int], ranges: Mapping) -> None:
+    """Give every symbolic input dim a name and apply the fixed sizes of ``dims=``, in place.
+
+    An unnamed dim (or one whose name is an expression, which byoc does not
+    solve) becomes ``<input>_dim<axis>``; a name in ``fixed`` becomes its
+    size. Names in ``dims=`` that no input has are refused.
+    """
+    seen: set[str] = set()
     for vi in _graph_inputs(model.graph):
         ttype = _tensor_type(vi)
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
-        # A zero extent is a real, empty tensor (ONNX allows it and TVM builds it); only
-        # unknown or negative extents leave byoc without a shape to compile for.
-        if not ttype.HasField("shape") or any(not isinstance(d, int) or d < 0 for d in dims):
-            dynamic[vi.name] = dims if ttype.HasField("shape") else None
+        if not ttype.HasField("shape"):
             continue
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
-        specs.append(TensorSpec(vi.name, tuple(int(d) for d in dims), dtype))
-    if dynamic:
-        raise DynamicShapeError(_dynamic_shapes_message(dynamic))
-    return specs
+        for axis, dim in enumerate(ttype.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value >= 0:
+                continue
+            name = dim.dim_param
+            if not name.isidentifier():
+                name = re.sub(r"\W", "_", f"{vi.name}_dim{axis}")
+                name = name if name[0].isalpha() or name[0] == "_" else f"d_{name}"
+            seen.add(name)
+            if name in fixed:
+                dim.Clear()
+                dim.dim_value = fixed[name]
+            else:
+                dim.Clear()
+                dim.dim_param = name
+    unknown = sorted((set(fixed) | set(ranges)) - seen)
+    if unknown:
+        raise DynamicShapeError(
+            f"dims names {unknown}, which no input of the model has; its symbolic dims are "
+            f"{sorted(seen) or 'none (every input is static)'}"
+        )
+
+
+def _model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tuple[list[TensorSpec], dict]:
+    """The model's inputs, each dim a size or a symbolic dim's name, and the range of each symbolic dim.
+
+    Only an input of unknown rank has no shape byoc can compile for.
+    """
+    specs, unknown_rank, dims = [], {}, {}
+    for vi in _graph_inputs(model.graph):
+        declared = _declared_dims(vi)
+        if declared is None:
+            unknown_rank[vi.name] = None
+            continue
+        for d in declared:
+            if isinstance(d, str):
+                dims.setdefault(d, ranges.get(d, DimRange(d)))
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(_tensor_type(vi).elem_type))
+        specs.append(TensorSpec(vi.name, tuple(declared), dtype))
+    if unknown_rank:
+        raise DynamicShapeError(_dynamic_shapes_message(unknown_rank))
+    return specs, dims
 
 
 def _dynamic_shapes_message(dynamic: Mapping[str, list | None]) -> str:
@@ -343,8 +396,8 @@ def _dynamic_shapes_message(dynamic: Mapping[str, list | None]) -> str:
         examples[name] = ["<dim 0>", "<dim 1>", "..."] if dims is None else [size(i, d) for i, d in enumerate(dims)]
     api = ", ".join(f"{name!r}: ({', '.join(dims)}{',' if len(dims) == 1 else ''})" for name, dims in examples.items())
     cli = " ".join(f"--input-shape {name}={','.join(dims)}" for name, dims in examples.items())
-    return (f"inputs without a static shape: {', '.join(listed)}; give the sizes to compile for, "
-            f"input_shapes={{{api}}} (CLI: {cli}), with a number for each <...>")
+    return (f"inputs without a known rank: {', '.join(listed)}; give their shapes, "
+            f"input_shapes={{{api}}} (CLI: {cli}), with a number or a dim's name for each <...>")
 
 
 def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:
@@ -418,42 +471,52 @@ def _check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | Non
 # -- importing ------------------------------------------------------------------------
 def import_model(
     source: ModelSource,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_shapes: Mapping[str, Sequence[Union[int, str]]] | None = None,
     base_dir: str | os.PathLike | None = None,
+    dims: Mapping[str, DimSetting] | None = None,
 ) -> ImportedModel:
-    """Load, check and import ``source`` into Relax with weights as constants."""
+    """Load, check and import ``source`` into Relax with weights as constants.
+
+    Symbolic input dims stay symbolic (one TIR variable per name, shared by
+    every input that names it). ``input_shapes`` sets whole input shapes
+    (``{"x": (1, 3, 224, 224)}``; a string keeps that dim symbolic under the
+    name); ``dims`` fixes or bounds dims by name (:mod:`byoc.pipeline.dims`).
+    """
     if isinstance(source, ImportedModel):
         return source
+    fixed, ranges = split_dim_settings(dims)
     model = load_model(source, base_dir)
     name_nodes(model.graph)
     _sort_nodes(model.graph)
     _read_as_the_writers_meant(model)
     overrides = _apply_input_shapes(model, input_shapes) if input_shapes else []
+    _name_dims(model, fixed, ranges)
     model = _check(model, overrides)
-    inputs = _static_inputs(model)
+    inputs, dim_ranges = _model_inputs(model, ranges)
     _check_tensor_sizes(model.graph)
     # Folding and unrolling run before the op check: a recurrent op is
     # supported once it is unrolled, and a folded op no longer needs TVM.
     prep = prepare(model)
     try:
         _check_supported_ops(prep.model.graph, prep.origin)
-        mod, node_of, tensor_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin))
+        mod, node_of, tensor_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin),
+                                            dim_ranges)
     except ModelLoadError as err:
         if not prep.simplifier:
             raise
         # Preparation must never be the reason a model fails: try the model as given.
         try:
             _check_supported_ops(model.graph)
-            mod, node_of, tensor_of = _to_relax(model, inputs)
+            mod, node_of, tensor_of = _to_relax(model, inputs, dim_ranges=dim_ranges)
         except ModelLoadError:
             raise err from None
         warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
                       "imported the model as given, without folding", stacklevel=2)
         return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared_model=model,
-                             tensor_of=tensor_of)
+                             tensor_of=tensor_of, dims=dim_ranges)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
                          prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier,
-                         tensor_of=tensor_of)
+                         tensor_of=tensor_of, dims=dim_ranges)
 
 
 def _op_types(model: onnx.ModelProto, origin: Mapping[str, str]) -> dict[str, str]:
@@ -465,6 +528,8 @@ def _op_types(model: onnx.ModelProto, origin: Mapping[str, str]) -> dict[str, st
 def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     from tvm import relax
 
+    from byoc.vendor.values import dim_text
+
     ret = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].body.ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     specs = []
@@ -475,16 +540,20 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
             # static for ONNX's shape inference: take it from there.
             onnx_dims = [d.dim_value if d.HasField("dim_value") else None
                          for d in vi.type.tensor_type.shape.dim]
-            dims = [int(d) if hasattr(d, "value") else (onnx_dims[i] if i < len(onnx_dims) else None)
-                    for i, d in enumerate(ty.shape.values)]
-            shape = tuple(dims) if None not in dims else ()
+            dims = []
+            for i, d in enumerate(ty.shape.values):
+                static = onnx_dims[i] if i < len(onnx_dims) else None
+                try:
+                    dims.append(static if static is not None and not hasattr(d, "value") else dim_text(d))
+                except ValueError:
+                    dims.append(str(d))
+            shape = tuple(dims)
         specs.append(TensorSpec(vi.name, shape, str(ty.dtype)))
     return specs
 
 
-
 def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
-              op_types: Mapping[str, str] | None = None):
+              op_types: Mapping[str, str] | None = None, dim_ranges: Mapping[str, DimRange] | None = None):
     """Import ``model`` into Relax: ``(mod, node_of, tensor_of)``; see :class:`ImportedModel`.
 
     ``node_of`` names the user's nodes through ``origin``, which maps a
@@ -505,13 +574,14 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
     model, held = held_integer_constants(model)
     specs = list(inputs) + [TensorSpec(name, tuple(t.dims), str(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)))
                             for name, t in held.items()]
-    importer = ProvenanceImporter({s.name: list(s.shape) for s in specs}, {s.name: s.dtype for s in specs})
+    importer = ProvenanceImporter({s.name: list(s.shape) for s in specs}, {s.name: s.dtype for s in specs},
+                                  dim_ranges or {})
     try:
         # TVM's importer prints and warns on its own; a library must not. The silencing swaps process-wide
         # state (sys.stdout, the warning filters) and the importer keeps some of its own: one import at a time.
         with QUIET_LOCK, warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            mod = importer.from_onnx(model.graph, opset)
+            mod = importer.with_dim_bounds(importer.from_onnx(model.graph, opset))
             owners = importer.binding_provenance(mod["main"])
             results = importer.results(mod["main"])
             mod = _fold_constants(mod)

@@ -23,11 +23,18 @@ from byoc.pipeline.onnx_model import OnnxNode
 class ProvenanceImporter(ONNXGraphImporter):
     """ONNXGraphImporter that records the ONNX node of each converted expression."""
 
-    def __init__(self, shape_dict, dtype_dict):
+    def __init__(self, shape_dict, dtype_dict, dim_ranges=None):
+        from tvm import tirx
+
         # An input with an empty (zero) extent is left to TVM's own reading of the model,
         # which makes that extent symbolic: TVM's converters and passes break on a static
         # 0 (Trilu, reshape and broadcast_to treat it as "copy this dimension").
         shape_dict = {name: shape for name, shape in shape_dict.items() if 0 not in list(shape)}
+        # A symbolic dim is one int64 TIR variable per name, whichever inputs name it.
+        self.dim_vars = {d: tirx.Var(d, "int64") for shape in shape_dict.values() for d in shape if isinstance(d, str)}
+        self.dim_ranges = dict(dim_ranges or {})
+        shape_dict = {name: [self.dim_vars.get(d, d) if isinstance(d, str) else d for d in shape]
+                      for name, shape in shape_dict.items()}
         super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None
@@ -38,7 +45,7 @@ class ProvenanceImporter(ONNXGraphImporter):
         if op_name == "Clip":
             sym = self._convert_clip(inputs, attrs, opset)
         else:
-            sym = None
+            sym = _shape_arithmetic(op_name, inputs, attrs)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -70,6 +77,21 @@ class ProvenanceImporter(ONNXGraphImporter):
         if not isinstance(x.ty, relax.TensorType) or not str(x.ty.dtype).startswith("float"):
             return None
         return self.bb.normalize(relax.op.clip(x, relax.prim_value(float(low)), relax.prim_value(float(high))))
+
+    def with_dim_bounds(self, mod):
+        """``mod`` whose ``main`` says the range of each symbolic dim (TVM's ``tir_var_upper_bound`` and
+        ``tir_var_lower_bound``: memory planning sizes buffers for the largest sizes)."""
+        upper = {name: r.max for name, r in self.dim_ranges.items() if name in self.dim_vars and r.max is not None}
+        lower = {name: r.min for name, r in self.dim_ranges.items() if name in self.dim_vars}
+        if not self.dim_vars:
+            return mod
+        func = mod["main"]
+        if upper:
+            func = func.with_attr("tir_var_upper_bound", upper)
+        func = func.with_attr("tir_var_lower_bound", lower or {name: 1 for name in self.dim_vars})
+        func = func.with_attr("tir_non_negative_var", list(self.dim_vars))
+        mod.update_func(mod.get_global_var("main"), func)
+        return mod
 
     def results(self, main: relax.Function) -> dict[relax.Var, OnnxNode]:
         """The binding vars of ``main`` that are a converter's result, with their ONNX node."""
@@ -158,3 +180,92 @@ def bind_trailing_params(mod, values: list):
         func = func.with_attr("num_input", len(func.params))
         bound.update_func(bound.get_global_var("main"), func)
     return bound
+
+
+# -- shape arithmetic on symbolic dims ----------------------------------------------
+# Exporters compute the target of a Reshape or Expand from Shape(x): Gather, Slice, Concat,
+# Unsqueeze, Cast and integer arithmetic on the dims. TVM's importer keeps such a value
+# symbolic (a ShapeExpr, or a PrimValue for one dim) for some of these ops only, and falls
+# back to int64 tensors for the rest, which Reshape then refuses. These converters keep the
+# value symbolic for the forms TVM lacks, so the shape reaches Reshape as TIR expressions of
+# the model's dims (``batch*sequence_length``).
+
+def _shape_values(value):
+    """``(dims, scalar)`` of a shape-valued expression (a ShapeExpr, a PrimValue, or an integer constant
+    of rank <= 1), or None for anything else."""
+    from tvm.ir import GenericConst
+
+    if isinstance(value, relax.ShapeExpr):
+        return list(value.values), False
+    if _is_int_prim(value):
+        return [value], True
+    if isinstance(value, GenericConst) and str(value.ty.dtype) in ("int64", "int32"):
+        array = value.value.numpy()
+        if array.ndim <= 1:
+            return [int(v) for v in array.reshape(-1)], array.ndim == 0
+    return None
+
+
+def _symbolic(dims: list, scalar: bool):
+    """The relax value of shape dims: a constant when all are static (TVM's constant paths take it), else a
+    ShapeExpr, or a PrimValue for a scalar."""
+    from tvm import tirx
+
+    values = [tirx.IntImm("int64", d) if isinstance(d, int) else d for d in dims]
+    if all(isinstance(v, tirx.IntImm) for v in values):
+        array = np.array([int(v.value) for v in values], dtype=np.int64)
+        return relax.const(array.reshape(()) if scalar else array, "int64")
+    if scalar:
+        return relax.prim_value(values[0])
+    return relax.ShapeExpr(values)
+
+
+def _is_int_prim(value) -> bool:
+    """A scalar integer prim value (TVM 0.27 passes them as plain TIR expressions)."""
+    import tvm
+
+    return not isinstance(value, relax.Expr) and tvm.ir.is_prim_expr(value) and "int" in str(value.ty)
+
+
+def _shape_arithmetic(op_name: str, inputs, attrs):
+    """The symbolic result of a shape op TVM would turn into tensors, or None to leave the op to TVM."""
+    from tvm import tirx
+
+    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div") or not inputs:
+        return None
+    values = [_shape_values(x) if x is not None else None for x in inputs]
+    if values[0] is None or not any(isinstance(x, relax.ShapeExpr) or _is_int_prim(x) for x in inputs[:2]):
+        return None  # static values are TVM's own business (its constant folding)
+    dims, scalar = values[0]
+    if op_name == "Gather":
+        if values[1] is None or scalar or attrs.get("axis", 0) != 0 or not is_tensor_const(inputs[1]):
+            return None
+        index, index_scalar = values[1]
+        if any(not isinstance(i, int) or not -len(dims) <= i < len(dims) for i in index):
+            return None
+        return _symbolic([dims[i] for i in index], index_scalar)
+    if op_name == "Concat":
+        if any(v is None or v[1] for v in values):
+            return None
+        return _symbolic([d for v in values for d in v[0]], False)
+    if op_name == "Cast":
+        return inputs[0] if attrs.get("to") in (6, 7) else None  # int32, int64
+    if op_name == "Squeeze":
+        return _symbolic(dims, True) if len(dims) == 1 and not scalar else None
+    if len(values) != 2 or values[1] is None:
+        return None
+    other, other_scalar = values[1]
+    if len(dims) != len(other) and 1 not in (len(dims), len(other)):
+        return None
+    n = max(len(dims), len(other))
+    left = dims * n if len(dims) == 1 else dims
+    right = other * n if len(other) == 1 else other
+    ops = {"Mul": lambda a, b: a * b, "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
+           "Div": lambda a, b: tirx.floordiv(a, b)}
+
+    def prim(d):
+        return tirx.IntImm("int64", d) if isinstance(d, int) else d
+
+    result = [ops[op_name](prim(a), prim(b)) for a, b in zip(left, right)]
+    return _symbolic([tirx.IntImm("int64", int(r.value)) if isinstance(r, tirx.IntImm) else r for r in result],
+                     scalar and other_scalar)

@@ -13,6 +13,7 @@ no module of the pipeline imports one that imports it back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional, Union
 
 import numpy as np
 import onnx
@@ -20,15 +21,46 @@ import onnx
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, static shape and dtype of a model input or output."""
+    """Name, shape and dtype of a model input or output.
+
+    Each dim of ``shape`` is a size, or the name (an expression, for an
+    output: ``"sequence_length*2"``) of a symbolic dim.
+    """
 
     name: str
-    shape: tuple[int, ...]
+    shape: tuple[Union[int, str], ...]
     dtype: str
 
     @property
-    def nbytes(self) -> int:
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def nbytes(self) -> Optional[int]:
+        """Bytes of the tensor; None when a dim is symbolic."""
+        if not self.is_static:
+            return None
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+    def describe(self) -> str:
+        """``float32[batch, 3, 224, 224]``."""
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class DimRange:
+    """A symbolic dim of a model and the sizes it may take: ``min`` to ``max`` (None: unbounded)."""
+
+    name: str
+    min: int = 1
+    max: Optional[int] = None
+
+    def holds(self, size: int) -> bool:
+        return size >= self.min and (self.max is None or size <= self.max)
+
+    def describe(self) -> str:
+        """``1..512``, ``1..`` when unbounded."""
+        return f"{self.min}..{'' if self.max is None else self.max}"
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,8 @@ class ImportedModel:
     #: Binding name -> the ONNX tensor it holds, for each binding that is the
     #: whole result of a single-output node (reports name boundaries by it).
     tensor_of: dict[str, str] = field(default_factory=dict)
+    #: Each symbolic dim of the inputs, by name, with its range (empty for a static model).
+    dims: dict[str, DimRange] = field(default_factory=dict)
 
 
 # -- ONNX graph helpers -----------------------------------------------------------

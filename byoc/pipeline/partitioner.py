@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from byoc.vendor.values import const_nbytes, static_dims
+from byoc.vendor.values import const_nbytes, shape_dims
 from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
 from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import import_model
@@ -40,11 +40,12 @@ class BoundaryTensor:
     """
 
     source: str
-    shape: tuple[int, ...]
+    shape: tuple  # sizes, and the text of each symbolic dim ("batch", "seq*16")
     dtype: str
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> Optional[int]:
+        """Bytes per call; None when a dim is symbolic."""
         return TensorSpec(self.source, self.shape, self.dtype).nbytes
 
 
@@ -66,7 +67,7 @@ class Partition:
     @property
     def boundary_bytes(self) -> int:
         """Bytes that cross the boundary per call (inputs plus outputs)."""
-        return sum(t.nbytes for t in self.inputs) + sum(t.nbytes for t in self.outputs)
+        return sum(t.nbytes or 0 for t in self.inputs) + sum(t.nbytes or 0 for t in self.outputs)
 
 
 @dataclass(frozen=True)
@@ -425,6 +426,8 @@ def _partition_of(annotation, merged, call, label, naming) -> Partition:
 
     ``naming`` is what :func:`_output_labels` reads after ``func``.
     """
+    from tvm import relax
+
     gvar = call.op
     func = merged[gvar]
     name = gvar.name_hint
@@ -434,14 +437,16 @@ def _partition_of(annotation, merged, call, label, naming) -> Partition:
     nodes = list(dict.fromkeys(d.node.name for d in decisions if d.node is not None))
     inputs = []
     for arg in call.args:
+        if not isinstance(arg, relax.Var):
+            continue  # a shape that sizes the partition's symbolic dims (no tensor crosses the boundary)
         names = label.get(arg, arg.name)
         for i, ty in enumerate(_tensor_types(arg.ty)):
-            inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, static_dims(ty.shape), str(ty.dtype)))
+            inputs.append(BoundaryTensor(names[i] if isinstance(names, list) else names, shape_dims(ty.shape), str(ty.dtype)))
     out_types = _tensor_types(func.ret_ty)
     labels = _output_labels(func, *naming)
     if labels is None or len(labels) != len(out_types):
         labels = [f"{name}:{i}" for i in range(len(out_types))]
-    outputs = [BoundaryTensor(lbl, static_dims(ty.shape), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
+    outputs = [BoundaryTensor(lbl, shape_dims(ty.shape), str(ty.dtype)) for lbl, ty in zip(labels, out_types)]
     return Partition(
         name=name, vendor=str(func.attrs["Codegen"]), bindings=bindings, onnx_nodes=nodes,
         ops=[d.op for d in decisions], rules=list(dict.fromkeys(d.rule for d in decisions)),

@@ -78,6 +78,16 @@ _SKIPPED_PASSES = [
     "fuse_transpose_into_gemm",
 ]
 
+# onnxsim 0.8's batched MatMul+Add -> Gemm writes, for a symbolic batch, a Shape -> Slice -> Concat -> Reshape
+# chain around each Gemm: shape arithmetic that the static form folds away and a symbolic one keeps on the host.
+_SKIPPED_WHEN_SYMBOLIC = ["fuse_matmul_add_bias_into_gemm_batched"]
+
+
+def _has_symbolic_inputs(model: onnx.ModelProto) -> bool:
+    initializers = {t.name for t in model.graph.initializer}
+    return any(not d.HasField("dim_value") for vi in model.graph.input if vi.name not in initializers
+               for d in vi.type.tensor_type.shape.dim)
+
 
 @dataclass
 class Prepared:
@@ -352,7 +362,7 @@ def _onnxsim_pass(onnxsim, model: onnx.ModelProto, optimize: bool) -> onnx.Model
         check_n=0,  # byoc.tools.verify compares the build with onnxruntime on the user's model
         perform_optimization=optimize,
         skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
-        skipped_optimizers=list(_SKIPPED_PASSES),
+        skipped_optimizers=list(_SKIPPED_PASSES) + (_SKIPPED_WHEN_SYMBOLIC if _has_symbolic_inputs(model) else []),
         include_subgraph=True,
         certify=False,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from byoc.vendor.values import is_tensor_const, static_dims
+from byoc.vendor.values import Dim, dim_names, is_tensor_const, shape_dims, static_dims
 from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match
 
 
@@ -25,6 +25,24 @@ def static_shape(expr) -> Optional[tuple[int, ...]]:
     """The static shape of a tensor expression, or None if any dim is symbolic."""
     ty = tensor_type(expr)
     return None if ty is None else static_dims(ty.shape)
+
+
+def dims(expr) -> Optional[tuple[Dim, ...]]:
+    """The dims of a tensor expression: ints where static, the text of each symbolic one
+    (``"batch"``, ``"sequence_length*2"``); None for a non-tensor or an unknown rank."""
+    ty = tensor_type(expr)
+    return None if ty is None else shape_dims(ty.shape)
+
+
+def dynamic_dims(expr) -> list[str]:
+    """The names of the symbolic dims a tensor's shape depends on (``[]`` when it is static)."""
+    ty = tensor_type(expr)
+    return [] if ty is None else dim_names(ty.shape)
+
+
+def dim_bound(match: Match, name: str) -> tuple[int, Optional[int]]:
+    """``(min, max)`` of the symbolic dim ``name`` in the model (max None when unbounded)."""
+    return tuple(match.dim_bounds.get(name, (1, None)))
 
 
 def _tensors(expr) -> Iterable:
@@ -61,13 +79,35 @@ def dtypes(*allowed: str) -> Check:
 
 
 def static_shapes(max_rank: int = 8) -> Check:
-    """All tensors of the match have static shapes of rank <= ``max_rank``."""
+    """All tensors of the match have static shapes of rank <= ``max_rank``.
+
+    The reason names the first symbolic dim: ``dim 'sequence_length' is dynamic``.
+    """
 
     def check(match: Match) -> CheckResult:
         for t in match_tensors(match):
+            names = dynamic_dims(t)
+            if names:
+                return f"dim {names[0]!r} is dynamic (static shapes only)"
             shape = static_shape(t)
             if shape is None:
-                return "dynamic shape not supported (static shapes only)"
+                return "unknown rank (static shapes only)"
+            if len(shape) > max_rank:
+                return f"rank {len(shape)} > {max_rank} not supported"
+        return SUPPORTED
+
+    return check
+
+
+def known_ranks(max_rank: int = 8) -> Check:
+    """All tensors of the match have a known rank <= ``max_rank``; dims may be symbolic (for a runtime that
+    specializes each call's shapes, as the JSON and dnnl runtimes do)."""
+
+    def check(match: Match) -> CheckResult:
+        for t in match_tensors(match):
+            shape = dims(t)
+            if shape is None:
+                return "unknown rank not supported"
             if len(shape) > max_rank:
                 return f"rank {len(shape)} > {max_rank} not supported"
         return SUPPORTED

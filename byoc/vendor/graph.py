@@ -16,7 +16,7 @@ import numpy as np
 
 from byoc.errors import UnsupportedConstruct
 from byoc.vendor.quantized import WEIGHTED, QParams, QuantizedUnit, qparams, quantized_range
-from byoc.vendor.values import const_array, is_prim_value, is_tensor_const, static_dims
+from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, is_tensor_const
 
 
 @dataclass
@@ -24,7 +24,7 @@ class Tensor:
     """A value in the partition: an input, a constant, or an op result."""
 
     id: int
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # a symbolic dim is its text: "batch", "sequence_length*2"
     dtype: str
     kind: str  # "input" | "const" | "op"
     data: Optional[np.ndarray] = field(default=None, repr=False)
@@ -61,13 +61,23 @@ class OpCall:
 
 @dataclass
 class PartitionGraph:
-    """A partition as a flat graph: ``symbol`` is the function to export."""
+    """A partition as a flat graph: ``symbol`` is the function to export.
+
+    ``dims`` maps the text of each symbolic dim in a tensor's shape to its
+    JSON form (:func:`byoc.vendor.values.dim_tree`); empty when every shape is
+    static. A codegen that compiles only static shapes refuses a graph with
+    ``dims`` or ``shape_arguments`` (:class:`~byoc.errors.UnsupportedConstruct`).
+    """
 
     symbol: str
     inputs: list[Tensor]
     outputs: list[Tensor]
     ops: list[OpCall]
     function: Any = field(repr=False, default=None)
+    dims: dict[str, Any] = field(default_factory=dict)
+    #: (position among the call's arguments, the symbolic dims it gives) for each shape TVM passes next to
+    #: the tensors: the sizes of dims that are no whole dim of any input (``seq`` of a ``(batch, seq*16)``).
+    shape_arguments: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
 
     @property
     def constants(self) -> list[Tensor]:
@@ -98,11 +108,18 @@ class _Unavailable:
 
 
 def _python_value(value):
-    """TVM attribute values (IntImm, FloatImm, arrays, strings) as Python values."""
+    """TVM attribute values (IntImm, FloatImm, arrays, strings) as Python values; a symbolic dim as its text."""
+    import tvm
+
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(getattr(value, "value", None), (int, float)):
         return value.value
+    if tvm.ir.is_prim_expr(value):
+        try:
+            return dim_text(value)
+        except ValueError:
+            return str(value)
     if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
         return tuple(_python_value(v) for v in value)
     return str(value)
@@ -123,22 +140,28 @@ def attrs_dict(attrs) -> dict[str, Any]:
     return out
 
 
-def _static_shape(ty) -> tuple[int, ...]:
-    if ty.shape is None:
-        raise UnsupportedConstruct("a tensor of unknown rank")
-    dims = static_dims(ty.shape)
-    if dims is None:
-        raise UnsupportedConstruct(f"a symbolic dimension in {ty.shape}")
-    return dims
-
-
 class _Builder:
     def __init__(self):
         self.next_id = 0
         self.const_ids: dict[Any, Tensor] = {}
+        self.dims: dict[str, Any] = {}
+
+    def shape(self, ty) -> tuple[Dim, ...]:
+        if ty.shape is None:
+            raise UnsupportedConstruct("a tensor of unknown rank")
+        dims = []
+        for d in ty.shape.values:
+            try:
+                text = dim_text(d)
+            except ValueError:
+                raise UnsupportedConstruct(f"a dim that is not integer arithmetic on symbolic dims: {d}") from None
+            if isinstance(text, str):
+                self.dims[text] = dim_tree(d)
+            dims.append(text)
+        return tuple(dims)
 
     def tensor(self, ty, kind, data=None) -> Tensor:
-        t = Tensor(self.next_id, _static_shape(ty), str(ty.dtype), kind, data)
+        t = Tensor(self.next_id, self.shape(ty), str(ty.dtype), kind, data)
         self.next_id += 1
         return t
 
@@ -155,7 +178,17 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     builder = _Builder()
     env: dict[Any, Any] = {}
     inputs = []
-    for param in func.params:
+    shape_arguments = []
+    for position, param in enumerate(func.params):
+        if isinstance(param.ty, relax.ShapeType):
+            # TVM passes a shape next to the tensors when a symbolic dim is no whole dim of any of them
+            # (softmax over (batch, seq*16) needs seq): the runtime reads the dims' sizes from it.
+            names = [dim_text(d) for d in (param.ty.values or ())]
+            if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+                raise UnsupportedConstruct(f"a shape argument {param.ty} that is not a list of symbolic dims")
+            shape_arguments.append((position, tuple(names)))
+            env[param] = tuple(names)  # read by no op: composites take it only to define the dims
+            continue
         t = builder.tensor(param.ty, "input")
         env[param] = t
         inputs.append(t)
@@ -241,7 +274,7 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     for item in outputs:
         if isinstance(item, _Unavailable):
             raise UnsupportedConstruct(f"result {item.index} of {item.op} (only the first result is computed)")
-    return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func)
+    return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments)
 
 
 # -- quantized node units -------------------------------------------------------------------------

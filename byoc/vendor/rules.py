@@ -53,7 +53,10 @@ class Match:
     ``root`` is the matched call (the last op of a pattern), ``annotated``
     maps the rule's annotation names to matched expressions, ``calls`` holds
     every op call of the match in program order, and ``options`` are the
-    vendor's options.
+    vendor's options. ``dim_bounds`` maps each symbolic dim of the model to
+    its ``(min, max)`` (max None when unbounded); a check reads a tensor's
+    dims with :func:`byoc.vendor.checks.dims` and a dim's bound with
+    :func:`byoc.vendor.checks.dim_bound`.
     """
 
     rule: str
@@ -61,6 +64,7 @@ class Match:
     annotated: Mapping[str, Any]
     calls: tuple
     options: Mapping[str, Any]
+    dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
 
 
 Check = Callable[[Match], CheckResult]

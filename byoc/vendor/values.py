@@ -7,9 +7,13 @@ these helpers instead of spelling the class names.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
+
+#: One dim of a shape as byoc passes it between stages: a size, or the text of a
+#: symbolic dim (``"batch"``, ``"sequence_length*2"``) as :func:`dim_text` writes it.
+Dim = Union[int, str]
 
 
 def is_tensor_const(expr) -> bool:
@@ -54,3 +58,89 @@ def static_dims(shape) -> Optional[tuple[int, ...]]:
             return None
         dims.append(value)
     return tuple(dims)
+
+
+# TIR's arithmetic on symbolic dims: the node class name -> (operator as written, JSON op name).
+_DIM_OPS = {"Add": ("+", "+"), "Sub": ("-", "-"), "Mul": ("*", "*"), "FloorDiv": ("//", "//"),
+            "FloorMod": ("%", "%"), "Min": ("min", "min"), "Max": ("max", "max")}
+
+
+def dim_text(expr) -> Dim:
+    """A dim of a Relax shape as an int, or the text of its expression over the symbolic dims.
+
+    ``batch``, ``sequence_length*2``, ``(height+1)//2``, ``min(n, 512)``: what
+    reports print and what :func:`dim_tree` parses back. Raises ``ValueError``
+    for an expression that is not integer arithmetic of + - * // % min max.
+    """
+    value = getattr(expr, "value", None)
+    if isinstance(value, int):
+        return value
+    kind = type(expr).__name__
+    if kind == "Var":
+        return str(expr.name)
+    if kind == "Cast":
+        return dim_text(expr.value)
+    if kind not in _DIM_OPS:
+        raise ValueError(f"dim {expr} is not integer arithmetic on symbolic dims")
+    op = _DIM_OPS[kind][0]
+    a, b = dim_text(expr.a), dim_text(expr.b)
+    if op in ("min", "max"):
+        return f"{op}({a}, {b})"
+
+    def operand(x, right: bool) -> str:
+        # parenthesize a sum inside a product, and any compound right operand of - // %
+        text = str(x)
+        compound = isinstance(x, str) and not text.isidentifier() and not text.startswith(("min(", "max("))
+        if compound and (op != "+" and (right or "+" in text or "-" in text[1:]) or (op == "-" and right)):
+            return f"({text})"
+        return text
+
+    return f"{operand(a, False)}{op}{operand(b, True)}"
+
+
+def dim_tree(expr):
+    """A dim as the JSON a graph runtime evaluates: an int, a dim's name, or ``[op, a, b]`` (op one of
+    ``+ - * // % min max``), e.g. ``["*", "batch", 12]``."""
+    value = getattr(expr, "value", None)
+    if isinstance(value, int):
+        return value
+    kind = type(expr).__name__
+    if kind == "Var":
+        return str(expr.name)
+    if kind == "Cast":
+        return dim_tree(expr.value)
+    if kind not in _DIM_OPS:
+        raise ValueError(f"dim {expr} is not integer arithmetic on symbolic dims")
+    return [_DIM_OPS[kind][1], dim_tree(expr.a), dim_tree(expr.b)]
+
+
+def shape_dims(shape) -> Optional[tuple[Dim, ...]]:
+    """The dims of a Relax shape, each an int or its symbolic text (:func:`dim_text`); None for unknown rank."""
+    if shape is None:
+        return None
+    return tuple(dim_text(d) for d in shape.values)
+
+
+def dim_names(shape) -> list[str]:
+    """The symbolic dims a Relax shape depends on, by name, in order of first use."""
+    names: list[str] = []
+    for d in [] if shape is None else shape.values:
+        _collect_vars(d, names)
+    return names
+
+
+def _collect_vars(expr, names: list[str]) -> None:
+    kind = type(expr).__name__
+    if kind == "Var" and str(expr.name) not in names:
+        names.append(str(expr.name))
+    for part in ("a", "b", "value"):
+        child = getattr(expr, part, None) if kind != "IntImm" else None
+        if child is not None and not isinstance(child, (int, float)):
+            _collect_vars(child, names)
+
+
+def format_shape(dims, sep: str = "×") -> str:
+    """A shape for people: ``1×sequence_length×384``; ``()`` for a scalar, ``?`` for an unknown rank."""
+    if dims is None:
+        return "?"
+    return sep.join(str(d) for d in dims) if len(dims) else "()"

@@ -59,6 +59,18 @@ several ops reach its runtime as one op each (``byoc.eltwise``, ``byoc.lrn``:
 them in the op sequence, reads version 3 only and tells an older artifact to be
 rebuilt; the JSON runtime reads 1 to 3.
 
+Version 4 adds symbolic dims: a dim of a tensor's ``"shape"`` may be the
+name of a symbolic dim of the model (``"batch"``) or an expression of them,
+``[op, a, b]`` with ``op`` one of ``+ - * // % min max`` (``["*", "batch",
+12]``). Every name must be a dim of a graph input, so that each call's input
+shapes size it; a runtime compiles the graph once per set of sizes it is
+called with and keeps at most the graph option ``"shape_cache"`` (an int,
+default 8) of them. A graph with static shapes is written as before. When a
+dim is no whole dim of any input (``seq`` where an input is ``(batch,
+seq*16)``), TVM passes its size in a shape argument next to the tensors:
+``"shape_arguments": [[position, ["seq"]]]`` lists each one's position among
+the call's arguments (inputs and shapes, before the outputs) and the dims it gives.
+
 The text is deterministic: keys are sorted, separators fixed, names come
 from counters, so the same partition gives byte-identical JSON in every
 process.
@@ -78,6 +90,8 @@ from byoc.vendor.graph import PartitionGraph, Tensor
 
 FORMAT = "byoc.json_runtime.graph"
 SCHEMA_VERSION = 2
+#: The version a graph with symbolic dims is written as (runtimes before it read only static shapes).
+SYMBOLIC_VERSION = 4
 DTYPES = ("float32",)
 
 
@@ -118,6 +132,8 @@ def typed_attr(value: Any, where: str) -> dict:
             return {"type": "float[]", "value": [_float(float(v)) for v in items]}
         if all(isinstance(v, str) for v in items):
             return {"type": "str[]", "value": items}
+        if all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in items):
+            return {"type": "dim[]", "value": items}  # sizes and symbolic dims (a reshape's target); read by no runtime
     raise CodegenError(f"{where}: attribute value {value!r} has no JSON type; the json_runtime schema "
                        "takes none, bool, int, float, str and lists of int, float or str")
 
@@ -136,11 +152,31 @@ class _Names:
         return self.names.setdefault(t.id, f"t{t.id}")
 
 
-def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple) -> dict:
+def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple, dims: Mapping[str, Any]) -> dict:
     if t.dtype not in dtypes or (t.kind == "const" and t.dtype != "float32"):
         raise CodegenError(f"{where}: {t.kind} tensor of dtype {t.dtype}; the runtime takes {'/'.join(dtypes)} "
                            "(constants float32)")
-    return {"name": name, "kind": t.kind, "shape": [int(d) for d in t.shape], "dtype": t.dtype}
+    shape = [int(d) if isinstance(d, (int, np.integer)) else dims[d] for d in t.shape]
+    return {"name": name, "kind": t.kind, "shape": shape, "dtype": t.dtype}
+
+
+def _dim_names(tree) -> set[str]:
+    if isinstance(tree, str):
+        return {tree}
+    if isinstance(tree, list):
+        return set().union(*(_dim_names(part) for part in tree[1:]))
+    return set()
+
+
+def _check_dims_bound(graph: PartitionGraph, where: str) -> None:
+    """A runtime sizes each symbolic dim from a call's input shapes: each must be a whole dim of an input."""
+    bound = {d for t in graph.inputs for d in t.shape if isinstance(d, str) and d.isidentifier()}
+    bound |= {d for _, names in graph.shape_arguments for d in names}
+    used = set().union(*(_dim_names(tree) for tree in graph.dims.values())) if graph.dims else set()
+    missing = sorted(used - bound)
+    if missing:
+        raise CodegenError(f"{where}: symbolic dim {missing[0]!r} is not a dim of any partition input, so a call "
+                           "cannot size it (it appears only inside expressions such as a reshape's)")
 
 
 def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[Mapping[str, Any]] = None,
@@ -154,11 +190,12 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[M
     """
     name = _Names(graph)
     where = f"partition {graph.symbol}"
+    _check_dims_bound(graph, where)
     tensors: dict[str, dict] = {}
 
     def declare(t: Tensor) -> str:
         n = name(t)
-        tensors.setdefault(n, _tensor_entry(t, n, where, dtypes))
+        tensors.setdefault(n, _tensor_entry(t, n, where, dtypes, graph.dims))
         return n
 
     for t in graph.inputs:
@@ -196,7 +233,7 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[M
 
     document = {
         "format": FORMAT,
-        "version": version,
+        "version": max(version, SYMBOLIC_VERSION) if graph.dims else version,
         "symbol": graph.symbol,
         "tensors": list(tensors.values()),
         "inputs": [name(t) for t in graph.inputs],
@@ -204,6 +241,8 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[M
         "outputs": [declare(t) for t in graph.outputs],
         "nodes": nodes,
     }
+    if graph.shape_arguments:
+        document["shape_arguments"] = [[position, list(names)] for position, names in graph.shape_arguments]
     if options is not None:
         document["options"] = {key: typed_attr(value, f"{where} option {key!r}") for key, value in options.items()}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)

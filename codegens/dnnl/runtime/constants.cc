@@ -13,7 +13,8 @@ namespace dnnl_runtime {
 // real values are quantized on the way into desc's integer type: round(x / scale), a scale per index of
 // `mask`'s axes (a unit's weight sent in real units: q * scale / scale is q again, exactly).
 // The same constant seen the same way is reordered once: an unrolled recurrence reads its weights at every
-// step (ddddocr's 32-step bidirectional LSTM made 300 MB of copies of 16 MB).
+// step (ddddocr's 32-step bidirectional LSTM made 300 MB of copies of 16 MB), and the programs of one module
+// (one per shape of a graph with symbolic dims) share a graph constant's reorders through `shared_`.
 int Program::ReorderConst(int v, const Desc& desc, const std::vector<double>& scales, int mask) {
   if (values_[v].desc == desc && scales.empty()) return v;
   std::ostringstream key;
@@ -21,8 +22,19 @@ int Program::ReorderConst(int v, const Desc& desc, const std::vector<double>& sc
   for (double s : scales) key << ',' << s;
   auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
   if (fresh) {
-    kept->second = KeepConst(Reordered(
-        memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()), desc, scales, mask));
+    auto reorder = [&] {
+      return Reordered(memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()), desc,
+                       scales, mask);
+    };
+    if (shared_ && Root(v) < given_values_) {  // a graph constant: the same in every program of the module
+      bool made = false;
+      memory m = shared_->Get(key.str(), reorder, &made);
+      consts_.push_back(m);
+      if (made) owned_const_bytes_ += m.get_desc().get_size();  // counted by the program that made it
+      kept->second = NewValue(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
+    } else {
+      kept->second = KeepConst(reorder());
+    }
   }
   return kept->second;
 }

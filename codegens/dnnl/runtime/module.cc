@@ -31,8 +31,18 @@ class DnnlExecutor {
     return {(static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni) ? "vnni" : "no_vnni"};
   }
 
-  explicit DnnlExecutor(const ParsedGraph& graph)
-      : g_(graph), max_threads_(ThreadsForNewModules()), team_(graph, max_threads_),
+  // What a module keeps for all its programs: the team size of the thread that created it, and the
+  // weights its programs reordered (a graph with symbolic dims compiles one program per shape, on
+  // whichever thread first calls with that shape).
+  struct Settings {
+    int max_threads = 0;
+    std::shared_ptr<SharedConsts> consts;
+  };
+  static Settings NewSettings() { return {ThreadsForNewModules(), std::make_shared<SharedConsts>()}; }
+  static int MaxThreadsOf(const Settings& s) { return s.max_threads; }
+
+  DnnlExecutor(const ParsedGraph& graph, const Settings& settings)
+      : g_(graph), settings_(settings), max_threads_(settings.max_threads), team_(graph, max_threads_, settings.consts),
         watch_(graph.BoolOption("contention_watch", true) && team_.parallel()) {}
 
   // The team size this module's primitives were created for (the module's get_max_threads).
@@ -72,13 +82,14 @@ class DnnlExecutor {
  private:
   const Program& Serial() const {
     std::call_once(serial_once_, [this] {
-      serial_ = std::make_unique<Program>(g_, 1);
+      serial_ = std::make_unique<Program>(g_, 1, settings_.consts);
       serial_ready_.store(serial_.get(), std::memory_order_release);
     });
     return *serial_;
   }
 
   const ParsedGraph& g_;
+  Settings settings_;
   int max_threads_;
   Program team_;
   bool watch_;

@@ -9,8 +9,9 @@
 namespace byoc {
 namespace dnnl_runtime {
 
-Program::Program(const ParsedGraph& graph, int max_threads)
-      : g_(graph), value_of_(graph.tensors().size(), -1), winograd_(graph.BoolOption("winograd", true)) {
+Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<SharedConsts> shared)
+      : g_(graph), value_of_(graph.tensors().size(), -1), shared_(std::move(shared)),
+        winograd_(graph.BoolOption("winograd", true)) {
   for (size_t slot = 0; slot < g_.inputs().size(); ++slot) {
     int id = g_.inputs()[slot];
     value_of_[id] = NewValue(Plain(g_.Shape(id), DataType(g_.tensor(id))), Storage::kInput, static_cast<int>(slot));
@@ -24,6 +25,7 @@ Program::Program(const ParsedGraph& graph, int max_threads)
       value_of_[id] = NewValue(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
     }
   }
+  given_values_ = static_cast<int>(values_.size());
   const std::vector<BodyOp>& ops = g_.ops();
   OmpThreads omp;  // oneDNN sizes each primitive's work split for the team size current at creation
   double total_us = 0;

@@ -17,10 +17,38 @@
 namespace byoc {
 namespace dnnl_runtime {
 
-// A partition compiled into oneDNN primitives for teams of at most `max_threads` threads.
+// Weights reordered for the programs of one module: the specializations of a graph with symbolic dims
+// (one program per shape) share each constant they reorder into the same layout. Thread safe.
+class SharedConsts {
+ public:
+  // The memory kept under `key`, or `make()`'s, kept now; `*made` says which.
+  template <class Make>
+  memory Get(const std::string& key, Make make, bool* made) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = kept_.find(key);
+      if (it != kept_.end()) {
+        *made = false;
+        return it->second;
+      }
+    }
+    memory m = make();
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, fresh] = kept_.emplace(key, m);
+    *made = fresh;
+    return it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, memory> kept_;
+};
+
+// A partition compiled into oneDNN primitives for teams of at most `max_threads` threads. `shared`, when
+// given, holds the weights reordered by the other programs of the module (and takes this one's).
 class Program {
  public:
-  Program(const ParsedGraph& graph, int max_threads);
+  Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<SharedConsts> shared = nullptr);
   bool parallel() const;
   void Run(float* const* in, float* const* out) const;
   // Bytes a call works in (the arena of intermediates and the largest scratchpad), and the
@@ -323,6 +351,8 @@ class Program {
   std::set<size_t> merged_;  // matmul ops a sibling computed (SideBySide)
   std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
   std::map<std::string, int> const_reorders_;  // (constant, view, layout, scales) -> value
+  std::shared_ptr<SharedConsts> shared_;  // the module's weights reordered once for all its programs (or null)
+  int given_values_ = 0;  // values [0, given_values_) are the graph's inputs and constants, alike in every program
   std::map<int, std::pair<int, int>> lifetimes_;  // temp value -> [first, last] step
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table

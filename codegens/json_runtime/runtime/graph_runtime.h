@@ -15,6 +15,14 @@
  *       void Run(float* const* in, float* const* out) const;  // thread safe
  *     };
  *
+ * An executor that needs what the module was created with (a thread count, a cache its specializations
+ * share) declares `struct Settings`, `static Settings NewSettings()` (read once, on the thread that creates
+ * the module) and the constructor `Executor(const ParsedGraph&, const Settings&)`.
+ *
+ * A graph with symbolic dims (schema 4) is compiled per shape: each call binds the dims from its input
+ * tensors, and the executor compiled for those sizes is taken from a cache of at most "shape_cache"
+ * (a graph option, default kDefaultShapeCache) specializations, least recently used first out.
+ *
  * and registers it with RegisterGraphRuntime<Executor>() in its
  * TVM_FFI_STATIC_INIT_BLOCK, which defines the globals
  *
@@ -32,6 +40,7 @@
 #include <tvm/ffi/cast.h>
 #include <tvm/ffi/container/array.h>
 #include <tvm/ffi/container/map.h>
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/json.h>
 #include <tvm/ffi/extra/module.h>
@@ -43,7 +52,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <list>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -69,7 +80,7 @@ using tvm::ffi::PackedArgs;
 using tvm::ffi::String;
 
 constexpr uint32_t kBlobVersion = 1;   // layout of SaveToBytes
-constexpr int64_t kGraphVersion = 3;   // newest "version" of the graph JSON; an Executor reads from its kMinGraphVersion
+constexpr int64_t kGraphVersion = 4;   // newest "version" of the graph JSON; an Executor reads from its kMinGraphVersion
 constexpr int kMaxJsonDepth = 64;      // the schema nests 5 deep; refuse pathological input
 // The rank limit of the kernels and the vendors' rules: written once, in c_source/byoc_kernels.h, and handed
 // to the compiler by setup.py (codegens/limits.py reads it for Python).
@@ -250,6 +261,38 @@ inline std::vector<int64_t> AsInts(const Any& v, const std::string& where) {
   return out;
 }
 
+// -- symbolic dims (schema 4) ---------------------------------------------------------------------
+// A dim of a tensor's "shape" is an int, the name of a symbolic dim ("batch"), or [op, a, b] with op one of
+// + - * // % min max (codegens/json_runtime/serializer.py writes them from TIR's shape arithmetic).
+using DimEnv = std::map<std::string, int64_t>;
+constexpr size_t kDefaultShapeCache = 8;
+
+inline int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// The size of dim `d` where the symbolic dims have the sizes `env`.
+inline int64_t EvalDim(const Any& d, const DimEnv& env, const std::string& where) {
+  if (auto i = d.try_cast<int64_t>()) return *i;
+  if (auto name = d.try_cast<String>()) {
+    auto it = env.find(std::string(*name));
+    if (it == env.end()) Fail(where + ": symbolic dim " + std::string(*name) + " is not bound by the inputs");
+    return it->second;
+  }
+  JArray e = AsArray(d, where);
+  if (e.size() != 3) Fail(where + ": a dim expression is [op, a, b]");
+  std::string op = AsString(e[0], where + " op");
+  int64_t a = EvalDim(e[1], env, where), b = EvalDim(e[2], env, where);
+  if (op == "+") return a + b;
+  if (op == "-") return a - b;
+  if (op == "*") return a * b;
+  if (op == "min") return std::min(a, b);
+  if (op == "max") return std::max(a, b);
+  if (op == "//" || op == "%") {
+    if (b == 0) Fail(where + ": division by zero in a dim expression");
+    return op == "//" ? FloorDiv(a, b) : a - FloorDiv(a, b) * b;
+  }
+  Fail(where + ": unknown dim operator " + op);
+}
+
 // A typed attribute: {"type": "int[]", "value": [1, 1]}.
 class Attrs {
  public:
@@ -303,9 +346,10 @@ struct TensorInfo {
   std::string name;
   Kind kind;
   std::string dtype;  // float32; uint8 or int8 where an executor takes quantized tensors
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // -1 for a symbolic dim in a graph not yet specialized
   int64_t numel = 1;
   int slot = -1;  // input index, constant index, or -1
+  JArray dims;    // the dims as written (ints, names, expressions)
 };
 inline std::string ShapeStr(const std::vector<int64_t>& s) {
   std::ostringstream os;
@@ -391,10 +435,12 @@ struct BodyOp {
 // float definition for CPUs without).
 class ParsedGraph {
  public:
+  // `env` gives the symbolic dims their sizes (a specialization); without it a graph with symbolic dims
+  // is parsed as a template: symbolic() says so, its shapes hold -1 there, and Bind() sizes a call.
   ParsedGraph(const std::string& symbol, const std::string& text,
               const std::map<std::string, const std::vector<float>*>& consts,
-              const std::set<std::string>& cpu_features = {}, int64_t min_version = 1)
-      : cpu_features_(cpu_features) {
+              const std::set<std::string>& cpu_features = {}, int64_t min_version = 1, const DimEnv* env = nullptr)
+      : cpu_features_(cpu_features), env_(env) {
     CheckJsonDepth(text);
     String error;
     Any root = tvm::ffi::json::Parse(String(text), &error);
@@ -412,7 +458,11 @@ class ParsedGraph {
     auto options = g.find(Any(String("options")));  // a vendor's settings, typed like attributes (optional)
     if (options != g.end()) options_ = AsObject((*options).second, "graph options");
     ParseTensors(AsArray(Field(g, "tensors", "graph"), "graph tensors"));
+    if (symbolic_ && version_ < 4) Fail("a symbolic dim appears in a graph of schema version " + std::to_string(version_));
     ParseInputsAndConstants(g, consts);
+    auto shape_args = g.find(Any(String("shape_arguments")));
+    if (shape_args != g.end()) ParseShapeArguments(AsArray((*shape_args).second, "graph shape_arguments"));
+    if (symbolic_) CheckDimsBound();
     ParseNodes(AsArray(Field(g, "nodes", "graph"), "graph nodes"));
     JArray outputs = AsArray(Field(g, "outputs", "graph"), "graph outputs");
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -442,6 +492,49 @@ class ParsedGraph {
     Attrs a = options();
     return a.Has(key) ? a.Bool(key) : otherwise;
   }
+  int64_t IntOption(const char* key, int64_t otherwise) const {
+    Attrs a = options();
+    return a.Has(key) ? a.Int(key) : otherwise;
+  }
+  // Each shape argument: its position among the call's arguments (inputs and shapes) and the dims it gives.
+  const std::vector<std::pair<int, std::vector<std::string>>>& shape_arguments() const { return shape_args_; }
+  // Whether a tensor has a symbolic dim (and this is a template, not a specialization).
+  bool symbolic() const { return symbolic_; }
+  // The symbolic dims, named in sorted order: a specialization's key lists their sizes in this order.
+  const std::vector<std::string>& dim_names() const { return dim_names_; }
+
+  // The sizes of the symbolic dims in a call whose input `i` has shape shapes[i] (rank ranks[i]): each
+  // input's static dims must match, each dim named in several places must agree, and each computed one
+  // must equal its expression. Throws a ValueError naming the input and the dim otherwise.
+  // `given` are the sizes the shape arguments carry.
+  DimEnv Bind(const std::string& symbol, const int64_t* const* shapes, const int* ranks, DimEnv given = {}) const {
+    DimEnv env = std::move(given);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const TensorInfo& t = tensors_[inputs_[i]];
+      std::vector<int64_t> got(shapes[i], shapes[i] + ranks[i]);
+      if (static_cast<size_t>(ranks[i]) != t.dims.size())
+        TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has rank " << ranks[i] << ", expected "
+                                  << t.dims.size();
+      for (size_t d = 0; d < t.dims.size(); ++d) {
+        auto name = t.dims[d].try_cast<String>();
+        if (!name.has_value()) continue;
+        auto [it, fresh] = env.emplace(std::string(*name), got[d]);
+        if (!fresh && it->second != got[d])
+          TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has " << std::string(*name) << " = " << got[d]
+                                    << " (shape " << ShapeStr(got) << "), another input has " << it->second;
+      }
+    }
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const TensorInfo& t = tensors_[inputs_[i]];
+      for (size_t d = 0; d < t.dims.size(); ++d) {
+        int64_t want = EvalDim(t.dims[d], env, symbol + ": argument " + std::to_string(i));
+        if (want != shapes[i][d])
+          TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has " << shapes[i][d] << " in dim " << d
+                                    << ", expected " << want;
+      }
+    }
+    return env;
+  }
 
  private:
   int Lookup(const std::string& name, const std::string& where) const {
@@ -465,12 +558,25 @@ class ParsedGraph {
       // that has no 8-bit kernels refuses the other dtypes.
       if (info.dtype != "float32" && !((info.dtype == "uint8" || info.dtype == "int8") && info.kind != Kind::kConst))
         Fail(where + " has dtype " + info.dtype + " (float32, and uint8/int8 for non-constants, only)");
-      info.shape = AsInts(Field(t, "shape", where), where + " shape");
-      if (info.shape.size() > kMaxRank) Fail(where + " has rank above " + std::to_string(kMaxRank));
-      for (int64_t d : info.shape) {
+      info.dims = AsArray(Field(t, "shape", where), where + " shape");
+      if (info.dims.size() > kMaxRank) Fail(where + " has rank above " + std::to_string(kMaxRank));
+      bool sized = true;
+      for (size_t k = 0; k < info.dims.size(); ++k) {
+        bool number = info.dims[k].try_cast<int64_t>().has_value();
+        if (!number && !env_) {  // a template: the dim is sized per call
+          if (info.kind == Kind::kConst) Fail(where + " is a constant with a symbolic dim");
+          CollectDimNames(info.dims[k], where);
+          info.shape.push_back(-1);
+          symbolic_ = true;
+          sized = false;
+          continue;
+        }
+        int64_t d = number ? AsInt(info.dims[k], where + " shape") : EvalDim(info.dims[k], *env_, where + " shape");
         if (d < 0 || (d > 0 && info.numel > (int64_t{1} << 40) / d)) Fail(where + " has an invalid shape");
+        info.shape.push_back(d);
         info.numel *= d;
       }
+      if (!sized) info.numel = -1;
       if (index_.count(info.name)) Fail(where + " is declared twice");
       index_[info.name] = static_cast<int>(tensors_.size());
       tensors_.push_back(info);
@@ -540,6 +646,47 @@ class ParsedGraph {
     }
   }
 
+  void ParseShapeArguments(const JArray& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      std::string where = "graph shape_arguments[" + std::to_string(i) + "]";
+      JArray entry = AsArray(list[i], where);
+      if (entry.size() != 2) Fail(where + " is [position, [dims]]");
+      int64_t position = AsInt(entry[0], where + " position");
+      JArray names = AsArray(entry[1], where + " dims");
+      std::vector<std::string> dims;
+      for (size_t k = 0; k < names.size(); ++k) dims.push_back(AsString(names[k], where + " dim"));
+      if (position < 0 || position > static_cast<int64_t>(inputs_.size() + shape_args_.size()) ||
+          (!shape_args_.empty() && position <= shape_args_.back().first))
+        Fail(where + " has position " + std::to_string(position) + " out of order or range");
+      shape_args_.emplace_back(static_cast<int>(position), std::move(dims));
+    }
+  }
+
+  void CollectDimNames(const Any& d, const std::string& where) {
+    if (auto name = d.try_cast<String>()) {
+      if (std::find(dim_names_.begin(), dim_names_.end(), std::string(*name)) == dim_names_.end()) {
+        dim_names_.push_back(std::string(*name));
+        std::sort(dim_names_.begin(), dim_names_.end());
+      }
+      return;
+    }
+    JArray e = AsArray(d, where + " shape");
+    if (e.size() != 3) Fail(where + ": a dim expression is [op, a, b]");
+    for (size_t k = 1; k < 3; ++k)
+      if (!e[k].try_cast<int64_t>().has_value()) CollectDimNames(e[k], where);
+  }
+
+  // Every symbolic dim must be one dim of an input as it stands, so that a call's shapes size it.
+  void CheckDimsBound() const {
+    std::set<std::string> bound;
+    for (const auto& arg : shape_args_) bound.insert(arg.second.begin(), arg.second.end());
+    for (int id : inputs_)
+      for (size_t k = 0; k < tensors_[id].dims.size(); ++k)
+        if (auto name = tensors_[id].dims[k].try_cast<String>()) bound.insert(std::string(*name));
+    for (const std::string& name : dim_names_)
+      if (!bound.count(name)) Fail("symbolic dim " + name + " is not a dim of any graph input, so no call can size it");
+  }
+
   // Whether an op runs on this CPU: unless it names a feature in "only_if_cpu" that the CPU lacks.
   bool ForThisCpu(const Attrs& a) const {
     if (!a.Has("only_if_cpu")) return true;
@@ -548,6 +695,10 @@ class ParsedGraph {
   }
 
   std::set<std::string> cpu_features_;
+  const DimEnv* env_;
+  bool symbolic_ = false;
+  std::vector<std::pair<int, std::vector<std::string>>> shape_args_;
+  std::vector<std::string> dim_names_;
   JObject options_;
   int64_t version_ = 0;
   std::vector<TensorInfo> tensors_;
@@ -576,6 +727,23 @@ struct ReportsThreads : std::false_type {};
 template <class E>
 struct ReportsThreads<E, std::void_t<decltype(std::declval<const E&>().MaxThreads())>> : std::true_type {};
 
+// Whether an executor takes the settings of the module that creates it (see the top of this file).
+template <class E, class = void>
+struct HasSettings : std::false_type {
+  using type = int;  // unused
+};
+template <class E>
+struct HasSettings<E, std::void_t<typename E::Settings>> : std::true_type {
+  using type = typename E::Settings;
+};
+
+// A graph compiled for one set of sizes of its symbolic dims (or for its static shapes).
+template <class Executor>
+struct Specialization {
+  std::unique_ptr<const ParsedGraph> graph;
+  std::unique_ptr<const Executor> executor;
+};
+
 template <class Executor>
 class GraphModuleObj : public ModuleObj {
  public:
@@ -584,13 +752,19 @@ class GraphModuleObj : public ModuleObj {
   GraphModuleObj(std::string symbol, std::string graph_json, Constants consts)
       : symbol_(std::move(symbol)), graph_json_(std::move(graph_json)), consts_(std::move(consts)),
         kind_(Kind()) {
-    std::map<std::string, const std::vector<float>*> by_name;
     for (const auto& c : consts_) {
-      if (!by_name.emplace(c.first, &c.second).second) Fail("constant " + c.first + " is given twice");
+      if (!by_name_.emplace(c.first, &c.second).second) Fail("constant " + c.first + " is given twice");
     }
-    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name, Executor::CpuFeatures(),
+    if constexpr (HasSettings<Executor>::value) settings_ = Executor::NewSettings();
+    graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name_, Executor::CpuFeatures(),
                                            Executor::kMinGraphVersion);
-    executor_ = std::make_unique<Executor>(*graph_);
+    if (!graph_->symbolic()) {
+      executor_ = NewExecutor(*graph_);
+    } else {
+      int64_t bound = graph_->IntOption("shape_cache", kDefaultShapeCache);
+      if (bound < 1) Fail("graph option shape_cache must be at least 1");
+      cache_bound_ = static_cast<size_t>(bound);
+    }
   }
 
   const char* kind() const final { return kind_.c_str(); }
@@ -608,9 +782,15 @@ class GraphModuleObj : public ModuleObj {
     if (name == "get_symbol") {
       return Function::FromPacked([self, this](PackedArgs, Any* rv) { *rv = String(symbol_); });
     }
+    if (name == "get_specializations") {  // [shapes compiled and alive now, shapes compiled in all]
+      return Function::FromPacked([self, this](PackedArgs, Any* rv) {
+        std::lock_guard<std::mutex> lock(cache_mutex_);
+        *rv = Array<int64_t>{static_cast<int64_t>(executor_ ? 1 : cache_.size()), executor_ ? 1 : created_};
+      });
+    }
     if (name == "get_memory") {  // [workspace bytes per call, bytes of the constants as given, bytes it made]
       return Function::FromPacked([self, this](PackedArgs, Any* rv) {
-        MemoryUse use = executor_->Memory();
+        MemoryUse use = Memory();
         int64_t given = 0;
         for (const auto& c : consts_) given += static_cast<int64_t>(c.second.size() * sizeof(float));
         *rv = Array<int64_t>{static_cast<int64_t>(use.workspace_bytes), given, static_cast<int64_t>(use.constant_bytes)};
@@ -619,7 +799,7 @@ class GraphModuleObj : public ModuleObj {
     if constexpr (ReportsThreads<Executor>::value) {
       if (name == "get_max_threads") {  // the team size its kernels were created for
         return Function::FromPacked(
-            [self, this](PackedArgs, Any* rv) { *rv = static_cast<int64_t>(executor_->MaxThreads()); });
+            [self, this](PackedArgs, Any* rv) { *rv = static_cast<int64_t>(MaxThreads()); });
       }
     }
     return std::nullopt;
@@ -709,29 +889,124 @@ class GraphModuleObj : public ModuleObj {
     return reinterpret_cast<float*>(static_cast<char*>(x->data) + x->byte_offset);
   }
 
-  // Destination-passing style: outputs are the caller's buffers, written in place.
+  std::unique_ptr<const Executor> NewExecutor(const ParsedGraph& graph) const {
+    if constexpr (HasSettings<Executor>::value) {
+      return std::make_unique<Executor>(graph, settings_);
+    } else {
+      return std::make_unique<Executor>(graph);
+    }
+  }
+
+  // The specialization for the sizes `env`: from the cache (moved to its front), or compiled now and
+  // added, the least recently used one leaving when the cache is full. Compiling happens outside the
+  // lock; a call already running on an evicted one keeps it alive through its shared_ptr.
+  std::shared_ptr<const Specialization<Executor>> Specialize(const DimEnv& env) const {
+    std::vector<int64_t> key;
+    for (const std::string& name : graph_->dim_names()) key.push_back(env.at(name));
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+        if (it->first == key) {
+          if (it != cache_.begin()) cache_.splice(cache_.begin(), cache_, it);
+          return cache_.front().second;
+        }
+      }
+    }
+    auto made = std::make_shared<Specialization<Executor>>();
+    made->graph = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name_, Executor::CpuFeatures(),
+                                                Executor::kMinGraphVersion, &env);
+    made->executor = NewExecutor(*made->graph);
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    for (const auto& entry : cache_)
+      if (entry.first == key) return entry.second;  // another thread made it meanwhile
+    cache_.emplace_front(std::move(key), made);
+    ++created_;
+    while (cache_.size() > cache_bound_) cache_.pop_back();
+    return made;
+  }
+
+  MemoryUse Memory() const {
+    if (executor_) return executor_->Memory();
+    MemoryUse use;
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    for (const auto& entry : cache_) {
+      MemoryUse one = entry.second->executor->Memory();
+      use.workspace_bytes = std::max(use.workspace_bytes, one.workspace_bytes);
+      use.constant_bytes += one.constant_bytes;
+    }
+    return use;
+  }
+
+  int MaxThreads() const {
+    if constexpr (ReportsThreads<Executor>::value) {
+      if (executor_) return executor_->MaxThreads();
+      if constexpr (HasSettings<Executor>::value) return Executor::MaxThreadsOf(settings_);
+    }
+    return 1;
+  }
+
+  // Destination-passing style: outputs are the caller's buffers, written in place. A graph with symbolic
+  // dims may also take shapes among its inputs (shape_arguments), which size dims no input has whole.
   void Call(const PackedArgs& args) const {
-    size_t ni = graph_->inputs().size(), no = graph_->outputs().size();
-    if (static_cast<size_t>(args.size()) != ni + no)
-      TVM_FFI_THROW(TypeError) << symbol_ << ": expected " << ni << " input and " << no << " output tensors, got "
-                               << args.size() << " arguments";
+    size_t ni = graph_->inputs().size(), no = graph_->outputs().size(), ns = graph_->shape_arguments().size();
+    if (static_cast<size_t>(args.size()) != ni + ns + no)
+      TVM_FFI_THROW(TypeError) << symbol_ << ": expected " << ni << " input, " << ns << " shape and " << no
+                               << " output arguments, got " << args.size() << " arguments";
+    std::shared_ptr<const Specialization<Executor>> special;
+    const ParsedGraph* graph = graph_.get();
+    const Executor* executor = executor_.get();
+    constexpr size_t kMaxInputs = 64;
+    int position[kMaxInputs];  // the argument each tensor input is
+    if (ni > kMaxInputs) TVM_FFI_THROW(ValueError) << symbol_ << ": more than " << kMaxInputs << " inputs";
+    DimEnv given;
+    for (size_t a = 0, i = 0, k = 0; a < ni + ns; ++a) {
+      if (k < ns && graph_->shape_arguments()[k].first == static_cast<int>(a)) {
+        auto shape = args[a].try_cast<tvm::ffi::Shape>();
+        const std::vector<std::string>& names = graph_->shape_arguments()[k++].second;
+        if (!shape.has_value() || shape->size() != names.size())
+          TVM_FFI_THROW(TypeError) << symbol_ << ": argument " << a << " is not a shape of " << names.size() << " dims";
+        for (size_t d = 0; d < names.size(); ++d) given[names[d]] = (*shape)[d];
+      } else {
+        position[i++] = static_cast<int>(a);
+      }
+    }
+    if (!executor) {  // symbolic dims: size them from the inputs, then take that shape's executor
+      const int64_t* shapes[kMaxInputs];
+      int ranks[kMaxInputs];
+      for (size_t i = 0; i < ni; ++i) {
+        auto dl = args[position[i]].try_cast<DLTensor*>();
+        if (!dl.has_value()) TVM_FFI_THROW(TypeError) << symbol_ << ": argument " << position[i] << " is not a tensor";
+        shapes[i] = (*dl)->shape;
+        ranks[i] = (*dl)->ndim;
+      }
+      special = Specialize(graph_->Bind(symbol_, shapes, ranks, std::move(given)));
+      graph = special->graph.get();
+      executor = special->executor.get();
+    }
     // Small partitions are the common case: keep their pointers on the stack.
     constexpr size_t kOnStack = 16;
     float* stack[kOnStack];
     std::vector<float*> heap(ni + no > kOnStack ? ni + no : 0);
     float** ptrs = ni + no > kOnStack ? heap.data() : stack;
-    for (size_t i = 0; i < ni; ++i) ptrs[i] = Arg(args, static_cast<int>(i), graph_->tensor(graph_->inputs()[i]));
+    for (size_t i = 0; i < ni; ++i) ptrs[i] = Arg(args, position[i], graph->tensor(graph->inputs()[i]));
     for (size_t i = 0; i < no; ++i)
-      ptrs[ni + i] = Arg(args, static_cast<int>(ni + i), graph_->tensor(graph_->outputs()[i]));
-    executor_->Run(ptrs, ptrs + ni);
+      ptrs[ni + i] = Arg(args, static_cast<int>(ni + ns + i), graph->tensor(graph->outputs()[i]));
+    executor->Run(ptrs, ptrs + ni);
   }
 
   const std::string symbol_;
   const std::string graph_json_;
   const Constants consts_;  // as given; what SaveToBytes writes
   const std::string kind_;
-  std::unique_ptr<const ParsedGraph> graph_;
-  std::unique_ptr<const Executor> executor_;
+  std::map<std::string, const std::vector<float>*> by_name_;  // into consts_
+  typename HasSettings<Executor>::type settings_{};
+  std::unique_ptr<const ParsedGraph> graph_;     // the graph as written (a template when symbolic)
+  std::unique_ptr<const Executor> executor_;     // for a static graph; null when symbolic
+  // Symbolic graphs: the specializations, most recently used first, keyed by the sizes of dim_names().
+  size_t cache_bound_ = kDefaultShapeCache;
+  mutable std::mutex cache_mutex_;
+  mutable std::list<std::pair<std::vector<int64_t>, std::shared_ptr<const Specialization<Executor>>>> cache_;
+  mutable int64_t created_ = 0;
 };
 
 // Defines byoc.<name>.create / format_version / save_to_bytes and the loader.

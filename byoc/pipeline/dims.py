@@ -1,0 +1,107 @@
+"""The symbolic dims of a model: how a user fixes or bounds them, and the check of each call against them.
+
+A model's input dims are sizes or names (``batch_size``, ``sequence_length``,
+as the exporters write them); one name is one dim wherever it appears. A dim
+the model leaves unnamed is named ``<input>_dim<axis>``. ``dims=`` (the CLI's
+``--dim``) says, per name::
+
+    dims={"batch_size": 1}                  # fixed: compiled as a static size
+    dims={"sequence_length": "..512"}       # at most 512 (at least 1)
+    dims={"sequence_length": (16, 512)}     # from 16 to 512; "16..512" alike
+    dims={"width": (1, None)}               # any size (the default)
+
+A bound is a promise about every call: :meth:`Artifact.run` refuses a call
+outside it, vendors may use it (:func:`byoc.vendor.checks.dim_bound`), and the
+host plans its memory for the largest sizes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Optional, Sequence, Union
+
+from byoc.errors import DynamicShapeError, InputShapeError
+from byoc.pipeline.onnx_model import DimRange, TensorSpec
+
+DimSetting = Union[int, str, Sequence[Optional[int]]]
+
+_RANGE = re.compile(r"^\s*(\d*)\s*\.\.\s*(\d*)\s*$")
+
+
+def parse_dim_setting(name: str, setting: DimSetting) -> Union[int, DimRange]:
+    """One entry of ``dims=``: an int (the dim is fixed) or a :class:`DimRange`."""
+    def bad(why: str) -> DynamicShapeError:
+        return DynamicShapeError(f"dims[{name!r}] = {setting!r}: {why}; give a size (8), a range (\"1..512\", "
+                                 "(1, 512)) or an upper bound (\"..512\")")
+
+    if isinstance(setting, bool):
+        raise bad("not a size")
+    if isinstance(setting, int):
+        if setting < 1:
+            raise bad("a fixed size is at least 1")
+        return setting
+    if isinstance(setting, str):
+        if setting.strip().isdigit():
+            return parse_dim_setting(name, int(setting))
+        found = _RANGE.match(setting)
+        if not found or not (found.group(1) or found.group(2)):
+            raise bad("not a size or a range")
+        low, high = (int(g) if g else None for g in found.groups())
+    elif isinstance(setting, (tuple, list)) and len(setting) == 2:
+        low, high = setting
+        if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in (low, high)):
+            raise bad("a range holds ints or None")
+    else:
+        raise bad("not a size or a range")
+    low = 1 if low is None else low
+    if low < 0 or (high is not None and high < max(low, 1)):
+        raise bad("the range is empty or negative")
+    return DimRange(name, low, high)
+
+
+def split_dim_settings(dims: Optional[Mapping[str, DimSetting]]) -> tuple[dict[str, int], dict[str, DimRange]]:
+    """``dims=`` as (fixed sizes, ranges), each checked."""
+    fixed: dict[str, int] = {}
+    ranges: dict[str, DimRange] = {}
+    for name, setting in (dims or {}).items():
+        value = parse_dim_setting(str(name), setting)
+        if isinstance(value, int):
+            fixed[str(name)] = value
+        else:
+            ranges[str(name)] = value
+    return fixed, ranges
+
+
+def bind_dims(specs: Sequence[TensorSpec], shapes: Sequence[tuple], ranges: Mapping[str, DimRange]) -> dict[str, int]:
+    """The size of each symbolic dim in one call, or an :class:`InputShapeError` naming the input and the dim.
+
+    ``shapes`` are the call's input shapes in the order of ``specs``. Every
+    static dim must match, every symbolic one must have one size across the
+    inputs and lie in its range.
+    """
+    bound: dict[str, tuple[int, str]] = {}  # dim -> (size, the input that set it)
+    for spec, shape in zip(specs, shapes):
+        if len(shape) != len(spec.shape):
+            raise InputShapeError(
+                f"input {spec.name!r} has rank {len(shape)} (shape {tuple(shape)}), expected rank {len(spec.shape)}: "
+                f"{spec.describe()}", spec.name)
+        for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+            if isinstance(want, int):
+                if want != got:
+                    raise InputShapeError(
+                        f"input {spec.name!r} has shape {tuple(shape)}, expected {spec.describe()}: dim {axis} is "
+                        f"{got}, the model fixes it at {want}", spec.name, str(axis))
+                continue
+            seen = bound.get(want)
+            if seen is not None and seen[0] != got:
+                raise InputShapeError(
+                    f"input {spec.name!r} has {want!r} = {got} (dim {axis} of shape {tuple(shape)}), but input "
+                    f"{seen[1]!r} has {want!r} = {seen[0]}: one dim has one size in a call", spec.name, want)
+            bound[want] = (int(got), spec.name)
+            rng = ranges.get(want, DimRange(want))
+            if not rng.holds(int(got)):
+                raise InputShapeError(
+                    f"input {spec.name!r} has {want!r} = {got} (dim {axis} of shape {tuple(shape)}), outside its "
+                    f"range {rng.describe()}; the artifact was compiled for that range: compile again with a wider "
+                    f"one (dims={{{want!r}: ...}})", spec.name, want)
+    return {name: size for name, (size, _) in bound.items()}
