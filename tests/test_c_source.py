@@ -320,4 +320,4 @@ def test_rejects_dynamic_shapes():
         bb.emit_func_output(out)
     imported = ImportedModel(bb.get(), None, [], [])
     decision, = byoc.annotate(imported, ["c_source"]).decisions.values()
-    assert decision.reasons["c_source"] == "dynamic shape not supported (static shapes only)"
+    assert decision.reasons["c_source"] == "dim 'n' is dynamic (static shapes only)"

@@ -36,12 +36,20 @@ class _Parser(argparse.ArgumentParser):
 def _input_shape(text: str) -> tuple[str, list[int]]:
     name, sep, dims = text.partition("=")
     try:
-        shape = [int(d) for d in dims.split(",")] if dims else []
+        shape = [d.strip() if d.strip().isidentifier() else int(d) for d in dims.split(",")] if dims else []
     except ValueError:
         shape = []
     if not sep or not name or not shape:
         raise argparse.ArgumentTypeError(f"expected NAME=D1,D2,..., e.g. input=1,3,224,224; got {text!r}")
     return name, shape
+
+
+def _dim(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip() or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE, NAME=MIN..MAX or NAME=..MAX, e.g. "
+                                         f"sequence_length=..512; got {text!r}")
+    return name.strip(), value.strip()
 
 
 def _names(text: str) -> list[str]:
@@ -103,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="set an option a vendor declares, e.g. dnnl.winograd=off (on/off for switches; "
                              "repeatable); used by the --verify build and shown in the report when not the default")
     parser.add_argument("--input-shape", type=_input_shape, action="append", default=[],
-                        metavar="NAME=D1,D2,...", help="static shape for a dynamic input (repeatable)")
+                        metavar="NAME=D1,D2,...", help="the whole shape of an input (repeatable; optional: symbolic "
+                                                       "dims stay symbolic)")
+    parser.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE|MIN..MAX|..MAX",
+                        help="fix a symbolic dim (batch_size=1) or bound it (sequence_length=..512); repeatable")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
     parser.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT instead of stdout")
     parser.add_argument("--export-onnx", metavar="OUT.onnx",
@@ -176,7 +187,7 @@ def _run(args, say) -> int:
     shapes = dict(args.input_shape)
 
     say(f"importing {args.model}")
-    imported = import_model(args.model, input_shapes=shapes or None)
+    imported = import_model(args.model, input_shapes=shapes or None, dims=dict(args.dim) or None)
     say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
     plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
                      strict=args.strict)

@@ -271,6 +271,7 @@ def compile(  # noqa: A001 - the public name the product promises
     min_ops: int = 1,
     keep_on_host: Sequence[str] = (),
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    dims: Optional[Mapping[str, object]] = None,
     strict: bool = False,
     threads: Optional[int] = None,
     vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
@@ -282,9 +283,10 @@ def compile(  # noqa: A001 - the public name the product promises
     a vendor that cannot run on ``target`` is an error instead of taking
     nothing. ``threads`` and ``vendor_options`` (e.g. ``{"dnnl": {"winograd":
     False}}``) are as in :func:`build`; the options are checked before the
-    model is imported.
+    model is imported. ``input_shapes`` and ``dims`` are as in :func:`byoc.partition`: by default every
+    symbolic dim stays symbolic and the one artifact runs every size.
     """
     vendor_option_settings(resolve_vendors(vendors), vendor_options)
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
-                     input_shapes=input_shapes, strict=strict)
+                     input_shapes=input_shapes, dims=dims, strict=strict)
     return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
@@ -39,6 +40,34 @@ class ProvenanceImporter(ONNXGraphImporter):
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None
 
+    def from_onnx(self, graph, opset):
+        """TVM's import, with each node's input list reachable from :meth:`_parse_value_proto` (see there)."""
+        from tvm.relax.frontend.onnx import onnx_frontend
+
+        plain = onnx_frontend.onnx_input
+        importer = self
+
+        class _Inputs(plain):
+            def __init__(self, *args):
+                super().__init__(*args)
+                importer._inputs = self
+
+        onnx_frontend.onnx_input = _Inputs  # the frontend builds each node's inputs with this name
+        try:
+            return super().from_onnx(graph, opset)
+        finally:
+            onnx_frontend.onnx_input = plain
+
+    def _parse_value_proto(self, value_proto):
+        """Called on each node right after its inputs are gathered, before TVM refuses a symbolic shape input
+        to the ops it does not list as taking one (Mul, Add, Unsqueeze ...): such inputs become
+        :class:`_ShapeValue` (which :func:`_shape_arithmetic` computes on) or int64 tensors."""
+        inputs = getattr(self, "_inputs", None)
+        if isinstance(value_proto, onnx.NodeProto) and inputs is not None:
+            self._inputs = None
+            _wrap_shape_inputs(value_proto.op_type, inputs, self.bb)
+        return super()._parse_value_proto(value_proto)
+
     def _convert_operator(self, op_name, inputs, attrs, opset):
         node = OnnxNode(attrs["tvm_custom"]["name"], op_name)
         self.current_node = node
@@ -46,6 +75,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = self._convert_clip(inputs, attrs, opset)
         else:
             sym = _shape_arithmetic(op_name, inputs, attrs)
+            if sym is None:
+                _shapes_as_tensors(op_name, inputs, self.bb)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -190,11 +221,46 @@ def bind_trailing_params(mod, values: list):
 # value symbolic for the forms TVM lacks, so the shape reaches Reshape as TIR expressions of
 # the model's dims (``batch*sequence_length``).
 
+class _ShapeValue:
+    """A symbolic shape value (a ShapeExpr) handed to an op TVM would refuse it for; only
+    :func:`_shape_arithmetic` reads it."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+#: Ops :func:`_shape_arithmetic` computes on symbolic shape values (TVM converts the rest on tensors).
+_SHAPE_OPS = frozenset({"Mul", "Add", "Sub", "Div", "Unsqueeze"})
+#: The ops TVM's frontend itself lets take a ShapeExpr input (its _construct_nodes).
+_TVM_SHAPE_OPS = frozenset({"Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat",
+                            "Equal", "Where", "Cast", "CastLike", "Squeeze"})
+
+
+def _wrap_shape_inputs(op_type: str, inputs, bb) -> None:
+    """In place: the ShapeExpr inputs of an op TVM refuses them for become :class:`_ShapeValue` when every
+    input is a shape value (the op is shape arithmetic), else int64 tensors."""
+    if op_type in _TVM_SHAPE_OPS:
+        return
+    shaped = [i for i, x in enumerate(inputs) if isinstance(x, relax.Expr) and isinstance(x.ty, relax.ShapeType)]
+    if not shaped:
+        return
+    arithmetic = op_type in _SHAPE_OPS and all(x is None or isinstance(x, relax.ShapeExpr) or _is_int_prim(x)
+                                               or is_tensor_const(x) for x in inputs)
+    for i in shaped:
+        value = inputs[i]
+        if arithmetic and isinstance(value, relax.ShapeExpr):
+            inputs[i] = _ShapeValue(value)
+        else:
+            inputs[i] = bb.normalize(relax.op.shape_to_tensor(value))
+
+
 def _shape_values(value):
     """``(dims, scalar)`` of a shape-valued expression (a ShapeExpr, a PrimValue, or an integer constant
     of rank <= 1), or None for anything else."""
     from tvm.ir import GenericConst
 
+    if isinstance(value, _ShapeValue):
+        value = value.shape
     if isinstance(value, relax.ShapeExpr):
         return list(value.values), False
     if _is_int_prim(value):
@@ -227,16 +293,44 @@ def _is_int_prim(value) -> bool:
     return not isinstance(value, relax.Expr) and tvm.ir.is_prim_expr(value) and "int" in str(value.ty)
 
 
+#: Element-wise ops TVM converts only on tensors: a symbolic shape value among their inputs becomes one.
+_ELEMENTWISE = frozenset({"Mul", "Add", "Sub", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                          "Where", "Max", "Min", "Mod", "And", "Or", "Not"})
+
+
+def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
+    """Turn the symbolic shape values among an element-wise op's inputs into int64 tensors, in place, when
+    another input is a tensor computed at run time (transformers' attention masks: Range(seq) * seq)."""
+    if op_name not in _ELEMENTWISE:
+        return
+    symbolic = [i for i, x in enumerate(inputs) if isinstance(x, relax.ShapeExpr) or _is_int_prim(x)]
+    computed = any(isinstance(x, relax.Expr) and not isinstance(x, relax.ShapeExpr) and not is_tensor_const(x)
+                   and isinstance(bb.normalize(x).ty, relax.TensorType) for x in inputs if x is not None)
+    if not symbolic or not computed:
+        return
+    for i in symbolic:
+        value = inputs[i]
+        if isinstance(value, relax.ShapeExpr):
+            inputs[i] = bb.normalize(relax.op.shape_to_tensor(value))
+        else:
+            vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
+            inputs[i] = bb.normalize(relax.op.reshape(vector, ()))
+
+
 def _shape_arithmetic(op_name: str, inputs, attrs):
     """The symbolic result of a shape op TVM would turn into tensors, or None to leave the op to TVM."""
     from tvm import tirx
 
-    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div") or not inputs:
+    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div", "Unsqueeze") or not inputs:
         return None
     values = [_shape_values(x) if x is not None else None for x in inputs]
-    if values[0] is None or not any(isinstance(x, relax.ShapeExpr) or _is_int_prim(x) for x in inputs[:2]):
+    if values[0] is None or not any(isinstance(x, (relax.ShapeExpr, _ShapeValue)) or _is_int_prim(x)
+                                    for x in inputs[:2]):
         return None  # static values are TVM's own business (its constant folding)
     dims, scalar = values[0]
+    if op_name == "Unsqueeze":  # a 0-D value to 1-D (TVM takes a PrimValue; a ShapeExpr arrives wrapped)
+        axes = values[1][0] if len(values) > 1 and values[1] is not None else attrs.get("axes")
+        return _symbolic(dims, False) if scalar and list(axes or ()) in ([0], [-1]) else None
     if op_name == "Gather":
         if values[1] is None or scalar or attrs.get("axis", 0) != 0 or not is_tensor_const(inputs[1]):
             return None

@@ -250,6 +250,7 @@ def partition(
     min_ops: int = 1,
     keep_on_host: Sequence[str] = (),
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
+    dims: Optional[Mapping[str, object]] = None,
     strict: bool = False,
 ) -> PartitionPlan:
     """Annotate ``model`` for ``vendors`` and cut it into partitions for ``target``.
@@ -262,9 +263,11 @@ def partition(
     ``strict=True``, is a :class:`TargetError`.
     ``min_ops`` is the smallest number of op calls a partition may have;
     ``keep_on_host`` lists ONNX node names or op types that stay on the host;
-    ``input_shapes`` gives static shapes to dynamic inputs
-    (``{"input": [1, 3, 224, 224]}``). The CLI options map one to one onto
-    these arguments.
+    ``input_shapes`` sets whole input shapes (``{"input": [1, 3, 224,
+    224]}``) and ``dims`` fixes or bounds symbolic dims by name
+    (``{"batch_size": 1, "sequence_length": "..512"}``,
+    :mod:`byoc.pipeline.dims`); a symbolic dim neither names stays symbolic.
+    The CLI options map one to one onto these arguments.
     """
     from tvm.relax.transform import MergeCompositeFunctions
 
@@ -281,7 +284,7 @@ def partition(
             warnings.warn(f"{vendor.name} cannot build for {preset.name} (its runtime is "
                           f"{' and '.join(vendor.targets)} only): all its ops stay on the host",
                           RuntimeWarning, stacklevel=2)
-    imported = import_model(model, input_shapes=input_shapes)
+    imported = import_model(model, input_shapes=input_shapes, dims=dims)
     demoted: dict[tuple[str, str], str] = {}
     while True:
         annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name)

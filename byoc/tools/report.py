@@ -169,8 +169,10 @@ def node_targets(plan: PartitionPlan) -> dict[str, list[str]]:
     return dict(targets)
 
 
-def _tensor(name: str, shape, dtype: str, nbytes: int) -> dict:
-    return {"name": name, "shape": [int(d) for d in shape], "dtype": str(dtype), "bytes": int(nbytes)}
+def _tensor(name: str, shape, dtype: str, nbytes: Optional[int]) -> dict:
+    """A tensor as the JSON report has it: a symbolic dim is its text ("batch"), and its bytes null."""
+    return {"name": name, "shape": [d if isinstance(d, str) else int(d) for d in shape], "dtype": str(dtype),
+            "bytes": None if nbytes is None else int(nbytes)}
 
 
 def _reasons_text(reasons: Mapping[str, str]) -> str:

@@ -18,6 +18,8 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from byoc.pipeline.dims import bind_dims
+
 from byoc.pipeline.builder import build
 from byoc.errors import ByocError, InputError
 from byoc.pipeline.frontend import TensorSpec
@@ -71,18 +73,31 @@ class Verification:
         }
 
 
-def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED) -> dict[str, np.ndarray]:
-    """Reproducible inputs: normal floats, small non-negative integers, random booleans."""
+#: The size verify gives an unbounded symbolic dim: small, and unlike the 1 an exporter traces with.
+UNBOUNDED_VERIFY_SIZE = 3
+
+
+def verify_sizes(dims: Mapping) -> dict[str, int]:
+    """A size for each symbolic dim (name -> :class:`~byoc.pipeline.onnx_model.DimRange`): its upper bound
+    where it has one, else :data:`UNBOUNDED_VERIFY_SIZE` (at least its lower bound)."""
+    return {name: r.max if r.max is not None else max(r.min, UNBOUNDED_VERIFY_SIZE) for name, r in dims.items()}
+
+
+def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED, sizes: Mapping[str, int] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Reproducible inputs: normal floats, small non-negative integers, random booleans; each symbolic dim
+    at its size in ``sizes``."""
     rng = np.random.default_rng(seed)
     arrays = {}
     for spec in specs:
         dtype = np.dtype(spec.dtype)
+        shape = tuple(d if isinstance(d, int) else (sizes or {}).get(d, UNBOUNDED_VERIFY_SIZE) for d in spec.shape)
         if dtype.kind == "f":
-            arrays[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":
-            arrays[spec.name] = rng.integers(0, 4, size=spec.shape).astype(dtype)
+            arrays[spec.name] = rng.integers(0, 4, size=shape).astype(dtype)
         elif dtype.kind == "b":
-            arrays[spec.name] = rng.random(spec.shape) < 0.5
+            arrays[spec.name] = rng.random(shape) < 0.5
         else:
             raise InputError(f"cannot make random values for input {spec.name!r} of dtype {spec.dtype}; "
                              "pass --inputs FILE.npz")
@@ -225,7 +240,7 @@ def verify(
     preset = plan.target if target is None else resolve_target(target)
     label = inputs_label or f"random (seed {SEED})"
     if inputs is None:
-        inputs = random_inputs(plan.imported.inputs)
+        inputs = random_inputs(plan.imported.inputs, sizes=verify_sizes(plan.imported.dims))
     say("verify: running onnxruntime")
     want = reference_outputs(plan, _checked(plan, inputs))
     say(f"verify: {'running' if artifact else 'building and running'} {len(plan.partitions)} partition(s)")
@@ -250,9 +265,10 @@ def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str,
                          f"the model's inputs are {names}")
     for spec in plan.imported.inputs:
         array = inputs[spec.name]
-        if tuple(array.shape) != spec.shape or array.dtype != np.dtype(spec.dtype):
+        if array.dtype != np.dtype(spec.dtype):
             raise InputError(f"input {spec.name!r} is {array.dtype}{list(array.shape)}, "
-                             f"the model expects {spec.dtype}{list(spec.shape)}")
+                             f"the model expects {spec.describe()}")
+    bind_dims(plan.imported.inputs, [inputs[n].shape for n in names], plan.imported.dims)
     return {n: inputs[n] for n in names}
 
 

@@ -108,6 +108,9 @@ def known_ranks(max_rank: int = 8) -> Check:
             shape = dims(t)
             if shape is None:
                 return "unknown rank not supported"
+            if "" in dynamic_dims(t):
+                # TVM's importer keeps an empty (0) input extent as an unnamed symbolic dim
+                return "an empty (zero-sized) dim, which TVM keeps symbolic and unnamed"
             if len(shape) > max_rank:
                 return f"rank {len(shape)} > {max_rank} not supported"
         return SUPPORTED

@@ -1,0 +1,168 @@
+"""Symbolic dims: one artifact runs every shape its signature allows, on the host and on each vendor.
+
+Numbers are compared with onnxruntime at each shape; bad calls get typed errors that name the input and the dim.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import byoc
+from byoc.errors import DynamicShapeError, InputDtypeError, InputShapeError
+from byoc.pipeline.dims import parse_dim_setting
+from byoc.pipeline.onnx_model import DimRange
+
+SHAPES = [(1, 4), (3, 7), (2, 16)]  # (batch, seq), called round-robin and back
+
+
+def _encoder_block() -> onnx.ModelProto:
+    """x[batch, seq, 8] -> MatMul + bias + Relu -> Reshape to [batch, seq*16] via Shape/Gather/Concat
+    (the exporters' shape arithmetic) -> Softmax; and a second input that shares `batch`."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "B"),
+               numpy_helper.from_array(np.array([0], np.int64), "zero"),
+               numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "B"], ["a"], name="bias"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["b0"], name="batch_of", axis=0),
+             helper.make_node("Concat", ["b0", "minus_one"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["flat"], name="flatten"),
+             helper.make_node("Softmax", ["flat"], ["y"], name="softmax", axis=-1),
+             helper.make_node("Mul", ["scale", "scale"], ["z"], name="square")]
+    graph = helper.make_graph(
+        nodes, "encoder_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, ["batch", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "flat_dim"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 2])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _inputs(batch: int, seq: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed + 10 * batch + seq)
+    return {"x": rng.standard_normal((batch, seq, 8)).astype(np.float32),
+            "scale": rng.standard_normal((batch, 2)).astype(np.float32)}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    session = ort.InferenceSession(_encoder_block().SerializeToString())
+    return lambda feeds: session.run(None, feeds)
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "json_runtime", "c_source", None])
+def test_one_artifact_runs_every_shape_and_matches_onnxruntime(vendor, reference):
+    artifact = byoc.compile(_encoder_block(), vendors=[vendor] if vendor else [])
+    assert [s.shape for s in artifact.inputs] == [("batch", "seq", 8), ("batch", 2)]
+    if vendor in ("dnnl", "json_runtime"):  # they specialize per call: the block is theirs
+        assert [p.vendor for p in artifact.plan.partitions] and {p.vendor for p in artifact.plan.partitions} == {vendor}
+    if vendor == "c_source":  # dims are compiled into its kernels: it says which dim stops it
+        reasons = [d.reasons["c_source"] for d in artifact.plan.decisions.values()]
+        assert "dim 'batch' is dynamic (static shapes only)" in reasons and not artifact.plan.partitions
+    for batch, seq in SHAPES + SHAPES[:1]:
+        feeds = _inputs(batch, seq)
+        for got, want in zip(artifact.run(feeds), reference(feeds)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_dnnl_runtime_compiles_each_shape_once_and_keeps_a_bounded_cache():
+    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"], vendor_options={"dnnl": {"shape_cache": 2}})
+    (block,) = [p.name for p in artifact.plan.partitions if "softmax" in p.onnx_nodes]
+    (module,) = [m for m in artifact.executable.mod.imports
+                 if m.kind == "byoc_dnnl" and m.get_function("get_symbol")() == block]
+    for batch, seq in [(1, 4), (2, 4), (1, 4), (2, 4)]:
+        artifact.run(_inputs(batch, seq))
+    assert list(module.get_function("get_specializations")()) == [2, 2]  # A, B, A, B: two compiled
+    for seq in range(5, 15):
+        artifact.run(_inputs(1, seq))
+    alive, made = module.get_function("get_specializations")()
+    assert alive == 2 and made == 12  # the bound holds: the oldest shapes left
+
+
+def test_two_threads_with_two_shapes_at_once(reference):
+    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"])
+    errors = []
+
+    def work(batch, seq):
+        try:
+            for _ in range(20):
+                feeds = _inputs(batch, seq)
+                np.testing.assert_allclose(artifact.run(feeds)[0], reference(feeds)[0], rtol=1e-5, atol=1e-6)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=shape) for shape in [(1, 4), (3, 9)]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_each_bad_call_gets_a_typed_error_naming_the_input_and_the_dim():
+    artifact = byoc.compile(_encoder_block(), vendors=["json_runtime"], dims={"seq": "2..16"})
+    good = _inputs(2, 4)
+    with pytest.raises(InputShapeError, match="'batch' = 3") as info:  # one dim, two sizes
+        artifact.run({"x": good["x"], "scale": np.zeros((3, 2), np.float32)})
+    assert (info.value.input, info.value.dim) == ("scale", "batch")
+    with pytest.raises(InputShapeError, match=r"outside its range 2\.\.16") as info:
+        artifact.run(_inputs(2, 17))
+    assert info.value.dim == "seq"
+    with pytest.raises(InputShapeError, match="rank 2") as info:
+        artifact.run({"x": good["x"][0], "scale": good["scale"]})
+    assert info.value.input == "x"
+    with pytest.raises(InputShapeError, match="fixes it at 8"):
+        artifact.run({"x": np.zeros((2, 4, 9), np.float32), "scale": good["scale"]})
+    with pytest.raises(InputDtypeError, match="float64"):
+        artifact.run({"x": good["x"].astype(np.float64), "scale": good["scale"]})
+
+
+def test_fixed_and_bounded_dims():
+    plan = byoc.partition(_encoder_block(), ["dnnl"], dims={"batch": 2, "seq": (1, 32)})
+    assert [s.shape for s in plan.imported.inputs] == [(2, "seq", 8), (2, 2)]
+    assert plan.imported.dims == {"seq": DimRange("seq", 1, 32)}
+    assert plan.imported.mod["main"].attrs["tir_var_upper_bound"]["seq"] == 32
+    assert parse_dim_setting("n", "..512") == DimRange("n", 1, 512)
+    assert parse_dim_setting("n", "8") == 8
+    for bad in ("0", "5..2", "abc", (1, "x"), True):
+        with pytest.raises(DynamicShapeError):
+            parse_dim_setting("n", bad)
+
+
+def test_export_and_load_in_a_fresh_process_keep_the_symbolic_signature(tmp_path):
+    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"], dims={"seq": "..64"})
+    path = artifact.export(tmp_path / "block.so")
+    feeds = _inputs(3, 5)
+    np.savez(tmp_path / "in.npz", **feeds)
+    script = f"""
+import numpy as np, byoc
+a = byoc.load({str(path)!r})
+print([s.shape for s in a.inputs], a.dims["seq"].max)
+f = dict(np.load({str(tmp_path / 'in.npz')!r}))
+np.save({str(tmp_path / 'out.npy')!r}, a.run(f)[0])
+a.run({{"x": np.zeros((2, 9, 8), np.float32), "scale": np.zeros((2, 2), np.float32)}})
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "[('batch', 'seq', 8), ('batch', 2)] 64" in done.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), artifact.run(feeds)[0], rtol=1e-6)
+
+
+def test_the_report_shows_symbolic_dims():
+    plan = byoc.partition(_encoder_block(), ["dnnl"])
+    data = plan.report(format="json")
+    assert '"batch"' in data and '"seq"' in data
