@@ -326,7 +326,12 @@ class _Builder:
                        "computed in If/Loop branches or from Shape values); export the recurrent layer with "
                        "a fixed sequence length, outside data-dependent branches")
             else:
-                fix = "give the model's inputs static shapes (input_shapes=...)"
+                main = self.ctx.graphs[0]
+                symbolic = sorted({d.dim_param for vi in main.input for d in vi.type.tensor_type.shape.dim
+                                   if d.dim_param})
+                example = ", ".join(f"{name!r}: <size>" for name in symbolic) or "..."
+                fix = (f"fix the symbolic dims that reach it, dims={{{example}}} (CLI: --dim NAME=SIZE), or give "
+                       "the inputs' shapes (input_shapes=...)")
             raise DynamicShapeError(
                 f"{self._where()}: the sequence length and batch of input X '{x_name}' must be static "
                 f"to unroll it over time (shape {_show(x_dims)}); {fix}")
