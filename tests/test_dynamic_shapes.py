@@ -80,17 +80,17 @@ def test_one_artifact_runs_every_shape_and_matches_onnxruntime(vendor, reference
 
 
 def test_the_dnnl_runtime_compiles_each_shape_once_and_keeps_a_bounded_cache():
-    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"], vendor_options={"dnnl": {"shape_cache": 2}})
+    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"])
     (block,) = [p.name for p in artifact.plan.partitions if "softmax" in p.onnx_nodes]
     (module,) = [m for m in artifact.executable.mod.imports
                  if m.kind == "byoc_dnnl" and m.get_function("get_symbol")() == block]
     for batch, seq in [(1, 4), (2, 4), (1, 4), (2, 4)]:
         artifact.run(_inputs(batch, seq))
     assert list(module.get_function("get_specializations")()) == [2, 2]  # A, B, A, B: two compiled
-    for seq in range(5, 15):
+    for seq in range(5, 25):
         artifact.run(_inputs(1, seq))
     alive, made = module.get_function("get_specializations")()
-    assert alive == 2 and made == 12  # the bound holds: the oldest shapes left
+    assert alive == 8 and made == 22  # the default bound (shape_cache 8) holds: the oldest shapes left
 
 
 def test_two_threads_with_two_shapes_at_once(reference):

@@ -65,7 +65,7 @@ def shape_chain() -> onnx.ModelProto:
 def test_shape_chain_is_the_failure_preparation_fixes():
     checked = frontend._check(shape_chain())
     with pytest.raises(ModelLoadError, match="Reshape requires the input new shape to be Shape"):
-        frontend._to_relax(checked, frontend._static_inputs(checked))
+        frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])
 
 
 def test_shape_chain_feeding_reshape_imports_builds_and_names_user_nodes():

@@ -112,10 +112,6 @@ class DnnlCodegen(JsonRuntimeCodegen):
         VendorOption("contention_watch", bool, True,
                      "watch the runs for a busy machine and then run serially (the runtime's contention watch)",
                      env="BYOC_DNNL_CONTENTION"),
-        VendorOption("shape_cache", int, 8,
-                     "partitions with symbolic dims: how many shapes each keeps compiled (primitives, layouts, "
-                     "workspace) at once, the least recently used leaving first; weights are reordered once for "
-                     "all of them"),
     )
 
     def __init__(self):
