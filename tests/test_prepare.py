@@ -62,10 +62,15 @@ def shape_chain() -> onnx.ModelProto:
     return model(nodes, [tensor("x", [1, 8, 4, 4])], [tensor("y", [1, 8])], inits, opset=13)
 
 
-def test_shape_chain_is_the_failure_preparation_fixes():
+def test_shape_chain_imports_without_preparation_too():
+    """The importer keeps Shape -> Gather -> Concat arithmetic as shape values (symbolic dims need it), so the
+    Reshape gets its target as a shape even from the unprepared graph, where TVM alone refused it."""
     checked = frontend._check(shape_chain())
-    with pytest.raises(ModelLoadError, match="Reshape requires the input new shape to be Shape"):
-        frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])
+    mod, _, _ = frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])
+    calls = [b.value for block in mod["main"].body.blocks for b in block.bindings]
+    (reshape,) = [c for c in calls if c.op.name == "relax.reshape"]
+    assert [int(d) for d in reshape.args[1].values] == [1, 8]
+    assert not [c for c in calls if c.op.name == "relax.shape_to_tensor"]
 
 
 def test_shape_chain_feeding_reshape_imports_builds_and_names_user_nodes():
@@ -418,10 +423,10 @@ def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
 def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monkeypatch):
     real = frontend._to_relax
 
-    def prepared_fails(model, inputs, origin=None, op_types=None):
+    def prepared_fails(model, inputs, origin=None, op_types=None, dim_ranges=None):
         if origin:  # the prepared graph comes with its origin map, the model as given without
             raise ModelLoadError("simulated importer failure")
-        return real(model, inputs)
+        return real(model, inputs, dim_ranges=dim_ranges)
 
     monkeypatch.setattr(frontend, "_to_relax", prepared_fails)
     with pytest.warns(UserWarning, match="does not import .*simulated importer failure"):
@@ -429,9 +434,12 @@ def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monke
     assert imported.prepared == {} and imported.simplifier == ""
     assert imported.prepared_model is imported.model
     # Both failing: the error of the prepared graph is the one raised.
-    checked = shape_chain()
+    def both_fail(model, inputs, origin=None, op_types=None, dim_ranges=None):
+        raise ModelLoadError("simulated importer failure" if origin else "the model as given fails too")
+
+    monkeypatch.setattr(frontend, "_to_relax", both_fail)
     with pytest.raises(ModelLoadError, match="simulated importer failure"):
-        byoc.import_model(checked)
+        byoc.import_model(identity_dropout())
 
 
 def test_preparation_runs_with_the_users_static_shapes():

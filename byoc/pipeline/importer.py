@@ -300,7 +300,11 @@ _ELEMENTWISE = frozenset({"Mul", "Add", "Sub", "Div", "Equal", "Less", "Greater"
 
 def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
     """Turn the symbolic shape values among an element-wise op's inputs into int64 tensors, in place, when
-    another input is a tensor computed at run time (transformers' attention masks: Range(seq) * seq)."""
+    another input is a tensor computed at run time (transformers' attention masks: Range(seq) * seq); and any
+    :class:`_ShapeValue` :func:`_shape_arithmetic` did not compute on, for any op."""
+    for i, x in enumerate(inputs):  # wrapped for shape arithmetic that did not apply: TVM takes the tensor
+        if isinstance(x, _ShapeValue):
+            inputs[i] = bb.normalize(relax.op.shape_to_tensor(x.shape))
     if op_name not in _ELEMENTWISE:
         return
     symbolic = [i for i, x in enumerate(inputs) if isinstance(x, relax.ShapeExpr) or _is_int_prim(x)]

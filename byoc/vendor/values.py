@@ -60,18 +60,14 @@ def static_dims(shape) -> Optional[tuple[int, ...]]:
     return tuple(dims)
 
 
-# TIR's arithmetic on symbolic dims: the node class name -> (operator as written, JSON op name).
-_DIM_OPS = {"Add": ("+", "+"), "Sub": ("-", "-"), "Mul": ("*", "*"), "FloorDiv": ("//", "//"),
-            "FloorMod": ("%", "%"), "Min": ("min", "min"), "Max": ("max", "max")}
+# TIR's arithmetic on symbolic dims: the node class name -> the operator as :func:`dim_tree` writes it.
+_DIM_OPS = {"Add": "+", "Sub": "-", "Mul": "*", "FloorDiv": "//", "FloorMod": "%", "Min": "min", "Max": "max"}
 
 
-def dim_text(expr) -> Dim:
-    """A dim of a Relax shape as an int, or the text of its expression over the symbolic dims.
-
-    ``batch``, ``sequence_length*2``, ``(height+1)//2``, ``min(n, 512)``: what
-    reports print and what :func:`dim_tree` parses back. Raises ``ValueError``
-    for an expression that is not integer arithmetic of + - * // % min max.
-    """
+def dim_tree(expr):
+    """A dim as the JSON a graph runtime evaluates: an int, a dim's name, or ``[op, a, b]`` (op one of
+    ``+ - * // % min max``), e.g. ``["*", "batch", 12]``. Raises ``ValueError`` for an expression that is
+    not integer arithmetic of those operators on symbolic dims."""
     value = getattr(expr, "value", None)
     if isinstance(value, int):
         return value
@@ -79,11 +75,18 @@ def dim_text(expr) -> Dim:
     if kind == "Var":
         return str(expr.name)
     if kind == "Cast":
-        return dim_text(expr.value)
+        return dim_tree(expr.value)
     if kind not in _DIM_OPS:
         raise ValueError(f"dim {expr} is not integer arithmetic on symbolic dims")
-    op = _DIM_OPS[kind][0]
-    a, b = dim_text(expr.a), dim_text(expr.b)
+    return [_DIM_OPS[kind], dim_tree(expr.a), dim_tree(expr.b)]
+
+
+def tree_text(tree) -> Dim:
+    """A :func:`dim_tree` as people read it: ``batch``, ``sequence_length*2``, ``(height+1)//2``,
+    ``min(n, 512)``; an int stays an int."""
+    if not isinstance(tree, list):
+        return tree
+    op, a, b = tree[0], tree_text(tree[1]), tree_text(tree[2])
     if op in ("min", "max"):
         return f"{op}({a}, {b})"
 
@@ -98,20 +101,19 @@ def dim_text(expr) -> Dim:
     return f"{operand(a, False)}{op}{operand(b, True)}"
 
 
-def dim_tree(expr):
-    """A dim as the JSON a graph runtime evaluates: an int, a dim's name, or ``[op, a, b]`` (op one of
-    ``+ - * // % min max``), e.g. ``["*", "batch", 12]``."""
-    value = getattr(expr, "value", None)
-    if isinstance(value, int):
-        return value
-    kind = type(expr).__name__
-    if kind == "Var":
-        return str(expr.name)
-    if kind == "Cast":
-        return dim_tree(expr.value)
-    if kind not in _DIM_OPS:
-        raise ValueError(f"dim {expr} is not integer arithmetic on symbolic dims")
-    return [_DIM_OPS[kind][1], dim_tree(expr.a), dim_tree(expr.b)]
+def tree_names(tree) -> list[str]:
+    """The symbolic dims a :func:`dim_tree` reads, by name, in order of first use."""
+    if isinstance(tree, str):
+        return [tree]
+    if isinstance(tree, list):
+        return list(dict.fromkeys(name for part in tree[1:] for name in tree_names(part)))
+    return []
+
+
+def dim_text(expr) -> Dim:
+    """A dim of a Relax shape as an int, or the text of its expression over the symbolic dims
+    (:func:`tree_text` of its :func:`dim_tree`): what reports print."""
+    return tree_text(dim_tree(expr))
 
 
 def shape_dims(shape) -> Optional[tuple[Dim, ...]]:
@@ -122,7 +124,8 @@ def shape_dims(shape) -> Optional[tuple[Dim, ...]]:
 
 
 def dim_names(shape) -> list[str]:
-    """The symbolic dims a Relax shape depends on, by name, in order of first use."""
+    """The symbolic dims a Relax shape depends on, by name, in order of first use (in any expression, also
+    one :func:`dim_tree` cannot write)."""
     names: list[str] = []
     for d in [] if shape is None else shape.values:
         _collect_vars(d, names)

@@ -87,6 +87,7 @@ import numpy as np
 
 from byoc.errors import CodegenError
 from byoc.vendor.graph import PartitionGraph, Tensor
+from byoc.vendor.values import tree_names
 
 FORMAT = "byoc.json_runtime.graph"
 SCHEMA_VERSION = 2
@@ -160,19 +161,11 @@ def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple, dims: Mapping
     return {"name": name, "kind": t.kind, "shape": shape, "dtype": t.dtype}
 
 
-def _dim_names(tree) -> set[str]:
-    if isinstance(tree, str):
-        return {tree}
-    if isinstance(tree, list):
-        return set().union(*(_dim_names(part) for part in tree[1:]))
-    return set()
-
-
 def _check_dims_bound(graph: PartitionGraph, where: str) -> None:
     """A runtime sizes each symbolic dim from a call's input shapes: each must be a whole dim of an input."""
     bound = {d for t in graph.inputs for d in t.shape if isinstance(d, str) and d.isidentifier()}
     bound |= {d for _, names in graph.shape_arguments for d in names}
-    used = set().union(*(_dim_names(tree) for tree in graph.dims.values())) if graph.dims else set()
+    used = {name for tree in graph.dims.values() for name in tree_names(tree)}
     missing = sorted(used - bound)
     if missing:
         raise CodegenError(f"{where}: symbolic dim {missing[0]!r} is not a dim of any partition input, so a call "

@@ -949,9 +949,13 @@ class GraphModuleObj : public ModuleObj {
   // dims may also take shapes among its inputs (shape_arguments), which size dims no input has whole.
   void Call(const PackedArgs& args) const {
     size_t ni = graph_->inputs().size(), no = graph_->outputs().size(), ns = graph_->shape_arguments().size();
-    if (static_cast<size_t>(args.size()) != ni + ns + no)
+    if (static_cast<size_t>(args.size()) != ni + ns + no) {
+      if (ns == 0)
+        TVM_FFI_THROW(TypeError) << symbol_ << ": expected " << ni << " input and " << no << " output tensors, got "
+                                 << args.size() << " arguments";
       TVM_FFI_THROW(TypeError) << symbol_ << ": expected " << ni << " input, " << ns << " shape and " << no
                                << " output arguments, got " << args.size() << " arguments";
+    }
     std::shared_ptr<const Specialization<Executor>> special;
     const ParsedGraph* graph = graph_.get();
     const Executor* executor = executor_.get();
