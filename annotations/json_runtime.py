@@ -19,8 +19,7 @@ from dataclasses import replace
 
 from byoc.annotations.c_source import float_and_int8_rules
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
-from byoc.codegens.limits import MAX_RANK
-from byoc.vendor.checks import all_of, dtypes, known_ranks
+from byoc.vendor.checks import all_of, dtypes
 from byoc.vendor.quantized import QuantizedUnitRule
 from byoc.vendor.registry import register_vendor
 from byoc.vendor import Vendor
@@ -31,7 +30,7 @@ _INT8_OPS = ("relax.quantize", "relax.dequantize")
 
 RULES = tuple(
     replace(rule, check=all_of(_FLOAT32, rule.check))
-    for rule in float_and_int8_rules(NAME, known_ranks(MAX_RANK))
+    for rule in float_and_int8_rules(NAME)
     if not isinstance(rule, QuantizedUnitRule) and getattr(rule, "op", None) not in _INT8_OPS
 )
 

@@ -229,7 +229,8 @@ def _work_in_process(task: dict) -> dict:
 
     peers = {"onnxruntime": session(True), "onnxruntime, allow_spinning=0": session(False)}
     if task.get("plain_lib"):
-        peers["plain TVM"] = _tvm_runner(task["plain_lib"], inputs)
+        plain = _tvm_runner(task["plain_lib"])
+        peers["plain TVM"] = lambda: plain(inputs)
     byoc_run = lambda: artifact.run(arrays)  # noqa: E731
     for run in [byoc_run, *peers.values()]:  # warm-up
         for _ in range(3):

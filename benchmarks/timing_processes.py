@@ -45,67 +45,93 @@ def random_inputs(path: Path) -> dict:
     return inputs
 
 
-def _ort_runner(path: str, inputs: dict):
+def _ort_runner(path: str):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    return lambda: session.run(None, inputs)
+    return lambda inputs: session.run(None, inputs)
 
 
-def _tvm_runner(lib_path: str, inputs: dict):
+def _tvm_runner(lib_path: str):
     import tvm
     from tvm import relax
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(lib_path), tvm.cpu())
-    arrays = list(inputs.values())
 
-    def run():
-        result = vm["main"](*[tvm.runtime.tensor(a) for a in arrays])
+    def run(inputs):
+        result = vm["main"](*[tvm.runtime.tensor(a) for a in inputs.values()])
         items = [result] if hasattr(result, "numpy") else list(result)
         return [item.numpy() for item in items]
 
     return run
 
 
-def _byoc_runner(lib_path: str, inputs: dict, threads=None):
+def _byoc_runner(lib_path: str, threads=None):
     import byoc
 
-    artifact = byoc.load(lib_path, threads=threads)
-    return lambda: artifact.run(inputs)
+    return byoc.load(lib_path, threads=threads).run
 
 
 RUNNERS = {"onnxruntime": _ort_runner, "tvm": _tvm_runner, "byoc": _byoc_runner}
 
 
 def _timer_main(spec_file: str) -> int:
-    """Timing process: load once, then answer ``run N`` with N elapsed seconds and ``save`` with the outputs."""
+    """Timing process: load once, then answer the commands below, one reply line each.
+
+    The spec's ``inputs`` is one ``.npz`` file or a list of them: input sets K = 0, 1, ... (the shapes of
+    benchmarks/dynamic.py), each holding ``input_names`` in order.
+
+    * ``run N [K]``: N calls on set K (default 0); replies the N elapsed seconds.
+    * ``cycle N``: N rounds of one call per set, in order (A, B, C, A, B, C ...); replies the elapsed
+      seconds in call order.
+    * ``save [K]``: the outputs of the last call on set K, into ``outputs`` (set K's own file when there
+      are several sets: ``outputs`` with ``-K`` before its suffix); replies ``saved``.
+    """
     spec = json.loads(Path(spec_file).read_text())
     # The protocol owns the original stdout; whatever a library prints goes to stderr instead.
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
-    with np.load(spec["inputs"]) as saved:
-        inputs = {name: saved[f"arr_{i}"] for i, name in enumerate(spec["input_names"])}
+    files = spec["inputs"] if isinstance(spec["inputs"], list) else [spec["inputs"]]
+    sets = []
+    for file in files:
+        with np.load(file) as saved:
+            sets.append({name: saved[f"arr_{i}"] for i, name in enumerate(spec["input_names"])})
     options = {"threads": spec["threads"]} if spec.get("threads") else {}  # byoc only (benchmarks/under_load.py)
-    run = RUNNERS[spec["kind"]](spec["path"], inputs, **options)
+    run = RUNNERS[spec["kind"]](spec["path"], **options)
     replies.write("ready\n")
-    outputs = None
+    outputs = {}
+
+    def timed(k: int) -> float:
+        t = time.perf_counter()
+        outputs[k] = run(sets[k])
+        return time.perf_counter() - t
+
     for line in sys.stdin:
         command, *arg = line.split()
         if command == "run":
-            times = []
-            for _ in range(int(arg[0])):
-                t = time.perf_counter()
-                outputs = run()
-                times.append(time.perf_counter() - t)
-            replies.write(" ".join(repr(t) for t in times) + "\n")
+            k = int(arg[1]) if len(arg) > 1 else 0
+            times = [timed(k) for _ in range(int(arg[0]))]
+        elif command == "cycle":
+            times = [timed(k) for _ in range(int(arg[0])) for k in range(len(sets))]
         elif command == "save":
-            np.savez(spec["outputs"], *[np.asarray(o) for o in outputs])
+            k = int(arg[0]) if arg else 0
+            np.savez(outputs_file(spec, k, len(sets)), *[np.asarray(o) for o in outputs[k]])
             replies.write("saved\n")
+            continue
         else:
             raise SystemExit(f"timing process: unknown command {line.strip()!r}")
+        replies.write(" ".join(repr(t) for t in times) + "\n")
     return 0
+
+
+def outputs_file(spec: dict, k: int, sets: int) -> str:
+    """Where ``save K`` writes (see ``_timer_main``)."""
+    if sets == 1:
+        return spec["outputs"]
+    path = Path(spec["outputs"])
+    return str(path.with_name(f"{path.stem}-{k}{path.suffix}"))
 
 
 class TimingProcess:

@@ -20,10 +20,11 @@ def _model(nodes, inputs, outputs, inits, name: str) -> onnx.ModelProto:
     return model(nodes, inputs, outputs, inits, name=name)
 
 
-def small_cnn(seed: int = 0) -> onnx.ModelProto:
+def small_cnn(seed: int = 0, batch=1) -> onnx.ModelProto:
     """Conv+bias, BatchNormalization, Relu, MaxPool, Conv+Relu, MaxPool, Flatten, Gemm, Sigmoid.
 
-    Input ``x`` [1, 3, 16, 16]; output ``y`` [1, 10]. BatchNormalization has no
+    Input ``x`` [batch, 3, 16, 16]; output ``y`` [batch, 10]; ``batch`` is 1, or a dim name to make it
+    symbolic. BatchNormalization has no
     c_source rule, so it always runs as a TVM host kernel; the tests also keep
     Sigmoid on the host to put a host kernel after the last partition.
     """
@@ -55,8 +56,8 @@ def small_cnn(seed: int = 0) -> onnx.ModelProto:
     ]
     return _model(
         nodes,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
         inits,
         "small_cnn",
     )

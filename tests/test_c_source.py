@@ -308,16 +308,19 @@ def test_rejects_avg_pool_dilation():
     assert decision.reasons["c_source"] == "dilation (2, 2) not supported for average pooling"
 
 
-def test_rejects_dynamic_shapes():
-    from tvm import relax, tirx
+def test_takes_symbolic_dims_and_reads_them_per_call():
+    """A symbolic dim is no reason to refuse: the C reads each call's dims from its arguments."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
 
-    n = tirx.Var("n", "int64")
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType([n, 4], "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(bb.emit(relax.op.nn.relu(x)))
-        bb.emit_func_output(out)
-    imported = ImportedModel(bb.get(), None, [], [])
-    decision, = byoc.annotate(imported, ["c_source"]).decisions.values()
-    assert decision.reasons["c_source"] == "dim 'n' is dynamic (static shapes only)"
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    artifact = byoc.compile(model, ["c_source"])
+    assert [p.vendor for p in artifact.plan.partitions] == ["c_source"]
+    session = ort.InferenceSession(model.SerializeToString())
+    for rows in (1, 5, 2):
+        x = np.linspace(-1, 1, rows * 4, dtype=np.float32).reshape(rows, 4)
+        np.testing.assert_array_equal(artifact.run([x])[0], session.run(None, {"x": x})[0])

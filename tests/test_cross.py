@@ -20,7 +20,7 @@ import pytest
 import byoc
 from byoc.deploy import toolchain
 from byoc.deploy.standalone import c_program
-from byoc.errors import TargetError
+from byoc.errors import StandaloneError, TargetError
 from byoc.deploy.targets import resolve_target
 
 from cross_models import inputs_for, mlp, small_cnn
@@ -178,6 +178,24 @@ def test_unknown_target_and_mcpu_are_refused():
         resolve_target("riscv64")
     with pytest.raises(TargetError, match="z13, z14, z15, z16"):
         resolve_target("s390x:pwr9")
+
+
+@pytest.mark.parametrize("target", ["x86_64", "s390x"])
+def test_one_c_source_build_runs_two_batch_sizes_under_qemu(target, toolchains, tmp_path):
+    """A symbolic batch: the C-source partitions read it per call, so the C built once runs both shapes
+    (the standalone program plans its host memory for the shape it is given)."""
+    toolchains(target)
+    model = small_cnn(batch="batch")
+    artifact = byoc.compile(model, ["c_source"], target=target, keep_on_host=["Sigmoid"])
+    assert {"conv1", "conv2", "gemm"} <= {n for p in artifact.plan.partitions for n in p.onnx_nodes}
+    for batch in (1, 3):
+        inputs = {"x": np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)}
+        np.testing.assert_allclose(artifact.run_emulated(inputs)[0], reference(model, inputs)[0], rtol=RTOL,
+                                   atol=ATOL)
+    with pytest.raises(StandaloneError, match=r"dims=\{\.\.\.\} \(the model's dims: batch; missing batch\)"):
+        artifact.export_standalone(tmp_path / "program")
+    program = artifact.export_standalone(tmp_path / "program", dims={"batch": 2})
+    assert (program.directory / "model.c").exists()
 
 
 def test_cli_verify_runs_a_foreign_target_under_qemu(toolchains, tmp_path):

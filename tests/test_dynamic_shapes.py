@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import onnx
@@ -67,11 +68,8 @@ def reference():
 def test_one_artifact_runs_every_shape_and_matches_onnxruntime(vendor, reference):
     artifact = byoc.compile(_encoder_block(), vendors=[vendor] if vendor else [])
     assert [s.shape for s in artifact.inputs] == [("batch", "seq", 8), ("batch", 2)]
-    if vendor in ("dnnl", "json_runtime"):  # they specialize per call: the block is theirs
+    if vendor:  # each runtime reads the dims per call (c_source: its C takes them as run-time values)
         assert [p.vendor for p in artifact.plan.partitions] and {p.vendor for p in artifact.plan.partitions} == {vendor}
-    if vendor == "c_source":  # dims are compiled into its kernels: it says which dim stops it
-        reasons = [d.reasons["c_source"] for d in artifact.plan.decisions.values()]
-        assert "dim 'batch' is dynamic (static shapes only)" in reasons and not artifact.plan.partitions
     for batch, seq in SHAPES + SHAPES[:1]:
         feeds = _inputs(batch, seq)
         for got, want in zip(artifact.run(feeds), reference(feeds)):
@@ -91,6 +89,40 @@ def test_the_dnnl_runtime_compiles_each_shape_once_and_keeps_a_bounded_cache():
         artifact.run(_inputs(1, seq))
     alive, made = module.get_function("get_specializations")()
     assert alive == 8 and made == 22  # the default bound (shape_cache 8) holds: the oldest shapes left
+
+
+_VERBOSE_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+import byoc
+from test_dynamic_shapes import _encoder_block, _inputs
+artifact = byoc.compile(_encoder_block(), vendors=["dnnl"])
+for batch, seq in [(1, 4), (2, 9), (1, 4), (2, 9)]:
+    print(f"@@ {{batch}}x{{seq}}", flush=True)
+    artifact.run(_inputs(batch, seq))
+"""
+
+
+def test_onednn_creates_primitives_only_at_a_shapes_first_call():
+    """oneDNN's own log (ONEDNN_VERBOSE), not the runtime's counters: A, B, A, B creates at A and B, and
+    nothing (no primitive, not even a hit in oneDNN's primitive cache) when a shape comes back."""
+    import os
+    from pathlib import Path
+
+    code = _VERBOSE_RUN.format(tests=str(Path(__file__).parent))
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "ONEDNN_VERBOSE": "all"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    created, call = {}, None
+    for line in (run.stdout + run.stderr).splitlines():  # oneDNN writes to stdout, flushed after the marks
+        if line.startswith("@@ "):
+            call = len(created)
+            created[call] = 0
+        elif call is not None and line.startswith(("onednn_verbose,create:cache_miss", "onednn_verbose,create:cache_hit")):
+            created[call] += 1
+    assert list(created) == [0, 1, 2, 3]
+    assert created[0] > 0 and created[1] > 0, created  # a new shape: its primitives are made
+    assert created[2] == 0 and created[3] == 0, created  # a shape seen before: nothing is made again
 
 
 def test_two_threads_with_two_shapes_at_once(reference):
@@ -166,3 +198,54 @@ def test_the_report_shows_symbolic_dims():
     plan = byoc.partition(_encoder_block(), ["dnnl"])
     data = plan.report(format="json")
     assert '"batch"' in data and '"seq"' in data
+
+
+def _causal_attention_scores() -> onnx.ModelProto:
+    """x[batch, seq, 8] -> scores = x W (x W)^T, masked causally by a mask built the exporters' way:
+    Range(0, seq) from Shape -> Gather, compared row against column (GPT-2's and BERT's exports)."""
+    rng = np.random.default_rng(1)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W"),
+               numpy_helper.from_array(np.array(1, np.int64), "one_axis"),
+               numpy_helper.from_array(np.array(0, np.int64), "start"),
+               numpy_helper.from_array(np.array(1, np.int64), "step"),
+               numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+               numpy_helper.from_array(np.array([1], np.int64), "axis1"),
+               numpy_helper.from_array(np.array(-1e9, np.float32), "minus_inf"),
+               numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["q"], name="proj"),
+             helper.make_node("Transpose", ["q"], ["qt"], name="transpose", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "qt"], ["scores"], name="scores"),
+             helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one_axis"], ["seq"], name="seq_of", axis=0),
+             helper.make_node("Range", ["start", "seq", "step"], ["positions"], name="positions"),
+             helper.make_node("Unsqueeze", ["positions", "axis0"], ["row"], name="row"),
+             helper.make_node("Unsqueeze", ["positions", "axis1"], ["column"], name="column"),
+             helper.make_node("GreaterOrEqual", ["column", "row"], ["allowed"], name="causal"),
+             helper.make_node("Where", ["allowed", "zero", "minus_inf"], ["bias"], name="mask"),
+             helper.make_node("Add", ["scores", "bias"], ["masked"], name="apply_mask"),
+             helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "causal_scores",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", "seq"])],
+                              weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_mask_from_range_over_a_symbolic_dim_keeps_the_dim_and_the_partitions():
+    """Range(0, seq) is an arange of length seq itself (TVM's own Range casts its length to a new
+    variable, and TVM's MergeCompositeFunctions then failed on the symbolic scalar: every op stayed on the
+    host). The MatMuls reach dnnl and the artifact matches onnxruntime at three shapes."""
+    model = _causal_attention_scores()
+    mod = byoc.import_model(model).mod
+    assert "range_len" not in mod.script() and "R.arange(0, seq, 1" in mod.script()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "every op stays on the host" warning
+        artifact = byoc.compile(model, vendors=["dnnl"])
+    offloaded = {node for p in artifact.plan.partitions for node in p.onnx_nodes}
+    assert {"proj", "scores"} <= offloaded
+    session = ort.InferenceSession(model.SerializeToString())
+    for batch, seq in [(1, 5), (2, 9), (1, 5), (3, 2)]:
+        x = np.random.default_rng(seq).standard_normal((batch, seq, 8)).astype(np.float32)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -52,6 +52,18 @@ def _dim(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _verify_dims(text: str) -> dict[str, int]:
+    """``batch=1,seq=128`` -> ``{"batch": 1, "seq": 128}``: the sizes of one --verify run."""
+    sizes = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise argparse.ArgumentTypeError(f"expected NAME=SIZE[,NAME=SIZE...] with sizes >= 1, e.g. "
+                                             f"batch=1,sequence_length=128; got {text!r}")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
 def _names(text: str) -> list[str]:
     """``a,b`` -> ``["a", "b"]``: options that take several names take them comma-separated or repeated."""
     names = [n.strip() for n in text.split(",")]
@@ -123,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build, run and compare every output with onnxruntime; on a mismatch, "
                              "name the partition that causes it")
     parser.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random, seed 0)")
+    parser.add_argument("--verify-dims", type=_verify_dims, action="append", default=[],
+                        metavar="NAME=SIZE[,...]",
+                        help="sizes of the symbolic dims for one --verify run (repeatable: one run each; default: "
+                             "the upper bounds, the lower bounds and sizes drawn between)")
     parser.add_argument("--list-vendors", action="store_true",
                         help="list registered vendors (and why one cannot build here, if so) and exit")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
@@ -145,8 +161,20 @@ def _check_paths(args) -> None:
             raise _UsageError(f"{flag} {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist")
     if args.output and args.export_onnx and _same_file(args.output, args.export_onnx):
         raise _UsageError("-o and --export-onnx name the same file")
-    if args.inputs and not args.verify:
-        raise _UsageError("--inputs is only used with --verify")
+    if (args.inputs or args.verify_dims) and not args.verify:
+        raise _UsageError(f"{'--inputs' if args.inputs else '--verify-dims'} is only used with --verify")
+    if args.inputs and args.verify_dims:
+        raise _UsageError("--inputs and --verify-dims both set what --verify runs: give one")
+
+
+def _check_verify_dims(runs: list, dims) -> None:
+    """Each --verify-dims run names every symbolic dim of the model, and only those."""
+    for sizes in runs:
+        missing, unknown = [d for d in dims if d not in sizes], [d for d in sizes if d not in dims]
+        if missing or unknown:
+            raise _UsageError(f"--verify-dims {','.join(f'{k}={v}' for k, v in sizes.items())}: "
+                              f"{'missing ' + ', '.join(missing) if missing else 'unknown ' + ', '.join(unknown)}; "
+                              f"the model's symbolic dims are {', '.join(dims) or 'none'}")
 
 
 def _list_vendors() -> str:
@@ -203,8 +231,9 @@ def _run(args, say) -> int:
         artifact = build(plan, target=target, vendor_options=vendor_options)
         settings = artifact.vendor_option_settings
         memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        _check_verify_dims(args.verify_dims, imported.dims)
         verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
-                              progress=say, artifact=artifact)
+                              progress=say, artifact=artifact, shapes=args.verify_dims or None)
     used = {p.vendor for p in plan.partitions} if verification is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
                           verification.as_dict() if verification else None,

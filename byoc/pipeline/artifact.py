@@ -178,15 +178,17 @@ class Artifact:
         bind_dims(specs, [a.shape for a in checked], self.dims)
         return checked
 
-    def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False):
+    def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False,
+                          dims: Optional[Mapping[str, int]] = None):
         """Write a standalone C program (no TVM runtime) for this artifact's target.
 
-        ``overwrite=True`` replaces a folder byoc wrote before, never another.
+        ``overwrite=True`` replaces a folder byoc wrote before, never another. The program is planned for
+        one shape: a model with symbolic dims needs ``dims`` (``{"batch": 1}``).
         See :mod:`byoc.deploy.standalone` for what it covers and the I/O file format.
         """
         from byoc.deploy.standalone import export_standalone
 
-        return export_standalone(self, directory, overwrite)
+        return export_standalone(self, directory, overwrite, dims)
 
     def run_emulated(self, inputs: Inputs) -> list[np.ndarray]:
         """Build the standalone program for this artifact's target and run it.

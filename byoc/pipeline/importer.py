@@ -77,6 +77,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = _shape_arithmetic(op_name, inputs, attrs)
             if sym is None:
                 _shapes_as_tensors(op_name, inputs, self.bb)
+            elif isinstance(sym, relax.Call):  # TVM's converters read their inputs' types
+                sym = self.bb.normalize(sym)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -287,10 +289,11 @@ def _symbolic(dims: list, scalar: bool):
 
 
 def _is_int_prim(value) -> bool:
-    """A scalar integer prim value (TVM 0.27 passes them as plain TIR expressions)."""
+    """A scalar integer prim value. TVM 0.27 passes them as plain TIR expressions, and a TIR variable is
+    of the same class as a relax one: only its PrimType tells them apart."""
     import tvm
 
-    return not isinstance(value, relax.Expr) and tvm.ir.is_prim_expr(value) and "int" in str(value.ty)
+    return tvm.ir.is_prim_expr(value) and "int" in str(value.ty)
 
 
 #: Element-wise ops TVM converts only on tensors: a symbolic shape value among their inputs becomes one.
@@ -321,13 +324,40 @@ def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
             inputs[i] = bb.normalize(relax.op.reshape(vector, ()))
 
 
+def _symbolic_range(inputs, values):
+    """``arange`` over scalar shape values (transformers' ``Range(0, seq)`` for positions and masks), so its
+    length is the dim itself: TVM's Range converts the values to tensors and casts the length to a new
+    variable, which no other dim equals (and whose ``match_cast`` TVM's MergeCompositeFunctions refuses).
+    None (TVM's own Range) unless the step is a positive constant and the length provably not negative."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer, ConstIntBound
+
+    if len(values) != 3 or any(v is None or not v[1] for v in values) or not any(map(_is_int_prim, inputs)):
+        return None
+    (start,), (limit,), (step,) = (v[0] for v in values)
+    if not isinstance(step, int) or step <= 0:
+        return None
+    dtype = next(str(x.ty) for x in inputs if _is_int_prim(x))
+    start, limit = (tirx.IntImm(dtype, d) if isinstance(d, int) else d for d in (start, limit))
+    analyzer = Analyzer()
+    for var in tirx.analysis.undefined_vars(limit - start):  # dims: never negative
+        analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF))
+    if not analyzer.can_prove(limit - start >= 0):
+        return None
+    return relax.op.arange(relax.prim_value(start), relax.prim_value(limit),
+                           relax.prim_value(tirx.IntImm(dtype, step)), dtype)
+
+
 def _shape_arithmetic(op_name: str, inputs, attrs):
     """The symbolic result of a shape op TVM would turn into tensors, or None to leave the op to TVM."""
     from tvm import tirx
 
-    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div", "Unsqueeze") or not inputs:
+    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div", "Unsqueeze", "Range") \
+            or not inputs:
         return None
     values = [_shape_values(x) if x is not None else None for x in inputs]
+    if op_name == "Range":
+        return _symbolic_range(inputs, values)
     if values[0] is None or not any(isinstance(x, (relax.ShapeExpr, _ShapeValue)) or _is_int_prim(x)
                                     for x in inputs[:2]):
         return None  # static values are TVM's own business (its constant folding)

@@ -24,7 +24,7 @@ from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotat
 from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import import_model
 from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec
-from byoc.pipeline.siblings import merge_siblings
+from byoc.pipeline.merging import merge_regions
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -269,8 +269,6 @@ def partition(
     :mod:`byoc.pipeline.dims`); a symbolic dim neither names stays symbolic.
     The CLI options map one to one onto these arguments.
     """
-    from tvm.relax.transform import MergeCompositeFunctions
-
     if int(min_ops) < 1:
         raise ByocError(f"min_ops must be at least 1, got {min_ops}")
     preset = resolve_target(target)
@@ -292,7 +290,7 @@ def partition(
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
         try:
-            merged = merge_siblings(MergeCompositeFunctions()(annotation.fused))
+            merged = merge_regions(annotation.fused)
         except Exception as err:  # TVM refuses e.g. match_cast or If bindings in main
             first = last_line(err)
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"

@@ -15,13 +15,20 @@ a vendor's kernels is the vendor's own.
   live at the same time, in the executed order. A tensor is live from the
   call that writes it to the last call that reads it (model outputs until
   the end); views (reshape, tuple items) share their source's memory.
+
+Symbolic dims: each dim with an upper bound (``dims={"seq": "..512"}``) is
+counted at that bound, which is what TVM plans for. A dim without one leaves
+its sizes symbolic, and a figure is then a formula of the dims
+(``768*batch*seq``): a sum for the planned bytes, the step whose live
+tensors dominate every other for the lower bound (``max(a, b)`` where no
+one step does for every size).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import Mapping, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Mapping, Optional, Union
 
 from byoc.pipeline.partitioner import PartitionPlan
 from byoc.deploy.targets import resolve_target
@@ -33,6 +40,11 @@ MODEL_LOWER_BOUND_SOURCE = ("the same bound for the whole model, every op in its
                             "what any split of it needs")
 SCOPE = ("host activations: intermediate and output tensors; inputs, weights and vendor-internal memory excluded "
          "(the vendor runtimes report theirs after a build)")
+
+
+#: Bytes: an int, or the formula of the symbolic dims it depends on (a TIR expression while counting,
+#: its text in a :class:`MemoryEstimate`).
+Bytes = Union[int, str]
 
 
 @dataclass(frozen=True)
@@ -50,18 +62,23 @@ class MemoryEstimate:
     """Activation bytes planned by TVM next to the lower bound for the same call order, the whole
     model's lower bound, and (after a build) what each vendor runtime holds."""
 
-    planned_bytes: int
-    lower_bound_bytes: int
+    planned_bytes: Bytes
+    lower_bound_bytes: Bytes
     steps: int  # calls in the executed order (host kernels and partitions)
-    model_lower_bound_bytes: int
+    model_lower_bound_bytes: Bytes
     runtimes: Optional[tuple[RuntimeRow, ...]] = None  # None: not built
+    #: the symbolic dims counted at their upper bound (name -> size); the figures' formulas read the others
+    at_bounds: Mapping[str, int] = field(default_factory=dict)
 
     @property
-    def total_planned_bytes(self) -> Optional[int]:
+    def total_planned_bytes(self) -> Optional[Bytes]:
         """The host's planned activations plus every vendor runtime's workspace (None before a build)."""
         if self.runtimes is None:
             return None
-        return self.planned_bytes + sum(r.workspace_bytes for r in self.runtimes)
+        workspace = sum(r.workspace_bytes for r in self.runtimes)
+        if isinstance(self.planned_bytes, int):
+            return self.planned_bytes + workspace
+        return f"{self.planned_bytes} + {workspace}" if workspace else self.planned_bytes
 
     def with_runtimes(self, plan: PartitionPlan, runtime_memory: Mapping) -> "MemoryEstimate":
         """This estimate with each partition's runtime memory (``Artifact.runtime_memory``); partitions whose
@@ -84,6 +101,8 @@ class MemoryEstimate:
         if self.runtimes is not None:
             out["runtimes"] = [asdict(r) for r in self.runtimes]
             out["total_planned_bytes"] = self.total_planned_bytes
+        if self.at_bounds:
+            out["at_bounds"] = dict(self.at_bounds)
         return out
 
 
@@ -96,12 +115,20 @@ def estimate_memory(plan: PartitionPlan, target="x86_64") -> MemoryEstimate:
     from tvm import relax
 
     tvm_target = resolve_target(target).tvm_target()
-    lowered = _lowered(_host_module(plan.mod), tvm_target)
+    bounds = {name: r.max for name, r in plan.imported.dims.items() if r.max is not None}
+    lowered = _lowered(_host_module(_at_bounds(plan.mod, bounds)), tvm_target)
     with tvm_target:
         planned = relax.transform.StaticPlanBlockMemory()(lowered)
     bound, steps = _lower_bound(lowered["main"])
-    model_bound, _ = _lower_bound(_lowered(plan.imported.mod, tvm_target)["main"])
-    return MemoryEstimate(_planned_bytes(planned["main"]), bound, steps, model_bound)
+    model_bound, _ = _lower_bound(_lowered(_at_bounds(plan.imported.mod, bounds), tvm_target)["main"])
+    return MemoryEstimate(_bytes(_planned_bytes(planned["main"])), bound, steps, model_bound, at_bounds=bounds)
+
+
+def _at_bounds(mod, bounds: Mapping[str, int]):
+    """``mod`` with the symbolic dims of ``main`` that have an upper bound bound to it."""
+    from tvm import relax
+
+    return relax.transform.BindSymbolicVars(dict(bounds), "main")(mod) if bounds else mod
 
 
 def _lowered(mod, tvm_target):
@@ -152,7 +179,7 @@ def _externalize_partitions(mod):
                 func = mod[call.op]
                 if func.attrs is not None and "Codegen" in func.attrs:
                     symbol = relax.ExternFunc(str(func.attrs["global_symbol"]))
-                    ret = func.ret_ty
+                    ret = call.ty  # in main's dims (the function's own are other variables)
                     out_types = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
                     return relax.call_dps_packed(symbol, relax.Tuple(list(call.args)), out_types)
             return call
@@ -160,14 +187,16 @@ def _externalize_partitions(mod):
     return _Externalize(mod).visit_expr(mod["main"])
 
 
-def _static_extent(shape_expr) -> int | None:
-    """Product of a ShapeExpr's extents, or None when one is symbolic."""
+def _extent(shape_expr):
+    """Product of a ShapeExpr's extents: an int, or a TIR expression when one is symbolic."""
     dims = static_dims(shape_expr)
-    return None if dims is None else math.prod(dims)
+    if dims is not None:
+        return math.prod(dims)
+    return math.prod(shape_expr.values[1:], start=shape_expr.values[0])
 
 
-def _alloc_bytes(call) -> int | None:
-    """Bytes allocated by an alloc_storage/builtin.alloc_tensor call, None if not static.
+def _alloc_bytes(call):
+    """Bytes allocated by an alloc_storage/builtin.alloc_tensor call (a TIR expression when symbolic).
 
     Argument positions follow TVM's op definitions (and its estimate_memory_usage):
     ``alloc_storage(size_in_bytes, ...)``, ``builtin.alloc_tensor(shape, dtype, ...)``.
@@ -175,12 +204,57 @@ def _alloc_bytes(call) -> int | None:
     import tvm
 
     if call.op.name == "relax.memory.alloc_storage":
-        return _static_extent(call.args[0])
-    extent = _static_extent(call.args[0])
-    if extent is None:
-        return None
+        return _extent(call.args[0])
     dtype = tvm.DataType(str(call.args[1].value))
-    return extent * ((dtype.bits + 7) // 8) * dtype.lanes
+    return _extent(call.args[0]) * ((dtype.bits + 7) // 8) * dtype.lanes
+
+
+def _dims_analyzer(exprs):
+    """An analyzer that knows every symbolic dim in ``exprs`` is at least 1, and reads the variables of one
+    name as one dim: lowering leaves several (a function's own copies), which it would not combine."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer, ConstIntBound
+
+    analyzer = Analyzer()
+    canonical: dict = {}
+    for var in {v for e in exprs if not isinstance(e, int) for v in tirx.analysis.undefined_vars(e)}:
+        first = canonical.setdefault(str(var.name), var)
+        if first.same_as(var):
+            analyzer.update(var, ConstIntBound(1, ConstIntBound.POS_INF))
+        else:
+            analyzer.bind(var, first)
+    return analyzer
+
+
+def _bytes(value) -> Bytes:
+    """An int, or a symbolic byte count's formula (``768*batch*seq``)."""
+    from byoc.vendor.values import dim_text
+
+    if isinstance(value, int):
+        return value
+    value = _dims_analyzer([value]).simplify(value)
+    if getattr(value, "value", None) is not None:
+        return int(value.value)
+    try:
+        return str(dim_text(value))
+    except ValueError:
+        return str(value)
+
+
+def _peak(totals: list) -> Bytes:
+    """The largest of the steps' live bytes: an int, or the formula of the steps no other step dominates for
+    every size of the dims (``max(a, b)`` when several remain)."""
+    if all(isinstance(t, int) for t in totals):
+        return max(totals, default=0)
+    analyzer = _dims_analyzer(totals)
+    totals = [analyzer.simplify(t) if not isinstance(t, int) else t for t in totals]
+    kept: list = []
+    for total in totals:
+        if any(analyzer.can_prove(other >= total) for other in kept):
+            continue
+        kept = [other for other in kept if not analyzer.can_prove(total >= other)] + [total]
+    texts = [str(_bytes(t)) for t in kept]
+    return _bytes(kept[0]) if len(kept) == 1 else f"max({', '.join(texts)})"
 
 
 def _bindings(func):
@@ -197,11 +271,11 @@ def _planned_bytes(func) -> int:
         if isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name in (
             "relax.memory.alloc_storage", "relax.builtin.alloc_tensor"
         ):
-            total += _alloc_bytes(value) or 0
+            total = total + _alloc_bytes(value)
     return total
 
 
-def _lower_bound(func) -> tuple[int, int]:
+def _lower_bound(func) -> tuple[Bytes, int]:
     """ONNC lower bound over the lowered (pre-planning) ``main``; also the number of steps."""
     from tvm import ir, relax
 
@@ -236,7 +310,7 @@ def _lower_bound(func) -> tuple[int, int]:
     for binding in _bindings(func):
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, ir.Op) and value.op.name == "relax.builtin.alloc_tensor":
-            sizes.append(_alloc_bytes(value) or 0)
+            sizes.append(_alloc_bytes(value))
             buffers[binding.var] = frozenset([len(sizes) - 1])
         elif isinstance(value, relax.Call):
             # A kernel or partition call (a step), or a view such as reshape,
@@ -250,7 +324,5 @@ def _lower_bound(func) -> tuple[int, int]:
                 fields[binding.var] = [refs(f) for f in value.fields]
             buffers[binding.var] = refs(value)
     use(refs(func.body.body), step)  # outputs stay live to the end
-    peak = 0
-    for at in range(step + 1):
-        peak = max(peak, sum(sizes[i] for i in first if first[i] <= at <= last[i]))
-    return peak, step
+    totals = [sum((sizes[i] for i in first if first[i] <= at <= last[i]), 0) for at in range(step + 1)]
+    return _peak(totals), step

@@ -140,7 +140,9 @@ REPORT_SCHEMA = {
                 "runtimes": {"type": "array", "items": {
                     "type": "object",
                     "required": ["partition", "vendor", "workspace_bytes", "constant_bytes"]}},
-                "total_planned_bytes": {"type": "integer"},
+                # an int, or a formula of the symbolic dims that have no upper bound ("768*batch*seq")
+                "total_planned_bytes": {"type": ["integer", "string"]},
+                "at_bounds": {"type": "object", "additionalProperties": {"type": "integer"}},
             },
         },
         "verify": {"type": "object", "required": ["status"]},
@@ -343,7 +345,10 @@ def render_json(report: Mapping) -> str:
 
 
 def _shape(t: Mapping) -> str:
-    return "x".join(str(d) for d in t["shape"]) or "scalar"
+    """``1x3x224x224``; a shape with a symbolic dim is joined with ``×`` (``batch×seq*16``), where an ``x``
+    would run into the dims' names."""
+    dims = t["shape"]
+    return ("x" if all(isinstance(d, int) for d in dims) else "×").join(str(d) for d in dims) or "scalar"
 
 
 def _tensors(tensors, name_width: Optional[int] = None) -> str:
@@ -488,6 +493,11 @@ def _memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]
             ("host lower bound", memory["lower_bound_bytes"], memory["lower_bound_source"]),
             ("model lower bound", memory["model_lower_bound_bytes"], memory["model_lower_bound_source"])]
     notes = [f"scope: {memory['scope']}"]
+    if memory.get("at_bounds"):
+        notes.append("symbolic dims at their upper bound: "
+                     + ", ".join(f"{name}={size}" for name, size in memory["at_bounds"].items()))
+    if any(isinstance(row[1], str) for row in rows):
+        notes.append("a formula reads the sizes of the dims without an upper bound (bound one with --dim NAME=..MAX)")
     runtimes = memory.get("runtimes")
     if runtimes is None:
         notes.append("vendor runtimes: not built here (--verify builds the model and adds what each reports)")
@@ -495,6 +505,9 @@ def _memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]
     for r in runtimes:
         rows.append((f"{r['partition']} ({r['vendor']})", r["workspace_bytes"],
                      f"workspace per call, as its runtime reports it; constants {r['constant_bytes']} bytes"))
+    if memory.get("at_bounds") is not None or any(isinstance(row[1], str) for row in rows):
+        notes.append("a vendor partition with symbolic dims makes its workspace per shape, at the shape's first "
+                     "call: it is not listed")
     rows.append(("planned in all", memory["total_planned_bytes"], "host planned + every vendor runtime's workspace"))
     return rows, notes
 

@@ -49,7 +49,8 @@ class Verification:
 
     ``status`` is ``"ok"`` or ``"mismatch"``; ``culprits`` names the
     partitions found to cause a mismatch (empty when none could be named);
-    ``lines`` explains the result for people.
+    ``lines`` explains the result for people. ``outputs`` are the checks of
+    the last run (of the first that differed, on a mismatch).
     """
 
     status: str
@@ -57,6 +58,8 @@ class Verification:
     outputs: list[OutputCheck]
     culprits: list[str] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    #: the symbolic dims' sizes of each run (``batch=1, seq=3``); empty for a static model or given inputs
+    shapes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -70,17 +73,43 @@ class Verification:
                         for o in self.outputs],
             "culprits": list(self.culprits),
             "lines": list(self.lines),
+            "shapes": list(self.shapes),
         }
 
 
 #: The size verify gives an unbounded symbolic dim: small, and unlike the 1 an exporter traces with.
 UNBOUNDED_VERIFY_SIZE = 3
+#: The largest size verify draws for an unbounded dim.
+UNBOUNDED_VERIFY_MAX = 16
 
 
 def verify_sizes(dims: Mapping) -> dict[str, int]:
     """A size for each symbolic dim (name -> :class:`~byoc.pipeline.onnx_model.DimRange`): its upper bound
     where it has one, else :data:`UNBOUNDED_VERIFY_SIZE` (at least its lower bound)."""
     return {name: r.max if r.max is not None else max(r.min, UNBOUNDED_VERIFY_SIZE) for name, r in dims.items()}
+
+
+def verify_shapes(dims: Mapping, seed: int = SEED) -> list[dict[str, int]]:
+    """The sizes verify runs a model with symbolic dims at, one dict per run (no dims: one empty run).
+
+    First :func:`verify_sizes` (the upper bounds); then each dim at its lower bound (2 for an unbounded
+    dim whose lower bound is 1: a size of 1 broadcasts, and would hide a wrong broadcast); then sizes
+    drawn between the bounds (up to :data:`UNBOUNDED_VERIFY_MAX` for an unbounded dim). Duplicates go.
+    """
+    rng = np.random.default_rng(seed)
+    low = {n: r.min if r.max is not None or r.min > 1 else 2 for n, r in dims.items()}
+    high = {n: r.max if r.max is not None else max(r.min, UNBOUNDED_VERIFY_MAX) for n, r in dims.items()}
+    drawn = {n: int(rng.integers(min(low[n], high[n]), high[n] + 1)) for n in dims}
+    runs = []
+    for sizes in (verify_sizes(dims), low, drawn):
+        if sizes not in runs:
+            runs.append(sizes)
+    return runs
+
+
+def shape_label(sizes: Mapping[str, int]) -> str:
+    """``batch=2, seq=16``: the sizes of one verify run, as the report prints them."""
+    return ", ".join(f"{name}={size}" for name, size in sizes.items())
 
 
 def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED, sizes: Mapping[str, int] | None = None
@@ -228,32 +257,47 @@ def verify(
     inputs_label: Optional[str] = None,
     progress: Progress = None,
     artifact=None,
+    shapes: Optional[Sequence[Mapping[str, int]]] = None,
 ) -> Verification:
     """Build ``plan``, compare it with onnxruntime, and bisect a mismatch to a partition.
 
-    ``target`` defaults to the plan's. ``inputs`` default to :func:`random_inputs`; ``inputs_label`` says in the
-    result where they came from. ``artifact``: a build of ``plan`` for
-    ``target`` to check, instead of building one. Rebuilds for the bisection
-    use the plan's own vendors, ``min_ops`` and ``keep_on_host``.
+    ``target`` defaults to the plan's. ``inputs`` default to :func:`random_inputs`, at every run of
+    ``shapes`` (dim name -> size per run; default :func:`verify_shapes`) when the model has symbolic
+    dims: one build runs them all. ``inputs_label`` says in the result where the inputs came from.
+    ``artifact``: a build of ``plan`` for ``target`` to check, instead of building one. Rebuilds for the
+    bisection use the plan's own vendors, ``min_ops`` and ``keep_on_host``, and the inputs that differed.
     """
     say = progress or (lambda _: None)
     preset = plan.target if target is None else resolve_target(target)
     label = inputs_label or f"random (seed {SEED})"
-    if inputs is None:
-        inputs = random_inputs(plan.imported.inputs, sizes=verify_sizes(plan.imported.dims))
-    say("verify: running onnxruntime")
-    want = reference_outputs(plan, _checked(plan, inputs))
-    say(f"verify: {'running' if artifact else 'building and running'} {len(plan.partitions)} partition(s)")
-    checks = _run(plan, preset, inputs, want, artifact)
+    if inputs is not None:
+        runs = [("", inputs)]
+    else:
+        sizes = [dict(s) for s in shapes] if shapes else verify_shapes(plan.imported.dims)
+        runs = [(shape_label(s), random_inputs(plan.imported.inputs, sizes=s)) for s in sizes]
+    wants = []
+    for run_label, run_inputs in runs:
+        say(f"verify: running onnxruntime{' at ' + run_label if run_label else ''}")
+        wants.append(reference_outputs(plan, _checked(plan, run_inputs)))
+    if artifact is None:
+        say(f"verify: building {len(plan.partitions)} partition(s)")
+        artifact = build(plan, target=preset)
     reference = [QUANTIZED_REFERENCE] if is_quantized(plan.imported.model) else []
-    if all(c.ok for c in checks):
-        return Verification("ok", label, checks, lines=[
-            f"all {len(checks)} output(s) match onnxruntime on {label} inputs"]
-            + [f"output {c.name!r}: {c.note}" for c in checks if c.note] + reference)
-    lines = [f"output {c.name!r} differs from onnxruntime (max abs diff {c.max_abs_diff:.3g})"
-             + (f": {c.note}" if c.note else "") for c in checks if not c.ok]
-    culprits, more = _bisect(plan, preset, inputs, want, say)
-    return Verification("mismatch", label, checks, culprits, lines + more + reference)
+    at = [run_label for run_label, _ in runs if run_label]
+    for (run_label, run_inputs), want in zip(runs, wants):
+        say(f"verify: running {len(plan.partitions)} partition(s){' at ' + run_label if run_label else ''}")
+        checks = _run(plan, preset, run_inputs, want, artifact)
+        if all(c.ok for c in checks):
+            continue
+        where = f" at {run_label}" if run_label else ""
+        lines = [f"output {c.name!r} differs from onnxruntime{where} (max abs diff {c.max_abs_diff:.3g})"
+                 + (f": {c.note}" if c.note else "") for c in checks if not c.ok]
+        culprits, more = _bisect(plan, preset, run_inputs, want, say)
+        return Verification("mismatch", label + where, checks, culprits, lines + more + reference, at)
+    shapes_text = f" at {len(at)} shape(s): {'; '.join(at)}" if at else ""
+    return Verification("ok", label, checks, lines=[
+        f"all {len(checks)} output(s) match onnxruntime on {label} inputs{shapes_text}"]
+        + [f"output {c.name!r}: {c.note}" for c in checks if c.note] + reference, shapes=at)
 
 
 def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -115,15 +115,63 @@ class _Unit:
 
 OpEmitter = Callable[["_Body", OpCall], None]
 
+#: C for the operators of a symbolic dim's tree (:func:`byoc.vendor.values.dim_tree`). Dims are never
+#: negative, so C's truncating division and remainder are the floor ones.
+_C_DIM_OPS = {"+": "+", "-": "-", "*": "*", "//": "/", "%": "%"}
+
+
+def graph_dim_names(graph: PartitionGraph) -> list[str]:
+    """The symbolic dims ``graph``'s shapes read, by name, in order of first use: the body's ``dims[i]``."""
+    from byoc.vendor.values import tree_names
+
+    return list(dict.fromkeys(name for tree in graph.dims.values() for name in tree_names(tree)))
+
+
+def c_dim(tree, index: dict[str, int]) -> str:
+    """A dim as a C expression of type int64_t over ``dims[]`` (``index``: name -> position)."""
+    if isinstance(tree, int):
+        return str(tree)
+    if isinstance(tree, str):
+        return f"dims[{index[tree]}]"
+    op, a, b = tree[0], c_dim(tree[1], index), c_dim(tree[2], index)
+    if op in ("min", "max"):
+        return f"(({a}) {'<' if op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
+    return f"({a} {_C_DIM_OPS[op]} {b})"
+
 
 class _Body:
-    """Emits the statements of one partition body."""
+    """Emits the statements of one partition body.
+
+    A shape may hold symbolic dims (their text, as in :class:`~byoc.vendor.graph.Tensor`): the body then
+    reads their sizes from its ``dims`` argument, bound per call by the entry point, so one build runs
+    every shape. Emitters write sizes with :meth:`dim`, :meth:`size` and :meth:`shape`, which give a
+    literal for a static value and a C expression otherwise.
+    """
 
     def __init__(self, unit: _Unit, graph: PartitionGraph, names: dict[int, str], temps: list):
         self.unit, self.graph, self.names, self.temps = unit, graph, names, temps
         self.lines: list[str] = []
         self.skip: set[int] = set()
         self.referenced: set[str] = set()
+        self.dim_index = {name: i for i, name in enumerate(graph_dim_names(graph))}
+
+    def dim(self, d) -> str:
+        """One dim (an int or a symbolic dim's text) as C."""
+        return str(int(d)) if isinstance(d, (int, np.integer)) else c_dim(self.graph.dims[d], self.dim_index)
+
+    def size(self, shape: Sequence) -> str:
+        """The number of elements of ``shape`` (a Tensor's shape, or part of it) as C."""
+        static = int(np.prod([d for d in shape if isinstance(d, (int, np.integer))], dtype=np.int64))
+        symbolic = [self.dim(d) for d in shape if not isinstance(d, (int, np.integer))]
+        return " * ".join([str(static)] * (static != 1 or not symbolic) + symbolic)
+
+    def shape(self, shape: Sequence) -> str:
+        """A C array of ``shape``'s dims: a static one in the unit, or a local one where a dim is symbolic."""
+        if all(isinstance(d, (int, np.integer)) for d in shape):
+            return self.unit.shape(shape)
+        name = self.unit.fresh("byoc_shape")
+        self.emit(f"const int64_t {name}[] = {{{', '.join(self.dim(d) for d in shape)}}};")
+        return name
 
     def ref(self, tensor: Tensor) -> str:
         name = self.names[tensor.id]
@@ -138,5 +186,5 @@ class _Body:
         tensor = Tensor(-len(self.names) - 1, tuple(shape), dtype, "op")
         name = self.unit.fresh("t")
         self.names[tensor.id] = name
-        self.temps.append((name, dtype, tensor.size))
+        self.temps.append((name, dtype, tensor.shape))
         return tensor

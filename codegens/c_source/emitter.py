@@ -29,7 +29,7 @@ import numpy as np
 from byoc.errors import UnsupportedOp
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
-from .body import _DTYPES, OpEmitter, _Body, _int_list, _Unit, c_type, float_literal
+from .body import _DTYPES, OpEmitter, _Body, _int_list, _Unit, c_dim, c_type, float_literal, graph_dim_names
 from .quantized import INTEGER_AS_FLOAT, QDQ_OPS, emit_quantized
 
 #: The tvm-ffi safe-call ABI types (tvm/ffi/c_api.h, dlpack.h) that generated C
@@ -67,17 +67,36 @@ static int byoc_fail(const char* kind, const char* symbol, const char* what) {
   return -1;
 }
 
-/* The data of argument `i`, checked against the expected DLPack type (code, bits) and shape. */
+/* Argument `i` as a DLTensor, or NULL when it is none. */
+static const byoc_dltensor* byoc_tensor(const byoc_any* args, int i) {
+  if (args[i].type_index == BYOC_FFI_DLTENSOR_PTR) return (const byoc_dltensor*)args[i].v.v_ptr;
+  if (args[i].type_index == BYOC_FFI_TENSOR) {
+    return (const byoc_dltensor*)((const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER);
+  }
+  return NULL;
+}
+
+/* Dim `axis` of argument `i`, once byoc_arg has checked it. */
+static int64_t byoc_dim(const byoc_any* args, int i, int axis) { return byoc_tensor(args, i)->shape[axis]; }
+
+#define BYOC_FFI_SHAPE 69
+/* Value `k` of shape argument `i` (an ffi.Shape: the object header, then its data pointer and size),
+   or -1 when argument `i` is no shape that long. */
+static int64_t byoc_shape_value(const byoc_any* args, int i, int k) {
+  const char* cell;
+  if (args[i].type_index != BYOC_FFI_SHAPE) return -1;
+  cell = (const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER;
+  if (*(const uint64_t*)(cell + sizeof(void*)) <= (uint64_t)k) return -1;
+  return (*(const int64_t* const*)cell)[k];
+}
+
+/* The data of argument `i`, checked against the expected DLPack type (code, bits) and shape; a dim
+   of -1 in `shape` is symbolic, checked by the caller once the call's dims are bound. */
 static void* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndim, int code, int bits,
                       const char* symbol, int* error) {
-  const byoc_dltensor* t = NULL;
+  const byoc_dltensor* t = byoc_tensor(args, i);
   int d;
   int64_t expect = 1;
-  if (args[i].type_index == BYOC_FFI_DLTENSOR_PTR) {
-    t = (const byoc_dltensor*)args[i].v.v_ptr;
-  } else if (args[i].type_index == BYOC_FFI_TENSOR) {
-    t = (const byoc_dltensor*)((const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER);
-  }
   if (t == NULL) { *error = byoc_fail("TypeError", symbol, "an argument is not a tensor"); return NULL; }
   if (t->device.device_type != 1) { *error = byoc_fail("ValueError", symbol, "a tensor is not on the CPU"); return NULL; }
   if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
@@ -85,11 +104,13 @@ static void* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndi
   }
   if (t->ndim != ndim) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong rank"); return NULL; }
   for (d = ndim - 1; d >= 0; --d) {
-    if (t->shape[d] != shape[d]) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong shape"); return NULL; }
+    if (shape[d] >= 0 && t->shape[d] != shape[d]) {
+      *error = byoc_fail("ValueError", symbol, "a tensor has the wrong shape"); return NULL;
+    }
     if (t->strides != NULL && t->shape[d] != 1 && t->strides[d] != expect) {
       *error = byoc_fail("ValueError", symbol, "a tensor is not contiguous"); return NULL;
     }
-    expect *= shape[d];
+    expect *= t->shape[d];
   }
   return (char*)t->data + t->byte_offset;
 }
@@ -123,7 +144,7 @@ def _unary(kind: str, low="0.0f", high="0.0f"):
         lo = float_literal(call.attrs["min"]) if "min" in call.attrs else low
         hi = float_literal(call.attrs["max"]) if "max" in call.attrs else high
         body.emit(f"byoc_k_unary({kind}, {body.ref(call.inputs[0])}, {body.ref(call.output)}, "
-                  f"{call.output.size}, {lo}, {hi});")
+                  f"{body.size(call.output.shape)}, {lo}, {hi});")
     return emit
 
 
@@ -132,7 +153,7 @@ def _shaped(kernel: str, *leading: str):
     def emit(body: _Body, call: OpCall) -> None:
         args = list(leading)
         for t in (call.inputs[0], call.inputs[1], call.output):
-            args += [body.ref(t), body.unit.shape(t.shape), str(len(t.shape))]
+            args += [body.ref(t), body.shape(t.shape), str(len(t.shape))]
         body.emit(f"{kernel}({', '.join(args)});")
     return emit
 
@@ -159,9 +180,9 @@ def _fusable_tail(body: _Body, index: int, conv: OpCall) -> tuple[str, int, Tens
 def _conv2d(body: _Body, call: OpCall, index: int) -> None:
     x, w = call.inputs[0], call.inputs[1]
     bias, relu, out = _fusable_tail(body, index, call)
-    n, c, h, wd = x.shape
+    n, c, h, wd = map(body.dim, x.shape)
     o, _, kh, kw = w.shape
-    _, _, oh, ow = call.output.shape
+    _, _, oh, ow = map(body.dim, call.output.shape)
     a = call.attrs
     sh, sw = a["strides"]
     pt, pl = a["padding"][0], a["padding"][1]
@@ -175,8 +196,8 @@ def _conv2d(body: _Body, call: OpCall, index: int) -> None:
 def _pool(kind: str):
     def emit(body: _Body, call: OpCall) -> None:
         x, out, a = call.inputs[0], call.output, call.attrs
-        n, c, h, wd = x.shape
-        oh, ow = out.shape[2], out.shape[3]
+        n, c, h, wd = map(body.dim, x.shape)
+        oh, ow = body.dim(out.shape[2]), body.dim(out.shape[3])
         kh, kw = a["pool_size"]
         sh, sw = a["strides"]
         pt, pl, pb, pr = a["padding"]
@@ -203,31 +224,32 @@ def _mean(body: _Body, call: OpCall) -> None:
         reduce[_axis(axis, ndim)] = 1
     flags = body.unit.fresh("byoc_axes")
     body.unit.decls.append(f"static const int {flags}[] = {{{_int_list(reduce)}}};")
-    body.emit(f"byoc_k_mean({body.ref(x)}, {body.unit.shape(x.shape)}, {ndim}, {flags}, {body.ref(call.output)});")
+    body.emit(f"byoc_k_mean({body.ref(x)}, {body.shape(x.shape)}, {ndim}, {flags}, {body.ref(call.output)});")
 
 
-def _outer_inner(shape: Sequence[int], axis: int) -> tuple[int, int]:
-    return int(np.prod(shape[:axis], dtype=np.int64)), int(np.prod(shape[axis + 1 :], dtype=np.int64))
+def _outer_inner(body: _Body, shape: Sequence, axis: int) -> tuple[str, str]:
+    return body.size(shape[:axis]), body.size(shape[axis + 1 :])
 
 
 def _softmax(body: _Body, call: OpCall) -> None:
     x = call.inputs[0]
     axis = _axis(call.attrs["axis"], len(x.shape))
-    outer, inner = _outer_inner(x.shape, axis)
-    body.emit(f"byoc_k_softmax({body.ref(x)}, {body.ref(call.output)}, {outer}, {x.shape[axis]}, {inner});")
+    outer, inner = _outer_inner(body, x.shape, axis)
+    body.emit(f"byoc_k_softmax({body.ref(x)}, {body.ref(call.output)}, {outer}, {body.dim(x.shape[axis])}, "
+              f"{inner});")
 
 
 def _copy(body: _Body, call: OpCall) -> None:
     body.emit(f"memcpy({body.ref(call.output)}, {body.ref(call.inputs[0])}, "
-              f"sizeof({c_type(call.output.dtype)}) * (size_t){call.output.size});")
+              f"sizeof({c_type(call.output.dtype)}) * (size_t)({body.size(call.output.shape)}));")
 
 
 def _concat(body: _Body, call: OpCall) -> None:
     out = call.output
     axis = _axis(call.attrs["axis"], len(out.shape))
-    outer, inner = _outer_inner(out.shape, axis)
+    outer, inner = _outer_inner(body, out.shape, axis)
     srcs = body.unit.fresh("byoc_srcs")
-    lens = body.unit.shape([t.shape[axis] for t in call.inputs])
+    lens = body.shape([t.shape[axis] for t in call.inputs])
     body.emit(f"{{ const float* {srcs}[{len(call.inputs)}];")
     for i, t in enumerate(call.inputs):
         body.emit(f"  {srcs}[{i}] = {body.ref(t)};")
@@ -238,7 +260,7 @@ def _transpose(body: _Body, call: OpCall) -> None:
     x = call.inputs[0]
     axes = call.attrs.get("axes")
     perm = list(reversed(range(len(x.shape)))) if axes is None else [_axis(a, len(x.shape)) for a in axes]
-    body.emit(f"byoc_k_transpose({body.ref(x)}, {body.unit.shape(x.shape)}, {len(x.shape)}, "
+    body.emit(f"byoc_k_transpose({body.ref(x)}, {body.shape(x.shape)}, {len(x.shape)}, "
               f"{body.unit.shape(perm)}, {body.ref(call.output)});")
 
 
@@ -264,6 +286,11 @@ OP_EMITTERS: dict[str, OpEmitter] = {
 
 
 
+def _elements(shape) -> int:
+    """A static temporary's element count, one at least (malloc(0) may return NULL)."""
+    return max(int(np.prod(shape, dtype=np.int64)), 1)
+
+
 def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter]) -> str:
     fn = unit.fresh("byoc_body")
     names: dict[int, str] = {}
@@ -281,7 +308,7 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
         else:
             temp = unit.fresh("t")
             names[call.output.id] = temp
-            temps.append((temp, call.output.dtype, call.output.size))
+            temps.append((temp, call.output.dtype, call.output.shape))
     body = _Body(unit, graph, names, temps)
     for index, call in enumerate(graph.ops):
         if index in body.skip:
@@ -298,14 +325,17 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
     # or one tensor returned twice) are copied.
     for i, t in enumerate(graph.outputs):
         if names.get(t.id) != f"(({c_type(t.dtype)}*)out[{i}])":
-            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t){t.size});")
+            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t)({body.size(t.shape)}));")
     # Fused ops leave some temporaries unused: allocate only the ones written.
-    used = [(t, c_type(dtype), max(size, 1), np.dtype(dtype).itemsize) for t, dtype, size in temps
-            if t in body.referenced]
-    unit.memory[graph.symbol] = (sum(size * width for _, _, size, width in used),
-                                 sum(t.size * np.dtype(t.dtype).itemsize for t in graph.constants))
-    lines = [f"static int {fn}(void* const* in, void* const* out) {{", "  int status = 0;"]
-    lines += [f"  {ctype}* {t} = ({ctype}*)malloc(sizeof({ctype}) * (size_t){size});" for t, ctype, size, _ in used]
+    used = [(t, dtype, shape) for t, dtype, shape in temps if t in body.referenced]
+    if not graph.dims:  # a symbolic graph's temporaries depend on each call's dims: not reported
+        unit.memory[graph.symbol] = (sum(_elements(shape) * np.dtype(dtype).itemsize for _, dtype, shape in used),
+                                     sum(t.size * np.dtype(t.dtype).itemsize for t in graph.constants))
+    lines = [f"static int {fn}(void* const* in, void* const* out, const int64_t* dims) {{", "  int status = 0;",
+             "  (void)dims;"]
+    for t, dtype, shape in used:  # malloc(0) may return NULL: one element at least
+        count = str(_elements(shape)) if graph.dims == {} else f"{body.size(shape)} + 1"
+        lines.append(f"  {c_type(dtype)}* {t} = ({c_type(dtype)}*)malloc(sizeof({c_type(dtype)}) * (size_t)({count}));")
     if used:
         lines.append("  if (" + " || ".join(f"!{t}" for t, *_ in used) + ") { status = -2; goto done; }")
     lines += body.lines
@@ -317,12 +347,38 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
     return fn
 
 
+def _arg_positions(graph: PartitionGraph) -> list[int]:
+    """The argument position of each input, then each output: TVM passes shape arguments among the inputs."""
+    shapes = {position for position, _ in graph.shape_arguments}
+    count = len(graph.inputs) + len(graph.outputs) + len(shapes)
+    return [i for i in range(count) if i not in shapes]
+
+
+def _dim_sources(graph: PartitionGraph, positions: list[int]) -> list[str]:
+    """Per symbolic dim of the graph (``dims[k]``): the C that reads its size from the call's arguments, a
+    whole dim of an input where there is one, else a shape argument's value."""
+    sources = []
+    for name in graph_dim_names(graph):
+        found = [f"byoc_dim(args, {positions[i]}, {axis})" for i, t in enumerate(graph.inputs)
+                 for axis, d in enumerate(t.shape) if d == name]
+        found += [f"byoc_shape_value(args, {position}, {k})" for position, names in graph.shape_arguments
+                  for k, n in enumerate(names) if n == name]
+        if not found:
+            raise UnsupportedOp(f"dim {name!r}, which is no whole dim of any input of the partition "
+                                "(the C reads each call's dims from its arguments)")
+        sources.append(found[0])
+    return sources
+
+
 def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
     symbol = graph.symbol
     tensors = list(graph.inputs) + list(graph.outputs)
     sym_lit = unit.fresh("byoc_symbol")
     unit.decls.append(f'static const char {sym_lit}[] = "{symbol}";')
-    shapes = [unit.shape(t.shape) for t in tensors]
+    shapes = [unit.shape([d if isinstance(d, (int, np.integer)) else -1 for d in t.shape]) for t in tensors]
+    positions = _arg_positions(graph)
+    sources = _dim_sources(graph, positions)
+    index = {name: k for k, name in enumerate(graph_dim_names(graph))}
     lines = [
         f"int __tvm_ffi_{symbol}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
         f"  void* in[{max(len(graph.inputs), 1)}];",
@@ -330,17 +386,26 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
         "  int error = 0;",
         "  int status;",
         "  (void)self; (void)result;",
-        f"  if (num_args != {len(tensors)}) return byoc_fail(\"TypeError\", {sym_lit}, "
+        f"  if (num_args != {len(positions) + len(graph.shape_arguments)}) return byoc_fail(\"TypeError\", {sym_lit}, "
         f"\"expected {len(graph.inputs)} input and {len(graph.outputs)} output tensors\");",
     ]
     for i, t in enumerate(tensors):
         slot = f"in[{i}]" if i < len(graph.inputs) else f"out[{i - len(graph.inputs)}]"
         c_type(t.dtype)  # names a dtype the C does not take
         _, code, bits = _DTYPES[t.dtype]
-        lines.append(f"  {slot} = byoc_arg(args, {i}, {shapes[i]}, {len(t.shape)}, {code}, {bits}, {sym_lit}, &error);")
+        lines.append(f"  {slot} = byoc_arg(args, {positions[i]}, {shapes[i]}, {len(t.shape)}, {code}, {bits}, "
+                     f"{sym_lit}, &error);")
         lines.append("  if (error) return error;")
+    lines.append(f"  int64_t dims[{max(len(sources), 1)}];")  # this call's symbolic dims, from its arguments
+    lines += [f"  dims[{k}] = {source};" for k, source in enumerate(sources)]
+    for i, t in enumerate(tensors):  # every symbolic dim of every tensor agrees with them
+        for axis, d in enumerate(t.shape):
+            if not isinstance(d, (int, np.integer)):
+                lines.append(f"  if (byoc_dim(args, {positions[i]}, {axis}) != {c_dim(graph.dims[d], index)}) "
+                             f"return byoc_fail(\"ValueError\", {sym_lit}, \"a tensor has the wrong shape for "
+                             f"the call's dims\");")
     lines += [
-        f"  status = {body_fn}(in, out);",
+        f"  status = {body_fn}(in, out, dims);",
         f"  if (status == -2) return byoc_fail(\"MemoryError\", {sym_lit}, \"out of memory for intermediate tensors\");",
         "  return status;",
         "}",

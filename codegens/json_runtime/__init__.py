@@ -68,9 +68,13 @@ class JsonRuntimeCodegen(Codegen):
 
     def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
         """What each module reports it holds (:meth:`byoc.vendor.Codegen.runtime_memory`): its workspace per
-        call, and its constants (as given, plus any copies its executor made, e.g. reordered)."""
+        call, and its constants (as given, plus any copies its executor made, e.g. reordered). A graph with
+        symbolic dims makes its workspace per shape, at the shape's first call: before that, it reports
+        nothing."""
         memory = {}
         for module in modules:
+            if int(module["get_specializations"]()[0]) == 0:
+                continue  # symbolic dims, no shape run yet: its workspace is not known
             workspace, given, made = (int(v) for v in module["get_memory"]())
             memory[str(module["get_symbol"]())] = RuntimeMemory(workspace, given + made)
         return memory

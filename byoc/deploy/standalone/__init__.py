@@ -31,8 +31,13 @@ lowered module for the same target (not extracted from the artifact's
 executable), parallel loops run serially, and :func:`run_emulated` builds the
 program afresh on every call (seconds, not milliseconds).
 
+Symbolic dims: the program is planned for one shape (``dims=``;
+:func:`run_emulated` takes it from the inputs). The C-source partitions are
+the artifact's own C, which reads each call's dims, so two shapes run the
+same partition code.
+
 Refused, with a :class:`StandaloneError` that says why: artifacts loaded from
-a file (the Relax program is no longer there), symbolic shapes, partitions of
+a file (the Relax program is no longer there), a symbolic dim without a size, partitions of
 codegens that are not C-source (a JSON-runtime partition is run by a C++
 runtime module on top of tvm-ffi, which does not exist for the cross
 targets), packed calls other than C-source partitions, tensors of dtypes
@@ -56,7 +61,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import Mapping, Optional, Union
 
 import numpy as np
 
@@ -75,8 +80,33 @@ KERNELS_OBJECT = "kernels.o"
 
 
 # -- lowering ----------------------------------------------------------------------------
-def _lowered_module(artifact):
-    """The artifact's module after TVM's build pipeline up to static memory planning."""
+def _dim_sizes(artifact, dims) -> dict[str, int]:
+    """The size of each of the artifact's symbolic dims, from ``dims``; a StandaloneError names any missing."""
+    from byoc.pipeline.dims import DimRange
+
+    names = list(artifact.dims)
+    dims = dict(dims or {})
+    unknown = [d for d in dims if d not in names]
+    missing = [d for d in names if d not in dims]
+    if unknown or missing:
+        raise StandaloneError(
+            f"a standalone program plans its memory for one shape: give every symbolic dim a size with "
+            f"dims={{...}} (the model's dims: {', '.join(names) or 'none'}; "
+            f"{'missing ' + ', '.join(missing) if missing else 'unknown ' + ', '.join(unknown)})")
+    sizes = {}
+    for name in names:
+        size = dims[name]
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) \
+                or not artifact.dims.get(name, DimRange(name)).holds(int(size)):
+            raise StandaloneError(f"dim {name!r} = {size!r} is not a size in its range "
+                                  f"{artifact.dims.get(name, DimRange(name)).describe()}")
+        sizes[name] = int(size)
+    return sizes
+
+
+def _lowered_module(artifact, sizes: dict[str, int]):
+    """The artifact's module after TVM's build pipeline up to static memory planning, its symbolic dims
+    (in ``main``; the partitions keep theirs and read them per call) bound to ``sizes``."""
     import tvm
     from tvm.relax import backend
     from tvm.relax import transform as T
@@ -91,7 +121,10 @@ def _lowered_module(artifact):
     # lowering. RunCodegen only rewrites the partition calls here: no module is handed to
     # it, the partitions' C is emitted again by _partition_sources.
     target = artifact.target.tvm_target()
-    mod = lower_partitions(artifact.plan.mod, {vendor.name: [] for vendor in artifact.plan.vendors})
+    mod = artifact.plan.mod
+    if sizes:
+        mod = T.BindSymbolicVars(sizes, "main")(mod)
+    mod = lower_partitions(mod, {vendor.name: [] for vendor in artifact.plan.vendors})
     passes = [
         backend.DispatchSampling(),
         backend.DispatchSortScan(),
@@ -175,8 +208,13 @@ def _written_by_byoc(directory: Path) -> bool:
     return directory.is_dir() and makefile.is_file() and makefile.read_text(errors="replace").startswith(MAKEFILE_MARK)
 
 
-def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: bool = False) -> StandaloneProgram:
+def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: bool = False,
+                      dims: Optional[Mapping[str, int]] = None) -> StandaloneProgram:
     """Write ``artifact`` as a standalone C program into ``directory`` (new or empty).
+
+    A program plans its memory statically, for one shape: an artifact with symbolic dims needs ``dims``,
+    a size for each (``{"batch": 1, "seq": 128}``). Its C-source partitions stay as built, reading each
+    call's dims from their arguments; only the host part is planned for that shape.
 
     With ``overwrite=True`` a folder that byoc wrote before (it has byoc's
     ``Makefile``) is emptied and written again; any other non-empty folder is
@@ -196,7 +234,7 @@ def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: b
                                   f"choose a new or empty one{hint}")
         shutil.rmtree(directory)
     plan = artifact.plan
-    mod = _lowered_module(artifact)
+    mod = _lowered_module(artifact, _dim_sizes(artifact, dims))
     partition_sources = _partition_sources(plan)
     symbols = {p.name for p in plan.partitions}
     model_c = model_source(artifact, mod, symbols)
@@ -255,8 +293,11 @@ def run_emulated(artifact, inputs) -> list[np.ndarray]:
     returns numpy arrays in ONNX output order. Each call builds the program
     afresh in a temporary folder.
     """
+    from byoc.pipeline.dims import bind_dims
+
     arrays = artifact.check_inputs(inputs)
+    sizes = bind_dims(artifact.inputs, [a.shape for a in arrays], artifact.dims)
     artifact.target.runner()  # a missing emulator is reported before any building
     with tempfile.TemporaryDirectory(prefix="byoc-standalone-") as tmp:
-        program = export_standalone(artifact, Path(tmp) / "program")
+        program = export_standalone(artifact, Path(tmp) / "program", dims=sizes)
         return run_program(program, arrays, build_program(program))

@@ -210,6 +210,8 @@ class _Emitter:
         raise StandaloneError(f"op {name} is not supported in a standalone program")
 
     def packed_call(self, symbol: str, args, env) -> None:
+        from tvm import relax
+
         from byoc.vendor.values import is_prim_value
 
         if not _IDENT.match(symbol):
@@ -217,8 +219,13 @@ class _Emitter:
         function = f"__tvm_ffi_{symbol}"
         self.externs[function] = f"int {function}(void*, const byoc_any*, int32_t, byoc_any*);"
         n = len(args)
-        lines = [f"  {{ /* {symbol} */", f"    byoc_any a[{n}];", f"    byoc_dltensor t[{n}];"]
+        lines = [f"  {{ /* {symbol} */", f"    byoc_any a[{n}];", f"    byoc_dltensor t[{n}];",
+                 f"    byoc_shape_object s[{n}];"]
         for i, arg in enumerate(args):
+            if isinstance(arg, relax.ShapeExpr):  # dims TVM passes a partition next to its tensors
+                values = _shape_values(arg)
+                lines.append(f"    byoc_set_shape(&a[{i}], &s[{i}], {self.shape(values)}, {len(values)});")
+                continue
             if is_prim_value(arg):
                 setter = "byoc_set_float" if "float" in str(arg.dtype) else "byoc_set_int"
                 lines.append(f"    {setter}(&a[{i}], {arg.value!r});")

@@ -1,6 +1,10 @@
 /* The fixed part of every standalone byoc program (see byoc/deploy/standalone/c_program.py):
  * the runtime symbols TVM's kernels and C-source partitions call, and the tensor-file reader and writer. */
-enum { BYOC_FFI_INT = 1, BYOC_FFI_FLOAT = 3, BYOC_FFI_DLTENSOR_PTR = 7 };
+enum { BYOC_FFI_INT = 1, BYOC_FFI_FLOAT = 3, BYOC_FFI_DLTENSOR_PTR = 7, BYOC_FFI_SHAPE = 69 };
+
+/* An ffi.Shape as a C-source partition reads one (the dims TVM passes next to its tensors): the
+ * 24-byte object header, then the values' pointer and count. */
+typedef struct { unsigned char header[24]; const int64_t* data; uint64_t size; } byoc_shape_object;
 
 static byoc_any byoc_result;
 
@@ -10,6 +14,10 @@ static void byoc_set_tensor(byoc_any* a, byoc_dltensor* t, void* data, int64_t* 
   t->dtype.code = (uint8_t)code; t->dtype.bits = (uint8_t)bits; t->dtype.lanes = 1;
   t->shape = shape; t->strides = NULL; t->byte_offset = 0;
   a->type_index = BYOC_FFI_DLTENSOR_PTR; a->zero_padding = 0; a->v.v_ptr = t;
+}
+static void byoc_set_shape(byoc_any* a, byoc_shape_object* s, const int64_t* data, uint64_t size) {
+  memset(s->header, 0, sizeof(s->header)); s->data = data; s->size = size;
+  a->type_index = BYOC_FFI_SHAPE; a->zero_padding = 0; a->v.v_ptr = s;
 }
 static void byoc_set_int(byoc_any* a, int64_t v) { a->type_index = BYOC_FFI_INT; a->zero_padding = 0; a->v.v_int64 = v; }
 static void byoc_set_float(byoc_any* a, double v) { a->type_index = BYOC_FFI_FLOAT; a->zero_padding = 0; a->v.v_float64 = v; }
