@@ -249,3 +249,27 @@ def test_a_mask_from_range_over_a_symbolic_dim_keeps_the_dim_and_the_partitions(
     for batch, seq in [(1, 5), (2, 9), (1, 5), (3, 2)]:
         x = np.random.default_rng(seq).standard_normal((batch, seq, 8)).astype(np.float32)
         np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_memory_is_counted_at_the_bounds_and_as_a_formula_of_the_other_dims():
+    """The estimate of a symbolic model equals the static build's at the same sizes: with both dims bounded
+    (counted at the bounds), and through the formula left when only seq is bounded."""
+    from byoc.tools.memory import estimate_memory
+
+    keep = ["relu", "softmax"]  # host work between the partitions, so the host plans memory
+
+    def estimate(**options):
+        return estimate_memory(byoc.partition(_encoder_block(), ["dnnl"], keep_on_host=keep, **options))
+
+    static = estimate(input_shapes={"x": [2, 8, 8], "scale": [2, 2]})
+    bounded = estimate(dims={"batch": "..2", "seq": "..8"})
+    assert bounded.at_bounds == {"batch": 2, "seq": 8}
+    figures = ("planned_bytes", "lower_bound_bytes", "model_lower_bound_bytes")
+    assert [getattr(bounded, f) for f in figures] == [getattr(static, f) for f in figures]
+    assert static.lower_bound_bytes > 0
+    formula = estimate(dims={"seq": "..8"})
+    assert formula.at_bounds == {"seq": 8}
+    for figure in figures:
+        text = getattr(formula, figure)
+        assert isinstance(text, str) and "batch" in text and "seq" not in text
+        assert eval(text, {"__builtins__": {}, "max": max, "min": min}, {"batch": 2}) == getattr(static, figure)
