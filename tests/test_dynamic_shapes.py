@@ -198,6 +198,28 @@ def test_the_report_shows_symbolic_dims():
     plan = byoc.partition(_encoder_block(), ["dnnl"])
     data = plan.report(format="json")
     assert '"batch"' in data and '"seq"' in data
+    assert "x batch×seq×8 float32" in plan.report(format="text")
+
+
+def test_verify_runs_several_shapes_and_the_cli_names_them(tmp_path):
+    """Default: the upper bound, the lower bound and a drawn size, one build for all; --verify-dims lists runs."""
+    from byoc.tools.verify import verify, verify_shapes
+
+    runs = verify_shapes({"batch": DimRange("batch", 1, 4), "seq": DimRange("seq")})
+    assert runs[:2] == [{"batch": 4, "seq": 3}, {"batch": 1, "seq": 2}] and 2 <= len(runs) <= 3
+    assert all(1 <= r["batch"] <= 4 and 2 <= r["seq"] <= 16 for r in runs)
+    plan = byoc.partition(_encoder_block(), ["c_source"], dims={"batch": "..4"})
+    result = verify(plan)
+    assert result.ok and len(result.shapes) >= 2 and "batch=4, seq=3" in result.shapes
+    path = tmp_path / "block.onnx"
+    onnx.save(_encoder_block(), path)
+    cli = [sys.executable, "-m", "byoc.partition", str(path), "--vendor", "dnnl", "--verify", "-q"]
+    run = subprocess.run(cli + ["--verify-dims", "batch=2,seq=5", "--verify-dims", "batch=1,seq=40"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "at 2 shape(s): batch=2, seq=5; batch=1, seq=40" in " ".join(run.stdout.split())
+    bad = subprocess.run(cli + ["--verify-dims", "batch=2"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "missing seq; the model's symbolic dims are batch, seq" in bad.stderr
 
 
 def _causal_attention_scores() -> onnx.ModelProto:
@@ -273,3 +295,83 @@ def test_memory_is_counted_at_the_bounds_and_as_a_formula_of_the_other_dims():
         text = getattr(formula, figure)
         assert isinstance(text, str) and "batch" in text and "seq" not in text
         assert eval(text, {"__builtins__": {}, "max": max, "min": min}, {"batch": 2}) == getattr(static, figure)
+
+
+def _squeeze_and_concat() -> onnx.ModelProto:
+    """Relu(x[n, 4, h, w]) squeezed at h, then joined with z[n, 2, v] along the channels: it runs only where
+    h = 1 and v = w, which no analysis of the dims can know (PP-OCR's recognizer joins such tensors)."""
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Squeeze", ["r", "axes"], ["s"], name="squeeze"),
+             helper.make_node("Concat", ["s", "z"], ["y"], name="concat", axis=1)]
+    graph = helper.make_graph(nodes, "squeeze_concat",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, "h", "w"]),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, ["n", 2, "v"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6, "w"])], [axes])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("vendors", [["dnnl"], []])
+def test_dims_only_the_run_can_check_are_checked_when_it_runs(vendors):
+    model = _squeeze_and_concat()
+    artifact = byoc.compile(model, vendors)
+    if vendors:
+        assert {n for p in artifact.plan.partitions for n in p.onnx_nodes} >= {"squeeze", "concat"}
+    session = ort.InferenceSession(model.SerializeToString())
+    rng = np.random.default_rng(5)
+    for n, w in [(1, 3), (2, 7)]:
+        feeds = {"x": rng.standard_normal((n, 4, 1, w)).astype(np.float32),
+                 "z": rng.standard_normal((n, 2, w)).astype(np.float32)}
+        np.testing.assert_array_equal(artifact.run(feeds)[0], session.run(None, feeds)[0])
+    for x_shape, z_shape in [((1, 4, 2, 3), (1, 2, 3)), ((1, 4, 1, 3), (1, 2, 4))]:  # h = 2; v != w
+        bad = {"x": np.ones(x_shape, np.float32), "z": np.ones(z_shape, np.float32)}
+        with pytest.raises((InputShapeError, ValueError), match=r"match_cast|different sizes|has w = 4|w"):
+            artifact.run(bad)
+
+
+def _strided_conv_then_flatten() -> onnx.ModelProto:
+    """x[n, 3, h, w] -> Conv stride 2 -> Relu -> Reshape to (n, 8, -1) -> Softmax: with the conv on the host, the
+    partition's input dims are expressions ((h-1)//2+1), and TVM passes the dims and the reshape's target as
+    shape arguments."""
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([0, 1], np.int64), "first_two"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus_one")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Shape", ["r"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "first_two"], ["nc"], name="nc", axis=0),
+             helper.make_node("Concat", ["nc", "minus_one"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["r", "target"], ["flat"], name="flatten"),
+             helper.make_node("Softmax", ["flat"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "conv_flatten",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8, "hw"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("vendor", ["dnnl", "json_runtime", "c_source"])
+def test_a_partition_whose_dims_come_in_shape_arguments_runs_every_shape(vendor):
+    model = _strided_conv_then_flatten()
+    artifact = byoc.compile(model, [vendor], keep_on_host=["conv"])
+    (part,) = artifact.plan.partitions
+    assert part.onnx_nodes == ["relu", "flatten", "softmax"]
+    session = ort.InferenceSession(model.SerializeToString())
+    for shape in [(1, 3, 8, 8), (2, 3, 9, 13), (1, 3, 5, 4)]:
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_tvm_passes_no_shape_the_partition_input_already_defines():
+    """TVM's merge gives a partition one shape parameter per composite that took one (66 copies of
+    R.shape([width, height]) for a ResNet): the ones the tensors define are written into the partition."""
+    from tvm import relax
+
+    plan = byoc.partition(_strided_conv_then_flatten(), ["dnnl"])
+    (part,) = plan.partitions
+    params = plan.mod[part.global_var].params
+    assert [isinstance(p.ty, relax.TensorType) for p in params] == [True], [str(p.ty) for p in params]

@@ -169,11 +169,12 @@ def _check_paths(args) -> None:
 
 def _check_verify_dims(runs: list, dims) -> None:
     """Each --verify-dims run names every symbolic dim of the model, and only those."""
+    from byoc.pipeline.dims import sizes_problem
+
     for sizes in runs:
-        missing, unknown = [d for d in dims if d not in sizes], [d for d in sizes if d not in dims]
-        if missing or unknown:
-            raise _UsageError(f"--verify-dims {','.join(f'{k}={v}' for k, v in sizes.items())}: "
-                              f"{'missing ' + ', '.join(missing) if missing else 'unknown ' + ', '.join(unknown)}; "
+        problem = sizes_problem(sizes, list(dims))
+        if problem:
+            raise _UsageError(f"--verify-dims {','.join(f'{k}={v}' for k, v in sizes.items())}: {problem}; "
                               f"the model's symbolic dims are {', '.join(dims) or 'none'}")
 
 

@@ -18,8 +18,8 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, TargetError,
-                         last_line)
+from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, InputShapeError,
+                         TargetError, last_line)
 from byoc.pipeline.dims import bind_dims
 from byoc.pipeline.onnx_model import DimRange, TensorSpec
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
@@ -203,7 +203,15 @@ class Artifact:
         """Run the model; returns numpy arrays in ONNX output order."""
         arrays = self.check_inputs(inputs)
         vm = self._vm()
-        result = vm["main"](*[tvm_tensor(a) for a in arrays])
+        try:
+            result = vm["main"](*[tvm_tensor(a) for a in arrays])
+        except Exception as err:  # TVM's VM raises its own error types
+            if "match_cast" not in str(err):
+                raise
+            # the importer's run-time check where no analysis of the dims could tell (byoc.pipeline.importer)
+            raise InputShapeError(
+                "these input sizes break a relation between dims that the model holds at run time (a Squeeze of "
+                f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None
         return vm_outputs(result)
 
 

@@ -105,3 +105,13 @@ def bind_dims(specs: Sequence[TensorSpec], shapes: Sequence[tuple], ranges: Mapp
                     f"range {rng.describe()}; the artifact was compiled for that range: compile again with a wider "
                     f"one (dims={{{want!r}: ...}})", spec.name, want)
     return {name: size for name, (size, _) in bound.items()}
+
+
+def sizes_problem(sizes: Mapping[str, object], dims: Sequence[str]) -> Optional[str]:
+    """What is wrong with ``sizes`` as one size per symbolic dim of ``dims``: ``"missing seq"``,
+    ``"unknown width"``, or None when it names each dim once."""
+    missing = [d for d in dims if d not in sizes]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    unknown = [d for d in sizes if d not in dims]
+    return f"unknown {', '.join(unknown)}" if unknown else None

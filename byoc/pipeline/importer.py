@@ -79,6 +79,10 @@ class ProvenanceImporter(ONNXGraphImporter):
                 _shapes_as_tensors(op_name, inputs, self.bb)
             elif isinstance(sym, relax.Call):  # TVM's converters read their inputs' types
                 sym = self.bb.normalize(sym)
+        if sym is None and op_name == "Concat":
+            _agree_on_concat_dims(inputs, attrs.get("axis", 0), self.bb)
+        if sym is None and op_name == "Squeeze":
+            _squeezed_dims_are_one(inputs, attrs, self.bb)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -322,6 +326,48 @@ def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
         else:
             vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
             inputs[i] = bb.normalize(relax.op.reshape(vector, ()))
+
+
+def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
+    """In place: Concat inputs whose other dims TVM cannot prove equal to the first input's are cast to them
+    (``match_cast``, checked when the model runs, as onnxruntime checks them). PP-OCR's recognizer joins
+    ``((h-33)//48+1, w')`` with ``(1, w')``: equal for every height it is run at, which no analysis of the
+    dims can know, and TVM gives up the whole shape, leaving every op after it without one."""
+    from tvm.sym.analyzer import Analyzer
+
+    tensors = [x for x in inputs if x is not None]
+    types = [x.ty for x in tensors]
+    if len(tensors) < 2 or not all(isinstance(t, relax.TensorType) and t.shape is not None for t in types):
+        return
+    first = list(types[0].shape.values)
+    if any(len(t.shape.values) != len(first) for t in types):
+        return
+    axis = axis + len(first) if axis < 0 else axis
+    analyzer = Analyzer()
+    for i, (x, ty) in enumerate(zip(inputs, types)):
+        dims = list(ty.shape.values)
+        if i == 0 or all(analyzer.can_prove_equal(a, b) for k, (a, b) in enumerate(zip(dims, first)) if k != axis):
+            continue
+        target = [d if k == axis else f for k, (d, f) in enumerate(zip(dims, first))]
+        inputs[i] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
+    """In place: a Squeeze of a symbolic dim reads its input cast to size 1 there (``match_cast``, checked when
+    the model runs, as onnxruntime checks it); TVM refuses to squeeze a dim it cannot prove is 1."""
+    x = inputs[0]
+    axes = attrs.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None and is_tensor_const(inputs[1]):
+        axes = [int(a) for a in const_array(inputs[1]).reshape(-1)]
+    ty = getattr(x, "ty", None)
+    if not axes or not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return
+    dims = list(ty.shape.values)
+    axes = {a + len(dims) if a < 0 else a for a in axes}
+    if all(getattr(dims[a], "value", None) == 1 for a in axes if 0 <= a < len(dims)):
+        return
+    target = [1 if k in axes else d for k, d in enumerate(dims)]
+    inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
 
 
 def _symbolic_range(inputs, values):

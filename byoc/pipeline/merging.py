@@ -1,4 +1,5 @@
-"""Vendor regions from composite calls: TVM's ``MergeCompositeFunctions``, then :func:`merge_siblings`.
+"""Vendor regions from composite calls: TVM's ``MergeCompositeFunctions``, then :func:`merge_siblings`, then
+the shape arguments the regions need no more (:func:`inline_shape_arguments`).
 
 TVM 0.27 passes a symbolic scalar argument (the ``n`` of ``R.arange(0, n, 1)``,
 as transformers' position ids and masks import) as the TIR variable itself,
@@ -7,10 +8,17 @@ bindings it has seen: a bare TIR variable is none of them, and the pass fails
 ("Could not find memo-ized group"). A compound expression is a leaf it
 accepts, so such an argument (or a tuple field, as strided_slice's bounds)
 is written ``n + 0`` first: the same value.
+
+It also refuses ``match_cast`` bindings ("Invalid type: relax.expr.MatchCast"),
+which the importer writes where a symbolic dim must be checked at run time (a
+Squeeze of it, a Concat whose dims no analysis proves equal). They go through
+the merge as plain bindings of the value they cast (host bindings, which the
+merge leaves as they are), and come back as they were.
 """
 
 from __future__ import annotations
 
+from byoc.pipeline.shape_args import inline_shape_arguments
 from byoc.pipeline.siblings import merge_siblings
 
 
@@ -18,7 +26,58 @@ def merge_regions(mod):
     """``mod`` (after FuseOpsByPattern) with each vendor's composite calls grouped into Codegen functions."""
     from tvm.relax.transform import MergeCompositeFunctions
 
-    return merge_siblings(MergeCompositeFunctions()(_scalar_vars_as_expressions(mod)))
+    hidden, casts = _match_casts_as_calls(_scalar_vars_as_expressions(mod))
+    merged = merge_siblings(_restored_match_casts(MergeCompositeFunctions()(hidden), casts))
+    return inline_shape_arguments(merged, "Codegen")  # TVM passes a shape per composite that took one
+
+
+def _with_main_bindings(mod, rebind):
+    """``mod`` whose ``main`` has each binding ``b`` replaced by ``rebind(b)``; ``mod`` itself if none changes."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
+    blocks, changed = [], False
+    for block in main.body.blocks:
+        bindings = [rebind(b) for b in block.bindings]
+        changed |= any(not new.same_as(old) for new, old in zip(bindings, block.bindings))
+        blocks.append(type(block)(bindings, block.span))
+    if not changed:
+        return mod
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = relax.Function(
+        main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs, main.span)
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def _match_casts_as_calls(mod):
+    """``mod`` with each match_cast binding of ``main`` a plain binding of its value, and the casts by var."""
+    from tvm import relax
+
+    casts = {}
+
+    def rebind(binding):
+        if not isinstance(binding, relax.MatchCast):
+            return binding
+        casts[binding.var] = binding
+        return relax.VarBinding(binding.var, binding.value)
+
+    return _with_main_bindings(mod, rebind), casts
+
+
+def _restored_match_casts(mod, casts):
+    from tvm import relax
+
+    if not casts:
+        return mod
+
+    def rebind(binding):
+        original = casts.get(binding.var)
+        if original is None:
+            return binding
+        return relax.MatchCast(binding.var, binding.value, original.ty, original.span)
+
+    return _with_main_bindings(mod, rebind)
 
 
 def _scalar_vars_as_expressions(mod):

@@ -9,6 +9,13 @@ its tensor parameters define ``batch`` and ``seq``. :func:`inline_shape_argument
 writes such shapes into the body and drops the parameter, so a partition's
 arguments stay tensors and each runtime computes the shape from the sizes it
 binds per call.
+
+It runs twice: on the composites (after FuseOpsByPattern), and on the merged
+partitions (after MergeCompositeFunctions), which TVM gives one shape
+parameter per composite that took one: a ResNet with a symbolic height and
+width had 66 copies of ``R.shape([width, height])``, each made and passed on
+every call, though its input defines both dims. A shape parameter equal to an
+earlier one is folded into it.
 """
 
 from __future__ import annotations
@@ -36,8 +43,28 @@ def _inlinable(param, defined: set[str]) -> bool:
             and set(dim_names(relax.ShapeExpr(ty.values))) <= defined)
 
 
-def inline_shape_arguments(mod):
-    """``mod`` whose composite functions take no shape parameter their tensor parameters determine."""
+def _replaced_shapes(params) -> dict:
+    """Parameter index -> what replaces it: the shape itself where tensor parameters define its dims, else an
+    earlier shape parameter of the same dims."""
+    from tvm import relax
+
+    defined = _defined_vars(params)
+    replaced, first = {}, {}
+    for i, param in enumerate(params):
+        if _inlinable(param, defined):
+            replaced[i] = relax.ShapeExpr(param.ty.values)
+        elif isinstance(param.ty, relax.ShapeType) and param.ty.values is not None:
+            key = tuple(str(v) for v in param.ty.values)
+            if key in first:
+                replaced[i] = first[key]
+            else:
+                first[key] = param
+    return replaced
+
+
+def inline_shape_arguments(mod, kind: str = "Composite"):
+    """``mod`` whose functions of ``kind`` (the attribute ``Composite`` or ``Codegen``) take no shape parameter
+    their tensor parameters determine, nor one equal to an earlier one."""
     import tvm
     from tvm import relax
     from tvm.relax.expr import _update_type
@@ -47,13 +74,12 @@ def inline_shape_arguments(mod):
     functions = {}
     for gv, func in mod.functions_items():
         shapes = {}
-        if isinstance(func, relax.Function) and func.attrs is not None and "Composite" in func.attrs:
-            defined = _defined_vars(func.params)
-            shapes = {i: p for i, p in enumerate(func.params) if _inlinable(p, defined)}
+        if isinstance(func, relax.Function) and func.attrs is not None and kind in func.attrs:
+            shapes = _replaced_shapes(func.params)
         if not shapes:
             functions[gv] = func
             continue
-        bound = func.bind_params({p: relax.ShapeExpr(p.ty.values) for p in shapes.values()})
+        bound = func.bind_params({func.params[i]: value for i, value in shapes.items()})
         new_gv = relax.GlobalVar(gv.name_hint)
         _update_type(new_gv, bound.ty)  # a GlobalVar keeps the type it was made with: its callers are typed by it
         functions[new_gv] = bound
@@ -73,6 +99,7 @@ def inline_shape_arguments(mod):
             return relax.Call(new_gv, args, call.attrs, call.ty_args, call.span)
 
     for gv, func in list(functions.items()):
-        if isinstance(func, relax.Function) and func.attrs is not None and "Composite" not in func.attrs:
+        if isinstance(func, relax.Function) and (func.attrs is None or not any(k in func.attrs
+                                                                                for k in ("Composite", "Codegen"))):
             functions[gv] = _DropArguments().visit_expr(func)
     return tvm.IRModule(functions, attrs=mod.attrs)

@@ -16,7 +16,7 @@ import numpy as np
 
 from byoc.errors import UnsupportedConstruct
 from byoc.vendor.quantized import WEIGHTED, QParams, QuantizedUnit, qparams, quantized_range
-from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, is_tensor_const
+from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, is_tensor_const, tree_names
 
 
 @dataclass
@@ -75,9 +75,10 @@ class PartitionGraph:
     ops: list[OpCall]
     function: Any = field(repr=False, default=None)
     dims: dict[str, Any] = field(default_factory=dict)
-    #: (position among the call's arguments, the symbolic dims it gives) for each shape TVM passes next to
-    #: the tensors: the sizes of dims that are no whole dim of any input (``seq`` of a ``(batch, seq*16)``).
-    shape_arguments: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    #: (position among the call's arguments, its dims: a symbolic dim's name, or a static size) for each
+    #: shape TVM passes next to the tensors: it gives the sizes of dims that are no whole dim of any input
+    #: (``seq`` of a ``(batch, seq*16)``).
+    shape_arguments: list[tuple[int, tuple[Dim, ...]]] = field(default_factory=list)
 
     @property
     def constants(self) -> list[Tensor]:
@@ -149,8 +150,11 @@ class _Builder:
     def shape(self, ty) -> tuple[Dim, ...]:
         if ty.shape is None:
             raise UnsupportedConstruct("a tensor of unknown rank")
+        return self.dims_of(ty.shape.values)
+
+    def dims_of(self, values) -> tuple[Dim, ...]:
         dims = []
-        for d in ty.shape.values:
+        for d in values:
             try:
                 text = dim_text(d)
             except ValueError:
@@ -183,11 +187,10 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
         if isinstance(param.ty, relax.ShapeType):
             # TVM passes a shape next to the tensors when a symbolic dim is no whole dim of any of them
             # (softmax over (batch, seq*16) needs seq): the runtime reads the dims' sizes from it.
-            names = [dim_text(d) for d in (param.ty.values or ())]
-            if not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
-                raise UnsupportedConstruct(f"a shape argument {param.ty} that is not a list of symbolic dims")
-            shape_arguments.append((position, tuple(names)))
-            env[param] = tuple(names)  # read by no op: composites take it only to define the dims
+            if not param.ty.values:
+                raise UnsupportedConstruct(f"a shape argument {param.ty} of unknown values")
+            shape_arguments.append((position, builder.dims_of(param.ty.values)))
+            env[param] = shape_arguments[-1][1]  # read by no op: composites take it only to define the dims
             continue
         t = builder.tensor(param.ty, "input")
         env[param] = t
@@ -209,6 +212,8 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
             if isinstance(value, _Unavailable):
                 raise UnsupportedConstruct(f"result {value.index} of {value.op} (only the first result is computed)")
             return value
+        if isinstance(expr, relax.ShapeExpr):  # a shape given to a composite: a tuple of dims, as a shape argument
+            return builder.dims_of(expr.values)
         raise UnsupportedConstruct(f"an expression of type {type(expr).__name__}")
 
     def run_body(seq, local_env, rule):
@@ -236,7 +241,10 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
                 attrs[key] = _python_value(arg.fields)  # strided_slice's axes, begin, end, strides
             else:
                 value = value_of(arg, local_env)
-                tensors.extend(value if isinstance(value, list) else [value])
+                if isinstance(value, tuple):  # a shape the composite was given (a reshape's target)
+                    attrs[key] = value
+                else:
+                    tensors.extend(value if isinstance(value, list) else [value])
         if isinstance(var.ty, relax.TupleType) and call.op.name in _PER_RESULT:
             fields = list(var.ty.fields)
             if not all(isinstance(f, relax.TensorType) for f in fields):
@@ -274,7 +282,25 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     for item in outputs:
         if isinstance(item, _Unavailable):
             raise UnsupportedConstruct(f"result {item.index} of {item.op} (only the first result is computed)")
+    shape_arguments = [(position, _given_dims(dims, inputs, shape_arguments, builder.dims))
+                       for position, dims in shape_arguments]
     return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments)
+
+
+def _given_dims(dims: tuple, inputs: list[Tensor], shape_arguments: list, trees: dict[str, Any]) -> tuple:
+    """A shape argument's dims as the runtime reads them: a name it gives, or 0 for an entry that gives none
+    (a size, or an expression of dims the inputs or shape arguments size)."""
+    whole = [d for t in inputs for d in t.shape] + [d for _, ds in shape_arguments for d in ds]
+    bound = {d for d in whole if isinstance(d, str) and d.isidentifier()}
+    given = []
+    for d in dims:
+        if isinstance(d, str) and not d.isidentifier():
+            if not set(tree_names(trees[d])) <= bound:
+                raise UnsupportedConstruct(f"a shape argument ({', '.join(map(str, dims))}) whose dim {d} no "
+                                           "call's inputs size")
+            d = 0
+        given.append(d)
+    return tuple(given)
 
 
 # -- quantized node units -------------------------------------------------------------------------

@@ -69,7 +69,8 @@ default 8) of them. A graph with static shapes is written as before. When a
 dim is no whole dim of any input (``seq`` where an input is ``(batch,
 seq*16)``), TVM passes its size in a shape argument next to the tensors:
 ``"shape_arguments": [[position, ["seq"]]]`` lists each one's position among
-the call's arguments (inputs and shapes, before the outputs) and the dims it gives.
+the call's arguments (inputs and shapes, before the outputs) and the dims it gives
+(``""`` for a static size, which gives none).
 
 The text is deterministic: keys are sorted, separators fixed, names come
 from counters, so the same partition gives byte-identical JSON in every
@@ -164,7 +165,7 @@ def _tensor_entry(t: Tensor, name: str, where: str, dtypes: tuple, dims: Mapping
 def _check_dims_bound(graph: PartitionGraph, where: str) -> None:
     """A runtime sizes each symbolic dim from a call's input shapes: each must be a whole dim of an input."""
     bound = {d for t in graph.inputs for d in t.shape if isinstance(d, str) and d.isidentifier()}
-    bound |= {d for _, names in graph.shape_arguments for d in names}
+    bound |= {d for _, dims in graph.shape_arguments for d in dims if isinstance(d, str)}
     used = {name for tree in graph.dims.values() for name in tree_names(tree)}
     missing = sorted(used - bound)
     if missing:
@@ -235,7 +236,8 @@ def serialize(graph: PartitionGraph, dtypes: tuple = DTYPES, options: Optional[M
         "nodes": nodes,
     }
     if graph.shape_arguments:
-        document["shape_arguments"] = [[position, list(names)] for position, names in graph.shape_arguments]
+        document["shape_arguments"] = [[position, [d if isinstance(d, str) else "" for d in dims]]
+                                       for position, dims in graph.shape_arguments]
     if options is not None:
         document["options"] = {key: typed_attr(value, f"{where} option {key!r}") for key, value in options.items()}
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), allow_nan=False)

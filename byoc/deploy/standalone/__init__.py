@@ -82,17 +82,15 @@ KERNELS_OBJECT = "kernels.o"
 # -- lowering ----------------------------------------------------------------------------
 def _dim_sizes(artifact, dims) -> dict[str, int]:
     """The size of each of the artifact's symbolic dims, from ``dims``; a StandaloneError names any missing."""
-    from byoc.pipeline.dims import DimRange
+    from byoc.pipeline.dims import DimRange, sizes_problem
 
     names = list(artifact.dims)
     dims = dict(dims or {})
-    unknown = [d for d in dims if d not in names]
-    missing = [d for d in names if d not in dims]
-    if unknown or missing:
+    problem = sizes_problem(dims, names)
+    if problem:
         raise StandaloneError(
             f"a standalone program plans its memory for one shape: give every symbolic dim a size with "
-            f"dims={{...}} (the model's dims: {', '.join(names) or 'none'}; "
-            f"{'missing ' + ', '.join(missing) if missing else 'unknown ' + ', '.join(unknown)})")
+            f"dims={{...}} (the model's dims: {', '.join(names) or 'none'}; {problem})")
     sizes = {}
     for name in names:
         size = dims[name]
