@@ -180,7 +180,7 @@ def per_channel_bias(match: Match) -> CheckResult:
 
     Reads the pattern's annotations ``conv`` (the conv call) and ``bias``.
     """
-    out = static_shape(match.annotated["conv"])
+    out = dims(match.annotated["conv"])  # its channels are static (a constant weight's); others may be symbolic
     per_channel = (1, out[1], *(1,) * (len(out) - 2))
     bias = static_shape(match.annotated["bias"])
     if bias not in (per_channel, per_channel[1:]):
