@@ -28,7 +28,8 @@ int Program::ReorderConst(int v, const Desc& desc, const std::vector<double>& sc
     };
     if (shared_ && Root(v) < given_values_) {  // a graph constant: the same in every program of the module
       bool made = false;
-      memory m = shared_->Get(key.str(), reorder, &made);
+      shared_held_.push_back(shared_->Get(key.str(), reorder, &made));
+      const memory& m = *shared_held_.back();
       consts_.push_back(m);
       if (made) owned_const_bytes_ += m.get_desc().get_size();  // counted by the program that made it
       kept->second = NewValue(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
