@@ -377,7 +377,7 @@ def test_export_onnx_warns_in_one_line_when_a_node_is_split(model_dir, tmp_path)
     (["--vendor", "dnnl", "--vendor-option", "dnnl.winograd=maybe"],
      "vendor 'dnnl' option 'winograd' takes on or off (True or False), got 'maybe'"),
     (["--vendor", "dnnl", "--vendor-option", "dnnl.winogard=off"],
-     "vendor 'dnnl' has no option 'winogard'; its options are contention_watch, winograd"),
+     "vendor 'dnnl' has no option 'winogard'; its options are contention_watch, shape_cache, winograd"),
     (["--vendor-option", "dnnl.winograd=off"],
      "vendor 'dnnl' is not among the vendors (c_source); add it with --vendor"),
     (["--vendor-option", "winograd=off"], "expected VENDOR.OPTION=VALUE, e.g. dnnl.winograd=off"),

@@ -91,6 +91,16 @@ def test_the_dnnl_runtime_compiles_each_shape_once_and_keeps_a_bounded_cache():
     assert alive == 8 and made == 22  # the default bound (shape_cache 8) holds: the oldest shapes left
 
 
+def test_the_shape_cache_option_sets_the_bound():
+    artifact = byoc.compile(_encoder_block(), vendors=["dnnl"], vendor_options={"dnnl": {"shape_cache": 3}})
+    (block,) = [p.name for p in artifact.plan.partitions if "softmax" in p.onnx_nodes]
+    (module,) = [m for m in artifact.executable.mod.imports
+                 if m.kind == "byoc_dnnl" and m.get_function("get_symbol")() == block]
+    for seq in range(4, 10):
+        artifact.run(_inputs(1, seq))
+    assert list(module.get_function("get_specializations")()) == [3, 6]
+
+
 _VERBOSE_RUN = """
 import sys
 sys.path.insert(0, {tests!r})

@@ -31,7 +31,8 @@ from byoc.vendor.graph import partition_graph
 
 from models import const, model, onnxruntime_outputs, single_op, small_cnn, tensor
 
-GRAPH_OPTIONS = '"options":{"contention_watch":{"type":"bool","value":true},"winograd":{"type":"bool","value":true}}'
+GRAPH_OPTIONS = ('"options":{"contention_watch":{"type":"bool","value":true},"shape_cache":{"type":"int","value":8},'
+                 '"winograd":{"type":"bool","value":true}}')
 
 
 class Recording(CSourceCodegen):
@@ -195,10 +196,11 @@ def _dnnl_partition():
     return partition_graph(plan.mod[part.global_var], part.name)
 
 
-def test_dnnl_declares_winograd_and_contention_watch():
+def test_dnnl_declares_winograd_contention_watch_and_shape_cache():
     options = {o.name: o for o in byoc.get_vendor("dnnl").declared_options}
     assert {n: (o.type, o.default, o.env) for n, o in options.items()} == {
-        "winograd": (bool, True, "BYOC_DNNL_WINOGRAD"), "contention_watch": (bool, True, "BYOC_DNNL_CONTENTION")}
+        "winograd": (bool, True, "BYOC_DNNL_WINOGRAD"), "contention_watch": (bool, True, "BYOC_DNNL_CONTENTION"),
+        "shape_cache": (int, 8, "")}
     assert all(o.doc for o in options.values())
 
 
@@ -207,7 +209,8 @@ def test_the_dnnl_graph_json_carries_the_options_and_json_runtime_graphs_stay_as
     text = DnnlCodegen().serialize(graph).json
     assert GRAPH_OPTIONS in text and text.endswith(',"version":3}')  # the dnnl runtime's schema
     off = json.loads(DnnlCodegen().serialize(graph, {"winograd": False}).json)["options"]
-    assert off == {"contention_watch": {"type": "bool", "value": True}, "winograd": {"type": "bool", "value": False}}
+    assert off == {"contention_watch": {"type": "bool", "value": True}, "shape_cache": {"type": "int", "value": 8},
+                   "winograd": {"type": "bool", "value": False}}
     plain = JsonRuntimeCodegen().serialize(graph)
     assert plain.json == serialize(graph).json and '"options"' not in plain.json
 
@@ -224,10 +227,11 @@ def test_the_dnnl_codegen_writes_the_resolved_options_into_every_graph(monkeypat
     monkeypatch.setattr(dnnl, "serialize", recording)
     monkeypatch.setenv("BYOC_DNNL_CONTENTION", "off")
     artifact = byoc.compile(small_cnn(), ["dnnl"], vendor_options={"dnnl": {"winograd": False}})
-    assert written == [{"winograd": False, "contention_watch": False}]
+    assert written == [{"winograd": False, "contention_watch": False, "shape_cache": 8}]
     assert artifact.vendor_option_settings["dnnl"] == {
         "winograd": OptionSetting(False, True, "build"),
-        "contention_watch": OptionSetting(False, True, "environment", "BYOC_DNNL_CONTENTION=off from the environment")}
+        "contention_watch": OptionSetting(False, True, "environment", "BYOC_DNNL_CONTENTION=off from the environment"),
+        "shape_cache": OptionSetting(8, 8, "default")}
 
 
 def test_the_options_are_stored_in_the_exported_artifact_and_shown_after_load_in_a_fresh_process(tmp_path, monkeypatch):
@@ -242,7 +246,7 @@ def test_the_options_are_stored_in_the_exported_artifact_and_shown_after_load_in
         print(loaded.vendor_option_settings["dnnl"]["contention_watch"].note)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == ['{"dnnl": {"contention_watch": false, "winograd": false}}',
+    assert out.splitlines() == ['{"dnnl": {"contention_watch": false, "shape_cache": 8, "winograd": false}}',
                                 "BYOC_DNNL_CONTENTION=off from the environment"]
 
 

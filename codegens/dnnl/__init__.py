@@ -112,6 +112,9 @@ class DnnlCodegen(JsonRuntimeCodegen):
         VendorOption("contention_watch", bool, True,
                      "watch the runs for a busy machine and then run serially (the runtime's contention watch)",
                      env="BYOC_DNNL_CONTENTION"),
+        VendorOption("shape_cache", int, 8,
+                     "a partition with symbolic dims keeps the primitives of at most this many shapes (least "
+                     "recently used out first; at least 1)"),
     )
 
     def __init__(self):
