@@ -26,16 +26,8 @@ int Program::ReorderConst(int v, const Desc& desc, const std::vector<double>& sc
       return Reordered(memory(values_[v].desc, Engine(), consts_[values_[Root(v)].slot].get_data_handle()), desc,
                        scales, mask);
     };
-    if (shared_ && Root(v) < given_values_) {  // a graph constant: the same in every program of the module
-      bool made = false;
-      shared_held_.push_back(shared_->Get(key.str(), reorder, &made));
-      const memory& m = *shared_held_.back();
-      consts_.push_back(m);
-      if (made) owned_const_bytes_ += m.get_desc().get_size();  // counted by the program that made it
-      kept->second = NewValue(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
-    } else {
-      kept->second = KeepConst(reorder());
-    }
+    // a graph constant is the same in every program of the module
+    kept->second = Root(v) < given_values_ ? KeepShared(key.str(), reorder) : KeepConst(reorder());
   }
   return kept->second;
 }

@@ -293,6 +293,18 @@ class Program {
   static std::vector<double> WeightScales(const Attrs& a);
   int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask);
   int KeepConst(const memory& m);
+  // A constant made from graph constants only (`make()`), kept under `key` for every program of the module
+  // (shared_), or for this one when there is none: a weight reordered or transformed for a primitive.
+  template <class Make>
+  int KeepShared(const std::string& key, Make make) {
+    if (!shared_) return KeepConst(make());
+    bool made = false;
+    shared_held_.push_back(shared_->Get(key, make, &made));
+    const memory& m = *shared_held_.back();
+    consts_.push_back(m);
+    if (made) owned_const_bytes_ += m.get_desc().get_size();  // counted by the program that made it
+    return NewValue(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
+  }
 
   // matmul.cc: matmuls, and one-row matmuls by constant weights that read the same row run side by side
   size_t SideBySide(size_t k);

@@ -68,13 +68,17 @@ size_t Program::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   Desc m_desc({winograd::kPoints, tiles, g.k}, memory::data_type::f32, memory::format_tag::abc);
   Desc u_plain({winograd::kPoints, g.c, g.k}, memory::data_type::f32, memory::format_tag::abc);
   dnnl::matmul::primitive_desc pd(Engine(), v_desc, Any(u_plain.get_dims()), m_desc, UserScratchpad());
-  std::vector<float> u(static_cast<size_t>(winograd::kPoints * g.c * g.k));
-  winograd::TransformWeights(g_.const_data(w).data(), g.k, g.c, u.data());
-  memory packed(pd.weights_desc(), Engine()), given(u_plain, Engine(), u.data());
-  dnnl::stream stream(Engine());
-  dnnl::reorder(given, packed).execute(stream, given, packed);
-  stream.wait();
-  int u_value = KeepConst(packed);
+  // Every shape of a symbolic graph transforms the same weight: one transform per packed layout (this was
+  // most of ResNet-18's first call at a new shape).
+  int u_value = KeepShared("winograd:" + std::to_string(w) + "/" + DescKey(pd.weights_desc()), [&] {
+    std::vector<float> u(static_cast<size_t>(winograd::kPoints * g.c * g.k));
+    winograd::TransformWeights(g_.const_data(w).data(), g.k, g.c, u.data());
+    memory packed(pd.weights_desc(), Engine()), given(u_plain, Engine(), u.data());
+    dnnl::stream stream(Engine());
+    dnnl::reorder(given, packed).execute(stream, given, packed);
+    stream.wait();
+    return packed;
+  });
   Desc nhwc(DimsOf(xs), memory::data_type::f32, memory::format_tag::nhwc);
   int src = As(x, nhwc), v = NewTemp(v_desc), m = NewTemp(m_desc);
   AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, src, nhwc}, {DNNL_ARG_DST, v, v_desc}}, Desc(),
