@@ -230,19 +230,23 @@ def _matmul_bias(match: Match):
     return SUPPORTED
 
 
-def _gelu(x):
-    """x * 0.5 * (1 + erf(x / sqrt 2)), as ONNX exports of GELU spell it; (pattern, annotations)."""
+def _gelu(x, half: bool = True):
+    """x * 0.5 * (1 + erf(x / sqrt 2)), as ONNX exports of GELU spell it; without ``half``, twice that, as it is
+    left where the preparation folded the 0.5 into the next conv or matmul; (pattern, annotations)."""
     from tvm.relax.dpl import is_const, is_op
 
-    c = {name: is_const() for name in GELU_CONSTANTS}
+    c = {name: is_const() for name in GELU_CONSTANTS if half or name != "gelu_half"}
     scaled = is_op("relax.divide")(x, c["gelu_sqrt2"])
     one_plus = is_op("relax.add")(is_op("relax.erf")(scaled), c["gelu_one"])
-    return is_op("relax.multiply")(is_op("relax.multiply")(x, one_plus), c["gelu_half"]), c
+    doubled = is_op("relax.multiply")(x, one_plus)
+    return (is_op("relax.multiply")(doubled, c["gelu_half"]) if half else doubled), c
 
 
 def _gelu_constants(match: Match):
-    """the constants are sqrt(2), 1 and 0.5."""
+    """the constants are sqrt(2), 1 and (but for twice GELU) 0.5."""
     for name, want in GELU_CONSTANTS.items():
+        if name not in match.annotated:
+            continue
         got = _scalar(match.annotated[name])
         if not near(got, want):
             shown = f"{got:g}" if got is not None else f"a tensor of shape {static_shape(match.annotated[name])}"
@@ -529,6 +533,12 @@ def _scalar_exponent(match: Match):
     return SUPPORTED
 
 
+def _doubled_gelu_pattern():
+    from tvm.relax.dpl import wildcard
+
+    return _gelu(wildcard(), half=False)
+
+
 def _gelu_pattern():
     from tvm.relax.dpl import wildcard
 
@@ -579,6 +589,7 @@ RULES = (
     *_deconv_rules(),
     OpRule(f"{NAME}.conv2d_transpose", "relax.nn.conv2d_transpose", all_of(_base, _deconv)),
     PatternRule(f"{NAME}.gelu", _gelu_pattern, all_of(_base, _gelu_constants)),
+    PatternRule(f"{NAME}.gelu_doubled", _doubled_gelu_pattern, all_of(_base, _gelu_constants)),
     *(PatternRule(f"{NAME}.{kind}", _activation_pattern(kind), all_of(_base, _activation_check(kind)))
       for kind in ACTIVATIONS),
     OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),

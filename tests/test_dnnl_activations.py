@@ -139,3 +139,27 @@ def test_the_dnnl_runtime_tells_an_artifact_that_still_spells_activations_to_be_
     with pytest.raises(ValueError, match="graph schema version 2 is not supported .*reads 3 to 4.*an earlier byoc; "
                                          "rebuild it"):
         create(graph.symbol, text.replace('"version":3', '"version":2'), [], [])
+
+
+def test_gelu_whose_half_was_folded_into_the_next_conv_is_gelu_then_a_scale():
+    """x * (1 + erf(x / sqrt 2)) between two convs: the preparation (onnxsim) folds a GELU's final * 0.5 into the
+    next conv's weights (a wav2vec2-style feature encoder), and the erf stayed on the host, a partition cut at each
+    GELU. It is now one dnnl rule, sent as GELU and a linear scale of 2, and matches onnxruntime."""
+    import onnxruntime as ort
+
+    first, inits1 = _conv("x", "a", 3, 8, "c1", seed=6)
+    second, inits2 = _conv("g", "y", 8, 4, "c2", seed=7)
+    gelu, scalars = _gelu_erf_nodes("a", "g")
+    doubled = gelu[:4]  # no * 0.5
+    doubled[3].output[0] = "g"
+    m = model([first, *doubled, second], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 4, 10, 12])],
+              inits1 + inits2 + scalars[:2])
+    artifact = byoc.compile(m, ["dnnl"])
+    assert len(artifact.plan.partitions) == 1 and not artifact.plan.host_ops
+    sent = _nodes(m)
+    eltwise = [_attrs(op) for node in sent for op in node["body"] if op["kernel"] == ELTWISE]
+    assert [(e["algorithm"], e["alpha"]) for e in eltwise] == [("gelu_erf", 0.0), ("linear", 2.0)], eltwise
+    assert not SPELLED & set(_kernels(sent)), _kernels(sent)
+    x = np.random.default_rng(2).standard_normal((1, 3, 10, 12)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(artifact.run([x])[0], want, rtol=1e-4, atol=1e-5)

@@ -8,8 +8,11 @@ this rewrite decides, once and in Python, which ops of a partition are one
 activation, and hands the runtime one body op for it:
 
 * ``byoc.eltwise`` with ``algorithm`` (``gelu_erf``, ``gelu_tanh``, ``swish``,
-  ``hardswish``, ``hardsigmoid``), ``alpha`` and ``beta``: oneDNN's eltwise
-  ``algorithm`` with those parameters, on the op's one input;
+  ``hardswish``, ``hardsigmoid``, ``linear``), ``alpha`` and ``beta``: oneDNN's
+  eltwise ``algorithm`` with those parameters, on the op's one input. A form
+  that is an activation times a constant (GELU whose ``* 0.5`` the preparation
+  folded into the next conv: ``x * (1 + erf(x / sqrt 2))``, twice GELU) is the
+  activation, then ``linear`` with that factor as ``alpha``;
 * ``byoc.lrn`` with ``size``, ``alpha``, ``beta`` and ``bias``: oneDNN's LRN
   across channels.
 
@@ -69,8 +72,8 @@ def activations_fused(graph: PartitionGraph) -> PartitionGraph:
             ops.append(graph.ops[j])
             j += 1
             continue
-        length, call = found
-        ops.append(call)
+        length, calls = found
+        ops.extend(calls)
         j += length
     return graph if len(ops) == len(graph.ops) else replace(graph, ops=ops)
 
@@ -80,6 +83,7 @@ class _Forms:
 
     def __init__(self, graph: PartitionGraph):
         self.ops = graph.ops
+        self.next_id = graph.unused_id()
         self.uses = Counter([t.id for c in graph.ops for t in c.inputs] + [t.id for t in graph.outputs])
         # The JSON node of each op: consecutive ops of one composite group (as the serializer cuts them).
         self.node, node = [], -1
@@ -87,8 +91,8 @@ class _Forms:
             node += index == 0 or call.group != graph.ops[index - 1].group
             self.node.append(node)
 
-    def at(self, j: int) -> Optional[tuple[int, OpCall]]:
-        """(ops taken, the op replacing them) for a form starting at op ``j``, or None."""
+    def at(self, j: int) -> Optional[tuple[int, list[OpCall]]]:
+        """(ops taken, the ops replacing them) for a form starting at op ``j``, or None."""
         lrn = self._lrn_at(j)
         if lrn is not None:
             return lrn
@@ -98,10 +102,21 @@ class _Forms:
                 continue
             found = self._activation_at(j, x)
             if found is not None:
-                length, algorithm, alpha, beta = found
+                length, algorithm, alpha, beta, *factor = found
+                out = self.ops[j + length - 1].output
                 attrs = {"algorithm": algorithm, "alpha": alpha, "beta": beta}
-                return length, OpCall(ELTWISE, [x], self.ops[j + length - 1].output, attrs, first.rule, first.group)
+                if not factor:
+                    return length, [OpCall(ELTWISE, [x], out, attrs, first.rule, first.group)]
+                mid = Tensor(self.fresh_id(), out.shape, out.dtype, "op")
+                scaled = {"algorithm": "linear", "alpha": factor[0], "beta": 0.0}
+                return length, [OpCall(ELTWISE, [x], mid, attrs, first.rule, first.group),
+                                OpCall(ELTWISE, [mid], out, scaled, first.rule, first.group)]
         return None
+
+    def fresh_id(self) -> int:
+        """A tensor id no op of the graph uses, for an intermediate a rewrite adds."""
+        self.next_id += 1
+        return self.next_id - 1
 
     # -- helpers ---------------------------------------------------------------------------
     def _is(self, j: int, i: int, op: str) -> bool:
@@ -154,11 +169,12 @@ class _Forms:
         return found
 
     def _gelu_at(self, j: int, x: Tensor):
-        """x * 0.5 * (1 + erf(x / sqrt 2)) as five ops, as ONNX exports of GELU spell it."""
+        """x * 0.5 * (1 + erf(x / sqrt 2)) as five ops, as ONNX exports of GELU spell it; or its first four
+        ops alone, twice GELU, where the preparation folded the 0.5 into the next op's weights."""
         ops = self.ops
-        if j + 5 > len(ops) or self.node[j + 4] != self.node[j]:
+        if j + 4 > len(ops) or self.node[j + 3] != self.node[j]:
             return None
-        div, erf, add, mul, half = ops[j:j + 5]
+        div, erf, add, mul = ops[j:j + 4]
         c, first = self._scalar_operand(div, x)
         if div.op != "relax.divide" or not near(c, GELU_CONSTANTS["gelu_sqrt2"]) or not first:
             return None
@@ -168,12 +184,13 @@ class _Forms:
             return None
         if mul.op != "relax.multiply" or not self._reads_both(mul, x, add.output):
             return None
-        if half.op != "relax.multiply" or not near(self._scalar_operand(half, mul.output)[0],
-                                                   GELU_CONSTANTS["gelu_half"]):
+        if not all(self._once(t) for t in (div.output, erf.output, add.output)):
             return None
-        if not all(self._once(t) for t in (div.output, erf.output, add.output, mul.output)):
-            return None
-        return 5, "gelu_erf", 0.0, 0.0
+        half = ops[j + 4] if j + 4 < len(ops) and self.node[j + 4] == self.node[j] else None
+        if half is not None and half.op == "relax.multiply" and self._once(mul.output) \
+                and near(self._scalar_operand(half, mul.output)[0], GELU_CONSTANTS["gelu_half"]):
+            return 5, "gelu_erf", 0.0, 0.0
+        return 4, "gelu_erf", 0.0, 0.0, 2.0
 
     def _gelu_tanh_at(self, j: int, x: Tensor):
         """0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) in any order and grouping an exporter writes it: the
@@ -269,7 +286,7 @@ class _Forms:
                 or not a.get("count_include_pad") or a.get("ceil_mode")):
             raise CodegenError(f"{div.op}: not an LRN over channels with an odd window (the ops oneDNN's LRN computes)")
         attrs = {"size": window, "alpha": alpha, "beta": beta, "bias": bias}
-        return 8, OpCall(LRN, [x], div.output, attrs, sq.rule, sq.group)
+        return 8, [OpCall(LRN, [x], div.output, attrs, sq.rule, sq.group)]
 
 
 def _is_gelu_tanh(values: np.ndarray) -> bool:

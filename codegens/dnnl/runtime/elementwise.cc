@@ -59,7 +59,8 @@ bool Program::ActivationOf(const BodyOp& op, PostOp* p) const {
                                                          {"gelu_tanh", algorithm::eltwise_gelu_tanh},
                                                          {"swish", algorithm::eltwise_swish},
                                                          {"hardswish", algorithm::eltwise_hardswish},
-                                                         {"hardsigmoid", algorithm::eltwise_hardsigmoid}};
+                                                         {"hardsigmoid", algorithm::eltwise_hardsigmoid},
+                                                         {"linear", algorithm::eltwise_linear}};
   Attrs a(op.attrs, op.where);
   const algorithm* alg = Find(table, a.Str("algorithm"));
   if (alg == nullptr) Fail(op.where + ": no oneDNN eltwise algorithm " + a.Str("algorithm"));
