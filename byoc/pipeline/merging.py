@@ -26,7 +26,7 @@ def merge_regions(mod):
     """``mod`` (after FuseOpsByPattern) with each vendor's composite calls grouped into Codegen functions."""
     from tvm.relax.transform import MergeCompositeFunctions
 
-    hidden, casts = _match_casts_as_calls(_scalar_vars_as_expressions(mod))
+    hidden, casts = _match_casts_hidden(_scalar_vars_as_expressions(mod))
     merged = merge_siblings(_restored_match_casts(MergeCompositeFunctions()(hidden), casts))
     return inline_shape_arguments(merged, "Codegen")  # TVM passes a shape per composite that took one
 
@@ -50,7 +50,7 @@ def _with_main_bindings(mod, rebind):
     return tvm.IRModule(functions, attrs=mod.attrs)
 
 
-def _match_casts_as_calls(mod):
+def _match_casts_hidden(mod):
     """``mod`` with each match_cast binding of ``main`` a plain binding of its value, and the casts by var."""
     from tvm import relax
 

@@ -75,9 +75,10 @@ class PartitionGraph:
     ops: list[OpCall]
     function: Any = field(repr=False, default=None)
     dims: dict[str, Any] = field(default_factory=dict)
-    #: (position among the call's arguments, its dims: a symbolic dim's name, or a static size) for each
-    #: shape TVM passes next to the tensors: it gives the sizes of dims that are no whole dim of any input
-    #: (``seq`` of a ``(batch, seq*16)``).
+    #: (position among the call's arguments, its dims) for each shape TVM passes next to the tensors: it gives
+    #: the sizes of dims that are no whole dim of any input (``seq`` of a ``(batch, seq*16)``). A dim is a
+    #: symbolic dim's name, or an int where it gives none: a static size, or 0 for an expression of dims
+    #: sized elsewhere.
     shape_arguments: list[tuple[int, tuple[Dim, ...]]] = field(default_factory=list)
 
     @property
