@@ -7,6 +7,7 @@ codegens safely (the code compiles and the model matches onnxruntime).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -372,3 +373,42 @@ def test_a_cross_built_s390x_artifact_names_its_target(tmp_path):
     path = byoc.compile(small_cnn(), vendors=["c_source"], target="s390x").export(tmp_path / "model-s390x.so")
     with pytest.raises(TargetError, match=r"was built for s390x .* run_emulated\(inputs\)"):
         byoc.load(path)
+
+
+def _embedding(ids_of_input: bool = True) -> onnx.ModelProto:
+    """Token ids [batch, seq] (int64) -> Gather from a 10 x 4 table -> Relu; the ids come straight from the
+    input, or through an Add of 0 (computed indices)."""
+    table = np.arange(40, dtype=np.float32).reshape(10, 4) - 20
+    nodes = [] if ids_of_input else [helper.make_node("Add", ["ids", "zero"], ["idx"], name="shift")]
+    nodes += [helper.make_node("Gather", ["table", "ids" if ids_of_input else "idx"], ["e"], name="embed", axis=0),
+              helper.make_node("Relu", ["e"], ["y"], name="relu")]
+    inits = [const("table", table), const("zero", np.zeros((), np.int64))]
+    graph = helper.make_graph(nodes, "embedding", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", "s", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("vendors", [[], ["dnnl"]])
+def test_a_token_id_past_the_vocabulary_is_an_input_error_not_a_segfault(vendors):
+    """onnxruntime refuses an index outside the Gather's axis; byoc's host took it in TVM's "fast" mode, which read
+    out of bounds (a BERT run segfaulted). In-range ids, negative ones included, match onnxruntime."""
+    model = _embedding()
+    artifact = byoc.compile(model, vendors)
+    ids = np.array([[0, 9, -1, -10]], np.int64)
+    np.testing.assert_array_equal(artifact.run({"ids": ids})[0], onnxruntime_outputs(model, {"ids": ids})[0])
+    for bad, where in ((10, "(0, 2)"), (-11, "(0, 2)"), (10**9, "(0, 2)")):
+        ids = np.array([[1, 2, bad, 3]], np.int64)
+        with pytest.raises(InputError, match=rf"'ids' has {bad} at {re.escape(where)}, outside the range \[-10, 9\] "
+                                             r"of the Gather 'embed'"):
+            artifact.run({"ids": ids})
+
+
+def test_computed_indices_out_of_range_stay_in_bounds():
+    """Indices the model computes cannot be checked before the run: the host's take clips them, so the run reads
+    inside the table (no crash) and in-range ones are exact."""
+    model = _embedding(ids_of_input=False)
+    artifact = byoc.compile(model, [])
+    ids = np.array([[0, 9, -1, -10]], np.int64)
+    np.testing.assert_array_equal(artifact.run({"ids": ids})[0], onnxruntime_outputs(model, {"ids": ids})[0])
+    out = artifact.run({"ids": np.array([[10**9, -(10**9)]], np.int64)})[0]
+    assert out.shape == (1, 2, 4) and np.isfinite(out).all()

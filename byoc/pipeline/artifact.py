@@ -54,6 +54,8 @@ class Artifact:
         self.inputs = _specs(metadata["inputs"])
         self.outputs = _specs(metadata["outputs"])
         self.dims = {name: DimRange(name, low, high) for name, (low, high) in metadata.get("dims", {}).items()}
+        #: inputs that index a Gather directly -> (the axis' extent, the Gather's node): each run checks them
+        self.index_inputs = {name: (extent, node) for name, (extent, node) in metadata.get("index_inputs", {}).items()}
         self._library = library
         self._library_lock = threading.Lock()
         self._local = threading.local()
@@ -175,6 +177,8 @@ class Artifact:
                 )
             # not np.ascontiguousarray: it turns a 0-d (scalar) input into shape (1,)
             checked.append(np.require(array, requirements="C"))
+            if spec.name in self.index_inputs and array.size:
+                _check_indices(spec.name, array, *self.index_inputs[spec.name])
         bind_dims(specs, [a.shape for a in checked], self.dims)
         return checked
 
@@ -213,6 +217,15 @@ class Artifact:
                 "these input sizes break a relation between dims that the model holds at run time (a Squeeze of "
                 f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None
         return vm_outputs(result)
+
+
+def _check_indices(name: str, array: np.ndarray, extent: int, node: str) -> None:
+    """An InputError for an index outside [-extent, extent), as onnxruntime's Gather gives (the host's take clips)."""
+    bad = (array < -extent) | (array >= extent)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise InputError(f"input {name!r} has {array[where]} at {where}, outside the range [{-extent}, {extent - 1}] "
+                         f"of the Gather {node!r} it indexes (a token id past the vocabulary?)")
 
 
 def _holds_c_source(module) -> bool:

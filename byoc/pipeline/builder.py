@@ -20,6 +20,7 @@ from byoc.errors import BuildError, ByocError, CodegenError, TargetError, Vendor
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
 from byoc.host.threads import check_threads, set_vendor_threads
+from byoc.pipeline.onnx_model import index_inputs
 from byoc.pipeline.lowering import lower_partitions
 from byoc.pipeline.partitioner import PartitionPlan, partition
 from byoc.deploy.targets import TargetPreset, resolve_target
@@ -173,6 +174,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             "outputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.outputs],
             # each symbolic dim of the inputs -> [min, max (null: unbounded)]
             "dims": {name: [d.min, d.max] for name, d in plan.imported.dims.items()},
+            # input -> [extent, Gather node] for inputs that index a constant's Gather directly (token ids)
+            "index_inputs": {name: list(v) for name, v in index_inputs(plan.imported.model).items()},
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
             # partition -> [workspace bytes per call, constant bytes], as its vendor's runtime reports them
             "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes] for name, m in memory.items()},

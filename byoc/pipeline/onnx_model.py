@@ -126,3 +126,23 @@ def subgraphs(node: onnx.NodeProto):
             yield attr.g
         elif attr.type == onnx.AttributeProto.GRAPHS:
             yield from attr.graphs
+
+
+def index_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
+    """Model inputs that index a Gather of a constant directly (token ids into an embedding table): input name ->
+    (the extent of the gathered axis, the Gather's node name), the smallest where one input indexes several.
+    A run checks such inputs against the extent, as onnxruntime's Gather does (``Artifact.check_inputs``)."""
+    graph_inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    tables = {t.name: list(t.dims) for t in model.graph.initializer}
+    found: dict[str, tuple[int, str]] = {}
+    for node in model.graph.node:
+        if node.op_type != "Gather" or len(node.input) < 2 or node.input[1] not in graph_inputs:
+            continue
+        dims = tables.get(node.input[0])
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if not dims or not -len(dims) <= axis < len(dims):
+            continue
+        extent = int(dims[axis])
+        if node.input[1] not in found or extent < found[node.input[1]][0]:
+            found[node.input[1]] = (extent, node.name)
+    return found
