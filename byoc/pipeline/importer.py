@@ -335,9 +335,8 @@ def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
     dims can know, and TVM gives up the whole shape, leaving every op after it without one."""
     from tvm.sym.analyzer import Analyzer
 
-    tensors = [x for x in inputs if x is not None]
-    types = [x.ty for x in tensors]
-    if len(tensors) < 2 or not all(isinstance(t, relax.TensorType) and t.shape is not None for t in types):
+    types = [getattr(x, "ty", None) for x in inputs]  # Concat has no optional input
+    if len(types) < 2 or not all(isinstance(t, relax.TensorType) and t.shape is not None for t in types):
         return
     first = list(types[0].shape.values)
     if any(len(t.shape.values) != len(first) for t in types):

@@ -283,16 +283,15 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     for item in outputs:
         if isinstance(item, _Unavailable):
             raise UnsupportedConstruct(f"result {item.index} of {item.op} (only the first result is computed)")
-    shape_arguments = [(position, _given_dims(dims, inputs, shape_arguments, builder.dims))
-                       for position, dims in shape_arguments]
+    whole = [d for t in inputs for d in t.shape] + [d for _, ds in shape_arguments for d in ds]
+    bound = {d for d in whole if isinstance(d, str) and d.isidentifier()}  # the dims a call's arguments size
+    shape_arguments = [(position, _given_dims(dims, bound, builder.dims)) for position, dims in shape_arguments]
     return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments)
 
 
-def _given_dims(dims: tuple, inputs: list[Tensor], shape_arguments: list, trees: dict[str, Any]) -> tuple:
+def _given_dims(dims: tuple, bound: set[str], trees: dict[str, Any]) -> tuple:
     """A shape argument's dims as the runtime reads them: a name it gives, or 0 for an entry that gives none
-    (a size, or an expression of dims the inputs or shape arguments size)."""
-    whole = [d for t in inputs for d in t.shape] + [d for _, ds in shape_arguments for d in ds]
-    bound = {d for d in whole if isinstance(d, str) and d.isidentifier()}
+    (a size, or an expression of the dims in ``bound``, which the inputs or shape arguments size)."""
     given = []
     for d in dims:
         if isinstance(d, str) and not d.isidentifier():

@@ -334,7 +334,8 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
     lines = [f"static int {fn}(void* const* in, void* const* out, const int64_t* dims) {{", "  int status = 0;",
              "  (void)dims;"]
     for t, dtype, shape in used:  # malloc(0) may return NULL: one element at least
-        count = str(_elements(shape)) if graph.dims == {} else f"{body.size(shape)} + 1"
+        static = all(isinstance(d, (int, np.integer)) for d in shape)
+        count = str(_elements(shape)) if static else f"{body.size(shape)} + 1"
         lines.append(f"  {c_type(dtype)}* {t} = ({c_type(dtype)}*)malloc(sizeof({c_type(dtype)}) * (size_t)({count}));")
     if used:
         lines.append("  if (" + " || ".join(f"!{t}" for t, *_ in used) + ") { status = -2; goto done; }")
@@ -398,10 +399,11 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
         lines.append("  if (error) return error;")
     lines.append(f"  int64_t dims[{max(len(sources), 1)}];")  # this call's symbolic dims, from its arguments
     lines += [f"  dims[{k}] = {source};" for k, source in enumerate(sources)]
-    for i, t in enumerate(tensors):  # every symbolic dim of every tensor agrees with them
+    for i, t in enumerate(tensors):  # every other symbolic dim of every tensor agrees with them
         for axis, d in enumerate(t.shape):
-            if not isinstance(d, (int, np.integer)):
-                lines.append(f"  if (byoc_dim(args, {positions[i]}, {axis}) != {c_dim(graph.dims[d], index)}) "
+            read = f"byoc_dim(args, {positions[i]}, {axis})"
+            if not isinstance(d, (int, np.integer)) and read not in sources:
+                lines.append(f"  if ({read} != {c_dim(graph.dims[d], index)}) "
                              f"return byoc_fail(\"ValueError\", {sym_lit}, \"a tensor has the wrong shape for "
                              f"the call's dims\");")
     lines += [
