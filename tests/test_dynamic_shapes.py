@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
-from byoc.errors import DynamicShapeError, InputDtypeError, InputShapeError
+from byoc.errors import DynamicShapeError, InputDtypeError, InputShapeError, VendorOptionError
 from byoc.pipeline.dims import parse_dim_setting
 from byoc.pipeline.onnx_model import DimRange
 
@@ -99,6 +99,8 @@ def test_the_shape_cache_option_sets_the_bound():
     for seq in range(4, 10):
         artifact.run(_inputs(1, seq))
     assert list(module.get_function("get_specializations")()) == [3, 6]
+    with pytest.raises(VendorOptionError, match=r"option 'shape_cache' takes an int >= 1, got 0"):
+        byoc.compile(_encoder_block(), vendors=["dnnl"], vendor_options={"dnnl": {"shape_cache": 0}})
 
 
 _VERBOSE_RUN = """

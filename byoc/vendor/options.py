@@ -40,9 +40,10 @@ _TRUE, _FALSE = ("on", "true"), ("off", "false")
 class VendorOption:
     """One option a codegen takes: ``VendorOption("winograd", bool, True, "run 3x3 convs as Winograd")``.
 
-    ``choices`` limits a value to those listed; ``env`` names an environment
-    variable that, when set (non-empty) at build time, overrides the option
-    (``on``/``off`` for a bool, else the value as text).
+    ``choices`` limits a value to those listed, ``minimum`` a number to at
+    least that; ``env`` names an environment variable that, when set
+    (non-empty) at build time, overrides the option (``on``/``off`` for a
+    bool, else the value as text).
     """
 
     name: str
@@ -51,6 +52,7 @@ class VendorOption:
     doc: str = ""
     choices: tuple = ()
     env: str = ""
+    minimum: Optional[float] = None
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -71,7 +73,8 @@ class VendorOption:
             return "one of " + ", ".join(format_value(c) for c in self.choices)
         if self.type is bool:
             return "on or off (True or False)"
-        return {int: "an int", float: "a number", str: "a string"}[self.type]
+        kind = {int: "an int", float: "a number", str: "a string"}[self.type]
+        return kind if self.minimum is None else f"{kind} >= {format_value(self.minimum)}"
 
     def _bad(self, vendor: str, value: Any) -> VendorOptionError:
         return VendorOptionError(f"vendor {vendor!r} option {self.name!r} takes {self.takes()}, got {value!r}",
@@ -88,7 +91,8 @@ class VendorOption:
             value = float(value) if ok else value
         else:
             ok = isinstance(value, str)
-        if not ok or (self.choices and value not in self.choices):
+        if not ok or (self.choices and value not in self.choices) or (self.minimum is not None
+                                                                       and value < self.minimum):
             raise self._bad(vendor, value)
         return value
 

@@ -114,7 +114,7 @@ class DnnlCodegen(JsonRuntimeCodegen):
                      env="BYOC_DNNL_CONTENTION"),
         VendorOption("shape_cache", int, 8,
                      "a partition with symbolic dims keeps the primitives of at most this many shapes (least "
-                     "recently used out first; at least 1)"),
+                     "recently used out first)", minimum=1),
     )
 
     def __init__(self):
