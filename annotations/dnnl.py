@@ -308,6 +308,17 @@ def _layer_norm_last_axis(match: Match):
     return SUPPORTED
 
 
+def _group_norm_over_channels(match: Match):
+    """normalizes groups of the channels (axis 1) over all the dims after them."""
+    call = match.root
+    rank = len(static_shape(call.args[0]) or ())
+    axes = sorted(int(a) % rank for a in call.attrs.axes) if rank else []
+    if rank < 3 or int(call.attrs.channel_axis) % rank != 1 or axes != list(range(2, rank)):
+        return (f"group norm over axes {axes} with channel axis {int(call.attrs.channel_axis)} of a rank-{rank} "
+                "tensor (dnnl: channel axis 1, normalized over every dim after it)")
+    return SUPPORTED
+
+
 def _both_broadcast(call) -> str:
     out, a, b = static_shape(call), static_shape(call.args[0]), static_shape(call.args[1])
     return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
@@ -609,6 +620,7 @@ RULES = (
     OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_adds_unit_dims)),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
     OpRule(f"{NAME}.layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
+    OpRule(f"{NAME}.group_norm", "relax.nn.group_norm", all_of(_base, _group_norm_over_channels)),
     OpRule(f"{NAME}.add", "relax.add", _elementwise),
     OpRule(f"{NAME}.subtract", "relax.subtract", _elementwise),
     OpRule(f"{NAME}.multiply", "relax.multiply", _elementwise),
@@ -617,6 +629,10 @@ RULES = (
     OpRule(f"{NAME}.clip", "relax.clip", _base),
     OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
     OpRule(f"{NAME}.tanh", "relax.tanh", _base),
+    # ONNX's Gelu op (opset 20; torch's dynamo exporter writes it), both approximations, and SiLU
+    OpRule(f"{NAME}.gelu_op", "relax.nn.gelu", _base),
+    OpRule(f"{NAME}.gelu_tanh_op", "relax.nn.gelu_tanh", _base),
+    OpRule(f"{NAME}.silu", "relax.nn.silu", _base),
     OpRule(f"{NAME}.sqrt", "relax.sqrt", _base),
     OpRule(f"{NAME}.exp", "relax.exp", _base),
     OpRule(f"{NAME}.leakyrelu", "relax.nn.leakyrelu", _base),

@@ -340,7 +340,7 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in catalog.MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(catalog.MODELS)}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {_cpu_class()}; vendors {','.join(args.vendors)}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {timing.machine_class()}; vendors {','.join(args.vendors)}")
     entries = []
     with tempfile.TemporaryDirectory(prefix="byoc-dynamic-") as tmp:
         for name in names:
@@ -361,15 +361,8 @@ def main(argv=None) -> int:
         print("\nAll models:")
         print_report(entries)
     if args.json:
-        args.json.write_text(json.dumps({"cpu": _cpu_class(), "entries": entries}, indent=1))
+        args.json.write_text(json.dumps({"cpu": timing.machine_class(), "entries": entries}, indent=1))
     return 0
-
-
-def _cpu_class() -> str:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    if "avx512_vnni" in flags:
-        return "AVX-512 VNNI"
-    return "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
 
 
 if __name__ == "__main__":

@@ -158,3 +158,87 @@ def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):
     _compile(m)
     gelu = [x for x in _onednn_exec(m) if "eltwise_gelu_tanh" in x]
     assert len(gelu) == (0 if spelling == "wrong" else 1), gelu
+
+
+# -- the kernel guarantee: a broadcast op never runs on oneDNN's reference kernel --------------------
+def _squeeze_excite(channels, group):
+    """A grouped conv (a channel-blocked output) times sigmoid(mean over H, W): a run-time [1, C, 1, 1] scale."""
+    conv, inits = _conv("x", "y", channels, channels, "conv", group=group)
+    n = helper.make_node
+    nodes = [conv, n("GlobalAveragePool", ["y"], ["g"], name="gap"), n("Sigmoid", ["g"], ["s"], name="sig"),
+             n("Mul", ["y", "s"], ["z"], name="scale")]
+    return model(nodes, [tensor("x", [1, channels, 14, 14])], [tensor("z", [1, channels, 14, 14])], inits)
+
+
+def _window_mask_add(mask_is_input):
+    """Swin's shifted windows: scores [1, nW, heads, T, T] + mask [1, nW, 1, T, T], a broadcast of a middle dim."""
+    scores, mask = [1, 4, 3, 49, 49], [1, 4, 1, 49, 49]
+    inputs, inits = [tensor("s", scores)], []
+    if mask_is_input:
+        inputs.append(tensor("m", mask))
+    else:
+        inits.append(const("m", _f(*mask, seed=3)))
+    nodes = [helper.make_node("Add", ["s", "m"], ["a"], name="mask"),
+             helper.make_node("Softmax", ["a"], ["y"], name="softmax", axis=-1)]
+    return model(nodes, inputs, [tensor("y", scores)], inits)
+
+
+BROADCASTS = {"squeeze-excite after a grouped conv": lambda: _squeeze_excite(48, 6),
+              "squeeze-excite after a depthwise conv": lambda: _squeeze_excite(40, 40),
+              "window mask, an input": lambda: _window_mask_add(True),
+              "window mask, a constant": lambda: _window_mask_add(False)}
+
+
+@pytest.mark.parametrize("isa", ["AVX2", None], ids=["avx2", "native"])
+@pytest.mark.parametrize("case", list(BROADCASTS))
+def test_a_broadcast_op_never_runs_on_the_reference_kernel(case, isa):
+    """oneDNN has no jit binary kernel for a plain [1, C, 1, 1] operand over a channel-blocked tensor (RegNet's
+    squeeze-and-excitation: 16x onnxruntime) nor for a broadcast middle dim (Swin's mask: 40x); the runtime
+    takes another form of the same op (the operand in the blocked layout, dims merged where they broadcast
+    alike). Held to AVX2 and at the machine's own ISA, whose blocked layouts differ (8 and 16 channels)."""
+    m = BROADCASTS[case]()
+    _compile(m)  # the outputs against onnxruntime
+    executed = _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": isa} if isa else None)
+    assert any(",binary," in line for line in executed), executed
+    assert not [line for line in executed if ",ref:" in line], executed
+
+
+def test_an_artifact_names_what_runs_each_step():
+    """``Artifact.implementations``: per dnnl partition, each step's primitive kind and oneDNN implementation,
+    as its verbose log names them."""
+    m = _squeeze_excite(48, 6)
+    artifact = _compile(m)
+    (steps,) = artifact.implementations().values()
+    logged = [line.split(",") for line in _onednn_exec(m)]
+    assert steps == [f"{fields[3]} {fields[4]}" for fields in logged]
+
+
+# -- ops of opsets 18-21 that today's exporters write -------------------------------------------------
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_the_gelu_op_of_opset_20(approximate):
+    """torch's dynamo exporter writes nn.GELU as ONNX's Gelu op (opset 20): oneDNN's gelu_erf / gelu_tanh, as
+    a post-op of the matmul before it."""
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w"], ["h"], name="fc"), n("Gelu", ["h"], ["y"], name="gelu", approximate=approximate)]
+    m = model(nodes, [tensor("x", [2, 7, 16])], [tensor("y", [2, 7, 24])], [const("w", _f(16, 24, seed=2))], opset=20)
+    artifact = _compile(m, scale=2.0)
+    assert {"dnnl.gelu_op" if approximate == "none" else "dnnl.gelu_tanh_op"} <= _rules(artifact)
+
+
+@pytest.mark.parametrize("op,groups,shape", [
+    ("InstanceNormalization", None, [2, 8, 50]),      # wav2vec2's first conv block, as the legacy exporter writes it
+    ("InstanceNormalization", None, [1, 6, 5, 7]),
+    ("GroupNormalization", 8, [2, 8, 50]),
+    ("GroupNormalization", 2, [1, 8, 6, 6]),
+])
+def test_group_and_instance_norm(op, groups, shape):
+    """GroupNormalization-21 and InstanceNormalization (imported as a group norm of one group per channel):
+    oneDNN 3.2 has no group norm, so a layer norm over each group's rows, then the per-channel affine."""
+    channels = shape[1]
+    attrs = {"num_groups": groups} if groups else {}
+    node = helper.make_node(op, ["x", "s", "b"], ["y"], name="norm", epsilon=1e-3, **attrs)
+    m = model([node], [tensor("x", shape)], [tensor("y", shape)],
+              [const("s", _f(channels, seed=3)), const("b", _f(channels, seed=4))], opset=21 if groups else 17)
+    x = _f(*shape, seed=6, scale=3.0) + np.float32(1.0)  # a mean and scale away from 0 and 1
+    artifact = _compile(m, inputs={"x": x})
+    assert "dnnl.group_norm" in _rules(artifact)

@@ -146,6 +146,28 @@ class Artifact:
             self._local.vm = vm
         return vm
 
+    def implementations(self) -> dict[str, list[str]]:
+        """Partition name -> what runs each step of it, in order, as its vendor runtime reports it.
+
+        For dnnl a step is ``"<primitive kind> <oneDNN implementation>"`` as oneDNN's verbose log names them
+        (``"convolution brgconv:avx512_core"``, ``"binary ref:any"`` for its scalar reference kernel), or
+        ``"kernel byoc:<name>"`` for byoc's own code. A partition with symbolic dims reports the shape it
+        was called with last, and an empty list before its first call. Partitions whose runtime does not
+        report (C source, json_runtime) are left out.
+        """
+        library = self._loaded_library()
+        found = {}
+
+        def visit(module):
+            for imported in module.imports:
+                if imported.implements_function("get_implementations"):
+                    steps = imported.get_function("get_implementations")()
+                    found[str(imported.get_function("get_symbol")())] = [str(s) for s in steps]
+                visit(imported)
+
+        visit(getattr(library, "mod", library))
+        return found
+
     def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
         """Inputs as arrays in ONNX order, or an InputError that names the problem."""
         specs = self.inputs

@@ -73,6 +73,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         self.current_node = node
         if op_name == "Clip":
             sym = self._convert_clip(inputs, attrs, opset)
+        elif op_name == "InstanceNormalization":
+            sym = self._convert_instance_norm(inputs, attrs)
         else:
             sym = _shape_arithmetic(op_name, inputs, attrs)
             if sym is None:
@@ -90,6 +92,22 @@ class ProvenanceImporter(ONNXGraphImporter):
             for item in sym.fields:
                 self._owner.setdefault(item, node)
         return sym
+
+    def _convert_instance_norm(self, inputs, attrs):
+        """InstanceNormalization as ``relax.nn.group_norm`` of one group per channel: one op a vendor can take,
+        where TVM's converter spells it as mean, variance, sqrt and divide. None (TVM's converter) when the
+        channel count is not a number."""
+        from tvm import tirx
+
+        x = inputs[0]
+        shape = x.ty.shape if isinstance(x.ty, relax.TensorType) else None
+        if not isinstance(shape, relax.ShapeExpr) or len(shape.values) < 3 \
+                or not isinstance(shape.values[1], tirx.IntImm):
+            return None
+        rank = len(shape.values)
+        return self.bb.normalize(relax.op.nn.group_norm(
+            x, inputs[1], inputs[2], num_groups=int(shape.values[1]), channel_axis=1, axes=list(range(2, rank)),
+            epsilon=float(attrs.get("epsilon", 1e-5))))
 
     def _convert_clip(self, inputs, attrs, opset):
         """Clip with constant bounds as ``relax.clip`` (TVM emits opaque call_tir).

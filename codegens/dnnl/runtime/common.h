@@ -4,6 +4,7 @@
 #define BYOC_DNNL_COMMON_H_
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl_debug.h>
 
 #include <omp.h>
 
@@ -135,6 +136,8 @@ class Kernel {
  public:
   virtual ~Kernel() = default;
   virtual void Run(const std::unordered_map<int, memory>& args) const = 0;
+  // What a profile and get_implementations call it ("winograd_input", ...).
+  virtual const char* Name() const = 0;
 };
 
 struct Step {
@@ -143,6 +146,9 @@ struct Step {
   Desc scratchpad;
   int threads;  // the OpenMP team size it was created for
   std::shared_ptr<const Kernel> kernel = nullptr;
+  // What runs it: "<primitive kind> <oneDNN implementation>" ("binary jit:uni", "convolution ref:any"),
+  // or "kernel byoc:<name>" for byoc's own code.
+  std::string implementation;
 };
 
 // One post-op: an element-wise function, or a binary op with a second tensor.

@@ -31,6 +31,7 @@ T* Data(const std::unordered_map<int, memory>& args, int key) {
 class WinogradInput : public Kernel {
  public:
   explicit WinogradInput(const winograd::Geometry& g) : g_(g), zeros_(static_cast<size_t>(g.c), 0.0f) {}
+  const char* Name() const override { return "winograd_input"; }
   void Run(const std::unordered_map<int, memory>& args) const override {
     const float* x = Data<const float>(args, DNNL_ARG_SRC);
     float* v = Data<float>(args, DNNL_ARG_DST);
@@ -48,6 +49,7 @@ class WinogradOutput : public Kernel {
  public:
   WinogradOutput(const winograd::Geometry& g, bool bias, std::vector<winograd::Epilogue> epilogue)
       : g_(g), bias_(bias), epilogue_(std::move(epilogue)), zeros_(static_cast<size_t>(g.k), 0.0f) {}
+  const char* Name() const override { return "winograd_output"; }
   void Run(const std::unordered_map<int, memory>& args) const override {
     std::vector<winograd::Epilogue> epilogue = epilogue_;
     for (size_t i = 0; i < epilogue.size(); ++i) {
@@ -77,6 +79,7 @@ class WinogradOutput : public Kernel {
 class LookupTable : public Kernel {
  public:
   LookupTable(std::vector<uint8_t> table, int64_t count) : table_(std::move(table)), count_(count) {}
+  const char* Name() const override { return "byte_table"; }
   void Run(const std::unordered_map<int, memory>& args) const override {
     const uint8_t* x = Data<const uint8_t>(args, DNNL_ARG_SRC);
     uint8_t* y = Data<uint8_t>(args, DNNL_ARG_DST);
@@ -95,6 +98,7 @@ class Windows : public Kernel {
  public:
   Windows(int64_t rows, int64_t row_bytes, int64_t step_bytes)
       : rows_(rows), row_bytes_(row_bytes), step_bytes_(step_bytes) {}
+  const char* Name() const override { return "windows"; }
   void Run(const std::unordered_map<int, memory>& args) const override {
     const char* x = Data<const char>(args, DNNL_ARG_SRC);
     char* rows = Data<char>(args, DNNL_ARG_DST);

@@ -48,6 +48,9 @@ class DnnlExecutor {
   // The team size this module's primitives were created for (the module's get_max_threads).
   int MaxThreads() const { return max_threads_; }
 
+  // What runs each step of the team's program (the module's get_implementations).
+  std::vector<std::string> Implementations() const { return team_.Implementations(); }
+
   // What the module holds besides its constants as given: one workspace per call in flight,
   // and the reordered constants of each program compiled (the serial one once it has run).
   MemoryUse Memory() const {

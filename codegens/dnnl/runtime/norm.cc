@@ -63,6 +63,41 @@ void Program::LayerNorm(const BodyOp& op, const Attrs& a) {
   AddStep(dnnl::layer_normalization_forward(pd), std::move(args), pd.scratchpad_desc());
 }
 
+// relax.nn.group_norm over channel axis 1 (ONNX GroupNormalization-21, and InstanceNormalization, which the
+// preparation imports as one group per channel). oneDNN 3.2 has no group norm: a layer norm without scale or
+// shift over the rows of the plain [N * groups, C / groups * spatial] view, then the per-channel scale and
+// shift as one binary multiply with an add post-op over the [N, C, spatial] view.
+void Program::GroupNorm(const BodyOp& op, const Attrs& a) {
+  Arity(op, 3);
+  SameShape(op, op.inputs[0]);
+  const auto& xs = g_.Shape(op.inputs[0]);
+  int64_t groups = a.Int("num_groups");
+  if (xs.size() < 3 || NormAxis(a.Int("channel_axis"), xs.size(), op.where) != 1 || groups <= 0 || xs[1] % groups)
+    Fail(op.where + ": group norm over channel axis 1 of a tensor of rank >= 3, in groups that divide its channels");
+  int64_t n = xs[0], c = xs[1], spatial = 1;
+  for (size_t i = 2; i < xs.size(); ++i) spatial *= xs[i];
+  Desc rows = Plain(Dims{n * groups, c / groups * spatial});
+  dnnl::layer_normalization_forward::primitive_desc norm(Engine(), prop_kind::forward_inference, rows, rows,
+                                                         static_cast<float>(a.Float("epsilon")),
+                                                         dnnl::normalization_flags::none, UserScratchpad());
+  int src = As(op.inputs[0], Plain(xs));
+  bool scale = a.Bool("scale"), center = a.Bool("center");
+  int normed = scale || center ? NewTemp(Plain(xs)) : Define(op.output, Plain(xs));
+  AddStep(dnnl::layer_normalization_forward(norm), {{DNNL_ARG_SRC, src, rows}, {DNNL_ARG_DST, normed, rows}},
+          norm.scratchpad_desc());
+  if (!scale && !center) return;
+  Desc ys = Plain(Dims{n, c, spatial}), param = Plain(Dims{1, c, 1});
+  auto operand = [&](int input) { return As(input, Plain(g_.Shape(input))); };
+  post_ops shift;
+  if (scale && center) shift.append_binary(algorithm::binary_add, param);
+  dnnl::binary::primitive_desc affine(Engine(), scale ? algorithm::binary_mul : algorithm::binary_add, ys, param, ys,
+                                      UserScratchpad(shift));
+  std::vector<Arg> args = {{DNNL_ARG_SRC_0, normed, ys}, {DNNL_ARG_SRC_1, operand(op.inputs[scale ? 1 : 2]), param},
+                           {DNNL_ARG_DST, Define(op.output, Plain(xs)), ys}};
+  if (scale && center) args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, operand(op.inputs[2]), param});
+  AddStep(dnnl::binary(affine), std::move(args), affine.scratchpad_desc());
+}
+
 // A byoc.lrn op: ONNX LRN, which TVM imports as eight ops and the dnnl codegen rewrites as one
 // (codegens/dnnl/activations.py): oneDNN's LRN across channels, x / (bias + alpha/size * the sum of the
 // squares over `size` channels)^beta.

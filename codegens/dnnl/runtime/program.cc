@@ -129,7 +129,24 @@ void Program::AddStep(dnnl::primitive primitive, std::vector<Arg> args, const De
     if (life.first < 0 || life.first > step) life.first = step;
     life.second = std::max(life.second, step);
   }
-  steps_.push_back({std::move(primitive), std::move(args), scratchpad, threads_, std::move(kernel)});
+  std::string implementation = kernel ? std::string("kernel byoc:") + kernel->Name() : ImplementationOf(primitive);
+  steps_.push_back({std::move(primitive), std::move(args), scratchpad, threads_, std::move(kernel), implementation});
+}
+
+// "<primitive kind> <implementation>" as oneDNN's verbose log names them ("binary jit:uni").
+std::string Program::ImplementationOf(const dnnl::primitive& primitive) {
+  const_dnnl_primitive_desc_t pd = primitive.get_primitive_desc();
+  const char* impl = nullptr;
+  dnnl_primitive_kind_t kind = dnnl_undefined_primitive;
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind);
+  return std::string(dnnl_prim_kind2str(kind)) + " " + (impl ? impl : "?");
+}
+
+std::vector<std::string> Program::Implementations() const {
+  std::vector<std::string> all;
+  for (const Step& s : steps_) all.push_back(s.implementation);
+  return all;
 }
 
 // Estimated single-thread time of op `op` (the head of the primitive it starts), in microseconds.
@@ -194,6 +211,7 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
       {"relax.stack", Alone<&Program::Stack>},
       {"relax.nn.softmax", Alone<&Program::Softmax>},
       {"relax.nn.layer_norm", Alone<&Program::LayerNorm>},
+      {"relax.nn.group_norm", Alone<&Program::GroupNorm>},
       {"relax.concat", Alone<&Program::Concat>},
       {"relax.image.resize2d", Alone<&Program::Resize>},
       {"relax.strided_slice", Alone<&Program::StridedSlice>},

@@ -69,6 +69,8 @@ class Program {
   // bytes of the constants this program made (weights reordered for its primitives).
   size_t WorkspaceBytes() const { return arena_bytes_ + scratch_bytes_; }
   size_t ConstantBytes() const { return owned_const_bytes_; }
+  // What runs each step, in order (Step::implementation).
+  std::vector<std::string> Implementations() const;
 
  private:
   struct Bound {  // a memory object on a caller's buffer, set per call
@@ -220,6 +222,7 @@ class Program {
   void AddReorder(int from, int to);
   void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad,
                std::shared_ptr<const Kernel> kernel = nullptr);
+  static std::string ImplementationOf(const dnnl::primitive& primitive);
   double WorkUs(const BodyOp& op) const;
   int NewTemp(const Desc& desc);
   int Define(int id, const Desc& desc);
@@ -271,6 +274,7 @@ class Program {
   void Binary(const BodyOp& op, algorithm alg, bool commutes);
   bool WithScalar(const BodyOp& op);
   bool OuterProduct(const BodyOp& op);
+  bool BinaryWithoutReference(algorithm alg, int full, int other, int output);
 
   // conv.cc: convolutions: conv1d/conv2d (direct, or Winograd: winograd.cc) and the transposed conv2d
   ConvDims ConvShape(const BodyOp& op, const Attrs& a) const;
@@ -366,6 +370,7 @@ class Program {
   // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
   void Softmax(const BodyOp& op, const Attrs& a);
   void LayerNorm(const BodyOp& op, const Attrs& a);
+  void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 

@@ -727,6 +727,13 @@ struct ReportsThreads : std::false_type {};
 template <class E>
 struct ReportsThreads<E, std::void_t<decltype(std::declval<const E&>().MaxThreads())>> : std::true_type {};
 
+// Whether an executor says what runs each of its steps (a module's get_implementations).
+template <class E, class = void>
+struct ReportsImplementations : std::false_type {};
+template <class E>
+struct ReportsImplementations<E, std::void_t<decltype(std::declval<const E&>().Implementations())>>
+    : std::true_type {};
+
 // Whether an executor takes the settings of the module that creates it (see the top of this file).
 template <class E, class = void>
 struct HasSettings : std::false_type {
@@ -800,6 +807,18 @@ class GraphModuleObj : public ModuleObj {
       if (name == "get_max_threads") {  // the team size its kernels were created for
         return Function::FromPacked(
             [self, this](PackedArgs, Any* rv) { *rv = static_cast<int64_t>(MaxThreads()); });
+      }
+    }
+    if constexpr (ReportsImplementations<Executor>::value) {
+      if (name == "get_implementations") {  // of the static graph, or of the shape called last; [] before any call
+        return Function::FromPacked([self, this](PackedArgs, Any* rv) {
+          Array<String> names;
+          std::lock_guard<std::mutex> lock(cache_mutex_);
+          const Executor* executor = executor_ ? executor_.get() : cache_.empty() ? nullptr : cache_.front().second->executor.get();
+          if (executor)
+            for (const std::string& n : executor->Implementations()) names.push_back(String(n));
+          *rv = names;
+        });
       }
     }
     return std::nullopt;

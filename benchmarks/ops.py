@@ -1,0 +1,330 @@
+"""Per-op speed table: each dnnl rule alone, over shapes taken from the real-model suites, against onnxruntime.
+
+Run from the repo root::
+
+    python benchmarks/ops.py                       # every case
+    python benchmarks/ops.py conv_grouped attention --runs 30
+    ONEDNN_MAX_CPU_ISA=AVX2 python benchmarks/ops.py   # oneDNN held to the AVX2 class on a bigger machine
+
+Each case is a small ONNX model made here with onnx.helper: one op, or the op behind the conv that gives
+its input the layout it has inside a CNN (a broadcast multiply reads a conv's blocked output in
+RegNet's squeeze-and-excitation, not a plain input). byoc builds it with ``vendors=["dnnl"]`` in this
+process and exports it; then byoc and onnxruntime (2 threads) each time the same model in their own
+process, one at a time per round (benchmarks/timing_processes.py), and the outputs are compared.
+
+The table gives per case: byoc's and onnxruntime's medians, their ratio (the goal of issue 33: no row
+above 1.25), where byoc ran it ("dnnl", or "host" for ops no partition took), and what oneDNN ran for each
+step (``Artifact.implementations``). A step on oneDNN's scalar reference kernel (``ref:``) is flagged: the
+dnnl vendor's guarantee is that none is left where another way exists. The worst rows come last; the
+machine class heads the table. ``--json FILE`` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import timing_processes as timing  # noqa: E402 - next to this file
+
+RNG_SEED = 20261125
+
+
+class Graph:
+    """An ONNX graph under construction: inputs, seeded constants, nodes; ``model()`` closes it."""
+
+    def __init__(self, opset: int = 17):
+        self.opset = opset
+        self.rng = np.random.default_rng(RNG_SEED)
+        self.nodes, self.inputs, self.consts = [], [], []
+
+    def input(self, name: str, shape: list) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        return name
+
+    def const(self, shape: list, scale: float = 0.1, values=None) -> str:
+        name = f"c{len(self.consts)}"
+        array = np.asarray(values, np.float32) if values is not None else (
+            self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.consts.append(numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, inputs: list, **attrs) -> str:
+        out = f"t{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
+        return out
+
+    def conv(self, x: str, cin: int, cout: int, k: int = 1, stride: int = 1, group: int = 1, dilation: int = 1) -> str:
+        pad = dilation * (k - 1) // 2
+        return self.op("Conv", [x, self.const([cout, cin // group, k, k]), self.const([cout])], kernel_shape=[k, k],
+                       strides=[stride, stride], pads=[pad] * 4, group=group, dilations=[dilation, dilation])
+
+    def model(self, output: str, shape: list | None = None) -> onnx.ModelProto:
+        """The graph with ``output`` as its output, of ``shape`` (default: what ONNX's shape inference says)."""
+        graph = helper.make_graph(self.nodes, "op", self.inputs, [], self.consts)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+        if shape is not None:
+            model.graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, shape))
+        else:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.value_info
+            model.graph.output.append(next(vi for vi in inferred if vi.name == output))
+        return model
+
+
+# -- the cases: (family, label, builder) ----------------------------------------------------------------
+def conv_case(c_in, c_out, size, k=3, stride=1, group=1, dilation=1):
+    def build():
+        g = Graph()
+        return g.model(g.conv(g.input("x", [1, c_in, size, size]), c_in, c_out, k, stride, group, dilation))
+    return build
+
+
+def after_conv(channels, size, then, group=None):
+    """A 1x1 conv (or a grouped 3x3 one) whose output, in the layout oneDNN gives it, goes into ``then``."""
+    def build():
+        g = Graph()
+        x = g.input("x", [1, channels, size, size])
+        y = g.conv(x, channels, channels, 3 if group else 1, group=group or 1)
+        return g.model(then(g, y, channels))
+    return build
+
+
+def squeeze_excite(g, y, channels):
+    """RegNet/MobileNetV3/EfficientNet: y * sigmoid(conv(relu(conv(mean(y))))), a [1, C, 1, 1] run-time scale."""
+    squeezed = g.op("Relu", [g.conv(g.op("GlobalAveragePool", [y]), channels, channels // 4)])
+    return g.op("Mul", [y, g.op("Sigmoid", [g.conv(squeezed, channels // 4, channels)])])
+
+
+def per_channel_const(op_type):
+    def then(g, y, channels):
+        return g.op(op_type, [y, g.const([1, channels, 1, 1])])
+    return then
+
+
+def windowed_mask_add(windows, heads, tokens, constant):
+    """Swin's shifted-window attention: scores [1, nW, heads, T, T] + a mask [1, nW, 1, T, T]."""
+    def build():
+        g = Graph()
+        x = g.input("scores", [1, windows, heads, tokens, tokens])
+        mask = g.const([1, windows, 1, tokens, tokens]) if constant else g.input("mask", [1, windows, 1, tokens, tokens])
+        return g.model(g.op("Softmax", [g.op("Add", [x, mask])], axis=-1))
+    return build
+
+
+def linear(rows_shape, k, n, bias=True):
+    """A Linear as exporters write it: MatMul by a [K, N] constant, then a bias Add (dynamo: 4-D rows)."""
+    def build():
+        g = Graph()
+        y = g.op("MatMul", [g.input("x", [*rows_shape, k]), g.const([k, n], 0.05)])
+        return g.model(g.op("Add", [y, g.const([n])]) if bias else y)
+    return build
+
+
+def attention(heads, tokens, head_dim, mask):
+    """softmax(Q Kt * scale + mask) V with Q, K, V [1, heads, T, d] and a [1, 1, 1, T] additive mask."""
+    def build():
+        g = Graph()
+        q, k, v = (g.input(n, [1, heads, tokens, head_dim]) for n in "qkv")
+        scores = g.op("Mul", [g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])]),
+                              g.const([], values=1 / math.sqrt(head_dim))])
+        if mask:
+            scores = g.op("Add", [scores, g.input("mask", [1, 1, 1, tokens])])
+        return g.model(g.op("MatMul", [g.op("Softmax", [scores], axis=-1), v]))
+    return build
+
+
+def unary(op_type, shape, opset=17, **attrs):
+    def build():
+        g = Graph(opset)
+        return g.model(g.op(op_type, [g.input("x", shape)], **attrs))
+    return build
+
+
+def layer_norm(shape):
+    def build():
+        g = Graph()
+        x, n = g.input("x", shape), shape[-1]
+        return g.model(g.op("LayerNormalization", [x, g.const([n]), g.const([n])], axis=-1, epsilon=1e-5))
+    return build
+
+
+def group_norm(channels, length, groups):
+    def build():
+        g = Graph(21)
+        x = g.input("x", [1, channels, length])
+        y = g.op("GroupNormalization", [x, g.const([channels]), g.const([channels])], num_groups=groups)
+        return g.model(y, [1, channels, length])  # ONNX's shape inference has no GroupNormalization-21
+    return build
+
+
+def gelu_erf(shape):
+    """GELU as the legacy exporters spell it: x * 0.5 * (1 + erf(x / sqrt 2))."""
+    def build():
+        g = Graph()
+        x = g.input("x", shape)
+        erf = g.op("Erf", [g.op("Div", [x, g.const([], values=math.sqrt(2))])])
+        half = g.op("Mul", [x, g.const([], values=0.5)])
+        return g.model(g.op("Mul", [half, g.op("Add", [erf, g.const([], values=1.0)])]))
+    return build
+
+
+def pool(op_type, channels, size, **attrs):
+    def build():
+        g = Graph()
+        return g.model(g.op(op_type, [g.conv(g.input("x", [1, channels, size, size]), channels, channels)], **attrs))
+    return build
+
+
+CASES = [
+    # convs: a ResNet layer, a stem, RegNet-Y's group width 8 / 16 at each stage, MobileNet/EfficientNet
+    # depthwise, DeepLab's dilated ones, odd channel counts and small spatial sizes
+    ("conv", "3x3 64->64 56x56", conv_case(64, 64, 56)),
+    ("conv", "1x1 256->64 56x56", conv_case(256, 64, 56, k=1)),
+    ("conv", "stem 7x7/2 3->64 224x224", conv_case(3, 64, 224, k=7, stride=2)),
+    ("conv", "3x3 17->33 35x35 (odd)", conv_case(17, 33, 35)),
+    ("conv", "3x3 512->512 7x7 (small)", conv_case(512, 512, 7)),
+    ("conv_grouped", "3x3 48 g6 56x56 (RegNet)", conv_case(48, 48, 56, group=6)),
+    ("conv_grouped", "3x3 104 g13 28x28 (RegNet)", conv_case(104, 104, 28, group=13)),
+    ("conv_grouped", "3x3 208 g26 14x14 (RegNet)", conv_case(208, 208, 14, group=26)),
+    ("conv_grouped", "3x3 440 g55 7x7 (RegNet)", conv_case(440, 440, 7, group=55)),
+    ("conv_grouped", "3x3 128 g32 56x56 (ResNeXt)", conv_case(128, 128, 56, group=32)),
+    ("conv_depthwise", "3x3 144 112x112", conv_case(144, 144, 112, group=144)),
+    ("conv_depthwise", "5x5/2 240 28x28", conv_case(240, 240, 28, k=5, stride=2, group=240)),
+    ("conv_depthwise", "3x3 960 7x7", conv_case(960, 960, 7, group=960)),
+    ("conv_depthwise", "7x7 96 56x56 (ConvNeXt)", conv_case(96, 96, 56, k=7, group=96)),
+    ("conv_dilated", "3x3 d2 256 64x64 (DeepLab)", conv_case(256, 256, 64, dilation=2)),
+    ("conv_dilated", "3x3 d4 128 32x32", conv_case(128, 128, 32, dilation=4)),
+    # broadcast element-wise ops over a conv's output (channel-blocked or channels-last)
+    ("broadcast", "SE multiply 48 56x56 after grouped conv", after_conv(48, 56, squeeze_excite, group=6)),
+    ("broadcast", "SE multiply 960 32x32", after_conv(960, 32, squeeze_excite)),
+    ("broadcast", "SE multiply 120 64x64", after_conv(120, 64, squeeze_excite)),
+    ("broadcast", "per-channel add 40 128x128", after_conv(40, 128, per_channel_const("Add"))),
+    ("broadcast", "per-channel mul 72 64x64", after_conv(72, 64, per_channel_const("Mul"))),
+    ("broadcast", "Swin mask add + softmax, const mask", windowed_mask_add(64, 3, 49, constant=True)),
+    ("broadcast", "Swin mask add + softmax, input mask", windowed_mask_add(64, 3, 49, constant=False)),
+    # matmuls: Linear as each exporter writes it, a GPT-2 head, attention
+    ("matmul", "Linear [128,768]x[768,3072]+b", linear([128], 768, 3072)),
+    ("matmul", "Linear dynamo 4-D [1,14,14,1536]x[1536,384]+b", linear([1, 14, 14], 1536, 384)),
+    ("matmul", "Linear [1,64,768]x[768,3072]+b", linear([1, 64], 768, 3072)),
+    ("matmul", "LM head [1,64,768]x[768,50257]", linear([1, 64], 768, 50257, bias=False)),
+    ("attention", "12 heads 128x64, mask", attention(12, 128, 64, mask=True)),
+    ("attention", "12 heads 197x64 (ViT)", attention(12, 197, 64, mask=False)),
+    ("attention", "2 heads 64x64, mask", attention(2, 64, 64, mask=True)),
+    # norms and activations
+    ("norm", "LayerNorm [1,128,768]", layer_norm([1, 128, 768])),
+    ("norm", "LayerNorm [1,3136,96] (Swin)", layer_norm([1, 3136, 96])),
+    ("norm", "GroupNorm 512 groups [1,512,3200]", group_norm(512, 3200, 512)),
+    ("norm", "GroupNorm 32 groups [1,256,4096]", group_norm(256, 4096, 32)),
+    ("norm", "Softmax [1,12,128,128]", unary("Softmax", [1, 12, 128, 128], axis=-1)),
+    ("activation", "Gelu op (opset 20) [1,128,3072]", unary("Gelu", [1, 128, 3072], opset=20)),
+    ("activation", "Gelu tanh op (opset 20) [1,128,3072]", unary("Gelu", [1, 128, 3072], opset=20, approximate="tanh")),
+    ("activation", "GELU erf form [1,128,3072]", gelu_erf([1, 128, 3072])),
+    ("activation", "Sigmoid [1,256,56,56]", unary("Sigmoid", [1, 256, 56, 56])),
+    ("activation", "HardSwish [1,96,56,56]", unary("HardSwish", [1, 96, 56, 56])),
+    ("pool", "MaxPool 3x3/2 64 112x112", pool("MaxPool", 64, 112, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)),
+    ("pool", "GlobalAveragePool 1280 7x7", pool("GlobalAveragePool", 1280, 7)),
+]
+
+
+# -- measuring -------------------------------------------------------------------------------------------
+def build(path: Path, lib: Path, inputs: dict) -> dict:
+    """byoc's build of one case: where it ran, what oneDNN ran, the exported library."""
+    import byoc
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(str(path), vendors=["dnnl"])
+    artifact.run(inputs)
+    artifact.export(lib, overwrite=True)
+    steps = [s for found in artifact.implementations().values() for s in found]
+    return {"partitions": len(artifact.plan.partitions), "implementations": steps}
+
+
+def measure(family: str, label: str, make, args, tmp: Path) -> dict:
+    row = {"family": family, "case": label}
+    path, lib = tmp / "case.onnx", tmp / f"case-{abs(hash(label))}.so"
+    onnx.save(make(), str(path))
+    inputs = timing.random_inputs(path)
+    try:
+        row.update(build(path, lib, inputs))
+    except Exception as err:  # a case byoc cannot build is a row, not the end of the table
+        row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return row
+    measured = timing.time_interleaved({"onnxruntime": ("onnxruntime", path), "byoc": ("byoc", lib)}, inputs,
+                                      args, tmp, args.runs, args.warmup, calls=args.calls)
+    if any(m["status"] != "ok" for m in measured.values()):
+        row["error"] = "; ".join(f"{k}: {m['why']}" for k, m in measured.items() if m["status"] != "ok")
+        return row
+    ort, ours = measured["onnxruntime"], measured["byoc"]
+    row["onnxruntime_ms"], row["byoc_ms"] = ort["median_s"] * 1e3, ours["median_s"] * 1e3
+    row["ratio"] = ours["median_s"] / ort["median_s"]
+    row["max_abs_error"] = max(float(np.max(np.abs(a - b))) for a, b in zip(ours["outputs"], ort["outputs"]))
+    return row
+
+
+def _where(row: dict) -> str:
+    if row.get("partitions") == 0:
+        return "host"
+    slow = sorted({s for s in row["implementations"] if " ref:" in s or " simple" in s})
+    return "dnnl" + (f" SLOW: {', '.join(slow)}" if slow else "")
+
+
+def print_table(rows: list, machine: str) -> None:
+    print(f"machine class: {machine}")
+    print(f"{'family':<15} {'case':<46} {'byoc ms':>9} {'ort ms':>9} {'ratio':>6}  where")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['family']:<15} {r['case']:<46} error: {r['error']}")
+            continue
+        print(f"{r['family']:<15} {r['case']:<46} {r['byoc_ms']:>9.3f} {r['onnxruntime_ms']:>9.3f} "
+              f"{r['ratio']:>6.2f}  {_where(r)}")
+    timed = sorted((r for r in rows if "ratio" in r), key=lambda r: r["ratio"])
+    if timed:
+        geomean = math.exp(sum(math.log(r["ratio"]) for r in timed) / len(timed))
+        over = [r for r in timed if r["ratio"] > 1.25]
+        print(f"\n{len(timed)} cases, geometric mean {geomean:.2f}x onnxruntime, {len(over)} above 1.25x")
+        print("worst rows:")
+        for r in timed[-5:][::-1]:
+            print(f"  {r['ratio']:.2f}x  {r['family']}: {r['case']}  ({_where(r)})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("select", nargs="*", help="families or words of case labels (default: every case)")
+    parser.add_argument("--runs", type=int, default=20, help="timed rounds per case")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=5, help="calls per round")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds for a process to load")
+    parser.add_argument("--round-timeout", type=float, default=60, help="seconds per call")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    cases = [c for c in CASES if not args.select or any(s == c[0] or s in c[1] for s in args.select)]
+    if not cases:
+        parser.error(f"no case matches {args.select}; families: {sorted({c[0] for c in CASES})}")
+    machine = timing.machine_class()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="byoc-ops-") as tmp:
+        for family, label, make in cases:
+            rows.append(measure(family, label, make, args, Path(tmp)))
+            r = rows[-1]
+            print(f"  {family}: {label}: " + (r["error"] if "error" in r else f"{r['ratio']:.2f}x  {_where(r)}"),
+                  file=sys.stderr, flush=True)
+    print_table(rows, machine)
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
