@@ -45,6 +45,33 @@ The models:
   ``x`` is ``[p2o.DynamicDimension.0, 3, ?, p2o.DynamicDimension.1]`` (``?`` is a dim_param named
   "?"): tested at height 48 and widths 160, 320, 480. It is listed only while its width is free.
 
+Issue 33's modern architectures, nobody's tuning target: one test shape each (a benchmark builds one
+static artifact), batch symbolic, random BatchNorm statistics like the models above.
+
+* ``regnet_y_400mf``: torchvision regnet_y_400mf, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``regnet_y_400mf_dynamo``: the same, dynamo exporter, opset 18, ``input`` ``[batch, 3, 224, 224]``.
+* ``lraspp_mobilenet_v3``: torchvision lraspp_mobilenet_v3_large (``weights_backbone=None``), legacy exporter,
+  opset 17, ``input`` ``[batch, 3, 512, 512]``; its output is ``out`` (21 classes at 512x512).
+* ``convnext_tiny``: torchvision convnext_tiny, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``convnext_tiny_dynamo``: the same, dynamo exporter, opset 18, ``input`` ``[batch, 3, 224, 224]``.
+* ``swin_t``: torchvision swin_t, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``swin_t_dynamo``: the same, dynamo exporter, opset 18, ``input`` ``[batch, 3, 224, 224]``.
+* ``efficientnet_b0``: torchvision efficientnet_b0, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``gpt2_small``: transformers' GPT2LMHeadModel, default config (12 layers, 768, 12 heads, vocab 50257), eager
+  attention, no KV cache, ``logits`` only; legacy exporter, opset 17, ``input_ids`` and ``attention_mask``
+  (int64) ``[batch_size, sequence_length]``; tested at 1 x 64.
+* ``bert_base``: BertModel at bert-base's size (12 layers, 768, 12 heads, FFN 3072, vocab 30522), legacy
+  exporter, opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size, sequence_length]``; 1 x 128.
+* ``bert_base_dynamo``: the same module, dynamo exporter, opset 18, same inputs and test shape.
+* ``vit_base``: transformers' ViTModel, default config (224, patch 16, 12 layers, 768), legacy exporter,
+  opset 17, ``pixel_values`` ``[batch_size, 3, 224, 224]``; tested at batch 1.
+* ``distilbert``: DistilBertModel, default config (6 layers, 768, 12 heads, vocab 30522), legacy exporter,
+  opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size, sequence_length]``; 1 x 128.
+
+The transformer models take the Hugging Face exporter's dynamic axes, through the legacy exporter:
+that exporter (optimum-onnx 0.1.0, the latest) requires transformers < 4.58 and does not import with
+transformers 5 (``transformers.modeling_utils.get_parameter_dtype`` is gone).
+
 torchvision's wheels on PyPI are CUDA builds: their C extension does not load next to the CPU
 torch, and torchvision 0.28's ``_meta_registrations`` then fails on ``torchvision::nms``. The
 models used here are plain Python; ``_torchvision_ops_stub`` defines the two op schemas it needs
@@ -63,6 +90,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -84,9 +112,10 @@ BERT_CONFIG = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_at
                    intermediate_size=512, max_position_embeddings=512)
 BERT_DIMS = [{"batch_size": 1, "sequence_length": 16}, {"batch_size": 1, "sequence_length": 64},
              {"batch_size": 2, "sequence_length": 32}, {"batch_size": 4, "sequence_length": 128}]
-BERT_AXES = {"input_ids": {0: "batch_size", 1: "sequence_length"},
-             "attention_mask": {0: "batch_size", 1: "sequence_length"},
-             "last_hidden_state": {0: "batch_size", 1: "sequence_length"}, "pooler_output": {0: "batch_size"}}
+TEXT_AXES = {0: "batch_size", 1: "sequence_length"}
+BERT_OUTPUTS = {"last_hidden_state": TEXT_AXES, "pooler_output": {0: "batch_size"}}  # output -> its dynamic axes
+BERT_BASE_CONFIG = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                        intermediate_size=3072, max_position_embeddings=512)
 PPOCR_DIMS = [{"p2o.DynamicDimension.0": 1, "?": 48, "p2o.DynamicDimension.1": 160},
               {"p2o.DynamicDimension.0": 1, "?": 48, "p2o.DynamicDimension.1": 320},
               {"p2o.DynamicDimension.0": 1, "?": 48, "p2o.DynamicDimension.1": 480},
@@ -146,41 +175,44 @@ def _random_bn_stats(module) -> None:
             m.running_var.uniform_(0.5, 1.5)
 
 
-def bert_module():
+def hf_module(model_class: str, config: dict, outputs: tuple, image: bool = False):
+    """A transformers model (seeded random weights, eager attention) whose forward returns ``outputs``.
+
+    Keyword call and a tuple out: transformers 5's forward, called positionally while tracing, fails
+    ("got multiple values for argument 'use_cache'"). ``image``: one ``pixel_values`` input, else
+    ``input_ids`` and ``attention_mask``.
+    """
     torch = _seeded()
-    from transformers import BertConfig, BertModel
+    import transformers
 
-    bert = BertModel(BertConfig(**BERT_CONFIG, attn_implementation="eager")).eval()
+    cls = getattr(transformers, model_class)
+    hf = cls(cls.config_class(**config, attn_implementation="eager")).eval()
 
-    class Bert(torch.nn.Module):
-        """Keyword call and a tuple out: transformers 5's forward, called positionally while
-        tracing, fails ("got multiple values for argument 'use_cache'")."""
-
-        def __init__(self, model):
+    class Text(torch.nn.Module):
+        def __init__(self):
             super().__init__()
-            self.model = model
+            self.model = hf
+
+        def run(self, **inputs):
+            out = self.model(**inputs, return_dict=True)
+            return tuple(out[name] for name in outputs)
 
         def forward(self, input_ids, attention_mask):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True)
-            return out.last_hidden_state, out.pooler_output
+            return self.run(input_ids=input_ids, attention_mask=attention_mask)
 
-    return Bert(bert).eval()
+    class Image(Text):
+        def forward(self, pixel_values):
+            return self.run(pixel_values=pixel_values)
+
+    return (Image if image else Text)().eval()
 
 
-def resnet_module():
+def torchvision_module(name: str, **kwargs):
+    """``torchvision.models.get_model(name)``, random weights and BatchNorm statistics."""
     _seeded()
     import torchvision
 
-    module = torchvision.models.resnet18(weights=None).eval()
-    _random_bn_stats(module)
-    return module
-
-
-def mobilenet_module():
-    _seeded()
-    import torchvision
-
-    module = torchvision.models.mobilenet_v2(weights=None).eval()
+    module = torchvision.models.get_model(name, weights=None, **kwargs).eval()
     _random_bn_stats(module)
     return module
 
@@ -243,9 +275,9 @@ def export_legacy(module, example: tuple, path: Path, inputs: list, outputs: lis
 def export_dynamo(module, example: tuple, path: Path, inputs: list, outputs: list, axes: dict) -> None:
     import torch
 
-    dims: dict = {}
-    dynamic_shapes = {name: {axis: dims.setdefault(dim, torch.export.Dim(dim)) for axis, dim in axes[name].items()}
-                      for name in inputs}
+    dims: dict = {}  # positional: forward's parameters need not carry the ONNX input names (torchvision's is x)
+    dynamic_shapes = tuple({axis: dims.setdefault(dim, torch.export.Dim(dim)) for axis, dim in axes[name].items()}
+                           for name in inputs)
     with _quiet_export(), torch.no_grad():
         torch.onnx.export(module, example, str(path), dynamo=True, opset_version=DYNAMO_OPSET, input_names=inputs,
                           output_names=outputs, dynamic_shapes=dynamic_shapes, external_data=False, verbose=False)
@@ -266,28 +298,54 @@ class DynModel:
     outputs: list = field(default_factory=list)
     axes: dict = field(default_factory=dict)  # name -> {axis: dim name}, inputs and outputs
     example: dict = field(default_factory=dict)  # the export's example dims: away from 1, which gets specialized
-    needs: tuple = ()  # modules besides torch (onnxscript: the dynamo exporter writes through it)
+    needs: tuple = ()  # modules besides torch (and onnxscript, which build adds for the dynamo exporter)
 
 
 BERT_INPUTS = {"input_ids": ["batch_size", "sequence_length"], "attention_mask": ["batch_size", "sequence_length"]}
-BERT = dict(module=bert_module, inputs=BERT_INPUTS, dtypes={"input_ids": "int64", "attention_mask": "int64"},
-            outputs=["last_hidden_state", "pooler_output"], axes=BERT_AXES,
-            example={"batch_size": 2, "sequence_length": 16}, test_dims=BERT_DIMS)
 TORCHVISION = ("torchvision", "PIL")
 IMAGE_DIMS = [{"batch": 1, "height": 224, "width": 224}, {"batch": 2, "height": 160, "width": 160},
               {"batch": 1, "height": 256, "width": 192}]
+LEGACY, DYNAMO = "TorchScript exporter, opset 17", "dynamo exporter (torch.export), opset 18"
+HF_AXES = "the Hugging Face exporter's dynamic axes (optimum-onnx 0.1.0 needs transformers < 4.58)"
+
+
+def _hf(model_class: str, config: dict, outputs: dict, test_dims: list, image: bool = False) -> dict:
+    """DynModel fields of a transformers model: ``outputs`` maps each output to its dynamic axes."""
+    if image:
+        inputs, dtypes = {"pixel_values": ["batch_size", 3, 224, 224]}, {"pixel_values": "float32"}
+    else:
+        inputs, dtypes = BERT_INPUTS, {"input_ids": "int64", "attention_mask": "int64"}
+    axes = {name: {i: d for i, d in enumerate(shape) if isinstance(d, str)} for name, shape in inputs.items()}
+    return dict(module=partial(hf_module, model_class, config, tuple(outputs), image), inputs=inputs, dtypes=dtypes,
+                outputs=list(outputs), axes={**axes, **outputs}, example={"batch_size": 2, "sequence_length": 16},
+                test_dims=test_dims, needs=("transformers",))
+
+
+def _vision(name: str, constructor: str, size: int = 224, exporter=export_legacy, output: str = "output",
+            **kwargs) -> DynModel:
+    """torchvision's ``constructor`` on ``input`` ``[batch, 3, size, size]``, tested at batch 1."""
+    return DynModel(name, f"torchvision {constructor}, dynamic batch, {size}x{size}, "
+                    f"{LEGACY if exporter is export_legacy else DYNAMO}", [{"batch": 1}],
+                    partial(torchvision_module, constructor, **kwargs), exporter, {"input": ["batch", 3, size, size]},
+                    {"input": "float32"}, [output], {"input": {0: "batch"}, output: {0: "batch"}}, {"batch": 2},
+                    TORCHVISION)
+
+
+BERT = _hf("BertModel", BERT_CONFIG, BERT_OUTPUTS, BERT_DIMS)
+BERT_BASE = _hf("BertModel", BERT_BASE_CONFIG, BERT_OUTPUTS, [{"batch_size": 1, "sequence_length": 128}])
 
 MODELS: dict[str, DynModel] = {m.name: m for m in (
     DynModel("bert_tiny_dyn", "BertModel (transformers, 2x128, 2 heads, vocab 1000), TorchScript exporter, "
-             "opset 17", exporter=export_legacy, needs=("transformers",), **BERT),
+             "opset 17", exporter=export_legacy, **BERT),
     DynModel("bert_tiny_dynamo", "the same BertModel, dynamo exporter (torch.export), opset 18",
-             exporter=export_dynamo, needs=("transformers", "onnxscript"), **BERT),
+             exporter=export_dynamo, **BERT),
     DynModel("resnet_dyn", "torchvision resnet18, dynamic batch, height and width, opset 17",
-             IMAGE_DIMS, resnet_module, export_legacy, {"input": ["batch", 3, "height", "width"]},
-             {"input": "float32"}, ["output"], {"input": {0: "batch", 2: "height", 3: "width"}, "output": {0: "batch"}},
+             IMAGE_DIMS, partial(torchvision_module, "resnet18"), export_legacy,
+             {"input": ["batch", 3, "height", "width"]}, {"input": "float32"}, ["output"],
+             {"input": {0: "batch", 2: "height", 3: "width"}, "output": {0: "batch"}},
              {"batch": 2, "height": 224, "width": 224}, TORCHVISION),
     DynModel("mobilenetv2_dyn", "torchvision mobilenet_v2, dynamic batch, opset 17",
-             [{"batch": 1}, {"batch": 2}, {"batch": 4}], mobilenet_module, export_legacy,
+             [{"batch": 1}, {"batch": 2}, {"batch": 4}], partial(torchvision_module, "mobilenet_v2"), export_legacy,
              {"input": ["batch", 3, 224, 224]}, {"input": "float32"}, ["output"],
              {"input": {0: "batch"}, "output": {0: "batch"}}, {"batch": 2}, TORCHVISION),
     DynModel("audio_conv_dyn", "wav2vec2-style Conv1d feature encoder + mean pool + Linear, dynamic samples, "
@@ -296,6 +354,29 @@ MODELS: dict[str, DynModel] = {m.name: m for m in (
              {"input_values": {1: "samples"}, "hidden_states": {1: "frames"}}, {"samples": 16000}),
     DynModel("ppocr_rec_dyn", "PP-OCRv4 text recognition (SVTR-LCNet), rapidocr-onnxruntime, as published "
              "(opset 12), free batch and width", PPOCR_DIMS),
+    # issue 33's modern architectures: one test shape each, so a benchmark builds one static artifact
+    _vision("regnet_y_400mf", "regnet_y_400mf"),
+    _vision("regnet_y_400mf_dynamo", "regnet_y_400mf", exporter=export_dynamo),
+    _vision("lraspp_mobilenet_v3", "lraspp_mobilenet_v3_large", 512, output="out", weights_backbone=None),
+    _vision("convnext_tiny", "convnext_tiny"),
+    _vision("convnext_tiny_dynamo", "convnext_tiny", exporter=export_dynamo),
+    _vision("swin_t", "swin_t"),
+    _vision("swin_t_dynamo", "swin_t", exporter=export_dynamo),
+    _vision("efficientnet_b0", "efficientnet_b0"),
+    DynModel("gpt2_small", f"GPT2LMHeadModel (transformers, default config: 12x768, 12 heads, vocab 50257, "
+             f"no KV cache), logits only, {LEGACY}, {HF_AXES}", exporter=export_legacy,
+             **_hf("GPT2LMHeadModel", dict(use_cache=False), {"logits": TEXT_AXES},
+                   [{"batch_size": 1, "sequence_length": 64}])),
+    DynModel("bert_base", f"BertModel (transformers, bert-base: 12x768, 12 heads, vocab 30522), {LEGACY}, {HF_AXES}",
+             exporter=export_legacy, **BERT_BASE),
+    DynModel("bert_base_dynamo", f"the same bert-base BertModel, {DYNAMO}", exporter=export_dynamo, **BERT_BASE),
+    DynModel("vit_base", f"ViTModel (transformers, default config: 224, patch 16, 12x768), dynamic batch, {LEGACY}",
+             exporter=export_legacy, **_hf("ViTModel", {}, dict.fromkeys(BERT_OUTPUTS, {0: "batch_size"}),
+                                          [{"batch_size": 1}], image=True)),
+    DynModel("distilbert", f"DistilBertModel (transformers, default config: 6x768, 12 heads, vocab 30522), {LEGACY}, "
+             f"{HF_AXES}", exporter=export_legacy,
+             **_hf("DistilBertModel", {}, {"last_hidden_state": TEXT_AXES},
+                   [{"batch_size": 1, "sequence_length": 128}])),
 )}
 
 
@@ -380,7 +461,7 @@ def _compare(module, feeds: dict, outs: list, session, binding: dict) -> list[st
 
     with torch.no_grad():
         ref = module(*(torch.from_numpy(v) for v in feeds.values()))
-    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    ref = tuple(ref.values()) if isinstance(ref, dict) else ref if isinstance(ref, (tuple, list)) else (ref,)
     problems = []
     for meta, got, want in zip(session.get_outputs(), outs, ref):
         want = want.numpy()
@@ -389,6 +470,7 @@ def _compare(module, feeds: dict, outs: list, session, binding: dict) -> list[st
             continue
         scale = float(np.abs(want).max()) or 1.0
         err = float(np.abs(got - want).max())
+        log(f"  {meta.name} at {binding}: max |onnx - torch| {err:.3g}, max |torch| {scale:.3g}")
         if err > 1e-3 * scale + 1e-4:
             problems.append(f"{binding}: {meta.name} differs from torch by {err:.3g} (max |torch| {scale:.3g})")
     return problems
@@ -428,7 +510,8 @@ def build(model: DynModel, out: Path, force: bool) -> tuple[Path, object]:
     """The model's file (exported when missing or ``force``) and its torch module (None for a published model)."""
     if model.module is None:
         return _ppocr_path(), None
-    missing = [m for m in model.needs if importlib.util.find_spec(m) is None]
+    needs = model.needs + ("onnxscript",) * (model.exporter is export_dynamo)  # the dynamo exporter writes through it
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         raise Skip(f"needs {', '.join(missing)}, not installed in {sys.executable}: run this script with the "
                    "torch venv (see its docstring)")
