@@ -231,15 +231,20 @@ def _matmul_bias(match: Match):
 
 
 def _gelu(x, half: bool = True):
-    """x * 0.5 * (1 + erf(x / sqrt 2)), as ONNX exports of GELU spell it; without ``half``, twice that, as it is
-    left where the preparation folded the 0.5 into the next conv or matmul; (pattern, annotations)."""
+    """x * 0.5 * (1 + erf(x / sqrt 2)), as ONNX exports of GELU spell it (the legacy exporter's
+    (x * (1 + e)) * 0.5, the dynamo exporter's x * (0.5 * (1 + e)) and x * (1 / sqrt 2)); without ``half``, the
+    legacy form times 2, as it is left where the preparation folded the 0.5 into the next conv or matmul;
+    (pattern, annotations)."""
     from tvm.relax.dpl import is_const, is_op
 
     c = {name: is_const() for name in GELU_CONSTANTS if half or name != "gelu_half"}
-    scaled = is_op("relax.divide")(x, c["gelu_sqrt2"])
+    scaled = is_op("relax.divide")(x, c["gelu_sqrt2"]) | is_op("relax.multiply")(x, c["gelu_inv_sqrt2"])
     one_plus = is_op("relax.add")(is_op("relax.erf")(scaled), c["gelu_one"])
     doubled = is_op("relax.multiply")(x, one_plus)
-    return (is_op("relax.multiply")(doubled, c["gelu_half"]) if half else doubled), c
+    if not half:
+        return doubled, c
+    return (is_op("relax.multiply")(doubled, c["gelu_half"])
+            | is_op("relax.multiply")(x, is_op("relax.multiply")(one_plus, c["gelu_half"]))), c
 
 
 def _gelu_constants(match: Match):

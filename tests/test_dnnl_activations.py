@@ -22,7 +22,7 @@ from byoc.codegens.dnnl import DnnlCodegen
 from byoc.codegens.dnnl.activations import ELTWISE, LRN, activations_fused
 from byoc.vendor.graph import partition_graph
 
-from dnnl_op_helpers import ACTIVATIONS, _activation_nodes, _conv, _gelu_tanh_nodes
+from dnnl_op_helpers import ACTIVATIONS, _activation_nodes, _compile, _conv, _f, _gelu_tanh_nodes
 from models import const, model, single_op, tensor
 
 SPELLED = {"relax.erf", "relax.tanh", "relax.sigmoid", "relax.clip", "relax.nn.avg_pool3d", "relax.power"}
@@ -45,12 +45,33 @@ def _attrs(op) -> dict:
     return {name: attr["value"] for name, attr in op["attrs"].items()}
 
 
-def _gelu_erf_nodes(x, out, sqrt2=math.sqrt(2.0)):
+def _gelu_erf_nodes(x, out, sqrt2=math.sqrt(2.0), exporter="legacy"):
+    """x * 0.5 * (1 + erf(x / sqrt 2)) as torch's legacy exporter writes it, or as its dynamo exporter does:
+    x * (1 / sqrt 2) (as Div by sqrt 2 at opset 18), then x * (0.5 * (1 + e))."""
     n = helper.make_node
     scalars = [const(name, np.array(v, np.float32)) for name, v in
-               (("erf_sqrt2", sqrt2), ("erf_one", 1.0), ("erf_half", 0.5))]
-    return [n("Div", [x, "erf_sqrt2"], ["e1"]), n("Erf", ["e1"], ["e2"]), n("Add", ["e2", "erf_one"], ["e3"]),
-            n("Mul", [x, "e3"], ["e4"]), n("Mul", ["e4", "erf_half"], [out])], scalars
+               (("erf_sqrt2", sqrt2), ("erf_inv_sqrt2", 1 / sqrt2), ("erf_one", 1.0), ("erf_half", 0.5))]
+    if exporter == "legacy":
+        return [n("Div", [x, "erf_sqrt2"], ["e1"]), n("Erf", ["e1"], ["e2"]), n("Add", ["e2", "erf_one"], ["e3"]),
+                n("Mul", [x, "e3"], ["e4"]), n("Mul", ["e4", "erf_half"], [out])], scalars
+    scale = n("Mul", [x, "erf_inv_sqrt2"], ["e1"]) if exporter == "dynamo_mul" else n("Div", [x, "erf_sqrt2"], ["e1"])
+    return [scale, n("Erf", ["e1"], ["e2"]), n("Add", ["e2", "erf_one"], ["e3"]),
+            n("Mul", ["erf_half", "e3"], ["e4"]), n("Mul", [x, "e4"], [out])], scalars
+
+
+@pytest.mark.parametrize("exporter", ["legacy", "dynamo", "dynamo_mul"])
+def test_gelu_erf_as_each_exporter_writes_it_is_one_eltwise_op_after_the_matmul(exporter):
+    """BERT's intermediate dense + GELU, as each torch exporter writes it: one gelu_erf op in the partition of
+    the matmul, where the dynamo export's spelling stayed on the host and split the encoder (bert_tiny_dynamo: 4
+    partitions, now 2 as its legacy export)."""
+    nodes, scalars = _gelu_erf_nodes("h", "y", exporter=exporter)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["h"]), *nodes],
+              [tensor("x", [2, 5, 16])], [tensor("y", [2, 5, 24])],
+              [const("w", _f(16, 24, seed=2, scale=0.3)), const("b", _f(24, seed=3))] + scalars)
+    sent = _nodes(m)
+    assert not SPELLED & set(_kernels(sent)), _kernels(sent)
+    assert [_attrs(op)["algorithm"] for node in sent for op in node["body"] if op["kernel"] == ELTWISE] == ["gelu_erf"]
+    assert len(_compile(m, scale=2.0).plan.partitions) == 1
 
 
 @pytest.mark.parametrize("kind", ACTIVATIONS)
@@ -153,7 +174,7 @@ def test_gelu_whose_half_was_folded_into_the_next_conv_is_gelu_then_a_scale():
     doubled = gelu[:4]  # no * 0.5
     doubled[3].output[0] = "g"
     m = model([first, *doubled, second], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 4, 10, 12])],
-              inits1 + inits2 + scalars[:2])
+              inits1 + inits2 + [s for s in scalars if s.name in ("erf_sqrt2", "erf_one")])
     artifact = byoc.compile(m, ["dnnl"])
     assert len(artifact.plan.partitions) == 1 and not artifact.plan.host_ops
     sent = _nodes(m)

@@ -41,8 +41,9 @@ from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 ELTWISE = "byoc.eltwise"
 LRN = "byoc.lrn"
 
-#: the scalars of x * 0.5 * (1 + erf(x / sqrt 2)), the erf form of GELU (the dnnl.gelu rules check them too)
-GELU_CONSTANTS = {"gelu_sqrt2": math.sqrt(2.0), "gelu_one": 1.0, "gelu_half": 0.5}
+#: the scalars of x * 0.5 * (1 + erf(x / sqrt 2)), the erf form of GELU (the dnnl.gelu rules check them too;
+#: torch's dynamo exporter multiplies by 1 / sqrt 2 where the legacy one divides by sqrt 2)
+GELU_CONSTANTS = {"gelu_sqrt2": math.sqrt(2.0), "gelu_inv_sqrt2": math.sqrt(0.5), "gelu_one": 1.0, "gelu_half": 0.5}
 #: the scalars of hard-swish x * clip(x + 3, 0, 6) / 6 (the dnnl hard-swish rules check them too)
 HARDSWISH_CONSTANTS = {"hs_three": 3.0, "hs_six": 6.0}
 
@@ -169,28 +170,34 @@ class _Forms:
         return found
 
     def _gelu_at(self, j: int, x: Tensor):
-        """x * 0.5 * (1 + erf(x / sqrt 2)) as five ops, as ONNX exports of GELU spell it; or its first four
-        ops alone, twice GELU, where the preparation folded the 0.5 into the next op's weights."""
+        """x * 0.5 * (1 + erf(x / sqrt 2)) as five ops, as ONNX exports of GELU spell it: the legacy exporter's
+        ((x * (1 + e)) * 0.5), or the dynamo exporter's x * (0.5 * (1 + e)) with x * (1 / sqrt 2) for the
+        division; or the legacy form's first four ops alone, twice GELU, where the preparation folded the 0.5
+        into the next op's weights."""
         ops = self.ops
         if j + 4 > len(ops) or self.node[j + 3] != self.node[j]:
             return None
-        div, erf, add, mul = ops[j:j + 4]
-        c, first = self._scalar_operand(div, x)
-        if div.op != "relax.divide" or not near(c, GELU_CONSTANTS["gelu_sqrt2"]) or not first:
+        scale, erf, add, mul = ops[j:j + 4]
+        c, first = self._scalar_operand(scale, x)
+        if not (scale.op == "relax.divide" and first and near(c, GELU_CONSTANTS["gelu_sqrt2"])) and \
+                not (scale.op == "relax.multiply" and near(c, GELU_CONSTANTS["gelu_inv_sqrt2"])):
             return None
-        if erf.op != "relax.erf" or not self._reads_only(erf, div.output):
+        if erf.op != "relax.erf" or not self._reads_only(erf, scale.output):
             return None
         if add.op != "relax.add" or not near(self._scalar_operand(add, erf.output)[0], GELU_CONSTANTS["gelu_one"]):
             return None
-        if mul.op != "relax.multiply" or not self._reads_both(mul, x, add.output):
+        if not all(self._once(t) for t in (scale.output, erf.output, add.output)) or mul.op != "relax.multiply":
             return None
-        if not all(self._once(t) for t in (div.output, erf.output, add.output)):
-            return None
-        half = ops[j + 4] if j + 4 < len(ops) and self.node[j + 4] == self.node[j] else None
-        if half is not None and half.op == "relax.multiply" and self._once(mul.output) \
-                and near(self._scalar_operand(half, mul.output)[0], GELU_CONSTANTS["gelu_half"]):
+        last = ops[j + 4] if j + 4 < len(ops) and self.node[j + 4] == self.node[j] else None
+        if self._reads_both(mul, x, add.output):
+            if last is not None and last.op == "relax.multiply" and self._once(mul.output) \
+                    and near(self._scalar_operand(last, mul.output)[0], GELU_CONSTANTS["gelu_half"]):
+                return 5, "gelu_erf", 0.0, 0.0
+            return 4, "gelu_erf", 0.0, 0.0, 2.0
+        if near(self._scalar_operand(mul, add.output)[0], GELU_CONSTANTS["gelu_half"]) and self._once(mul.output) \
+                and last is not None and last.op == "relax.multiply" and self._reads_both(last, x, mul.output):
             return 5, "gelu_erf", 0.0, 0.0
-        return 4, "gelu_erf", 0.0, 0.0, 2.0
+        return None
 
     def _gelu_tanh_at(self, j: int, x: Tensor):
         """0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) in any order and grouping an exporter writes it: the
