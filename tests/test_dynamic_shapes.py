@@ -423,3 +423,23 @@ def test_winograd_weights_are_transformed_once_for_every_shape():
         made.append(int(module.get_function("get_memory")()[2]))  # bytes of constants the runtime made
     assert list(module.get_function("get_specializations")()) == [3, 3]
     assert made[0] >= 36 * 48 * 48 * 4 and made == [made[0]] * 3, made  # the 6x6-point transform, once
+
+
+def test_a_resize_to_the_batch_of_its_input_and_fixed_spatial_sizes():
+    """torchvision's segmentation heads resize to Concat(Shape(x)[:2], [H, W]): with a symbolic batch, TVM's
+    converter read the batch dim as a number and the import failed (LRASPP, DeepLabV3)."""
+    start, end = (numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("start", 0), ("end", 2)))
+    hw = numpy_helper.from_array(np.array([12, 10], np.int64), "hw")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+             helper.make_node("Slice", ["shape", "start", "end"], ["nc"], name="slice"),
+             helper.make_node("Concat", ["nc", "hw"], ["sizes"], name="sizes", axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="resize", mode="linear")]
+    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 6, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3, 12, 10])], [start, end, hw])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    artifact = byoc.compile(model, [])
+    session = ort.InferenceSession(model.SerializeToString())
+    for n in (1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 3, 6, 5)).astype(np.float32)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -85,6 +85,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             _agree_on_concat_dims(inputs, attrs.get("axis", 0), self.bb)
         if sym is None and op_name == "Squeeze":
             _squeezed_dims_are_one(inputs, attrs, self.bb)
+        if sym is None and op_name == "Resize":
+            _resize_to_spatial_sizes(inputs)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -385,6 +387,20 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
         return
     target = [1 if k in axes else d for k, d in enumerate(dims)]
     inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _resize_to_spatial_sizes(inputs) -> None:
+    """In place: a Resize to ``sizes`` that are a shape with symbolic batch or channel dims and fixed spatial
+    ones (torchvision's segmentation heads: ``Concat(Shape(x)[:2], [512, 512])``) gets the spatial sizes alone,
+    after two placeholders: TVM's converter reads only ``sizes[2:]``, but reads every dim as a number."""
+    from tvm import tirx
+
+    sizes = inputs[3] if len(inputs) > 3 else None
+    if not isinstance(sizes, relax.ShapeExpr) or len(sizes.values) < 3:
+        return
+    spatial = list(sizes.values)[2:]
+    if all(isinstance(d, tirx.IntImm) for d in spatial):
+        inputs[3] = relax.ShapeExpr([0, 0, *spatial])
 
 
 def _symbolic_range(inputs, values):
