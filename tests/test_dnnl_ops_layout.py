@@ -310,3 +310,19 @@ def test_a_slice_of_the_whole_tensor_is_that_tensor():
     _compile(m)
     executed = _onednn_exec(m)  # the relu on the conv's blocked output, then one reorder into the caller's buffer
     assert [line.split(",")[3] for line in executed] == ["convolution", "eltwise", "reorder"], executed
+
+
+@pytest.mark.parametrize("index", [0, 2, -1, [1, 2], [-2]])
+def test_a_gather_at_constant_indices_of_one_slice_is_that_slice(index):
+    """Swin's q, k, v = qkv[0], qkv[1], qkv[2] as the dynamo exporter writes it (a Gather of run-time data at a
+    scalar constant): TVM's converter adds int64 index arithmetic on the data's shape, host ops that cut the
+    encoder into a partition per block (swin_t_dynamo: 14 partitions, 2 now; its legacy export 13 -> 1)."""
+    index = np.array(index, np.int64)
+    data_shape = [3, 2, 5, 4]
+    out = list(np.take(np.zeros(data_shape), index, axis=0).shape)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Gather", ["r", "i"], ["g"], name="gather", axis=0),
+             helper.make_node("Sigmoid", ["g"], ["y"], name="sigmoid")]
+    m = model(nodes, [tensor("x", data_shape)], [tensor("y", out)], [const("i", index)])
+    artifact = _compile(m)
+    assert len(artifact.plan.partitions) == 1 and {"gather"} <= set(artifact.plan.partitions[0].onnx_nodes)

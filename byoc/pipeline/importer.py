@@ -75,6 +75,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = self._convert_clip(inputs, attrs, opset)
         elif op_name == "InstanceNormalization":
             sym = self._convert_instance_norm(inputs, attrs)
+        elif op_name == "Gather" and (sym := _gather_as_slice(inputs, attrs)) is not None:
+            sym = self.bb.normalize(sym)
         else:
             sym = _shape_arithmetic(op_name, inputs, attrs)
             if sym is None:
@@ -387,6 +389,36 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
         return
     target = [1 if k in axes else d for k, d in enumerate(dims)]
     inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _gather_as_slice(inputs, attrs):
+    """A Gather of run-time data at a constant scalar index, or at constant consecutive indices, as the slice it
+    is (a scalar index then drops the axis): Swin's q, k, v = qkv[0], qkv[1], qkv[2] in a dynamo export. TVM's
+    converter wraps each index in int64 arithmetic on the data's shape (negative indices count from the end),
+    host ops that split the encoder into a partition per block. None (TVM's Gather) for any other Gather."""
+    from tvm import tirx
+
+    data, index = inputs[0], inputs[1]
+    ty = getattr(data, "ty", None)
+    if is_tensor_const(data) or not is_tensor_const(index) or not isinstance(ty, relax.TensorType) \
+            or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    dims = list(ty.shape.values)
+    axis = int(attrs.get("axis", 0))
+    axis = axis + len(dims) if axis < 0 else axis
+    if not 0 <= axis < len(dims) or not isinstance(dims[axis], tirx.IntImm):
+        return None
+    extent = int(dims[axis])
+    positions = const_array(index).astype(np.int64)
+    if positions.ndim > 1 or positions.size == 0:
+        return None
+    positions = np.where(positions < 0, positions + extent, positions).reshape(-1)
+    first = int(positions[0])
+    if positions.min() < 0 or positions.max() >= extent \
+            or not np.array_equal(positions, np.arange(first, first + positions.size)):
+        return None  # out of range (TVM's converter reports it) or not one slice
+    sliced = relax.op.strided_slice(data, [axis], [first], [first + positions.size], assume_inbound=True)
+    return relax.op.squeeze(sliced, [axis]) if const_array(index).ndim == 0 else sliced
 
 
 def _resize_to_spatial_sizes(inputs) -> None:
