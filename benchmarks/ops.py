@@ -169,13 +169,13 @@ def group_norm(channels, length, groups):
 
 
 def gelu_erf(shape):
-    """GELU as the legacy exporters spell it: x * 0.5 * (1 + erf(x / sqrt 2))."""
+    """GELU as torch's legacy exporter spells it: (x * (1 + erf(x / sqrt 2))) * 0.5."""
     def build():
         g = Graph()
         x = g.input("x", shape)
         erf = g.op("Erf", [g.op("Div", [x, g.const([], values=math.sqrt(2))])])
-        half = g.op("Mul", [x, g.const([], values=0.5)])
-        return g.model(g.op("Mul", [half, g.op("Add", [erf, g.const([], values=1.0)])]))
+        doubled = g.op("Mul", [x, g.op("Add", [erf, g.const([], values=1.0)])])
+        return g.model(g.op("Mul", [doubled, g.const([], values=0.5)]))
     return build
 
 
@@ -229,7 +229,7 @@ CASES = [
     ("norm", "Softmax [1,12,128,128]", unary("Softmax", [1, 12, 128, 128], axis=-1)),
     ("activation", "Gelu op (opset 20) [1,128,3072]", unary("Gelu", [1, 128, 3072], opset=20)),
     ("activation", "Gelu tanh op (opset 20) [1,128,3072]", unary("Gelu", [1, 128, 3072], opset=20, approximate="tanh")),
-    ("activation", "GELU erf form [1,128,3072]", gelu_erf([1, 128, 3072])),
+    ("activation", "GELU erf form (legacy export) [1,128,3072]", gelu_erf([1, 128, 3072])),
     ("activation", "Sigmoid [1,256,56,56]", unary("Sigmoid", [1, 256, 56, 56])),
     ("activation", "HardSwish [1,96,56,56]", unary("HardSwish", [1, 96, 56, 56])),
     ("pool", "MaxPool 3x3/2 64 112x112", pool("MaxPool", 64, 112, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)),

@@ -393,7 +393,8 @@ def main(argv=None) -> int:
     import byoc
 
     report = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        "machine": {"class": timing.machine_class(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version(),
                     "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__, "byoc": byoc.__version__},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "models": {},

@@ -33,6 +33,7 @@ def print_table(report: dict) -> None:
           f"{s['runs']} rounds of {s.get('calls', 1)} calls after {s['warmup']} warm-up rounds, a "
           f"{s.get('settle_ms', 0):g} ms pause before each, each configuration in its own process, "
           f"onnxruntime with 2 threads).{int8}")
+    print(f"Machine class: {report['machine'].get('class', 'not recorded')}.")
     print()
     print("| model | config | import | partitions | offloaded / host ops | max rel err | compile | latency | "
           "onnxruntime | vs onnxruntime |")

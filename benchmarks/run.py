@@ -84,7 +84,7 @@ sys.path.insert(0, str(HERE))
 
 import benchmark_models  # noqa: E402 - next to this file
 from run_report import evaluate_goals, print_tables  # noqa: E402
-from timing_processes import SETTLE_MS, _tvm_runner, random_inputs, time_interleaved  # noqa: E402
+from timing_processes import SETTLE_MS, _tvm_runner, machine_class, random_inputs, time_interleaved  # noqa: E402
 
 HOST_TARGET = "x86_64"
 FULL_MODELS = ("mobilenetv2", "resnet50", "bert")
@@ -481,7 +481,8 @@ def main(argv=None) -> int:
 
     skipped: list = []
     report = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+        "machine": {"class": machine_class(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version(),
                     "tvm": tvm.__version__, "onnxruntime": onnxruntime.__version__, "byoc": byoc.__version__,
                     "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY")},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

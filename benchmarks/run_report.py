@@ -108,6 +108,7 @@ def print_tables(report: dict) -> None:
     print("## Latency (median of %d rounds of %d calls after %d warm-up rounds, a %g ms pause before each; "
           "each configuration in its own process; onnxruntime with 2 threads)"
           % (settings["runs"], settings.get("calls", 1), settings["warmup"], settings.get("settle_ms", 0)))
+    print(f"Machine class: {report['machine'].get('class', 'not recorded')}.")
     print()
     print("| model | config | latency | vs onnxruntime | speedup vs plain TVM | compile | partitions | "
           "planned memory in all | model lower bound | max abs err |")

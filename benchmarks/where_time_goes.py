@@ -48,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import benchmark_models  # noqa: E402 - next to this file
+from timing_processes import machine_class  # noqa: E402
 
 BUILTIN_PREFIX = "vm.builtin."
 
@@ -219,7 +220,8 @@ def build(path: Path, vendors: list, target: str, out: Path, keep_on_host=(), in
 
 
 def print_report(report: dict, top: int) -> None:
-    print(f"# Profile: {report['model']} with byoc[{report['vendors']}], target {report['target']}")
+    print(f"# Profile: {report['model']} with byoc[{report['vendors']}], target {report['target']}, "
+          f"machine class {machine_class()}")
     print()
     print(f"partitions: {report['partitions']}; ops offloaded {report['offloaded_ops']} of "
           f"{report['offloaded_ops'] + report['host_ops']}; build {report['build_s']:.1f} s")

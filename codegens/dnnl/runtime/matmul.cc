@@ -89,25 +89,42 @@ size_t Program::Matmul(size_t k) {
       if (t.shape[i] != 1) return false;
     return true;
   });
-  Desc src_desc = Plain(Padded(as, rank)), dst_desc = Plain(DimsOf(ys));
   bool const_weights = g_.tensor(b).kind == Kind::kConst;
   Dims weight_dims = Padded(bs, rank);
+  // [..., M, K] x [K, N] by a constant weight, as exporters write a Linear on rank-3 and rank-4 activations (torch's
+  // dynamo exporter always; the others when the batch is symbolic, which keeps onnxsim from making it a Gemm): one
+  // 2-D matmul over the rows of the plain source. For the broadcast weight of the 4-D form oneDNN keeps the weight
+  // plain instead of packing it: ConvNeXt-T's matmuls took 51.7 ms, 30.5 ms as rows. Only when the fused post-ops'
+  // tensors hold one value per column (a bias, a layer scale), which read the same as rows.
+  bool rows = const_weights && rank > 2 &&
+              std::all_of(weight_dims.begin(), weight_dims.end() - 2, [](int64_t d) { return d == 1; });
+  for (const PostOp& p : f.post)
+    rows = rows && (p.tensor < 0 || (g_.tensor(p.tensor).numel == n && g_.Shape(p.tensor).size() <= 2));
+  Dims src_dims = Padded(as, rank), dst_dims = DimsOf(ys);
+  if (rows) {
+    int64_t count = 1;
+    for (size_t i = 0; i + 1 < rank; ++i) count *= ys[i];
+    src_dims = {count, as.back()}, dst_dims = {count, n}, weight_dims = {bs[bs.size() - 2], n};
+  }
+  const std::vector<int64_t> out_shape(dst_dims.begin(), dst_dims.end());
+  Desc src_desc = Plain(src_dims), dst_desc = Plain(dst_dims);
   Desc wanted_weights = const_weights ? Any(weight_dims) : Plain(weight_dims);
-  Desc bias_desc = Plain(Padded({n}, rank));
+  Desc bias_desc = Plain(Padded({n}, dst_dims.size()));
   auto make = [&](const primitive_attr& attr) {
     if (f.bias >= 0) return dnnl::matmul::primitive_desc(Engine(), src_desc, wanted_weights, bias_desc, dst_desc, attr);
     return dnnl::matmul::primitive_desc(Engine(), src_desc, wanted_weights, dst_desc, attr);
   };
-  auto pd = CreateWithPostOps(f, ys, make);
+  auto pd = CreateWithPostOps(f, out_shape, make);
   if (const_weights && n % 256 == 0 && pd.weights_desc() == Plain(weight_dims)) {
     // A plain constant weight whose rows are a multiple of 1 kB is stored with rows 64 bytes longer: such rows
     // make oneDNN's gemm thrash the cache (4k aliasing). Measured on AVX2, [128, 768] x [768, 3072]: 8.4 ms,
     // 4.3 ms padded (BERT's feed-forward); 3-10% faster for N = 768 and 2304.
-    Dims strides(rank, 1);
-    strides[rank - 2] = n + 16;
-    for (size_t i = rank - 2; i-- > 0;) strides[i] = strides[i + 1] * weight_dims[i + 1];
+    size_t wrank = weight_dims.size();
+    Dims strides(wrank, 1);
+    strides[wrank - 2] = n + 16;
+    for (size_t i = wrank - 2; i-- > 0;) strides[i] = strides[i + 1] * weight_dims[i + 1];
     wanted_weights = Desc(weight_dims, memory::data_type::f32, strides);
-    auto padded = CreateWithPostOps(f, ys, make);
+    auto padded = CreateWithPostOps(f, out_shape, make);
     if (std::string(padded.impl_info_str()) == pd.impl_info_str()) pd = padded;
   }
   int src = As(a, Plain(as));
@@ -115,8 +132,8 @@ size_t Program::Matmul(size_t k) {
                               : As(b, Plain(bs));
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
   if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias_desc});
-  AddBinaryArgs(f, &args, ys, dst_desc);
-  args.push_back({DNNL_ARG_DST, Define(f.last, dst_desc), dst_desc});
+  AddBinaryArgs(f, &args, out_shape, dst_desc);
+  args.push_back({DNNL_ARG_DST, Define(f.last, Plain(ys)), dst_desc});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
   return f.next;
 }
