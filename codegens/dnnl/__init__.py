@@ -58,33 +58,39 @@ def onednn_library() -> list[Path]:
 
 @contextlib.contextmanager
 def bound_openmp_spinning():
-    """While oneDNN's libraries load, let idle OpenMP threads spin briefly, then sleep, unless the user chose a policy.
+    """While oneDNN's libraries load, let idle OpenMP threads spin about 12 ms, then sleep, unless the user chose a policy.
 
-    oneDNN runs on OpenMP threads. By default libgomp lets an idle thread spin
-    for a long time (about 300 000 rounds) after every primitive, so between
-    partitions it competes with the host code and TVM's thread pool for the
-    cores; fully passive waiting instead costs a wake-up per primitive.
-    Measured on 2 idle cores (byoc[dnnl], median per run):
+    oneDNN runs on OpenMP threads. How long an idle one spins before it sleeps
+    (libgomp's GOMP_SPINCOUNT, default 300 000 rounds: about 5 ms here) decides
+    what a call after a pause costs. Calls after pauses are how models run in
+    services and in benchmarks' rounds, and on a virtual machine a thread that
+    slept is slow to come back: the team then ran its primitives at the speed
+    of one thread, or slower, for many calls. Measured on 2 idle cores of a KVM
+    guest (AVX-512 VNNI), byoc[dnnl], median per call, bursts of 5 calls after
+    50 ms pauses (and back to back):
 
-    ================================  ===========  ======  ==================
-    libgomp setting                   MobileNetV2  BERT    boundary per call
-    ================================  ===========  ======  ==================
-    default                           2.28 ms      59.7 ms 1.65 us
-    OMP_WAIT_POLICY=PASSIVE           5.62 ms      66.4 ms 50.4 us
-    GOMP_SPINCOUNT=10000 (this)       2.28 ms      61.1 ms 1.63 us
-    ================================  ===========  ======  ==================
+    ==============================  =======================  ==================
+    GOMP_SPINCOUNT                  Linear [128,768]x[768,   EfficientNet-B0
+                                    3072]+b, after pauses
+    ==============================  =======================  ==================
+    10 000 (byoc's before)          3.7 ms                   6.35 (5.59) ms
+    300 000 (libgomp's default)     2.3-3.2 ms               -
+    1 000 000 (this)                1.9 ms                   6.37 (5.03) ms
+    ==============================  =======================  ==================
 
-    so a short spin keeps the default's speed and bounds what idle threads
-    take from the rest of the process. libgomp reads the variable once, when
-    it is loaded: it is set for the duration of the load and removed again, so
-    ``os.environ`` is left as it was. It has no effect when something in the
-    process loaded libgomp before; OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the
-    user win.
+    An idle process pays for it with about 12 ms of one core after each call.
+    Shorter spinning had been chosen to bound what idle threads take from the
+    host code between partitions, which measured no faster (MobileNetV2 2.28
+    ms either way, BERT 59.7 ms with the default against 61.1 ms). libgomp
+    reads the variable once, when it is loaded: it is set for the duration of
+    the load and removed again, so ``os.environ`` is left as it was. It has no
+    effect when something in the process loaded libgomp before;
+    OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user win.
     """
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         yield
         return
-    os.environ["GOMP_SPINCOUNT"] = "10000"
+    os.environ["GOMP_SPINCOUNT"] = "1000000"
     try:
         yield
     finally:
