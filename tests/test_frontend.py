@@ -345,3 +345,21 @@ def test_symbolic_dims_keep_the_models_names_and_name_the_unnamed_ones():
     assert fixed.inputs[0].shape == (2, "sequence") and fixed.dims["sequence"].max == 64
     with pytest.raises(DynamicShapeError, match="no input of the model has"):
         byoc.import_model(m, dims={"batchsize": 2})
+
+
+def test_functions_the_model_defines_are_inlined():
+    """torch's exporters write modules as model-local functions when not asked to inline them: their calls run
+    as the functions' bodies, as onnxruntime runs them, where the import refused an op of an unknown domain."""
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    body = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Sigmoid", ["r"], ["y"], name="sig")]
+    function = helper.make_function("pkg.torch.mine", "Block", ["x"], ["y"], body, [helper.make_opsetid("", 17)])
+    call = helper.make_node("Block", ["a"], ["b"], domain="pkg.torch.mine", name="block0")
+    graph = helper.make_graph([call], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(graph, functions=[function],
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("pkg.torch.mine", 1)])
+    x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
+    got = byoc.compile(m, vendors=[]).run({"a": x})[0]
+    np.testing.assert_allclose(got, ort.InferenceSession(m.SerializeToString()).run(None, {"a": x})[0], rtol=1e-6)

@@ -438,6 +438,17 @@ def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelP
         raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
 
 
+def _inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the calls of the functions it defines itself (``model.functions``: torch's exporters write
+    modules as functions when not asked to inline them) replaced by their bodies, as onnxruntime runs them; the
+    nodes keep the functions' node names, made unique. The model as given when it defines none."""
+    if not model.functions:
+        return model
+    import onnx.inliner
+
+    return onnx.inliner.inline_local_functions(model)
+
+
 def _check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:
     """Refuse ops TVM's importer lacks; ``origin`` names prepared nodes by the user's nodes."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
@@ -485,7 +496,7 @@ def import_model(
     if isinstance(source, ImportedModel):
         return source
     fixed, ranges = split_dim_settings(dims)
-    model = load_model(source, base_dir)
+    model = _inline_local_functions(load_model(source, base_dir))
     name_nodes(model.graph)
     _sort_nodes(model.graph)
     _read_as_the_writers_meant(model)
