@@ -211,6 +211,10 @@ def test_an_artifact_names_what_runs_each_step():
     (steps,) = artifact.implementations().values()
     logged = [line.split(",") for line in _onednn_exec(m)]
     assert steps == [f"{fields[3]} {fields[4]}" for fields in logged]
+    for vendors in (["json_runtime"], ["c_source"]):  # runtimes that do not report are left out
+        other = byoc.compile(m, vendors=vendors)
+        other.run(random_inputs(m))
+        assert other.plan.partitions and other.implementations() == {}
 
 
 # -- ops of opsets 18-21 that today's exporters write -------------------------------------------------
