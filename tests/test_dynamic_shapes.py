@@ -443,3 +443,23 @@ def test_a_resize_to_the_batch_of_its_input_and_fixed_spatial_sizes():
     for n in (1, 3):
         x = np.random.default_rng(n).standard_normal((n, 3, 6, 5)).astype(np.float32)
         np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_token_zero_of_a_symbolic_sequence_is_a_slice_in_the_partition():
+    """BERT's pooler reads hidden[:, 0] (a Gather at index 0 over the symbolic sequence): a slice dnnl takes, so
+    the pooler joins the encoder's partition (BERT: 2 partitions -> 1); TVM's Gather left index arithmetic on
+    the sequence dim on the host."""
+    index = numpy_helper.from_array(np.array(0, np.int64), "zero")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Gather", ["r", "zero"], ["g"], name="cls", axis=1),
+             helper.make_node("Tanh", ["g"], ["y"], name="tanh")]
+    graph = helper.make_graph(nodes, "cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "s", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])], [index])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    artifact = byoc.compile(model, ["dnnl"])
+    assert len(artifact.plan.partitions) == 1 and not artifact.plan.host_ops, artifact.plan.host_ops
+    session = ort.InferenceSession(model.SerializeToString())
+    for n, s in [(1, 5), (2, 1)]:
+        x = np.random.default_rng(s).standard_normal((n, s, 8)).astype(np.float32)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], session.run(None, {"x": x})[0], rtol=1e-6)

@@ -393,7 +393,8 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
 
 def _gather_as_slice(inputs, attrs):
     """A Gather of run-time data at a constant scalar index, or at constant consecutive indices, as the slice it
-    is (a scalar index then drops the axis): Swin's q, k, v = qkv[0], qkv[1], qkv[2] in a dynamo export. TVM's
+    is (a scalar index then drops the axis): Swin's q, k, v = qkv[0], qkv[1], qkv[2] in a dynamo export, and
+    BERT's pooler reading token 0 of a symbolic sequence. TVM's
     converter wraps each index in int64 arithmetic on the data's shape (negative indices count from the end),
     host ops that split the encoder into a partition per block. None (TVM's Gather) for any other Gather."""
     from tvm import tirx
@@ -406,12 +407,15 @@ def _gather_as_slice(inputs, attrs):
     dims = list(ty.shape.values)
     axis = int(attrs.get("axis", 0))
     axis = axis + len(dims) if axis < 0 else axis
-    if not 0 <= axis < len(dims) or not isinstance(dims[axis], tirx.IntImm):
-        return None
-    extent = int(dims[axis])
     positions = const_array(index).astype(np.int64)
-    if positions.ndim > 1 or positions.size == 0:
+    if not 0 <= axis < len(dims) or positions.ndim > 1 or positions.size == 0:
         return None
+    if not isinstance(dims[axis], tirx.IntImm):  # a symbolic dim is at least 1: index 0 alone (BERT's CLS token)
+        if positions.reshape(-1).tolist() != [0]:
+            return None
+        extent = 1
+    else:
+        extent = int(dims[axis])
     positions = np.where(positions < 0, positions + extent, positions).reshape(-1)
     first = int(positions[0])
     if positions.min() < 0 or positions.max() >= extent \
