@@ -12,8 +12,11 @@ RegNet's squeeze-and-excitation, not a plain input). byoc builds it with ``vendo
 process and exports it; then byoc and onnxruntime (2 threads) each time the same model in their own
 process, one at a time per round (benchmarks/timing_processes.py), and the outputs are compared.
 
-The table gives per case: byoc's and onnxruntime's medians, their ratio (the goal of issue 33: no row
-above 1.25), where byoc ran it ("dnnl", or "host" for ops no partition took), and what oneDNN ran for each
+The table gives per case: byoc's and onnxruntime's medians end to end and their ratio; the time of the
+op's kernels alone on each side (byoc: its partition's steps and host functions, from ``Artifact.profile``;
+onnxruntime: its profiler's node events) and their ratio, which leaves out what a one-op model pays at its
+boundary (input and output copies, a reorder between the graph's plain layout and the kernel's) and a model
+pays once per partition (the goal of issue 33: no row above 1.25); where byoc ran it ("dnnl", or "host" for ops no partition took), and what oneDNN ran for each
 step (``Artifact.implementations``). A step on oneDNN's scalar reference kernel (``ref:``) is flagged: the
 dnnl vendor's guarantee is that none is left where another way exists. The worst rows come last; the
 machine class heads the table. ``--json FILE`` writes every figure.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import tempfile
 import warnings
@@ -238,17 +242,40 @@ CASES = [
 
 
 # -- measuring -------------------------------------------------------------------------------------------
-def build(path: Path, lib: Path, inputs: dict) -> dict:
-    """byoc's build of one case: where it ran, what oneDNN ran, the exported library."""
+def build(path: Path, lib: Path, inputs: dict, runs: int) -> dict:
+    """byoc's build of one case: where it ran, what oneDNN ran and the kernels' time per run (the steps of its
+    partitions and its host functions, from ``Artifact.profile``), the exported library."""
     import byoc
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         artifact = byoc.compile(str(path), vendors=["dnnl"])
-    artifact.run(inputs)
+    profile = artifact.profile(inputs, runs=runs, warmup=2)
     artifact.export(lib, overwrite=True)
     steps = [s for found in artifact.implementations().values() for s in found]
-    return {"partitions": len(artifact.plan.partitions), "implementations": steps}
+    kernels = sum(sum(s.ms for s in c.steps) if c.steps else c.median_ms for c in profile.calls if c.where != "vm")
+    return {"partitions": len(artifact.plan.partitions), "implementations": steps, "byoc_kernel_ms": kernels}
+
+
+def onnxruntime_kernel_ms(path: Path, inputs: dict, runs: int) -> float:
+    """onnxruntime's kernels' time per run (its profiler's node events, median over ``runs`` runs after warm-up):
+    the same op without either side's call overhead or input and output copies."""
+    import os
+
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling, options.intra_op_num_threads = True, 2
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(runs + 2):
+        session.run(None, inputs)
+    trace = session.end_profiling()
+    events = json.loads(Path(trace).read_text())
+    os.remove(trace)
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run"][-runs:]
+    nodes = [(e["ts"], e["dur"]) for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    per_run = [sum(d for t, d in nodes if t0 <= t <= t1) for t0, t1 in windows]
+    return statistics.median(per_run) / 1e3
 
 
 def measure(family: str, label: str, make, args, tmp: Path) -> dict:
@@ -257,7 +284,7 @@ def measure(family: str, label: str, make, args, tmp: Path) -> dict:
     onnx.save(make(), str(path))
     inputs = timing.random_inputs(path)
     try:
-        row.update(build(path, lib, inputs))
+        row.update(build(path, lib, inputs, args.runs))
     except Exception as err:  # a case byoc cannot build is a row, not the end of the table
         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         return row
@@ -269,6 +296,8 @@ def measure(family: str, label: str, make, args, tmp: Path) -> dict:
     ort, ours = measured["onnxruntime"], measured["byoc"]
     row["onnxruntime_ms"], row["byoc_ms"] = ort["median_s"] * 1e3, ours["median_s"] * 1e3
     row["ratio"] = ours["median_s"] / ort["median_s"]
+    row["onnxruntime_kernel_ms"] = onnxruntime_kernel_ms(path, inputs, args.runs)
+    row["kernel_ratio"] = row["byoc_kernel_ms"] / row["onnxruntime_kernel_ms"]
     row["max_abs_error"] = max(float(np.max(np.abs(a - b))) for a, b in zip(ours["outputs"], ort["outputs"]))
     return row
 
@@ -282,21 +311,26 @@ def _where(row: dict) -> str:
 
 def print_table(rows: list, machine: str) -> None:
     print(f"machine class: {machine}")
-    print(f"{'family':<15} {'case':<46} {'byoc ms':>9} {'ort ms':>9} {'ratio':>6}  where")
+    print("end to end: each side's whole call, in its own process; kernels: the time of the op's kernels alone,")
+    print("byoc's partition steps and host functions (Artifact.profile), onnxruntime's node events (its profiler)")
+    print(f"{'family':<15} {'case':<46} {'byoc ms':>8} {'ort ms':>8} {'ratio':>6} {'kernels':>8} {'ort':>8} "
+          f"{'ratio':>6}  where")
     for r in rows:
         if "error" in r:
             print(f"{r['family']:<15} {r['case']:<46} error: {r['error']}")
             continue
-        print(f"{r['family']:<15} {r['case']:<46} {r['byoc_ms']:>9.3f} {r['onnxruntime_ms']:>9.3f} "
-              f"{r['ratio']:>6.2f}  {_where(r)}")
-    timed = sorted((r for r in rows if "ratio" in r), key=lambda r: r["ratio"])
-    if timed:
-        geomean = math.exp(sum(math.log(r["ratio"]) for r in timed) / len(timed))
-        over = [r for r in timed if r["ratio"] > 1.25]
-        print(f"\n{len(timed)} cases, geometric mean {geomean:.2f}x onnxruntime, {len(over)} above 1.25x")
-        print("worst rows:")
+        print(f"{r['family']:<15} {r['case']:<46} {r['byoc_ms']:>8.3f} {r['onnxruntime_ms']:>8.3f} {r['ratio']:>6.2f} "
+              f"{r['byoc_kernel_ms']:>8.3f} {r['onnxruntime_kernel_ms']:>8.3f} {r['kernel_ratio']:>6.2f}  {_where(r)}")
+    for key, what in (("ratio", "end to end"), ("kernel_ratio", "kernels")):
+        timed = sorted((r for r in rows if key in r), key=lambda r: r[key])
+        if not timed:
+            continue
+        geomean = math.exp(sum(math.log(r[key]) for r in timed) / len(timed))
+        over = [r for r in timed if r[key] > 1.25]
+        print(f"\n{what}: {len(timed)} cases, geometric mean {geomean:.2f}x onnxruntime, {len(over)} above 1.25x; "
+              "worst rows:")
         for r in timed[-5:][::-1]:
-            print(f"  {r['ratio']:.2f}x  {r['family']}: {r['case']}  ({_where(r)})")
+            print(f"  {r[key]:.2f}x  {r['family']}: {r['case']}  ({_where(r)})")
 
 
 def main() -> int:

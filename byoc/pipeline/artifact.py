@@ -168,6 +168,20 @@ class Artifact:
         visit(getattr(library, "mod", library))
         return found
 
+    def profile(self, inputs: Inputs, runs: int = 10, warmup: int = 1):
+        """Where the time of a run goes: a :class:`~byoc.pipeline.profile.Profile`.
+
+        Runs the model ``warmup`` + ``runs`` times as :meth:`run` does, then ``runs`` times instrumented: each
+        partition (with its vendor, its ONNX nodes and, where its runtime times them, each step and what ran
+        it), each host function and the time outside any call, per run. Inputs get the same checks and errors
+        as :meth:`run`; the ordinary :meth:`run` is not slowed by profiling.
+        """
+        from byoc.pipeline.profile import profile_artifact
+
+        if runs < 1 or warmup < 0:
+            raise ValueError(f"profile needs runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
+        return profile_artifact(self, inputs, runs, warmup)
+
     def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
         """Inputs as arrays in ONNX order, or an InputError that names the problem."""
         specs = self.inputs

@@ -177,6 +177,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             # input -> [extent, Gather node] for inputs that index a constant's Gather directly (token ids)
             "index_inputs": {name: list(v) for name, v in index_inputs(plan.imported.model).items()},
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
+            # partition -> the ONNX nodes it holds (a loaded artifact's profile names them)
+            "partition_nodes": {p.name: list(p.onnx_nodes) for p in plan.partitions},
             # partition -> [workspace bytes per call, constant bytes], as its vendor's runtime reports them
             "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes] for name, m in memory.items()},
             # vendor -> option -> {value, default, source[, note]}: the options its codegen was built with

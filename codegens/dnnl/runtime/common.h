@@ -46,6 +46,14 @@ inline int ThreadsForNewModules() { return t_max_threads > 0 ? t_max_threads : o
 // Steps byoc ran itself (Kernel: Winograd transforms, byte tables) in this process: byoc.dnnl.kernel_runs().
 inline std::atomic<int64_t> g_kernel_runs{0};
 
+// Whether programs time each step (byoc.dnnl.set_step_timing; off: a call reads this flag once, and nothing else).
+inline std::atomic<bool> g_step_timing{false};
+
+// One step's time over the calls made while step timing was on.
+struct StepTime {
+  std::atomic<int64_t> calls{0}, ns{0};
+};
+
 // Single-thread work in microseconds, roughly, on AVX2: multiply-adds of a convolution or
 // matmul, and elements read and written by anything else.
 constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;

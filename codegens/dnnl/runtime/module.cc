@@ -48,8 +48,10 @@ class DnnlExecutor {
   // The team size this module's primitives were created for (the module's get_max_threads).
   int MaxThreads() const { return max_threads_; }
 
-  // What runs each step of the team's program (the module's get_implementations).
+  // What runs each step of the team's program (the module's get_implementations), and the steps' times while
+  // step timing was on (get_step_times; calls the busy-machine switch sent to the serial program are not in them).
   std::vector<std::string> Implementations() const { return team_.Implementations(); }
+  std::vector<std::pair<int64_t, int64_t>> StepTimes() const { return team_.StepTimes(); }
 
   // What the module holds besides its constants as given: one workspace per call in flight,
   // and the reordered constants of each program compiled (the serial one once it has run).
@@ -115,6 +117,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
         return {g_team_runs.load(), g_serial_runs.load()};
       })
       .def("byoc.dnnl.kernel_runs", []() -> int64_t { return g_kernel_runs.load(); })
+      // Every program in this process times each step from now on (true) or no longer (false); see get_step_times.
+      .def("byoc.dnnl.set_step_timing", [](bool on) { g_step_timing.store(on); })
       // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with its
       // caller `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
       .def("byoc.dnnl.program_schedule",

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include <chrono>
+
 #include "program.h"
 
 namespace byoc {
@@ -41,6 +43,7 @@ Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<Shar
   }
   BindOutputs();
   PlanArena();
+  step_times_ = std::make_unique<StepTime[]>(steps_.size());
 }
 
 // Whether any primitive runs on a team (else running it serially changes nothing).
@@ -56,13 +59,22 @@ void Program::Run(float* const* in, float* const* out) const {
   for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
   {
     OmpThreads omp;
+    bool timed = g_step_timing.load(std::memory_order_relaxed);
     for (size_t i = 0; i < steps_.size(); ++i) {
       omp.Set(steps_[i].threads);
+      auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
       if (steps_[i].kernel) {
         steps_[i].kernel->Run(ws->args[i]);
         g_kernel_runs.fetch_add(1, std::memory_order_relaxed);
-      } else
+      } else {
         steps_[i].primitive.execute(ws->stream, ws->args[i]);
+      }
+      if (timed) {
+        ws->stream.wait();
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+        step_times_[i].calls.fetch_add(1, std::memory_order_relaxed);
+        step_times_[i].ns.fetch_add(ns.count(), std::memory_order_relaxed);
+      }
     }
     ws->stream.wait();
   }
@@ -141,6 +153,12 @@ std::string Program::ImplementationOf(const dnnl::primitive& primitive) {
   dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
   dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind);
   return std::string(dnnl_prim_kind2str(kind)) + " " + (impl ? impl : "?");
+}
+
+std::vector<std::pair<int64_t, int64_t>> Program::StepTimes() const {
+  std::vector<std::pair<int64_t, int64_t>> all;
+  for (size_t i = 0; i < steps_.size(); ++i) all.emplace_back(step_times_[i].calls.load(), step_times_[i].ns.load());
+  return all;
 }
 
 std::vector<std::string> Program::Implementations() const {

@@ -71,6 +71,8 @@ class Program {
   size_t ConstantBytes() const { return owned_const_bytes_; }
   // What runs each step, in order (Step::implementation).
   std::vector<std::string> Implementations() const;
+  // Per step, in order: {calls, nanoseconds} while step timing was on.
+  std::vector<std::pair<int64_t, int64_t>> StepTimes() const;
 
  private:
   struct Bound {  // a memory object on a caller's buffer, set per call
@@ -394,6 +396,7 @@ class Program {
   size_t arena_bytes_ = 0, scratch_bytes_ = 0, owned_const_bytes_ = 0;
   mutable std::mutex pool_mutex_;
   mutable std::vector<std::unique_ptr<Workspace>> pool_;
+  std::unique_ptr<StepTime[]> step_times_;  // one per step, made when the steps are final
 };
 
 }  // namespace dnnl_runtime

@@ -734,6 +734,12 @@ template <class E>
 struct ReportsImplementations<E, std::void_t<decltype(std::declval<const E&>().Implementations())>>
     : std::true_type {};
 
+// Whether an executor times its steps (a module's get_step_times).
+template <class E, class = void>
+struct ReportsStepTimes : std::false_type {};
+template <class E>
+struct ReportsStepTimes<E, std::void_t<decltype(std::declval<const E&>().StepTimes())>> : std::true_type {};
+
 // Whether an executor takes the settings of the module that creates it (see the top of this file).
 template <class E, class = void>
 struct HasSettings : std::false_type {
@@ -813,11 +819,21 @@ class GraphModuleObj : public ModuleObj {
       if (name == "get_implementations") {  // of the static graph, or of the shape called last; [] before any call
         return Function::FromPacked([self, this](PackedArgs, Any* rv) {
           Array<String> names;
-          std::lock_guard<std::mutex> lock(cache_mutex_);
-          const Executor* executor = executor_ ? executor_.get() : cache_.empty() ? nullptr : cache_.front().second->executor.get();
-          if (executor)
-            for (const std::string& n : executor->Implementations()) names.push_back(String(n));
+          WithLastExecutor([&](const Executor& e) {
+            for (const std::string& n : e.Implementations()) names.push_back(String(n));
+          });
           *rv = names;
+        });
+      }
+    }
+    if constexpr (ReportsStepTimes<Executor>::value) {
+      if (name == "get_step_times") {  // per step of get_implementations: [calls, nanoseconds] while timed
+        return Function::FromPacked([self, this](PackedArgs, Any* rv) {
+          Array<Array<int64_t>> times;
+          WithLastExecutor([&](const Executor& e) {
+            for (const auto& t : e.StepTimes()) times.push_back(Array<int64_t>{t.first, t.second});
+          });
+          *rv = times;
         });
       }
     }
@@ -942,6 +958,20 @@ class GraphModuleObj : public ModuleObj {
     ++created_;
     while (cache_.size() > cache_bound_) cache_.pop_back();
     return made;
+  }
+
+  // f(executor) for the executor of a static graph, or of the shape called last (kept alive while f runs, should
+  // another thread's call evict it); nothing before a symbolic graph's first call.
+  template <class F>
+  void WithLastExecutor(F f) const {
+    if (executor_) return f(*executor_);
+    std::shared_ptr<const Specialization<Executor>> last;
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      if (cache_.empty()) return;
+      last = cache_.front().second;
+    }
+    f(*last->executor);
   }
 
   MemoryUse Memory() const {
