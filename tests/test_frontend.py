@@ -363,3 +363,16 @@ def test_functions_the_model_defines_are_inlined():
     x = np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3)
     got = byoc.compile(m, vendors=[]).run({"a": x})[0]
     np.testing.assert_allclose(got, ort.InferenceSession(m.SerializeToString()).run(None, {"a": x})[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("domain,op,advice", [
+    ("org.pytorch.aten", "SomeOp", "ONNX_ATEN_FALLBACK"), ("pkg.onnxscript.torch_lib", "SomeOp", "optimize=True"),
+    ("ai.onnx.ml", "Scaler", "classical machine learning"), ("com.vendor", "SomeOp", "replace them in the exporter")])
+def test_an_op_of_an_exporters_own_domain_is_named_with_what_to_do(domain, op, advice):
+    """Each exporter's non-ONNX domain gets the setting that avoids it (the node and its domain named)."""
+    node = helper.make_node(op, ["x"], ["y"], name="the_node", domain=domain)
+    graph = helper.make_graph([node], "g", [tensor("x", [2])], [tensor("y", [2])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)],
+                          ir_version=8)
+    with pytest.raises(UnsupportedOpsError, match=f"the_node \\({op} in domain {domain}\\).*{advice}"):
+        byoc.import_model(m)

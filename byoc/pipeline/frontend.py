@@ -438,6 +438,22 @@ def _check(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelP
         raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
 
 
+#: (domain prefix, what to do) for the op domains exporters write that are not ONNX's, first match wins
+_DOMAIN_ADVICE = (
+    # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
+    # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
+    ("com.microsoft", "com.microsoft ops are onnxruntime's own, not ONNX: compile the float model, or quantize it "
+                      "with onnxruntime.quantization.quantize_static (QDQ format), whose int8 units byoc runs, "
+                      "instead of quantize_dynamic or onnxruntime's transformer optimizer"),
+    ("org.pytorch.aten", "ATen ops are torch's fallback for what its exporter could not write in ONNX: export "
+                         "without operator_export_type=ONNX_ATEN_FALLBACK, at a newer opset, or with dynamo=True"),
+    ("pkg.onnxscript", "these are functions of torch's dynamo exporter that the file calls but does not define: "
+                       "export with torch.onnx.export(..., dynamo=True, optimize=True), which inlines them"),
+    ("ai.onnx.ml", "ai.onnx.ml ops are classical machine learning (scikit-learn, trees), which byoc does not "
+                   "compile: run that part of the pipeline apart, and compile the neural network alone"),
+)
+
+
 def _inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with the calls of the functions it defines itself (``model.functions``: torch's exporters write
     modules as functions when not asked to inline them) replaced by their bodies, as onnxruntime runs them; the
@@ -465,13 +481,9 @@ def _check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | Non
             f"{name} ({op}{' in domain ' + dom if dom else ''})" for name, op, dom in missing
         )
         kinds = sorted({op for _, op, _ in missing})
-        advice = "replace them in the exporter, or decompose them with onnx tools before compiling"
-        if any(dom == "com.microsoft" for _, _, dom in missing):
-            # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
-            # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
-            advice = ("com.microsoft ops are onnxruntime's own, not ONNX: compile the float model, or quantize it "
-                      "with onnxruntime.quantization.quantize_static (QDQ format), whose int8 units byoc runs, "
-                      "instead of quantize_dynamic or onnxruntime's transformer optimizer")
+        domains = {dom for _, _, dom in missing}
+        advice = next((text for prefix, text in _DOMAIN_ADVICE if any(d.startswith(prefix) for d in domains if d)),
+                      "replace them in the exporter, or decompose them with onnx tools before compiling")
         raise UnsupportedOpsError(
             f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
             f"Unsupported op types: {', '.join(kinds)}; {advice}",
