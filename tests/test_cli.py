@@ -181,7 +181,10 @@ def test_exit_0_as_a_module(model_dir):
     (["{cnn}", "--min-ops", "0"], "min_ops must be at least 1"),
     (["{cnn}", "--format", "yaml"], "invalid choice"),
     (["{cnn}", "--input-shape", "x"], "expected NAME=D1,D2"),
-    (["{cnn}", "--inputs", "a.npz"], "only used with --verify"),
+    (["{cnn}", "--inputs", "a.npz"], "only used with --verify or --profile"),
+    (["{cnn}", "--trace", "t.json"], "--trace is only used with --profile"),
+    (["{cnn}", "--profile", "--runs", "0"], "--runs 0: give at least 1"),
+    (["{cnn}", "--profile", "--target", "s390x"], "cannot run on this machine"),
     (["{cnn}", "--verify", "--inputs", "missing.npz"], "inputs file not found"),
     (["{cnn}", "--verify", "--inputs", "{cnn}"], "is not an .npz archive of arrays; save inputs with numpy.savez"),
     (["{dir}"], "is a folder, not a model file"),
@@ -424,3 +427,23 @@ def test_a_shared_library_given_as_the_model_is_named(model_dir, tmp_path, kind,
     assert "protobuf" not in err
     with pytest.raises(byoc.NotOnnxError, match=r"is (a byoc artifact|an ELF file)"):
         byoc.partition(path)
+
+
+def test_profile_adds_a_time_section_and_writes_a_trace(model_dir, tmp_path):
+    """--profile builds, runs and reports each partition and host function per run, a dnnl partition's
+    oneDNN primitives summed by implementation; --trace writes the last run as Trace Event JSON; --format json
+    carries the profile (schema 1)."""
+    pytest.importorskip("byoc.codegens.dnnl")
+    model = model_dir / "small_cnn.onnx"
+    code, out, err = run_cli(model, "--vendor", "dnnl", "--keep-on-host", "Gemm", "--profile", "--runs", "3",
+                             "--trace", tmp_path / "t.json", "-q")
+    assert code == 0, err
+    section = out.split("\nTime (3 runs: ", 1)[1]
+    assert "dnnl_0" in section and "host" in section and "outside any call" in section
+    assert "dnnl_0 steps: " in section and "convolution" in section
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert {"dnnl_0", "run"} <= {e["name"] for e in events}
+    code, out, err = run_cli(model, "--vendor", "dnnl", "--profile", "--runs", "2", "--format", "json", "-q")
+    time = json.loads(out)["time"]
+    assert code == 0 and time["schema"] == 1 and time["runs"] == 2
+    assert [c["name"] for c in time["calls"] if c["where"] == "dnnl"] == ["dnnl_0"]

@@ -134,7 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verify", action="store_true",
                         help="build, run and compare every output with onnxruntime; on a mismatch, "
                              "name the partition that causes it")
-    parser.add_argument("--inputs", metavar="FILE.npz", help="inputs for --verify (default: random, seed 0)")
+    parser.add_argument("--inputs", metavar="FILE.npz",
+                        help="inputs for --verify and --profile (default: random, seed 0)")
+    parser.add_argument("--profile", action="store_true",
+                        help="build, run and add a Time section: each partition (and its oneDNN primitives) and "
+                             "host function per run")
+    parser.add_argument("--runs", type=int, default=10, metavar="N", help="runs --profile times (default 10)")
+    parser.add_argument("--trace", metavar="OUT.json",
+                        help="with --profile: write the last run as Trace Event JSON (Perfetto, chrome://tracing)")
     parser.add_argument("--verify-dims", type=_verify_dims, action="append", default=[],
                         metavar="NAME=SIZE[,...]",
                         help="sizes of the symbolic dims for one --verify run (repeatable: one run each; default: "
@@ -161,8 +168,17 @@ def _check_paths(args) -> None:
             raise _UsageError(f"{flag} {path!r}: folder {str(Path(path).resolve().parent)!r} does not exist")
     if args.output and args.export_onnx and _same_file(args.output, args.export_onnx):
         raise _UsageError("-o and --export-onnx name the same file")
-    if (args.inputs or args.verify_dims) and not args.verify:
-        raise _UsageError(f"{'--inputs' if args.inputs else '--verify-dims'} is only used with --verify")
+    if args.verify_dims and not args.verify:
+        raise _UsageError("--verify-dims is only used with --verify")
+    if args.inputs and not (args.verify or args.profile):
+        raise _UsageError("--inputs is only used with --verify or --profile")
+    if (args.trace or args.runs != 10) and not args.profile:
+        raise _UsageError(f"{'--trace' if args.trace else '--runs'} is only used with --profile")
+    if args.runs < 1:
+        raise _UsageError(f"--runs {args.runs}: give at least 1")
+    for flag, path in (("--trace", args.trace),):
+        if path and _same_file(path, args.model):
+            raise _UsageError(f"{flag} {path!r} is the input model; refusing to overwrite it")
     if args.inputs and args.verify_dims:
         raise _UsageError("--inputs and --verify-dims both set what --verify runs: give one")
 
@@ -200,7 +216,7 @@ def _run(args, say) -> int:
     from byoc.vendor.registry import resolve_vendors
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
-    from byoc.tools.verify import load_inputs, verify
+    from byoc.tools.verify import load_inputs, random_inputs, verify, verify_sizes
     from byoc.pipeline.builder import build, vendor_option_settings
 
     if args.list_vendors:
@@ -225,7 +241,7 @@ def _run(args, say) -> int:
     if args.export_onnx:
         say(f"exporting partitioned ONNX to {args.export_onnx}")
         export_onnx(plan, args.export_onnx)
-    verification = None
+    verification = artifact = None
     if args.verify:
         inputs = load_inputs(args.inputs) if args.inputs else None
         say(f"verify: building for {target.name}")
@@ -235,10 +251,27 @@ def _run(args, say) -> int:
         _check_verify_dims(args.verify_dims, imported.dims)
         verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
                               progress=say, artifact=artifact, shapes=args.verify_dims or None)
-    used = {p.vendor for p in plan.partitions} if verification is None else set(settings)
+    time = None
+    if args.profile:
+        if not target.is_host:
+            raise _UsageError(f"--profile runs the model, and a {target.name} build cannot run on this machine")
+        if artifact is None:
+            say(f"profile: building for {target.name}")
+            artifact = build(plan, target=target, vendor_options=vendor_options)
+            settings = artifact.vendor_option_settings
+            memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        say(f"profile: {args.runs} runs")
+        inputs = load_inputs(args.inputs) if args.inputs else random_inputs(
+            artifact.inputs, sizes=verify_sizes(imported.dims))
+        profile = artifact.profile(inputs, runs=args.runs)
+        time = profile.to_json()
+        if args.trace:
+            profile.to_chrome_trace(args.trace)
+            say(f"wrote the trace to {args.trace}")
+    used = {p.vendor for p in plan.partitions} if artifact is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
                           verification.as_dict() if verification else None,
-                          {vendor: options for vendor, options in settings.items() if vendor in used})
+                          {vendor: options for vendor, options in settings.items() if vendor in used}, time)
     text = render(report, args.format)
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")

@@ -258,6 +258,7 @@ def build_report(
     memory: Optional[Mapping] = None,
     verification: Optional[Mapping] = None,
     vendor_options: Optional[Mapping] = None,
+    time: Optional[Mapping] = None,
 ) -> dict:
     """The report of ``plan`` as a JSON-ready dict (see :data:`REPORT_SCHEMA`).
 
@@ -268,7 +269,8 @@ def build_report(
     ``vendor_options`` (vendor -> option -> :class:`~byoc.vendor.OptionSetting`,
     as :attr:`byoc.Artifact.vendor_option_settings` or
     :func:`byoc.pipeline.builder.vendor_option_settings` give them) adds the
-    options that are not their defaults.
+    options that are not their defaults. ``time`` is a profile's
+    :meth:`~byoc.pipeline.profile.Profile.to_json` (the CLI's ``--profile``).
     """
     vendors = [v.name for v in plan.vendors]
     offloaded = {v: 0 for v in vendors}
@@ -327,6 +329,8 @@ def build_report(
         report["memory"] = dict(memory)
     if verification is not None:
         report["verify"] = dict(verification)
+    if time is not None:
+        report["time"] = dict(time)
     return report
 
 
@@ -452,7 +456,33 @@ def render_text(report: Mapping) -> str:
     if verify:
         lines += ["", f"Verification: {verify['status']}"]
         lines += [wrapped for line in verify.get("lines", []) for wrapped in _wrap(f"  {line}")]
+    if report.get("time"):
+        lines += ["", *_time_text(report["time"])]
     return "\n".join(lines) + "\n"
+
+
+def _time_text(time: Mapping) -> list[str]:
+    """The Time section: each partition and host function per run, a partition's steps summed by what ran them."""
+    lines = [f"Time ({time['runs']} runs: {time['run_median_ms']:.3f} ms median; the parts below from "
+             f"instrumented runs of {time['hooked_median_ms']:.3f} ms)"]
+    rows = [[c["name"], c["where"], f"{c['calls']:g}", f"{c['median_ms']:.3f}", f"{c['share']:.1%}"]
+            for c in time["calls"] if c["where"] != "vm"]
+    builtins = [c for c in time["calls"] if c["where"] == "vm"]
+    if builtins:
+        rows.append(["VM builtins", "vm", f"{sum(c['calls'] for c in builtins):g}",
+                     f"{sum(c['median_ms'] for c in builtins):.3f}", f"{sum(c['share'] for c in builtins):.1%}"])
+    hooked = time["hooked_median_ms"]
+    rows.append(["outside any call", "vm", "", f"{time['outside_ms']:.3f}",
+                 f"{time['outside_ms'] / hooked if hooked else 0:.1%}"])
+    lines += _table(["call", "where", "calls", "ms per run", "share"], rows)
+    for c in time["calls"]:
+        steps: dict = {}
+        for step in c.get("steps", []):
+            steps[step["implementation"]] = steps.get(step["implementation"], 0.0) + step["ms"]
+        if steps:
+            top = sorted(steps.items(), key=lambda kv: -kv[1])
+            lines += _wrap(f"  {c['name']} steps: " + ", ".join(f"{impl} {ms:.3f} ms" for impl, ms in top))
+    return lines
 
 
 def _partitions_text(parts: list, units: set) -> list[str]:
