@@ -71,3 +71,9 @@ def test_bad_inputs_get_the_errors_of_run(artifact):
         artifact.profile([np.ones((1, 3, 5, 5), np.float32)])
     with pytest.raises(ValueError, match="runs >= 1"):
         artifact.profile(_inputs(artifact), runs=0)
+
+
+def test_a_loaded_artifact_profiles_with_its_partitions_nodes(artifact, tmp_path):
+    loaded = byoc.load(artifact.export(tmp_path / "m.so"))
+    (partition,) = loaded.profile(_inputs(artifact), runs=2).partitions
+    assert partition.onnx_nodes == list(artifact.plan.partitions[0].onnx_nodes) and partition.steps
