@@ -182,6 +182,11 @@ class Artifact:
             raise ValueError(f"profile needs runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
         return profile_artifact(self, inputs, runs, warmup)
 
+    @staticmethod
+    def tvm_inputs(arrays: Sequence[np.ndarray]) -> list:
+        """``arrays`` (as :meth:`check_inputs` returns them) as the TVM tensors a run hands the VM: copies."""
+        return [tvm_tensor(a) for a in arrays]
+
     def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
         """Inputs as arrays in ONNX order, or an InputError that names the problem."""
         specs = self.inputs
@@ -244,7 +249,7 @@ class Artifact:
         arrays = self.check_inputs(inputs)
         vm = self._vm()
         try:
-            result = vm["main"](*[tvm_tensor(a) for a in arrays])
+            result = vm["main"](*self.tvm_inputs(arrays))
         except Exception as err:  # TVM's VM raises its own error types
             if "match_cast" not in str(err):
                 raise

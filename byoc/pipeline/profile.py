@@ -109,8 +109,6 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
     import tvm
     from tvm import relax
 
-    from byoc.pipeline.artifact import tvm_tensor
-
     arrays = artifact.check_inputs(inputs)  # the typed errors of run()
     for _ in range(warmup):
         artifact.run(arrays)
@@ -135,7 +133,7 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
             trace.append((str(name), t0, t1))
 
     vm.set_instrument(hook)
-    vm["main"](*[tvm_tensor(a) for a in arrays])  # this VM's first call
+    vm["main"](*artifact.tvm_inputs(arrays))  # this VM's first call
     step_modules = _step_timing_modules(library)
     before = {name: _step_times(m) for name, m in step_modules.items()}
     _set_step_timing(step_modules, True)
@@ -144,7 +142,7 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
         for _ in range(runs):
             trace.clear()
             t = time.perf_counter()
-            vm["main"](*[tvm_tensor(a) for a in arrays])
+            vm["main"](*artifact.tvm_inputs(arrays))
             hooked.append(time.perf_counter() - t)
             totals: dict = {}
             for name, t0, t1 in trace:
