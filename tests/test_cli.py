@@ -447,3 +447,38 @@ def test_profile_adds_a_time_section_and_writes_a_trace(model_dir, tmp_path):
     time = json.loads(out)["time"]
     assert code == 0 and time["schema"] == 1 and time["runs"] == 2
     assert [c["name"] for c in time["calls"] if c["where"] == "dnnl"] == ["dnnl_0"]
+
+
+_BAR_PROBE = """<script>
+const rows = [];
+for (const row of document.querySelectorAll("div.bar-row")) {
+  const bar = row.querySelector(".bar").getBoundingClientRect();
+  const track = row.querySelector(".bar-track").getBoundingClientRect();
+  rows.push([row.dataset.name, row.dataset.ms, bar.width, track.width].join("|"));
+}
+const pre = document.createElement("pre");
+pre.id = "probe";
+pre.textContent = rows.join("\\n");
+document.body.appendChild(pre);
+</script>"""
+
+
+def test_the_html_time_section_draws_a_bar_per_call_in_proportion(model_dir, tmp_path, chromium):
+    """--profile --format html: one bar per partition, host function, the VM's builtins and the time outside any
+    call, each as wide as its share of the run, as headless chromium lays them out."""
+    pytest.importorskip("byoc.codegens.dnnl")
+    page = tmp_path / "report.html"
+    code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--keep-on-host", "Gemm", "--profile",
+                           "--runs", "3", "--format", "html", "-o", page, "-q")
+    assert code == 0, err
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", _BAR_PROBE + "</body>"))
+    dom = _headless(chromium, "--window-size=1400,1000", "--dump-dom", probed.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    probe = dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0]
+    bars = {name: (float(ms), float(width), float(track)) for name, ms, width, track in
+            (row.split("|") for row in probe.split("\n"))}
+    assert {"dnnl_0", "VM builtins", "outside any call"} <= set(bars) and len(bars) >= 4, bars
+    total = sum(ms for ms, _, _ in bars.values())
+    for name, (ms, width, track) in bars.items():
+        assert abs(width - track * ms / total) <= 0.02 * track + 1, (name, ms, width, track)

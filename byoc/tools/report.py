@@ -461,28 +461,65 @@ def render_text(report: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _time_text(time: Mapping) -> list[str]:
-    """The Time section: each partition and host function per run, a partition's steps summed by what ran them."""
-    lines = [f"Time ({time['runs']} runs: {time['run_median_ms']:.3f} ms median; the parts below from "
-             f"instrumented runs of {time['hooked_median_ms']:.3f} ms)"]
-    rows = [[c["name"], c["where"], f"{c['calls']:g}", f"{c['median_ms']:.3f}", f"{c['share']:.1%}"]
+def _time_rows(time: Mapping) -> list[tuple[str, str, str, float, float]]:
+    """(name, where, calls, ms per run, share) for each partition and host function, the VM's builtins as one row,
+    and the time outside any call: the rows the text and HTML Time sections show."""
+    rows = [(c["name"], c["where"], f"{c['calls']:g}", c["median_ms"], c["share"])
             for c in time["calls"] if c["where"] != "vm"]
     builtins = [c for c in time["calls"] if c["where"] == "vm"]
     if builtins:
-        rows.append(["VM builtins", "vm", f"{sum(c['calls'] for c in builtins):g}",
-                     f"{sum(c['median_ms'] for c in builtins):.3f}", f"{sum(c['share'] for c in builtins):.1%}"])
+        rows.append(("VM builtins", "vm", f"{sum(c['calls'] for c in builtins):g}",
+                     sum(c["median_ms"] for c in builtins), sum(c["share"] for c in builtins)))
     hooked = time["hooked_median_ms"]
-    rows.append(["outside any call", "vm", "", f"{time['outside_ms']:.3f}",
-                 f"{time['outside_ms'] / hooked if hooked else 0:.1%}"])
-    lines += _table(["call", "where", "calls", "ms per run", "share"], rows)
+    rows.append(("outside any call", "vm", "", time["outside_ms"], time["outside_ms"] / hooked if hooked else 0.0))
+    return rows
+
+
+def _time_steps(time: Mapping) -> list[tuple[str, list[tuple[str, float]]]]:
+    """Per partition that has steps: (name, [(implementation, ms per run)]), summed by implementation, largest first."""
+    found = []
     for c in time["calls"]:
         steps: dict = {}
         for step in c.get("steps", []):
             steps[step["implementation"]] = steps.get(step["implementation"], 0.0) + step["ms"]
         if steps:
-            top = sorted(steps.items(), key=lambda kv: -kv[1])
-            lines += _wrap(f"  {c['name']} steps: " + ", ".join(f"{impl} {ms:.3f} ms" for impl, ms in top))
+            found.append((c["name"], sorted(steps.items(), key=lambda kv: -kv[1])))
+    return found
+
+
+def _time_heading(time: Mapping) -> str:
+    return (f"Time ({time['runs']} runs: {time['run_median_ms']:.3f} ms median; the parts below from "
+            f"instrumented runs of {time['hooked_median_ms']:.3f} ms)")
+
+
+def _time_text(time: Mapping) -> list[str]:
+    """The Time section: each partition and host function per run, a partition's steps summed by what ran them."""
+    lines = [_time_heading(time)]
+    lines += _table(["call", "where", "calls", "ms per run", "share"],
+                    [[name, where, calls, f"{ms:.3f}", f"{share:.1%}"]
+                     for name, where, calls, ms, share in _time_rows(time)])
+    for name, steps in _time_steps(time):
+        lines += _wrap(f"  {name} steps: " + ", ".join(f"{impl} {ms:.3f} ms" for impl, ms in steps))
     return lines
+
+
+def _time_html(report: Mapping) -> list[str]:
+    """The Time section as bars, one per row of :func:`_time_rows`, as wide as its share of the run, in the
+    colour of its placement in the graph."""
+    esc = html.escape
+    time = report["time"]
+    colours = _colours(report)
+    bars = []
+    for name, where, calls, ms, share in _time_rows(time):
+        colour = colours.get(name, colours[HOST] if where == "host" else "#bbb")
+        bars.append(f'<div class="bar-row" data-name="{esc(name)}" data-ms="{ms:.6f}">'
+                    f'<span class="bar-label">{esc(name)} ({esc(where)})</span>'
+                    f'<span class="bar-track"><span class="bar" style="width:{100 * share:.2f}%;'
+                    f'background:{colour}"></span></span>'
+                    f'<span class="bar-ms">{ms:.3f} ms · {share:.1%}</span></div>')
+    steps = [_html_table([f"{name} step (what ran it)", "ms per run"], [[impl, f"{ms:.3f}"] for impl, ms in found])
+             for name, found in _time_steps(time)]
+    return [f"<h2>{esc(_time_heading(time))}</h2>", '<div class="time">', *bars, "</div>", *steps]
 
 
 def _partitions_text(parts: list, units: set) -> list[str]:
@@ -791,12 +828,17 @@ def render_html(report: Mapping) -> str:
     if verify:
         sections += [f"<h2>Verification: {esc(verify['status'])}</h2>",
                      "<pre>" + esc("\n".join(verify.get("lines", []))) + "</pre>"]
+    if report.get("time"):
+        sections += _time_html(report)
     style = (
         "body{font-family:Helvetica,Arial,sans-serif;margin:16px;color:#222}"
         "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
         "text-align:left;font-size:13px}.graph{overflow:auto;border:1px solid #eee}"
         ".legend{margin:8px 0}.key{margin-right:14px}.swatch{display:inline-block;width:12px;height:12px;"
         "border:1px solid #333;margin-right:4px;vertical-align:middle}"
+        ".bar-row{display:flex;align-items:center;margin:2px 0;font-size:13px}.bar-label{width:260px;"
+        "overflow:hidden;text-overflow:ellipsis;white-space:nowrap}.bar-track{width:480px;height:14px;"
+        "background:#f4f4f4;margin:0 8px}.bar{display:block;height:14px}"
     )
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
