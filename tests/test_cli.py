@@ -311,9 +311,20 @@ def _headless(chromium_path: str, *args: str) -> subprocess.CompletedProcess:
         )
 
 
-_PROBE = """<script>
-// Test-only probe: where did the browser draw each node, and is it what a pointer finds there?
-const rows = [];
+def _probed_rows(chromium_path: str, page: Path, rows_js: str, window: str) -> list[str]:
+    """The rows a test-only script (``rows_js`` fills ``rows``, one string each) finds in ``page`` as headless
+    chromium lays it out at ``window`` (WIDTH,HEIGHT)."""
+    script = ("<script>\nconst rows = [];\n" + rows_js + "\nconst pre = document.createElement('pre');\n"
+              "pre.id = 'probe';\npre.textContent = rows.join('\\n');\ndocument.body.appendChild(pre);\n</script>")
+    probed = page.with_name("probed-" + page.name)
+    probed.write_text(page.read_text().replace("</body>", script + "</body>"))
+    dom = _headless(chromium_path, f"--window-size={window}", "--dump-dom", probed.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    return dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0].split("\n")
+
+
+# Where did the browser draw each node, and is it what a pointer finds there?
+_NODE_ROWS = """
 for (const g of document.querySelectorAll("g.node")) {
   const r = g.getBoundingClientRect();
   const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
@@ -323,24 +334,15 @@ for (const g of document.querySelectorAll("g.node")) {
 }
 const graph = document.getElementById("graph").getBoundingClientRect();
 rows.push(["#graph", Math.round(graph.width), Math.round(document.documentElement.clientWidth), "", "", ""].join("|"));
-const pre = document.createElement("pre");
-pre.id = "probe";
-pre.textContent = rows.join("\\n");
-document.body.appendChild(pre);
-</script>"""
+"""
 
 
 def test_html_renders_in_headless_chromium(model_dir, tmp_path, chromium):
     page = tmp_path / "report.html"
     code, _, _ = run_cli(model_dir / "small_cnn.onnx", "--format", "html", "-o", page, "-q")
     assert code == 0
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
-    dom = _headless(chromium, "--window-size=1000,1400", "--dump-dom", probed.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    probe = dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0]
     drawn = {}
-    for row in probe.split("\n"):
+    for row in _probed_rows(chromium, page, _NODE_ROWS, "1000,1400"):
         name, width, height, on_top, fill, title = row.split("|", 5)
         drawn[name] = (int(width), int(height), on_top == "true", fill, title)
     graph_width, page_width = drawn.pop("#graph")[:2]
@@ -449,18 +451,11 @@ def test_profile_adds_a_time_section_and_writes_a_trace(model_dir, tmp_path):
     assert [c["name"] for c in time["calls"] if c["where"] == "dnnl"] == ["dnnl_0"]
 
 
-_BAR_PROBE = """<script>
-const rows = [];
-for (const row of document.querySelectorAll("div.bar-row")) {
+_BAR_ROWS = """for (const row of document.querySelectorAll("div.bar-row")) {
   const bar = row.querySelector(".bar").getBoundingClientRect();
   const track = row.querySelector(".bar-track").getBoundingClientRect();
   rows.push([row.dataset.name, row.dataset.ms, bar.width, track.width].join("|"));
-}
-const pre = document.createElement("pre");
-pre.id = "probe";
-pre.textContent = rows.join("\\n");
-document.body.appendChild(pre);
-</script>"""
+}"""
 
 
 def test_the_html_time_section_draws_a_bar_per_call_in_proportion(model_dir, tmp_path, chromium):
@@ -471,13 +466,8 @@ def test_the_html_time_section_draws_a_bar_per_call_in_proportion(model_dir, tmp
     code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--keep-on-host", "Gemm", "--profile",
                            "--runs", "3", "--format", "html", "-o", page, "-q")
     assert code == 0, err
-    probed = tmp_path / "probed.html"
-    probed.write_text(page.read_text().replace("</body>", _BAR_PROBE + "</body>"))
-    dom = _headless(chromium, "--window-size=1400,1000", "--dump-dom", probed.as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    probe = dom.stdout.split('<pre id="probe">', 1)[1].split("</pre>", 1)[0]
     bars = {name: (float(ms), float(width), float(track)) for name, ms, width, track in
-            (row.split("|") for row in probe.split("\n"))}
+            (row.split("|") for row in _probed_rows(chromium, page, _BAR_ROWS, "1400,1000"))}
     assert {"dnnl_0", "VM builtins", "outside any call"} <= set(bars) and len(bars) >= 4, bars
     total = sum(ms for ms, _, _ in bars.values())
     for name, (ms, width, track) in bars.items():
