@@ -183,6 +183,7 @@ def test_exit_0_as_a_module(model_dir):
     (["{cnn}", "--input-shape", "x"], "expected NAME=D1,D2"),
     (["{cnn}", "--inputs", "a.npz"], "only used with --verify or --profile"),
     (["{cnn}", "--trace", "t.json"], "--trace is only used with --profile"),
+    (["{cnn}", "--runs", "10"], "--runs is only used with --profile"),
     (["{cnn}", "--profile", "--runs", "0"], "--runs 0: give at least 1"),
     (["{cnn}", "--profile", "--target", "s390x"], "cannot run on this machine"),
     (["{cnn}", "--verify", "--inputs", "missing.npz"], "inputs file not found"),

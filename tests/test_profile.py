@@ -57,10 +57,10 @@ def test_the_trace_is_trace_event_json(artifact, tmp_path):
 
 def test_an_ordinary_run_times_no_step(artifact):
     """Step timing is on only during a profile's instrumented runs: the runtime's counters do not move on run()."""
-    from byoc.pipeline.profile import _step_timing_modules, _step_times
+    from byoc.pipeline.profile import _step_times, runtime_modules
 
     artifact.profile(_inputs(artifact), runs=1)
-    (module,) = _step_timing_modules(artifact._loaded_library()).values()
+    (module,) = runtime_modules(artifact._loaded_library(), "get_step_times").values()
     before = _step_times(module)
     artifact.run(_inputs(artifact))
     assert _step_times(module) == before and all(calls > 0 for calls, _ in before)

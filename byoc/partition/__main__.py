@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--profile", action="store_true",
                         help="build, run and add a Time section: each partition (and its oneDNN primitives) and "
                              "host function per run")
-    parser.add_argument("--runs", type=int, default=10, metavar="N", help="runs --profile times (default 10)")
+    parser.add_argument("--runs", type=int, metavar="N", help="runs --profile times (default 10)")
     parser.add_argument("--trace", metavar="OUT.json",
                         help="with --profile: write the last run as Trace Event JSON (Perfetto, chrome://tracing)")
     parser.add_argument("--verify-dims", type=_verify_dims, action="append", default=[],
@@ -172,9 +172,9 @@ def _check_paths(args) -> None:
         raise _UsageError("--verify-dims is only used with --verify")
     if args.inputs and not (args.verify or args.profile):
         raise _UsageError("--inputs is only used with --verify or --profile")
-    if (args.trace or args.runs != 10) and not args.profile:
+    if (args.trace or args.runs is not None) and not args.profile:
         raise _UsageError(f"{'--trace' if args.trace else '--runs'} is only used with --profile")
-    if args.runs < 1:
+    if args.runs is not None and args.runs < 1:
         raise _UsageError(f"--runs {args.runs}: give at least 1")
     for flag, path in (("--trace", args.trace),):
         if path and _same_file(path, args.model):
@@ -260,10 +260,11 @@ def _run(args, say) -> int:
             artifact = build(plan, target=target, vendor_options=vendor_options)
             settings = artifact.vendor_option_settings
             memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
-        say(f"profile: {args.runs} runs")
+        runs = 10 if args.runs is None else args.runs
+        say(f"profile: {runs} runs")
         inputs = load_inputs(args.inputs) if args.inputs else random_inputs(
             artifact.inputs, sizes=verify_sizes(imported.dims))
-        profile = artifact.profile(inputs, runs=args.runs)
+        profile = artifact.profile(inputs, runs=runs)
         time = profile.to_json()
         if args.trace:
             profile.to_chrome_trace(args.trace)

@@ -155,18 +155,11 @@ class Artifact:
         was called with last, and an empty list before its first call. Partitions whose runtime does not
         report (C source, json_runtime) are left out.
         """
-        library = self._loaded_library()
-        found = {}
+        from byoc.pipeline.profile import runtime_modules
 
-        def visit(module):
-            for imported in module.imports:
-                if imported.implements_function("get_implementations"):
-                    steps = imported.get_function("get_implementations")()
-                    found[str(imported.get_function("get_symbol")())] = [str(s) for s in steps]
-                visit(imported)
-
-        visit(getattr(library, "mod", library))
-        return found
+        modules = runtime_modules(self._loaded_library(), "get_implementations")
+        return {symbol: [str(s) for s in module.get_function("get_implementations")()]
+                for symbol, module in modules.items()}
 
     def profile(self, inputs: Inputs, runs: int = 10, warmup: int = 1):
         """Where the time of a run goes: a :class:`~byoc.pipeline.profile.Profile`.

@@ -134,7 +134,7 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
 
     vm.set_instrument(hook)
     vm["main"](*artifact.tvm_inputs(arrays))  # this VM's first call
-    step_modules = _step_timing_modules(library)
+    step_modules = runtime_modules(library, "get_step_times")
     before = {name: _step_times(m) for name, m in step_modules.items()}
     _set_step_timing(step_modules, True)
     hooked = []
@@ -162,30 +162,33 @@ def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
     if artifact.plan is not None:
         nodes = {p.name: list(p.onnx_nodes) for p in artifact.plan.partitions}
     hooked_median = statistics.median(hooked) * 1e3
+
+    def where(name: str) -> str:
+        return vendors.get(name) or ("vm" if name.startswith(_BUILTIN) else "host")
+
     calls = []
     for name, samples in per_run.items():
         times = [s for _, s in samples] + [0.0] * (runs - len(samples))
-        where = vendors.get(name) or ("vm" if name.startswith(_BUILTIN) else "host")
         median = statistics.median(times) * 1e3
-        calls.append(CallTime(name, where, sum(c for c, _ in samples) / runs, median, min(times) * 1e3,
+        calls.append(CallTime(name, where(name), sum(c for c, _ in samples) / runs, median, min(times) * 1e3,
                               median / hooked_median if hooked_median else 0.0, nodes.get(name, []),
                               steps.get(name, [])))
     calls.sort(key=lambda c: (c.where in ("host", "vm"), -c.median_ms))
     outside = hooked_median - sum(c.median_ms for c in calls)
-    last = [(name, vendors.get(name) or ("vm" if name.startswith(_BUILTIN) else "host"), t0, t1)
-            for name, t0, t1 in trace]
+    last = [(name, where(name), t0, t1) for name, t0, t1 in trace]
     return Profile(runs, statistics.median(plain) * 1e3, min(plain) * 1e3, hooked_median, calls,
                    max(outside, 0.0), last)
 
 
-# -- vendor runtimes that time their own steps ----------------------------------------------------------
-def _step_timing_modules(library) -> dict:
-    """Partition symbol -> its runtime module, for the modules that answer get_step_times."""
+# -- vendor runtimes that report on their own steps -------------------------------------------------------
+def runtime_modules(library, function: str) -> dict:
+    """Partition symbol -> its runtime module, for the modules of a loaded ``library`` (imports of imports
+    included) that answer ``function`` (``get_implementations``, ``get_step_times``)."""
     found = {}
 
     def visit(module):
         for imported in module.imports:
-            if imported.implements_function("get_step_times"):
+            if imported.implements_function(function):
                 found[str(imported.get_function("get_symbol")())] = imported
             visit(imported)
 
