@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, metavar="N", help="runs --profile times (default 10)")
     parser.add_argument("--trace", metavar="OUT.json",
                         help="with --profile: write the last run as Trace Event JSON (Perfetto, chrome://tracing)")
+    parser.add_argument("--placement", choices=("rules", "measured"), default="rules",
+                        help="rules: each vendor takes what its rules accept (default); measured: time each "
+                             "partition on its vendor, on the host and on the other vendors, and keep it "
+                             "where it is fastest (runs the model: --inputs, else random inputs)")
+    parser.add_argument("--min-speedup", type=float, metavar="X",
+                        help="with --placement measured: how much faster than every other place a vendor must "
+                             "be to keep a partition (default 1.1)")
     parser.add_argument("--verify-dims", type=_verify_dims, action="append", default=[],
                         metavar="NAME=SIZE[,...]",
                         help="sizes of the symbolic dims for one --verify run (repeatable: one run each; default: "
@@ -170,8 +177,10 @@ def _check_paths(args) -> None:
         raise _UsageError("-o and --export-onnx name the same file")
     if args.verify_dims and not args.verify:
         raise _UsageError("--verify-dims is only used with --verify")
-    if args.inputs and not (args.verify or args.profile):
-        raise _UsageError("--inputs is only used with --verify or --profile")
+    if args.inputs and not (args.verify or args.profile or args.placement == "measured"):
+        raise _UsageError("--inputs is only used with --verify, --profile or --placement measured")
+    if args.min_speedup is not None and args.placement != "measured":
+        raise _UsageError("--min-speedup is only used with --placement measured")
     if (args.trace or args.runs is not None) and not args.profile:
         raise _UsageError(f"{'--trace' if args.trace else '--runs'} is only used with --profile")
     if args.runs is not None and args.runs < 1:
@@ -217,7 +226,8 @@ def _run(args, say) -> int:
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
     from byoc.tools.verify import load_inputs, random_inputs, verify, verify_sizes
-    from byoc.pipeline.builder import build, vendor_option_settings
+    from byoc.pipeline.builder import build, build_measured, vendor_option_settings
+    from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP
 
     if args.list_vendors:
         sys.stdout.write(_list_vendors())
@@ -236,18 +246,28 @@ def _run(args, say) -> int:
     say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
     plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
                      strict=args.strict)
+    verification = artifact = None
+    if args.placement == "measured":
+        say("placement: timing each partition on its vendor, on the host and on the other vendors")
+        artifact = build_measured(plan, load_inputs(args.inputs) if args.inputs else None,
+                                  min_speedup=args.min_speedup or DEFAULT_MIN_SPEEDUP, strict=args.strict,
+                                  vendor_options=vendor_options)
+        plan = artifact.plan
+        settings = artifact.vendor_option_settings
     say("planning memory")
     memory = estimate_memory(plan, target)
+    if artifact is not None:
+        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
     if args.export_onnx:
         say(f"exporting partitioned ONNX to {args.export_onnx}")
         export_onnx(plan, args.export_onnx)
-    verification = artifact = None
     if args.verify:
         inputs = load_inputs(args.inputs) if args.inputs else None
-        say(f"verify: building for {target.name}")
-        artifact = build(plan, target=target, vendor_options=vendor_options)
-        settings = artifact.vendor_option_settings
-        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        if artifact is None:
+            say(f"verify: building for {target.name}")
+            artifact = build(plan, target=target, vendor_options=vendor_options)
+            settings = artifact.vendor_option_settings
+            memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
         _check_verify_dims(args.verify_dims, imported.dims)
         verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
                               progress=say, artifact=artifact, shapes=args.verify_dims or None)

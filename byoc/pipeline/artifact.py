@@ -86,6 +86,16 @@ class Artifact:
         return {vendor: {name: OptionSetting.from_json(record) for name, record in options.items()}
                 for vendor, options in self.metadata.get("vendor_options", {}).items()}
 
+    @property
+    def placement(self):
+        """What measured placement decided (:class:`~byoc.pipeline.placement.Placement`: each rule-based
+        partition's times per place, where it went and why), as stored in the artifact; None when the rules
+        placed."""
+        from byoc.pipeline.placement import Placement
+
+        record = self.metadata.get("placement")
+        return Placement.from_json(record) if record is not None else None
+
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
         """Write the artifact as a shared library for its target; returns the path.

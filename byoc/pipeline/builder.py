@@ -23,6 +23,7 @@ from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.onnx_model import index_inputs
 from byoc.pipeline.lowering import lower_partitions
 from byoc.pipeline.partitioner import PartitionPlan, partition
+from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
 from byoc.vendor.registry import resolve_vendors
@@ -184,6 +185,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             # vendor -> option -> {value, default, source[, note]}: the options its codegen was built with
             "vendor_options": {vendor: {name: setting.as_json() for name, setting in options.items()}
                                for vendor, options in settings.items() if vendor in built},
+            # measured placement: each rule-based partition's times per place and where it went (absent: the rules placed)
+            **({"placement": plan.placement.as_json()} if plan.placement is not None else {}),
         },
         sort_keys=True,
     )
@@ -280,6 +283,9 @@ def compile(  # noqa: A001 - the public name the product promises
     strict: bool = False,
     threads: Optional[int] = None,
     vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
+    placement: str = "rules",
+    min_speedup: float = DEFAULT_MIN_SPEEDUP,
+    sample_inputs=None,
 ) -> Artifact:
     """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
 
@@ -290,8 +296,35 @@ def compile(  # noqa: A001 - the public name the product promises
     False}}``) are as in :func:`build`; the options are checked before the
     model is imported. ``input_shapes`` and ``dims`` are as in :func:`byoc.partition`: by default every
     symbolic dim stays symbolic and the one artifact runs every size.
+
+    ``placement="measured"`` times each partition on its vendor, on the host and on every other vendor that
+    takes all its ops, and keeps it on its vendor only when that is at least ``min_speedup`` times faster
+    than the fastest other place (:mod:`byoc.pipeline.placement`); ``artifact.plan.placement`` and
+    :attr:`Artifact.placement` hold the times and decisions. It runs the model on ``sample_inputs`` (as
+    :meth:`Artifact.run` takes them; default: seeded random inputs of the declared shapes).
     """
+    check_placement(placement, min_speedup)
     vendor_option_settings(resolve_vendors(vendors), vendor_options)
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
                      input_shapes=input_shapes, dims=dims, strict=strict)
-    return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)
+    if placement == "rules":
+        return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)
+    return build_measured(plan, sample_inputs, min_speedup=min_speedup, strict=strict, threads=threads,
+                          vendor_options=vendor_options)
+
+
+def build_measured(plan: PartitionPlan, sample_inputs=None, *, min_speedup: float = DEFAULT_MIN_SPEEDUP,
+                   strict: bool = False, threads: Optional[int] = None,
+                   vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None) -> Artifact:
+    """Build ``plan`` with each partition placed by measured cost (``compile(..., placement="measured")``,
+    :mod:`byoc.pipeline.placement`); the other arguments are as in :func:`compile`."""
+    check_placement("measured", min_speedup)
+
+    def build_with_options(plan_or_model, vendors_of_model):
+        if vendors_of_model is None:
+            return build(plan_or_model, strict=strict, threads=threads, vendor_options=vendor_options)
+        names = {v.name for v in vendors_of_model}
+        options = {name: values for name, values in (vendor_options or {}).items() if name in names}
+        return build(plan_or_model, vendors_of_model, plan.target, threads=threads, vendor_options=options)
+
+    return place_by_measurement(plan, build_with_options, sample_inputs, min_speedup=min_speedup)

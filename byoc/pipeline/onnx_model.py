@@ -128,10 +128,13 @@ def subgraphs(node: onnx.NodeProto):
             yield from attr.graphs
 
 
-def index_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, str]]:
+def index_inputs(model: Optional[onnx.ModelProto]) -> dict[str, tuple[int, str]]:
     """Model inputs that index a Gather of a constant directly (token ids into an embedding table): input name ->
     (the extent of the gathered axis, the Gather's node name), the smallest where one input indexes several.
-    A run checks such inputs against the extent, as onnxruntime's Gather does (``Artifact.check_inputs``)."""
+    A run checks such inputs against the extent, as onnxruntime's Gather does (``Artifact.check_inputs``).
+    None (a Relax module given without its ONNX model) has none."""
+    if model is None:
+        return {}
     graph_inputs = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
     tables = {t.name: list(t.dims) for t in model.graph.initializer}
     found: dict[str, tuple[int, str]] = {}

@@ -95,6 +95,8 @@ class PartitionPlan:
     min_ops: int = 1
     keep_on_host: tuple = ()
     target: TargetPreset = field(default_factory=lambda: resolve_target("x86_64"))
+    #: measured placement's decisions (:class:`byoc.pipeline.placement.Placement`); None when the rules placed
+    placement: object = None
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
@@ -283,7 +285,18 @@ def partition(
                           f"{' and '.join(vendor.targets)} only): all its ops stay on the host",
                           RuntimeWarning, stacklevel=2)
     imported = import_model(model, input_shapes=input_shapes, dims=dims)
-    demoted: dict[tuple[str, str], str] = {}
+    return cut(imported, vendors, preset, min_ops, tuple(keep_on_host), {})
+
+
+def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, min_ops: int,
+        keep_on_host: tuple, demoted: Mapping[tuple[str, str], str]) -> PartitionPlan:
+    """The plan :func:`partition` makes of an imported model, with ``demoted`` ops kept off their vendors.
+
+    ``demoted`` maps ``(vendor, binding)`` to the reason that vendor may not
+    take the binding (measured placement's decisions, :mod:`byoc.pipeline.placement`);
+    ``min_ops`` adds its own demotions to a copy.
+    """
+    demoted = dict(demoted)
     while True:
         annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name)
         if all(d.on_host for d in annotation.decisions.values()):
@@ -318,7 +331,7 @@ def partition(
             reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
-    return _plan(imported, annotation, merged, min_ops, tuple(keep_on_host), preset)
+    return _plan(imported, annotation, merged, min_ops, keep_on_host, preset)
 
 
 def _rename_regions(mod):

@@ -23,7 +23,7 @@ from typing import Optional, Union
 
 #: version of :meth:`Profile.to_json`'s layout
 PROFILE_SCHEMA = 1
-_BUILTIN = "vm.builtin."
+BUILTIN = "vm.builtin."
 
 
 @dataclass
@@ -106,9 +106,6 @@ class Profile:
 
 def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
     """The work of :meth:`byoc.Artifact.profile` (see there)."""
-    import tvm
-    from tvm import relax
-
     arrays = artifact.check_inputs(inputs)  # the typed errors of run()
     for _ in range(warmup):
         artifact.run(arrays)
@@ -119,41 +116,94 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
         plain.append(time.perf_counter() - t)
 
     library = artifact._loaded_library()
-    vm = relax.VirtualMachine(library, tvm.cpu())
+    step_modules = runtime_modules(library, "get_step_times")
+    before: dict = {}
+    _set_step_timing(step_modules, True)
+    try:
+        calls = time_calls(artifact, arrays, runs,
+                           on_first=lambda: before.update({name: _step_times(m) for name, m in step_modules.items()}))
+    finally:
+        _set_step_timing(step_modules, False)
+    steps = {name: _step_delta(m, before[name], runs) for name, m in step_modules.items()}
+    return _assemble(artifact, runs, plain, calls.hooked, calls.per_run, steps, calls.trace)
+
+
+@dataclass
+class HookedRuns:
+    """What :func:`time_calls` saw: per call name, (calls, seconds) per run; each run's time; the last run's
+    calls as (name, start, end); and each call's arguments at its first call, when asked to keep them."""
+
+    per_run: dict
+    hooked: list
+    trace: list
+    arguments: dict
+
+
+def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
+               budget_s: Optional[float] = None, stop_above_s: Optional[float] = None) -> HookedRuns:
+    """Run ``artifact`` on ``arrays`` once, then ``runs`` times timed, on a second VM with TVM's instrument
+    hook: the VM calls it before and after every call instruction (partitions, host functions, builtins).
+
+    ``keep_arguments`` maps call names to how many leading arguments to copy at the first run (a partition's
+    inputs; its outputs follow them); an argument that is no tensor (a shape) keeps nothing for that call.
+    ``on_first`` is called after the first run, before the timed ones. With ``budget_s``, the timed runs
+    stop after 3 once they have taken that long (a slow model needs fewer runs to be steady). With
+    ``stop_above_s``, a candidate that is clearly slower stops early: after the first run when that took
+    twice as long (one-time costs do not double a run), else once the median run is above it."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(artifact._loaded_library(), tvm.cpu())
     per_run: dict = {}
     trace: list = []
     started: list = []
+    kept: dict = {}
+    keep = dict(keep_arguments)
 
-    def hook(_func, name, before, _ret, *_args):
+    def hook(_func, name, before, _ret, *args):
         if before:
+            name = str(name)
+            if name in keep and name not in kept:
+                tensors = args[:keep[name]]
+                kept[name] = [t.numpy() for t in tensors] if all(hasattr(t, "numpy") for t in tensors) else None
             started.append(time.perf_counter())
         else:
             t0 = started.pop()
             t1 = time.perf_counter()
             trace.append((str(name), t0, t1))
 
+    def timed_run() -> float:
+        trace.clear()
+        t = time.perf_counter()
+        vm["main"](*artifact.tvm_inputs(arrays))
+        return time.perf_counter() - t
+
+    def record() -> None:
+        totals: dict = {}
+        for name, t0, t1 in trace:
+            count, seconds = totals.get(name, (0, 0.0))
+            totals[name] = (count + 1, seconds + t1 - t0)
+        for name, (count, seconds) in totals.items():
+            per_run.setdefault(name, []).append((count, seconds))
+
     vm.set_instrument(hook)
-    vm["main"](*artifact.tvm_inputs(arrays))  # this VM's first call
-    step_modules = runtime_modules(library, "get_step_times")
-    before = {name: _step_times(m) for name, m in step_modules.items()}
-    _set_step_timing(step_modules, True)
-    hooked = []
-    try:
-        for _ in range(runs):
-            trace.clear()
-            t = time.perf_counter()
-            vm["main"](*artifact.tvm_inputs(arrays))
-            hooked.append(time.perf_counter() - t)
-            totals: dict = {}
-            for name, t0, t1 in trace:
-                count, seconds = totals.get(name, (0, 0.0))
-                totals[name] = (count + 1, seconds + t1 - t0)
-            for name, (count, seconds) in totals.items():
-                per_run.setdefault(name, []).append((count, seconds))
-    finally:
-        _set_step_timing(step_modules, False)
-    steps = {name: _step_delta(m, before[name], runs) for name, m in step_modules.items()}
-    return _assemble(artifact, runs, plain, hooked, per_run, steps, trace)
+    first = timed_run()  # this VM's first call
+    arguments = {n: a for n, a in kept.items() if a is not None}
+    if on_first is not None:
+        on_first()
+    keep.clear()
+    if stop_above_s is not None and first > 2 * stop_above_s:
+        record()
+        return HookedRuns(per_run, [first], list(trace), arguments)
+    hooked: list = []
+    for run in range(runs):
+        if budget_s is not None and run >= 3 and sum(hooked) >= budget_s:
+            break
+        if stop_above_s is not None and hooked and statistics.median(hooked) > stop_above_s:
+            break
+        hooked.append(timed_run())
+        record()
+    return HookedRuns(per_run, hooked, trace, arguments)
 
 
 def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
@@ -164,7 +214,7 @@ def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
     hooked_median = statistics.median(hooked) * 1e3
 
     def where(name: str) -> str:
-        return vendors.get(name) or ("vm" if name.startswith(_BUILTIN) else "host")
+        return vendors.get(name) or ("vm" if name.startswith(BUILTIN) else "host")
 
     calls = []
     for name, samples in per_run.items():

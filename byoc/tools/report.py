@@ -146,6 +146,14 @@ REPORT_SCHEMA = {
             },
         },
         "verify": {"type": "object", "required": ["status"]},
+        # present after measured placement: each rule-based partition's ms per place, where it went and why
+        "placement": {
+            "type": "object",
+            "required": ["decisions", "candidate_builds", "min_speedup"],
+            "properties": {"decisions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["partition", "vendor", "onnx_nodes", "times_ms", "estimated", "place", "reason"]}}},
+        },
         # present when a vendor option is not its default (or an environment variable set it):
         # vendor -> option -> {value, default, source[, note]}
         "vendor_options": {"type": "object", "additionalProperties": {
@@ -331,6 +339,8 @@ def build_report(
         report["verify"] = dict(verification)
     if time is not None:
         report["time"] = dict(time)
+    if plan.placement is not None:
+        report["placement"] = plan.placement.as_json()
     return report
 
 
@@ -456,9 +466,25 @@ def render_text(report: Mapping) -> str:
     if verify:
         lines += ["", f"Verification: {verify['status']}"]
         lines += [wrapped for line in verify.get("lines", []) for wrapped in _wrap(f"  {line}")]
+    if report.get("placement"):
+        heading, header, rows = _placement_rows(report["placement"])
+        lines += ["", heading, *_table(header, rows)]
     if report.get("time"):
         lines += ["", *_time_text(report["time"])]
     return "\n".join(lines) + "\n"
+
+
+def _placement_rows(placement: Mapping) -> tuple[str, list[str], list[list[str]]]:
+    """The Placement section: a heading, and per rule-based partition its time in each place and the
+    decision (the text and HTML reports show the same rows)."""
+    heading = (f"Placement (measured: a vendor keeps a partition when it is at least {placement['min_speedup']:g}x "
+               f"faster than every other place; {placement['candidate_builds']} candidate build(s))")
+    rows = []
+    for d in placement["decisions"]:
+        times = ", ".join(f"{place} {ms:.3g} ms{' (estimated)' if place in d['estimated'] else ''}"
+                          for place, ms in sorted(d["times_ms"].items(), key=lambda item: item[1]))
+        rows.append([d["partition"], d["vendor"], times, d["place"]])
+    return heading, ["partition", "rules gave it to", "ms per run, fastest first", "placed on"], rows
 
 
 def _time_rows(time: Mapping) -> list[tuple[str, str, str, float, float]]:
@@ -828,6 +854,9 @@ def render_html(report: Mapping) -> str:
     if verify:
         sections += [f"<h2>Verification: {esc(verify['status'])}</h2>",
                      "<pre>" + esc("\n".join(verify.get("lines", []))) + "</pre>"]
+    if report.get("placement"):
+        heading, header, rows = _placement_rows(report["placement"])
+        sections += [f"<h2>{esc(heading)}</h2>", _html_table(header, rows)]
     if report.get("time"):
         sections += _time_html(report)
     style = (

@@ -24,9 +24,9 @@ from byoc.pipeline.builder import build
 from byoc.errors import ByocError, InputError
 from byoc.pipeline.frontend import TensorSpec
 from byoc.pipeline.partitioner import PartitionPlan, partition
+from byoc.pipeline.samples import SEED, UNBOUNDED_VERIFY_SIZE, random_inputs  # noqa: F401 - verify's API
 from byoc.deploy.targets import resolve_target
 
-SEED = 0
 # Vendor kernels may sum in another order than onnxruntime: per-dtype tolerance (rtol, atol).
 TOLERANCE = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2), "float32": (1e-3, 1e-4), "float64": (1e-7, 1e-9)}
 
@@ -77,8 +77,6 @@ class Verification:
         }
 
 
-#: The size verify gives an unbounded symbolic dim: small, and unlike the 1 an exporter traces with.
-UNBOUNDED_VERIFY_SIZE = 3
 #: The largest size verify draws for an unbounded dim.
 UNBOUNDED_VERIFY_MAX = 16
 
@@ -110,27 +108,6 @@ def verify_shapes(dims: Mapping, seed: int = SEED) -> list[dict[str, int]]:
 def shape_label(sizes: Mapping[str, int]) -> str:
     """``batch=2, seq=16``: the sizes of one verify run, as the report prints them."""
     return ", ".join(f"{name}={size}" for name, size in sizes.items())
-
-
-def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED, sizes: Mapping[str, int] | None = None
-                  ) -> dict[str, np.ndarray]:
-    """Reproducible inputs: normal floats, small non-negative integers, random booleans; each symbolic dim
-    at its size in ``sizes``."""
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for spec in specs:
-        dtype = np.dtype(spec.dtype)
-        shape = tuple(d if isinstance(d, int) else (sizes or {}).get(d, UNBOUNDED_VERIFY_SIZE) for d in spec.shape)
-        if dtype.kind == "f":
-            arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
-        elif dtype.kind in "iu":
-            arrays[spec.name] = rng.integers(0, 4, size=shape).astype(dtype)
-        elif dtype.kind == "b":
-            arrays[spec.name] = rng.random(shape) < 0.5
-        else:
-            raise InputError(f"cannot make random values for input {spec.name!r} of dtype {spec.dtype}; "
-                             "pass --inputs FILE.npz")
-    return arrays
 
 
 def load_inputs(path: Union[str, os.PathLike]) -> dict[str, np.ndarray]:

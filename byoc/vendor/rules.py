@@ -189,6 +189,14 @@ class Codegen:
         still succeeds with a ``RuntimeWarning``. Default: nothing reported (``{}``)."""
         return {}
 
+    def estimate_cost(self, partition: Any) -> Optional[float]:
+        """Milliseconds one run of ``partition`` (a :class:`byoc.vendor.graph.PartitionGraph`) takes on this
+        vendor's hardware, or None to have it measured. Measured placement (``byoc.compile(...,
+        placement="measured")``) asks it before timing a partition here: a vendor whose hardware is not on the
+        build machine gives its estimate this way. If it raises, byoc warns naming the vendor and measures.
+        Default: None (measure)."""
+        return None
+
     def availability(self) -> Optional[str]:
         """None when this codegen can build here, else one line saying why not and what to install (a missing
         wheel or library). It must be cheap and load nothing (look at package metadata or files, not
@@ -199,8 +207,8 @@ class Codegen:
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
 CAPABILITIES = ("module_kinds", "declared_options", "load_runtime", "standalone_source", "runtime_memory",
-                "availability")
-_METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "availability")
+                "estimate_cost", "availability")
+_METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "estimate_cost", "availability")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
 _NEAR = 0.8
 
@@ -235,6 +243,10 @@ class _DuckCodegen(Codegen):
     def runtime_memory(self, partitions, modules):
         own = getattr(self.wrapped, "runtime_memory", None)
         return own(partitions, modules) if own is not None else {}
+
+    def estimate_cost(self, partition):
+        own = getattr(self.wrapped, "estimate_cost", None)
+        return own(partition) if own is not None else None
 
     def availability(self):
         own = getattr(self.wrapped, "availability", None)
