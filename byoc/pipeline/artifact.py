@@ -22,6 +22,7 @@ from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, Inp
                          TargetError, last_line)
 from byoc.pipeline.dims import bind_dims
 from byoc.pipeline.onnx_model import DimRange, TensorSpec
+from byoc.pipeline.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
@@ -88,11 +89,9 @@ class Artifact:
 
     @property
     def placement(self):
-        """What measured placement decided (:class:`~byoc.pipeline.placement.Placement`: each rule-based
+        """What measured placement decided (:class:`~byoc.pipeline.placement_record.Placement`: each rule-based
         partition's times per place, where it went and why), as stored in the artifact; None when the rules
         placed."""
-        from byoc.pipeline.placement import Placement
-
         record = self.metadata.get("placement")
         return Placement.from_json(record) if record is not None else None
 

@@ -95,7 +95,7 @@ class PartitionPlan:
     min_ops: int = 1
     keep_on_host: tuple = ()
     target: TargetPreset = field(default_factory=lambda: resolve_target("x86_64"))
-    #: measured placement's decisions (:class:`byoc.pipeline.placement.Placement`); None when the rules placed
+    #: measured placement's decisions (:class:`byoc.pipeline.placement_record.Placement`); None when the rules placed
     placement: object = None
 
     def __repr__(self) -> str:

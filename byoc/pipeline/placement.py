@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from dataclasses import asdict, dataclass
 from typing import Callable, Mapping, Optional
 
 from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.importer import unique_binding_names
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
+from byoc.pipeline.placement_record import PlacedPartition, Placement
 from byoc.pipeline.profile import BUILTIN, time_calls
 from byoc.pipeline.samples import random_inputs
 from byoc.vendor import as_codegen
@@ -49,44 +49,6 @@ _CLEAR_LOSS = 2.0
 
 #: Build = build(plan or model, vendors or None) -> Artifact, with the user's build options applied
 Build = Callable[..., object]
-
-
-@dataclass
-class PlacedPartition:
-    """One partition of the rule-based plan: its time in each place, where it went and why."""
-
-    partition: str  # its name in the rule-based plan
-    vendor: str  # the vendor the rules gave it
-    onnx_nodes: list
-    times_ms: dict  # place ("host" or a vendor) -> ms per run
-    estimated: list  # places whose time the vendor's cost hook gave instead of a measurement
-    place: str  # where it went: a vendor, or "host"
-    reason: str
-
-    def as_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, record: Mapping) -> "PlacedPartition":
-        return cls(**record)
-
-
-@dataclass
-class Placement:
-    """What measured placement did: a decision per partition, and what it cost."""
-
-    decisions: list  # PlacedPartition, in the rule-based plan's order
-    candidate_builds: int  # builds of one partition's ops on one place (the two whole builds not counted)
-    min_speedup: float
-
-    def as_json(self) -> dict:
-        return {"decisions": [d.as_json() for d in self.decisions], "candidate_builds": self.candidate_builds,
-                "min_speedup": self.min_speedup}
-
-    @classmethod
-    def from_json(cls, record: Mapping) -> "Placement":
-        return cls([PlacedPartition.from_json(d) for d in record["decisions"]], record["candidate_builds"],
-                   record["min_speedup"])
 
 
 def check_placement(placement: str, min_speedup: float) -> None:
@@ -179,7 +141,7 @@ def _place(plan: PartitionPlan, part: Partition, measured_ms: float, arguments: 
 def choose(times: Mapping[str, float], vendor: str, min_speedup: float, estimated=()) -> tuple[str, str]:
     """Where a partition of ``vendor`` goes given its ``times`` (place -> ms), and the reason quoting them."""
     quoted = ", ".join(f"{place} {ms:.3g} ms{' (estimated)' if place in estimated else ''}"
-                       for place, ms in sorted(times.items(), key=lambda item: item[0] != vendor))
+                       for place, ms in sorted(times.items(), key=lambda item: (item[0] != vendor, item[1])))
     others = {place: ms for place, ms in times.items() if place != vendor}
     if not others:
         return vendor, f"kept on {vendor}: nowhere else to run it ({quoted})"
