@@ -42,12 +42,19 @@ the schedule cannot handle is built as TVM wrote it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 from typing import Optional
 
+from tvm.relax.expr_functor import PyExprMutator
+from tvm.relax.expr_functor import mutator as relax_mutator
+
 from byoc.deploy.targets import TargetPreset
+
+#: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
+HOST_CALLS_FUNCTION = "byoc_host_calls"
 
 _SCHEDULED = "tirx.is_scheduled"
 # Ops whose vector form computes something else: x86 vector shifts (the TIR
@@ -142,9 +149,12 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
     pipeline (TVM's CPU ``legalize_passes``: ``LegalizeOps``,
     ``AnnotateTIROpPattern``, ``FoldConstant``, ``FuseOps``, ``FuseTIR``).
     Only the PrimFuncs these passes create are scheduled; those already in
-    the module are someone's own kernels and stay as they are.
+    the module are someone's own kernels and stay as they are. The module gains
+    :data:`HOST_CALLS_FUNCTION`: which bindings of ``main`` each host function
+    call computes, so a profile names the ONNX nodes behind a host function.
     """
     import tvm
+    from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     @tvm.transform.module_pass(opt_level=0, name="ByocHostLowering")
@@ -156,11 +166,69 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
             # fusing them is not ours to decide (and FuseTIR rejects some of them).
             if gv.name_hint in existing and (func.attrs is None or "op_pattern" not in func.attrs):
                 mod[gv] = func.with_attr("op_pattern", _OPAQUE_PATTERN)
+        calls = []
+        has_main = any(g.name_hint == "main" and isinstance(f, relax.Function) for g, f in mod.functions.items())
         with target:
-            mod = tvm.transform.Sequential(cpu.legalize_passes(target))(mod)
-        return ScheduleHost(target, skip=existing)(mod)
+            for step in cpu.legalize_passes(target):
+                if step.info.name == "FuseOps" and has_main:
+                    mod["main"] = _NameCalls().visit_expr(mod["main"])
+                mod = step(mod)
+                if step.info.name == "FuseOps" and has_main:
+                    calls = _host_calls(mod)
+                    # An exported VM writes a span as a "scope", with a C++ warning per call on save and load.
+                    mod["main"] = _NameCalls(named=False).visit_expr(mod["main"])
+        mod = ScheduleHost(target, skip=existing)(mod)
+        if calls:
+            value = tvm.ir.expr.StringImm(json.dumps(calls))
+            mod[HOST_CALLS_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol",
+                                                                                      HOST_CALLS_FUNCTION)
+        return mod
 
     return lowering
+
+
+@relax_mutator
+class _NameCalls(PyExprMutator):
+    """Each op call of ``main`` with its binding's name as its span, which fusion keeps on the calls it moves
+    into a fused function (and the binding names it does not); with ``named=False``, with no span again."""
+
+    def __init__(self, named: bool = True):
+        super().__init__()
+        self.named = named
+
+    def visit_var_binding_(self, binding):
+        import tvm
+        from tvm import relax
+
+        value = binding.value
+        if not isinstance(value, relax.Call):
+            return super().visit_var_binding_(binding)
+        span = tvm.ir.Span(tvm.ir.SourceName(binding.var.name), 0, 0, 0, 0) if self.named else None
+        named = self.builder_.normalize(relax.Call(value.op, value.args, value.attrs, value.ty_args, span))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, named))
+
+
+def _host_calls(mod) -> list:
+    """``[function, [binding, ...]]`` per call of a host function in ``main`` after ``FuseOps``, in order: the
+    function's name as the VM calls it, and the original bindings (of the partitioned main) it computes."""
+    import tvm
+    from tvm import relax
+
+    def named(call) -> list:
+        return [call.span.source_name.name] if call.span is not None else []
+
+    calls = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if not isinstance(value, relax.Call):
+                continue
+            if isinstance(value.op, tvm.ir.GlobalVar) and isinstance(mod[value.op], relax.Function):
+                inner = [b.value for blk in mod[value.op].body.blocks for b in blk.bindings]
+                calls.append([value.op.name_hint, [n for c in inner if isinstance(c, relax.Call) for n in named(c)]])
+            elif value.op == tvm.ir.Op.get("relax.call_tir") and isinstance(value.args[0], tvm.ir.GlobalVar):
+                calls.append([value.args[0].name_hint, named(value)])
+    return [call for call in calls if call[1]]
 
 
 class _Vector:

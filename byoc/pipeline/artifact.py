@@ -24,6 +24,7 @@ from byoc.pipeline.dims import bind_dims
 from byoc.pipeline.onnx_model import DimRange, TensorSpec
 from byoc.pipeline.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
+from byoc.host.compiler import HOST_CALLS_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 METADATA_FUNCTION = "byoc_metadata"
@@ -61,6 +62,7 @@ class Artifact:
         self._library_lock = threading.Lock()
         self._local = threading.local()
         self._tmpdir: Optional[str] = None
+        self._host_calls: Optional[list] = None
         self.threads = check_threads(threads)
 
     @property
@@ -169,6 +171,31 @@ class Artifact:
         modules = runtime_modules(self._loaded_library(), "get_implementations")
         return {symbol: [str(s) for s in module.get_function("get_implementations")()]
                 for symbol, module in modules.items()}
+
+    def host_calls(self) -> list[tuple[str, list[str]]]:
+        """Each call of a host function in a run, in order: the function's name (as a profile names it) and
+        the bindings of the partitioned Relax ``main`` it computes (fusion puts several in one function);
+        empty for a program built without byoc's host pipeline, or by an older byoc."""
+        if self._host_calls is None:
+            vm = self._vm()
+            try:
+                found = vm[HOST_CALLS_FUNCTION]
+            except (AttributeError, KeyError, RuntimeError):
+                found = None
+            self._host_calls = [(name, list(bindings)) for name, bindings in json.loads(str(found()))] \
+                if found is not None else []
+        return self._host_calls
+
+    def host_nodes(self) -> dict[str, list[str]]:
+        """Host function -> the user's ONNX nodes it computes (over all its calls, in order)."""
+        node_of = self.metadata.get("host_nodes", {})
+        if self.plan is not None:
+            node_of = {d.binding: d.node.name for d in self.plan.decisions.values() if d.node is not None}
+        nodes: dict[str, list[str]] = {}
+        for name, bindings in self.host_calls():
+            known = nodes.setdefault(name, [])
+            known.extend(n for n in dict.fromkeys(node_of[b] for b in bindings if b in node_of) if n not in known)
+        return nodes
 
     def profile(self, inputs: Inputs, runs: int = 10, warmup: int = 1):
         """Where the time of a run goes: a :class:`~byoc.pipeline.profile.Profile`.

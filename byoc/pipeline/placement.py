@@ -3,18 +3,22 @@
 The rules say what a vendor *can* take; whether it pays is measured here, as onnx-mlir's performance model
 and TVM's Collage did by estimate and by search. Each partition of the rule-based plan is timed
 
-* on its vendor: its calls in a profile of the rule-based artifact on the sample inputs, or the vendor's cost
+* on its vendor: its calls in a run of the rule-based artifact on the sample inputs, or the vendor's cost
   hook (:meth:`byoc.vendor.Codegen.estimate_cost`) for hardware this machine does not have;
-* on the host: the same ops (the partition's function with its composites inlined) built by the host
-  compiler alone and run on the tensors that reached the partition in that run;
-* on every other vendor of the build that takes all of its ops, built and run the same way.
+* on the host: in one host-only build of the whole model, run on the same inputs, the time of the host
+  functions that compute the partition's ops (:meth:`byoc.Artifact.host_calls`; a fused function that also
+  computes ops outside the partition counts by its share of bindings);
+* on every other vendor of the build that takes all of its ops: the partition's ops alone (its function
+  with the composites inlined) built for that vendor and run on the tensors that reached the partition.
 
 A partition stays on its vendor only when every other place is slower by at least ``min_speedup`` (the
 vendor must win by that factor, as onnx-mlir's ``minFactor``); otherwise it goes to the fastest other
 place. Its ops are then demoted from the vendors that lost, with the times as the reason, and the model is
 cut again (:func:`byoc.pipeline.partitioner.cut`); the regions that cut makes are built as they come, not
 measured again. Every decision is kept in the plan (:attr:`PartitionPlan.placement`) and in the artifact's
-metadata, so a loaded artifact reports it.
+metadata, so a loaded artifact reports it. Builds: the rule-based one, the host one, one per other vendor
+and partition, and the final one; a place that is clearly slower (by twice ``min_speedup``) is not timed
+past the run that shows it.
 
 Sizes are those of the sample inputs: the user's, or seeded random ones of the declared shapes (a symbolic
 dim then needs a size). Boundary tensors are real ones, captured from the rule-based run, so an index tensor
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import statistics
 import warnings
+from collections import Counter
 from typing import Callable, Mapping, Optional
 
 from byoc.errors import ByocError, InputShapeError, TargetError
@@ -44,7 +49,7 @@ DEFAULT_MIN_SPEEDUP = 1.1
 HOST = "host"
 #: seconds of timed runs after which a candidate's timing stops (after at least 3 runs)
 _BUDGET_S = 0.5
-#: a candidate slower than the vendor by this many times min_speedup is timed no further
+#: a place slower than the vendor by this many times min_speedup is timed no further
 _CLEAR_LOSS = 2.0
 
 #: Build = build(plan or model, vendors or None) -> Artifact, with the user's build options applied
@@ -90,12 +95,21 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     arrays = rules_artifact.check_inputs(sample_inputs(rules_artifact) if inputs is None else inputs)
     inputs_of = {p.name: len(plan.mod[p.global_var].params) for p in plan.partitions}
     vendor_times, arguments = _call_times(rules_artifact, arrays, runs, inputs_of)
-    decisions, builds = [], 0
+    vendor_times = {p.name: _vendor_time(plan, p, vendor_times.get(p.name, 0.0)) for p in plan.partitions}
+
+    def clearly_slower(host_ms: Mapping[str, float]) -> bool:
+        return all(host_ms[p.name] > _CLEAR_LOSS * min_speedup * vendor_times[p.name][0].get(p.vendor, 0.0)
+                   for p in plan.partitions)
+
+    host_times = _host_times(build(plan.imported, []), arrays, runs, plan.partitions, clearly_slower)
+    decisions, builds = [], 1  # the host build of the whole model
     for part in plan.partitions:
-        decision, made = _place(plan, part, vendor_times.get(part.name, 0.0), arguments.get(part.name), build,
-                                runs, min_speedup)
-        decisions.append(decision)
-        builds += made
+        times, estimated = vendor_times[part.name]
+        times[HOST] = host_times[part.name]
+        builds += _time_other_vendors(plan, part, times, arguments.get(part.name), build, runs, min_speedup)
+        place, reason = choose(times, part.vendor, min_speedup, estimated)
+        decisions.append(PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place,
+                                         reason))
     placement = Placement(decisions, builds, min_speedup)
     demoted = {(vendor.name, binding): f"{d.reason} (measured placement)"
                for d, part in zip(decisions, plan.partitions) if d.place != d.vendor
@@ -106,36 +120,59 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     return build(final, None)
 
 
-def _place(plan: PartitionPlan, part: Partition, measured_ms: float, arguments: Optional[list], build: Build,
-           runs: int, min_speedup: float) -> tuple[PlacedPartition, int]:
-    """One partition's decision, and how many candidate builds it took."""
+def _vendor_time(plan: PartitionPlan, part: Partition, measured_ms: float) -> tuple[dict, list]:
+    """``({place: ms}, [estimated places])`` for the vendors' cost hooks that answer for ``part``, and the
+    measured time on its own vendor where that vendor's hook does not."""
     times, estimated = {}, []
-    vendors = {v.name: v for v in plan.vendors}
-    graph = None
     try:
         graph = partition_graph(plan.mod[part.global_var], part.name)
-    except UnsupportedConstruct:
-        pass  # the codegen built it, so this does not happen; without a graph there is no hook to ask
-    for name in [part.vendor] + [v for v in vendors if v != part.vendor]:
-        estimate = _estimate(vendors[name], graph)
+    except UnsupportedConstruct:  # its codegen built it, so this does not happen; no graph, no hook to ask
+        graph = None
+    for vendor in sorted(plan.vendors, key=lambda v: v.name != part.vendor):
+        estimate = _estimate(vendor, graph)
         if estimate is not None:
-            times[name] = estimate
-            estimated.append(name)
+            times[vendor.name] = estimate
+            estimated.append(vendor.name)
     times.setdefault(part.vendor, measured_ms)
-    builds = 0
-    if arguments is None:
-        place, reason = part.vendor, f"kept on {part.vendor}: not measured (it takes a shape argument)"
-        return PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place, reason), 0
+    return times, estimated
+
+
+def _host_times(artifact, arrays, runs: int, parts: list, stop) -> dict:
+    """Partition name -> ms per run its ops take in ``artifact``, the whole model built for the host: each
+    host function's time shared among the bindings its calls compute (:meth:`Artifact.host_calls`), summed
+    over the partition's bindings. Host fusion may join an op of the partition with one outside it; the
+    function's time is then split by binding. ``stop(host_ms)`` ends the timing early."""
+    calls = artifact.host_calls()
+    count = Counter(name for name, _ in calls)
+
+    def per_partition(times: Mapping[str, float]) -> dict:
+        share: dict = {}
+        for name, bindings in calls:
+            for binding in bindings:
+                share[binding] = share.get(binding, 0.0) + times.get(name, 0.0) / count[name] / len(bindings)
+        return {p.name: sum(share.get(b, 0.0) for b in p.bindings) for p in parts}
+
+    times, _ = _call_times(artifact, arrays, runs, stop=lambda per_run: stop(per_partition(_medians(per_run))))
+    return per_partition(times)
+
+
+def _time_other_vendors(plan: PartitionPlan, part: Partition, times: dict, arguments: Optional[list],
+                        build: Build, runs: int, min_speedup: float) -> int:
+    """Time ``part``'s ops on each other vendor of the build that takes them all and has no estimate in
+    ``times`` (built alone, run on ``arguments``: the tensors that reached the partition); returns the builds
+    made. A partition that takes a shape argument is not rebuilt."""
+    others = [v for v in plan.vendors if v.name != part.vendor and v.name not in times]
+    if not others or arguments is None:
+        return 0
     model = _partition_model(plan, part, arguments)
-    for name in [HOST] + [v for v in vendors if v != part.vendor and v not in times]:
-        artifact = build(model, [] if name == HOST else [vendors[name]])
-        builds += 1
-        if name != HOST and (artifact.plan.host_ops or not artifact.plan.partitions):
+    bound = _CLEAR_LOSS * min_speedup * times[part.vendor]  # slower than this, it loses whatever its exact time
+    for vendor in others:
+        artifact = build(model, [vendor])
+        if artifact.plan.host_ops or not artifact.plan.partitions:
             continue  # that vendor does not take all of the partition's ops
-        # A place this much slower than the vendor loses whatever its exact time: stop timing it there.
-        times[name] = _run_ms(artifact, arguments, runs, _CLEAR_LOSS * min_speedup * times[part.vendor])
-    place, reason = choose(times, part.vendor, min_speedup, estimated)
-    return PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place, reason), builds
+        ms, _ = _call_times(artifact, arguments, runs, stop=lambda per_run: _calls_ms(_medians(per_run)) > bound)
+        times[vendor.name] = _calls_ms(ms)
+    return len(others)
 
 
 def choose(times: Mapping[str, float], vendor: str, min_speedup: float, estimated=()) -> tuple[str, str]:
@@ -166,22 +203,24 @@ def _estimate(vendor, graph) -> Optional[float]:
         return None
 
 
-def _call_times(artifact, arrays, runs: int, keep_arguments=(), stop_above_ms: Optional[float] = None
-                ) -> tuple[dict, dict]:
+def _medians(per_run: Mapping[str, list]) -> dict:
+    """Call name -> median ms per run, from :class:`~byoc.pipeline.profile.HookedRuns`' ``per_run`` (a run
+    without the call counts 0)."""
+    runs = max((len(samples) for samples in per_run.values()), default=0)
+    return {name: statistics.median([s for _, s in samples] + [0.0] * (runs - len(samples))) * 1e3
+            for name, samples in per_run.items()}
+
+
+def _call_times(artifact, arrays, runs: int, keep_arguments=(), stop=None) -> tuple[dict, dict]:
     """Call name -> median ms per run of ``artifact``'s hooked runs (a profile's clock), and the arguments
-    kept (:func:`byoc.pipeline.profile.time_calls`; ``stop_above_ms`` stops a clear loser early)."""
-    timed = time_calls(artifact, arrays, runs, keep_arguments, budget_s=_BUDGET_S,
-                       stop_above_s=None if stop_above_ms is None else stop_above_ms / 1e3)
-    done = len(timed.hooked)
-    times = {name: statistics.median([s for _, s in samples] + [0.0] * (done - len(samples))) * 1e3
-             for name, samples in timed.per_run.items()}
-    return times, timed.arguments
+    kept (:func:`byoc.pipeline.profile.time_calls`, whose ``stop`` ends the runs early)."""
+    timed = time_calls(artifact, arrays, runs, keep_arguments, budget_s=_BUDGET_S, stop=stop)
+    return _medians(timed.per_run), timed.arguments
 
 
-def _run_ms(artifact, arrays, runs: int, stop_above_ms: float) -> float:
-    """Milliseconds per run in ``artifact``'s partitions and host functions: the clock of the vendor's
+def _calls_ms(times: Mapping[str, float]) -> float:
+    """Milliseconds per run in the partitions and host functions of ``times``: the clock of a vendor's
     partition time, which leaves the VM's builtins (allocations) out on both sides."""
-    times, _ = _call_times(artifact, arrays, runs, stop_above_ms=stop_above_ms)
     return sum(ms for name, ms in times.items() if not name.startswith(BUILTIN))
 
 

@@ -140,16 +140,17 @@ class HookedRuns:
 
 
 def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
-               budget_s: Optional[float] = None, stop_above_s: Optional[float] = None) -> HookedRuns:
+               budget_s: Optional[float] = None, stop=None) -> HookedRuns:
     """Run ``artifact`` on ``arrays`` once, then ``runs`` times timed, on a second VM with TVM's instrument
     hook: the VM calls it before and after every call instruction (partitions, host functions, builtins).
 
     ``keep_arguments`` maps call names to how many leading arguments to copy at the first run (a partition's
     inputs; its outputs follow them); an argument that is no tensor (a shape) keeps nothing for that call.
-    ``on_first`` is called after the first run, before the timed ones. With ``budget_s``, the timed runs
-    stop after 3 once they have taken that long (a slow model needs fewer runs to be steady). With
-    ``stop_above_s``, a candidate that is clearly slower stops early: after the first run when that took
-    twice as long (one-time costs do not double a run), else once the median run is above it."""
+    ``on_first`` is called after the first run (which pays one-time costs: oneDNN's primitives, LLVM's JIT),
+    before the timed ones. With ``budget_s``, the timed runs stop after 3 once they have taken that long (a
+    slow model needs fewer runs to be steady); ``stop(per_run)``, asked after each timed run, ends them when
+    it answers True (a candidate that is clearly slower needs no exact time).
+    """
     import tvm
     from tvm import relax
 
@@ -187,22 +188,19 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
             per_run.setdefault(name, []).append((count, seconds))
 
     vm.set_instrument(hook)
-    first = timed_run()  # this VM's first call
+    timed_run()  # this VM's first call
     arguments = {n: a for n, a in kept.items() if a is not None}
     if on_first is not None:
         on_first()
     keep.clear()
-    if stop_above_s is not None and first > 2 * stop_above_s:
-        record()
-        return HookedRuns(per_run, [first], list(trace), arguments)
     hooked: list = []
     for run in range(runs):
         if budget_s is not None and run >= 3 and sum(hooked) >= budget_s:
             break
-        if stop_above_s is not None and hooked and statistics.median(hooked) > stop_above_s:
-            break
         hooked.append(timed_run())
         record()
+        if stop is not None and stop(per_run):
+            break
     return HookedRuns(per_run, hooked, trace, arguments)
 
 
@@ -211,6 +209,7 @@ def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
     nodes = artifact.metadata.get("partition_nodes", {})
     if artifact.plan is not None:
         nodes = {p.name: list(p.onnx_nodes) for p in artifact.plan.partitions}
+    nodes = {**artifact.host_nodes(), **nodes}
     hooked_median = statistics.median(hooked) * 1e3
 
     def where(name: str) -> str:
