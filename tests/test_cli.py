@@ -473,3 +473,27 @@ def test_the_html_time_section_draws_a_bar_per_call_in_proportion(model_dir, tmp
     total = sum(ms for ms, _, _ in bars.values())
     for name, (ms, width, track) in bars.items():
         assert abs(width - track * ms / total) <= 0.02 * track + 1, (name, ms, width, track)
+
+
+def test_a_vendor_registered_by_a_script_is_usable_with_vendor_module(tmp_path):
+    script = tmp_path / "acme_vendor.py"
+    script.write_text(
+        "import byoc\n"
+        "from byoc.codegens.c_source import CSourceCodegen\n"
+        "from byoc.vendor import OpRule, Vendor, always\n"
+        "byoc.register_vendor(Vendor('acme', (OpRule('acme.relu', 'relax.nn.relu', always),), CSourceCodegen(),\n"
+        "                            description='relu in C'))\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_cnn().SerializeToString())
+    done = run_module(str(model), "--vendor-module", str(script), "--vendor", "acme", "--format", "json", "-q")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["partitions"] == {"acme": 2}
+    listed = run_module("--vendor-module", str(script), "--list-vendors")
+    assert listed.returncode == 0 and "acme" in listed.stdout and "relu in C" in listed.stdout
+    for module, message in ((str(tmp_path / "nope.py"), "nope.py: no such file"),
+                            ("no_such_vendor_module", "No module named 'no_such_vendor_module' (give an importable")):
+        done = run_module(str(model), "--vendor-module", module, "--vendor", "acme")
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+    script.write_text("raise RuntimeError('no licence')\n")
+    done = run_module(str(model), "--vendor-module", str(script), "--vendor", "acme")
+    assert done.returncode == 2 and f"--vendor-module {script} raised RuntimeError: no licence" in done.stderr

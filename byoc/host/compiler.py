@@ -55,6 +55,7 @@ from byoc.deploy.targets import TargetPreset
 
 #: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
 HOST_CALLS_FUNCTION = "byoc_host_calls"
+_NO_OP = "byoc_host_no_op"
 
 _SCHEDULED = "tirx.is_scheduled"
 # Ops whose vector form computes something else: x86 vector shifts (the TIR
@@ -178,6 +179,10 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
                     # An exported VM writes a span as a "scope", with a C++ warning per call on save and load.
                     mod["main"] = _NameCalls(named=False).visit_expr(mod["main"])
         mod = ScheduleHost(target, skip=existing)(mod)
+        if not any(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values()):
+            # Without a PrimFunc TVM links an empty C source module, and a VM over one exports itself through
+            # a C compiler before its first call: a model all on vendors would need gcc to run.
+            mod[_NO_OP] = _no_op()
         if calls:
             value = tvm.ir.expr.StringImm(json.dumps(calls))
             mod[HOST_CALLS_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol",
@@ -185,6 +190,18 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
         return mod
 
     return lowering
+
+
+def _no_op():
+    """A PrimFunc that does nothing, so the host program is machine code even when no op is left on it."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def no_op():
+        T.func_attr({"global_symbol": _NO_OP})
+        T.evaluate(0)
+
+    return no_op
 
 
 @relax_mutator

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vendor", type=_names, action="extend", metavar="NAME[,NAME...]",
                         help="vendors in priority order, repeated or comma-separated (default: c_source); "
                              "see --list-vendors")
+    parser.add_argument("--vendor-module", action="append", default=[], metavar="MODULE|FILE.py",
+                        help="import this Python module (or run this file) first: a vendor it registers with "
+                             "byoc.register_vendor can then be named by --vendor (repeatable)")
     parser.add_argument("--min-ops", type=int, default=1, metavar="N",
                         help="smallest number of ops a partition may have (default 1)")
     parser.add_argument("--keep-on-host", type=_names, action="extend", default=[], metavar="NODE|OPTYPE[,...]",
@@ -203,6 +206,26 @@ def _check_verify_dims(runs: list, dims) -> None:
                               f"the model's symbolic dims are {', '.join(dims) or 'none'}")
 
 
+def _import_vendor_module(module: str) -> None:
+    """Import ``module`` (a dotted name, or a ``.py`` file run as a script), for the vendors it registers."""
+    import importlib
+    import runpy
+
+    try:
+        if module.endswith(".py") or os.sep in module:
+            if not Path(module).is_file():
+                raise _UsageError(f"--vendor-module {module}: no such file")
+            runpy.run_path(module, run_name="byoc_vendor_module")
+        else:
+            importlib.import_module(module)
+    except _UsageError:
+        raise
+    except ModuleNotFoundError as err:
+        raise _UsageError(f"--vendor-module {module}: {err} (give an importable module name, or a .py file)")
+    except Exception as err:  # the user's module: say which and what it raised
+        raise _UsageError(f"--vendor-module {module} raised {type(err).__name__}: {err}")
+
+
 def _list_vendors() -> str:
     """One line per vendor: its name and description, led by why it cannot build here when it cannot."""
     from byoc.vendor.registry import get_vendor, list_vendors, vendor_availability
@@ -229,6 +252,8 @@ def _run(args, say) -> int:
     from byoc.pipeline.builder import build, build_measured, vendor_option_settings
     from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP
 
+    for module in args.vendor_module:
+        _import_vendor_module(module)
     if args.list_vendors:
         sys.stdout.write(_list_vendors())
         return EXIT_OK

@@ -27,6 +27,7 @@ crossing a boundary stays in range.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import warnings
 from collections import Counter
@@ -114,8 +115,11 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     demoted = {(vendor.name, binding): f"{d.reason} (measured placement)"
                for d, part in zip(decisions, plan.partitions) if d.place != d.vendor
                for vendor in plan.vendors if vendor.name != d.place for binding in part.bindings}
-    final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
-    final.placement = placement
+    if demoted:
+        final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
+        final.placement = placement
+    else:  # nothing moved: the same plan (cutting again would annotate the whole model again)
+        final = dataclasses.replace(plan, placement=placement)
     # Built again even when nothing moved: the decisions go into the artifact's metadata, compiled in.
     return build(final, None)
 

@@ -11,9 +11,10 @@ from typing import Mapping, Sequence
 
 from byoc.vendor import Codegen, RuntimeMemory
 
+from .body import Body
 from .emitter import OP_EMITTERS, OpEmitter, emit_source, float_literal, kernels_source, source_memory
 
-__all__ = ["CSourceCodegen", "OP_EMITTERS", "emit_source", "float_literal", "kernels_source"]
+__all__ = ["Body", "CSourceCodegen", "OP_EMITTERS", "OpEmitter", "emit_source", "float_literal", "kernels_source"]
 
 
 class CSourceCodegen(Codegen):

@@ -1,7 +1,7 @@
 """What a partition's C is emitted with: the translation unit, the body, and C literals and types.
 
 :class:`_Unit` accumulates one source file (its constants, shapes and
-arrays); :class:`_Body` the statements of one partition body in it. An
+arrays); :class:`Body` the statements of one partition body in it. An
 :data:`OpEmitter` writes one op call into a body. The float emitters
 (:mod:`.emitter`) and the quantized ones (:mod:`.quantized`) both build on
 this module, which imports neither.
@@ -113,7 +113,7 @@ class _Unit:
         return name
 
 
-OpEmitter = Callable[["_Body", OpCall], None]
+OpEmitter = Callable[["Body", OpCall], None]
 
 #: C for the operators of a symbolic dim's tree (:func:`byoc.vendor.values.dim_tree`). Dims are never
 #: negative, so C's truncating division and remainder are the floor ones.
@@ -139,7 +139,7 @@ def c_dim(tree, index: dict[str, int]) -> str:
     return f"({a} {_C_DIM_OPS[op]} {b})"
 
 
-class _Body:
+class Body:
     """Emits the statements of one partition body.
 
     A shape may hold symbolic dims (their text, as in :class:`~byoc.vendor.graph.Tensor`): the body then
@@ -174,11 +174,13 @@ class _Body:
         return name
 
     def ref(self, tensor: Tensor) -> str:
+        """The C name of ``tensor`` (an op's input or output, or a :meth:`scratch`): a pointer to its data."""
         name = self.names[tensor.id]
         self.referenced.add(name)
         return name
 
     def emit(self, line: str) -> None:
+        """Append one C statement to the body (the partition's function, in op order)."""
         self.lines.append("  " + line)
 
     def scratch(self, dtype: str, shape: Sequence[int]) -> Tensor:

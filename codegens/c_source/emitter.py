@@ -29,7 +29,7 @@ import numpy as np
 from byoc.errors import UnsupportedOp
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
-from .body import _DTYPES, OpEmitter, _Body, _int_list, _Unit, c_dim, c_type, float_literal, graph_dim_names
+from .body import _DTYPES, OpEmitter, Body, _int_list, _Unit, c_dim, c_type, float_literal, graph_dim_names
 from .quantized import INTEGER_AS_FLOAT, QDQ_OPS, emit_quantized
 
 #: The tvm-ffi safe-call ABI types (tvm/ffi/c_api.h, dlpack.h) that generated C
@@ -140,7 +140,7 @@ def kernels_source() -> str:
 
 
 def _unary(kind: str, low="0.0f", high="0.0f"):
-    def emit(body: _Body, call: OpCall) -> None:
+    def emit(body: Body, call: OpCall) -> None:
         lo = float_literal(call.attrs["min"]) if "min" in call.attrs else low
         hi = float_literal(call.attrs["max"]) if "max" in call.attrs else high
         body.emit(f"byoc_k_unary({kind}, {body.ref(call.inputs[0])}, {body.ref(call.output)}, "
@@ -150,7 +150,7 @@ def _unary(kind: str, low="0.0f", high="0.0f"):
 
 def _shaped(kernel: str, *leading: str):
     """An emitter for kernels taking (a, a_shape, a_ndim, b, b_shape, b_ndim, out, out_shape, out_ndim)."""
-    def emit(body: _Body, call: OpCall) -> None:
+    def emit(body: Body, call: OpCall) -> None:
         args = list(leading)
         for t in (call.inputs[0], call.inputs[1], call.output):
             args += [body.ref(t), body.shape(t.shape), str(len(t.shape))]
@@ -158,7 +158,7 @@ def _shaped(kernel: str, *leading: str):
     return emit
 
 
-def _fusable_tail(body: _Body, index: int, conv: OpCall) -> tuple[str, int, Tensor]:
+def _fusable_tail(body: Body, index: int, conv: OpCall) -> tuple[str, int, Tensor]:
     """Bias and relu that directly follow a conv in the same composite."""
     ops, bias, relu, current = body.graph.ops, "NULL", 0, conv.output
     nxt = index + 1
@@ -177,7 +177,7 @@ def _fusable_tail(body: _Body, index: int, conv: OpCall) -> tuple[str, int, Tens
     return bias, relu, current
 
 
-def _conv2d(body: _Body, call: OpCall, index: int) -> None:
+def _conv2d(body: Body, call: OpCall, index: int) -> None:
     x, w = call.inputs[0], call.inputs[1]
     bias, relu, out = _fusable_tail(body, index, call)
     n, c, h, wd = map(body.dim, x.shape)
@@ -194,7 +194,7 @@ def _conv2d(body: _Body, call: OpCall, index: int) -> None:
 
 
 def _pool(kind: str):
-    def emit(body: _Body, call: OpCall) -> None:
+    def emit(body: Body, call: OpCall) -> None:
         x, out, a = call.inputs[0], call.output, call.attrs
         n, c, h, wd = map(body.dim, x.shape)
         oh, ow = body.dim(out.shape[2]), body.dim(out.shape[3])
@@ -215,7 +215,7 @@ def _axis(axis: int, ndim: int) -> int:
     return axis + ndim if axis < 0 else axis
 
 
-def _mean(body: _Body, call: OpCall) -> None:
+def _mean(body: Body, call: OpCall) -> None:
     x = call.inputs[0]
     ndim = len(x.shape)
     axes = call.attrs.get("axis")
@@ -227,11 +227,11 @@ def _mean(body: _Body, call: OpCall) -> None:
     body.emit(f"byoc_k_mean({body.ref(x)}, {body.shape(x.shape)}, {ndim}, {flags}, {body.ref(call.output)});")
 
 
-def _outer_inner(body: _Body, shape: Sequence, axis: int) -> tuple[str, str]:
+def _outer_inner(body: Body, shape: Sequence, axis: int) -> tuple[str, str]:
     return body.size(shape[:axis]), body.size(shape[axis + 1 :])
 
 
-def _softmax(body: _Body, call: OpCall) -> None:
+def _softmax(body: Body, call: OpCall) -> None:
     x = call.inputs[0]
     axis = _axis(call.attrs["axis"], len(x.shape))
     outer, inner = _outer_inner(body, x.shape, axis)
@@ -239,12 +239,12 @@ def _softmax(body: _Body, call: OpCall) -> None:
               f"{inner});")
 
 
-def _copy(body: _Body, call: OpCall) -> None:
+def _copy(body: Body, call: OpCall) -> None:
     body.emit(f"memcpy({body.ref(call.output)}, {body.ref(call.inputs[0])}, "
               f"sizeof({c_type(call.output.dtype)}) * (size_t)({body.size(call.output.shape)}));")
 
 
-def _concat(body: _Body, call: OpCall) -> None:
+def _concat(body: Body, call: OpCall) -> None:
     out = call.output
     axis = _axis(call.attrs["axis"], len(out.shape))
     outer, inner = _outer_inner(body, out.shape, axis)
@@ -256,7 +256,7 @@ def _concat(body: _Body, call: OpCall) -> None:
     body.emit(f"  byoc_k_concat({srcs}, {lens}, {len(call.inputs)}, {body.ref(out)}, {outer}, {inner}); }}")
 
 
-def _transpose(body: _Body, call: OpCall) -> None:
+def _transpose(body: Body, call: OpCall) -> None:
     x = call.inputs[0]
     axes = call.attrs.get("axes")
     perm = list(reversed(range(len(x.shape)))) if axes is None else [_axis(a, len(x.shape)) for a in axes]
@@ -309,7 +309,7 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
             temp = unit.fresh("t")
             names[call.output.id] = temp
             temps.append((temp, call.output.dtype, call.output.shape))
-    body = _Body(unit, graph, names, temps)
+    body = Body(unit, graph, names, temps)
     for index, call in enumerate(graph.ops):
         if index in body.skip:
             continue

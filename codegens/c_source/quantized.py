@@ -22,7 +22,7 @@ from byoc.errors import UnsupportedOp
 from byoc.vendor.graph import OpCall, Tensor, qdq_params
 from byoc.vendor.quantized import QParams
 
-from .body import OpEmitter, _Body
+from .body import OpEmitter, Body
 
 _CODES = {"uint8": "BYOC_U8", "int8": "BYOC_I8", "int32": "BYOC_I32"}
 
@@ -45,27 +45,27 @@ def _layout(params: QParams, shape) -> tuple[int, int]:
     return shape[params.axis], int(np.prod(shape[params.axis + 1:], dtype=np.int64))
 
 
-def _params(body: _Body, params: QParams) -> tuple[str, str]:
+def _params(body: Body, params: QParams) -> tuple[str, str]:
     """C arrays of the scales (float) and zero points (int32)."""
     return (body.unit.array("float", params.scale),
             body.unit.array("int32_t", params.zero_point.astype(np.int64)))
 
 
-def _dequantize(body: _Body, x: Tensor, params: QParams, y: Tensor) -> None:
+def _dequantize(body: Body, x: Tensor, params: QParams, y: Tensor) -> None:
     scale, zp = _params(body, params)
     axis_len, inner = _layout(params, x.shape)
     body.emit(f"byoc_k_dequantize({body.ref(x)}, {_code(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, "
               f"{body.ref(y)});")
 
 
-def _quantize(body: _Body, x: Tensor, params: QParams, y: Tensor, lo: int, hi: int) -> None:
+def _quantize(body: Body, x: Tensor, params: QParams, y: Tensor, lo: int, hi: int) -> None:
     scale, zp = _params(body, params)
     axis_len, inner = _layout(params, y.shape)
     body.emit(f"byoc_k_quantize({body.ref(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, {_code(y)}, "
               f"{lo}, {hi}, {body.ref(y)});")
 
 
-def _lone(body: _Body, call: OpCall) -> None:
+def _lone(body: Body, call: OpCall) -> None:
     params = qdq_params(call)
     if call.op == "relax.dequantize":
         _dequantize(body, call.inputs[0], params, call.output)
@@ -74,7 +74,7 @@ def _lone(body: _Body, call: OpCall) -> None:
         _quantize(body, call.inputs[0], params, call.output, int(info.min), int(info.max))
 
 
-def _widened(body: _Body, x: Tensor, params: QParams) -> Tensor:
+def _widened(body: Body, x: Tensor, params: QParams) -> Tensor:
     """``x - zero_point`` as an int32 scratch tensor."""
     out = body.scratch("int32", x.shape)
     zp = body.unit.array("int32_t", params.zero_point.astype(np.int64))
@@ -83,7 +83,7 @@ def _widened(body: _Body, x: Tensor, params: QParams) -> Tensor:
     return out
 
 
-def _requantize(body: _Body, call: OpCall, acc: Tensor, channel_axis: int) -> None:
+def _requantize(body: Body, call: OpCall, acc: Tensor, channel_axis: int) -> None:
     """Write ``call``'s output from the int32 ``acc``, per output channel along ``channel_axis``."""
     unit = call.quant
     x, w, out = unit.inputs[0], unit.inputs[1], unit.output
@@ -102,7 +102,7 @@ def _requantize(body: _Body, call: OpCall, acc: Tensor, channel_axis: int) -> No
               f"{int(out.zero_point)}, {_code(call.output)}, {lo}, {hi}, {body.ref(call.output)});")
 
 
-def _conv(body: _Body, call: OpCall) -> None:
+def _conv(body: Body, call: OpCall) -> None:
     """An int8 conv2d, or a conv1d as a conv2d over a 1-high image (the kernel's shapes are NCHW/OIHW)."""
     x, w = (_widened(body, t, p) for t, p in zip(call.inputs[:2], call.quant.inputs[:2]))
     acc = body.scratch("int32", call.output.shape)
@@ -123,7 +123,7 @@ def _conv(body: _Body, call: OpCall) -> None:
     _requantize(body, call, acc, 1)
 
 
-def _matmul(body: _Body, call: OpCall) -> None:
+def _matmul(body: Body, call: OpCall) -> None:
     a, b = (_widened(body, t, p) for t, p in zip(call.inputs[:2], call.quant.inputs[:2]))
     acc = body.scratch("int32", call.output.shape)
     args = []
@@ -133,7 +133,7 @@ def _matmul(body: _Body, call: OpCall) -> None:
     _requantize(body, call, acc, len(call.output.shape) - 1)
 
 
-def _via_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter], op: str, inputs, output: QParams,
+def _via_float(body: Body, call: OpCall, emitters: Mapping[str, OpEmitter], op: str, inputs, output: QParams,
                output_range: tuple[int, int]) -> None:
     """Dequantize the inputs (``inputs``: their QParams), run ``op``'s float emitter, quantize the result."""
     if op not in emitters:
@@ -148,13 +148,13 @@ def _via_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter], op:
     _quantize(body, result, output, call.output, *output_range)
 
 
-def _through_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+def _through_float(body: Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
     """A unit as its QDQ definition: dequantize the inputs, the float op's emitter, quantize the result."""
     unit = call.quant
     _via_float(body, call, emitters, unit.float_ops[0], unit.inputs, unit.output, unit.output_range)
 
 
-def _integer_as_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+def _integer_as_float(body: Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
     """A data-movement op (max pooling, transpose, concat) on 8-bit integers, through its float emitter.
 
     Every 8-bit integer is a float exactly, and these ops only pick or move
@@ -165,7 +165,7 @@ def _integer_as_float(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitte
     _via_float(body, call, emitters, call.op, [identity] * len(call.inputs), identity, (int(info.min), int(info.max)))
 
 
-def emit_quantized(body: _Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
+def emit_quantized(body: Body, call: OpCall, emitters: Mapping[str, OpEmitter]) -> None:
     """Emit a ``qnn.*`` call, a lone quantize/dequantize, or a data-movement op on integers."""
     if call.quant is None and call.op not in QDQ_OPS:
         _integer_as_float(body, call, emitters)
