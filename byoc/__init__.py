@@ -21,6 +21,10 @@ import order nor running the CLI can make one shadow the other.
 """
 
 from byoc._version import __version__  # noqa: F401 - public
+from byoc._tvm_ffi import import_tvm_ffi
+
+import_tvm_ffi()  # before anything imports TVM: see byoc/_tvm_ffi.py
+
 
 from byoc.errors import *  # noqa: F401,F403 - the typed errors are public API
 from byoc.pipeline.frontend import import_model, load_model

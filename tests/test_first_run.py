@@ -147,3 +147,31 @@ def test_the_example_writer_runs_twice_and_never_replaces_a_users_file(tmp_path)
     refused = examples("mine.onnx")
     assert refused.returncode == 2 and "already exists and is not the small_cnn example" in refused.stderr
     assert (tmp_path / "mine.onnx").read_bytes() == b"the user's model"
+
+
+def test_byoc_imports_and_loads_without_importing_torch(tmp_path):
+    """tvm-ffi and tvm.relax import torch when it is installed, which tripled byoc.load's time in a fresh
+    process; byoc hides it from them. A torch that refuses to be imported proves nothing reached it."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise RuntimeError('torch was imported')\n")
+    model = small_cnn()
+    artifact = byoc.compile(model, vendors=["dnnl"])
+    artifact.export(tmp_path / "m.so")
+    inputs = random_inputs(model)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    script = f"""
+import sys, numpy as np, byoc
+assert "torch" not in sys.modules
+loaded = byoc.load({str(tmp_path / 'm.so')!r})
+print(loaded.run(dict(np.load({str(tmp_path / 'inputs.npz')!r})))[0].shape)
+assert "torch" not in sys.modules
+try:
+    import torch
+except RuntimeError as err:
+    print(err)  # the user's own import of torch still reaches it
+"""
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == [str(artifact.run(inputs)[0].shape), "torch was imported"]

@@ -12,6 +12,8 @@ line per phase (``--quiet`` silences it).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import traceback
@@ -332,6 +334,26 @@ def _run(args, say) -> int:
     return EXIT_OK
 
 
+@contextlib.contextmanager
+def _progress(shown: bool):
+    """The library's progress (its INFO log records, e.g. each vendor's compile and the host's LLVM build)
+    as ``byoc:`` lines on stderr while the CLI runs, unless ``--quiet``."""
+    if not shown:
+        yield
+        return
+    logger = logging.getLogger("byoc")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("byoc: %(message)s"))
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
@@ -347,7 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         say = (lambda _: None) if args.quiet else (lambda m: print(f"byoc: {m}", file=sys.stderr, flush=True))
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, _progress(not args.quiet):
             warnings.simplefilter("always")
             try:
                 return _run(args, say)

@@ -10,6 +10,7 @@ runs (:func:`byoc.pipeline.lowering.lower_partitions`).
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
@@ -27,6 +28,8 @@ from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
 from byoc.vendor.registry import resolve_vendors
+
+_log = logging.getLogger(__name__)
 
 
 def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPreset]) -> None:
@@ -74,6 +77,7 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     except UnsupportedConstruct as err:
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
+    _log.info("%s: compiling %d partition(s)", vendor.name, len(parts))
     try:
         if options is None:
             options = vendor.compile_options(vendor.resolve_options())
@@ -256,6 +260,7 @@ def build(
     mod = lower_partitions(plan.mod, modules)
     metadata = _metadata(plan, preset, memory, settings)
     mod = _with_metadata(mod, metadata)
+    _log.info("host: compiling %d op(s) with LLVM for %s", len(plan.host_ops), preset.name)
     try:
         executable = compile_host(mod, preset)
     except Exception as err:  # TVM raises many error types from deep inside

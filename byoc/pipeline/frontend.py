@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import warnings
@@ -40,6 +41,9 @@ from byoc.pipeline.dims import DimSetting, split_dim_settings
 from byoc.pipeline.prepare import QUIET_LOCK, prepare
 
 ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+#: progress of the long stages, for an application that wants it (the library never configures logging)
+_log = logging.getLogger(__name__)
 
 
 # -- loading ------------------------------------------------------------------------
@@ -517,11 +521,13 @@ def import_model(
     model = _check(model, overrides)
     inputs, dim_ranges = _model_inputs(model, ranges)
     _check_tensor_sizes(model.graph)
+    _log.info("preparing %s: %d ONNX nodes", model.graph.name or "the model", len(model.graph.node))
     # Folding and unrolling run before the op check: a recurrent op is
     # supported once it is unrolled, and a folded op no longer needs TVM.
     prep = prepare(model)
     try:
         _check_supported_ops(prep.model.graph, prep.origin)
+        _log.info("importing %d prepared nodes into Relax", len(prep.model.graph.node))
         mod, node_of, tensor_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin),
                                             dim_ranges)
     except ModelLoadError as err:

@@ -15,6 +15,7 @@ calls them; that name is also the exported symbol.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Union
@@ -28,6 +29,8 @@ from byoc.pipeline.merging import merge_regions
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     ``min_ops`` adds its own demotions to a copy.
     """
     demoted = dict(demoted)
+    _log.info("annotating and partitioning for %s", ", ".join(v.name for v in vendors) or "the host alone")
     while True:
         annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name)
         if all(d.on_host for d in annotation.decisions.values()):

@@ -28,6 +28,7 @@ crossing a boundary stays in range.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import warnings
 from collections import Counter
@@ -55,6 +56,8 @@ _CLEAR_LOSS = 2.0
 
 #: Build = build(plan or model, vendors or None) -> Artifact, with the user's build options applied
 Build = Callable[..., object]
+
+_log = logging.getLogger(__name__)
 
 
 def check_placement(placement: str, min_speedup: float) -> None:
@@ -88,6 +91,8 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         raise TargetError(
             f"measured placement times every candidate on this machine, which cannot run {plan.target.name} "
             f"code: build for {plan.target.name} with placement='rules'")
+    _log.info("measured placement: building and timing %d partition(s) as the rules place them",
+              len(plan.partitions))
     rules_artifact = build(plan, None)
     plan = rules_artifact.plan  # a vendor whose codegen failed has given its partitions back already
     if not plan.partitions:
@@ -102,6 +107,7 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         return all(host_ms[p.name] > _CLEAR_LOSS * min_speedup * vendor_times[p.name][0].get(p.vendor, 0.0)
                    for p in plan.partitions)
 
+    _log.info("measured placement: building and timing the model on the host")
     host_times = _host_times(build(plan.imported, []), arrays, runs, plan.partitions, clearly_slower)
     decisions, builds = [], 1  # the host build of the whole model
     for part in plan.partitions:
@@ -109,6 +115,7 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         times[HOST] = host_times[part.name]
         builds += _time_other_vendors(plan, part, times, arguments.get(part.name), build, runs, min_speedup)
         place, reason = choose(times, part.vendor, min_speedup, estimated)
+        _log.info("measured placement: %s %s", part.name, reason)
         decisions.append(PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place,
                                          reason))
     placement = Placement(decisions, builds, min_speedup)
