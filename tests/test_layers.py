@@ -20,7 +20,7 @@ BYOC = ROOT / "byoc"
 
 # rows of the picture in docs/design.md, bottom first: (module prefix, row)
 ROWS = [
-    ("byoc.errors", 0), ("byoc._version", 0),
+    ("byoc.errors", 0), ("byoc._version", 0), ("byoc._tvm_ffi", 0),
     ("byoc.vendor", 1), ("byoc.codegens", 1), ("byoc.annotations", 1),  # the contract and the vendors on it
     ("byoc.deploy", 2),  # targets, toolchain; the package itself imports nothing
     ("byoc.deploy.targets", 2), ("byoc.deploy.toolchain", 2),

@@ -66,7 +66,7 @@ def _executed(make: str, reduce_range: bool, activation_type: str = "QUInt8", is
         env["ONEDNN_MAX_CPU_ISA"] = isa
     log = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert log.returncode == 0, log.stderr[-2000:]
-    run = log.stdout.split("RUN\n", 1)[1]  # after the build (whose weight reorders are logged too)
+    run = log.stdout.split("RUN\n", 1)[1]  # after the build (whose weight reorders and byte tables are logged too)
     return [line for line in run.splitlines() if line.startswith("onednn_verbose") and ",exec," in line]
 
 
@@ -98,18 +98,21 @@ def _under_isa(isa: str, model: onnx.ModelProto, seeds=(5, 6, 7), shape=(1, 3, 1
 
 
 def test_activation_units_run_on_8_bit_tensors_on_dnnl():
-    """Swish, hard-swish and squeeze-excitation units, which run as their float definition, are each one binary
-    primitive reading and writing 8-bit tensors: no float copy of an activation is made but the pooled ones (the
-    two global pools go DQ -> mean -> Q) and the model's output."""
+    """Swish, hard-swish and hard-sigmoid units run as byte tables and the squeeze-excitation multiply as a binary
+    primitive, all on 8-bit tensors: no float copy of an activation is made but the pooled ones (the two global
+    pools go DQ -> mean -> Q) and the model's output."""
     executed = _executed("activation_cnn", True)
     to_float = [x for x in executed if ",reorder," in x and "dst_f32" in x]
     assert len(to_float) == 3, to_float  # the two pools' inputs, the output
-    assert len([x for x in executed if ",binary," in x and "src_u8" in x and "dst_u8" in x]) >= 4, executed
+    binaries = [x for x in executed if ",binary," in x]
+    assert len(binaries) == 2 and all("src_u8" in x and "dst_u8" in x for x in binaries), binaries  # SE, last add
     model = quantize(activation_cnn(), reduce_range=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
     _within_one_quantum(model, artifact, (1, 3, 16, 16))
+    steps = artifact.implementations()["dnnl_0"]
+    assert steps.count("kernel byoc:byte_table") == 3, steps  # the 256-entry tables of the three activations
 
 
 def _activation_unit(op: str, zero_point: np.ndarray) -> onnx.ModelProto:

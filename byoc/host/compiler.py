@@ -55,7 +55,8 @@ from byoc.deploy.targets import TargetPreset
 
 #: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
 HOST_CALLS_FUNCTION = "byoc_host_calls"
-_NO_OP = "byoc_host_no_op"
+#: The PrimFunc a host program with no op of its own gets, so that TVM links machine code (:func:`_no_op`)
+NO_OP_FUNCTION = "byoc_host_no_op"
 
 _SCHEDULED = "tirx.is_scheduled"
 # Ops whose vector form computes something else: x86 vector shifts (the TIR
@@ -182,7 +183,7 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
         if not any(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values()):
             # Without a PrimFunc TVM links an empty C source module, and a VM over one exports itself through
             # a C compiler before its first call: a model all on vendors would need gcc to run.
-            mod[_NO_OP] = _no_op()
+            mod[NO_OP_FUNCTION] = _no_op()
         if calls:
             value = tvm.ir.expr.StringImm(json.dumps(calls))
             mod[HOST_CALLS_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol",
@@ -198,7 +199,7 @@ def _no_op():
 
     @T.prim_func
     def no_op():
-        T.func_attr({"global_symbol": _NO_OP})
+        T.func_attr({"global_symbol": NO_OP_FUNCTION})
         T.evaluate(0)
 
     return no_op

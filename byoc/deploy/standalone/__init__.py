@@ -170,7 +170,8 @@ def _kernels_object(mod, target: TargetPreset, path: Path) -> bool:
     import tvm
     from tvm import tirx
 
-    funcs = {gv: f for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)}
+    funcs = {gv: f for gv, f in mod.functions.items()
+             if isinstance(f, tirx.PrimFunc) and gv.name_hint != host_build.NO_OP_FUNCTION}
     if not funcs:
         return False
     try:
