@@ -148,8 +148,10 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
     inputs; its outputs follow them); an argument that is no tensor (a shape) keeps nothing for that call.
     ``on_first`` is called after the first run (which pays one-time costs: oneDNN's primitives, LLVM's JIT),
     before the timed ones. With ``budget_s``, the timed runs stop after 3 once they have taken that long (a
-    slow model needs fewer runs to be steady); ``stop(per_run)``, asked after each timed run, ends them when
-    it answers True (a candidate that is clearly slower needs no exact time).
+    slow model needs fewer runs to be steady); ``stop(per_run)``, asked after the first run and after each
+    timed run, ends them when it answers True (a candidate that is clearly slower needs no exact time). Asked
+    after the first run, it sees times that may hold one-time costs: a stop there must only ever keep the
+    choice that needs no exact time.
     """
     import tvm
     from tvm import relax
@@ -188,11 +190,16 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
             per_run.setdefault(name, []).append((count, seconds))
 
     vm.set_instrument(hook)
-    timed_run()  # this VM's first call
+    first = timed_run()  # this VM's first call
     arguments = {n: a for n, a in kept.items() if a is not None}
     if on_first is not None:
         on_first()
     keep.clear()
+    if stop is not None:
+        record()
+        if stop(per_run):  # slower even counting one-time costs in: the first run is the answer
+            return HookedRuns(per_run, [first], list(trace), arguments)
+        per_run.clear()
     hooked: list = []
     for run in range(runs):
         if budget_s is not None and run >= 3 and sum(hooked) >= budget_s:
