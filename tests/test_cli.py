@@ -363,6 +363,51 @@ def test_html_renders_in_headless_chromium(model_dir, tmp_path, chromium):
     assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _constants_model():
+    """As a torch export writes it: each constant a Constant node of its own (20 of them, some through a
+    Cast), read by an Add chain and a Reshape."""
+    from onnx import TensorProto, helper
+
+    nodes, last = [], "x"
+    for i in range(20):
+        value = helper.make_tensor(f"v{i}", TensorProto.FLOAT, [16], np.full(16, 0.1 * i, np.float32))
+        nodes.append(helper.make_node("Constant", [], [f"c{i}"], name=f"const_{i}", value=value))
+        if i % 5 == 0:  # a constant computed from a constant: folded in with it
+            nodes.append(helper.make_node("Cast", [f"c{i}"], [f"k{i}"], name=f"cast_{i}", to=TensorProto.FLOAT))
+        nodes.append(helper.make_node("Add", [last, f"k{i}" if i % 5 == 0 else f"c{i}"], [f"a{i}"], name=f"add_{i}"))
+        last = f"a{i}"
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [4, 4])
+    nodes += [helper.make_node("Constant", [], ["s"], name="const_shape", value=shape),
+              helper.make_node("Reshape", [last, "s"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_html_graph_folds_constant_nodes_into_their_consumers_and_stays_readable(tmp_path, chromium):
+    model = tmp_path / "constants.onnx"
+    model.write_bytes(_constants_model().SerializeToString())
+    page = tmp_path / "constants.html"
+    code, _, _ = run_cli(model, "--format", "html", "-o", page, "-q")
+    assert code == 0
+    probe = """
+for (const g of document.querySelectorAll("g.node")) {
+  const label = g.querySelector("text").getBoundingClientRect();
+  rows.push([g.dataset.name, label.height.toFixed(1), g.querySelector("title").textContent.replace(/\\n/g, " / ")].join("|"));
+}
+"""
+    drawn = {}
+    for row in _probed_rows(chromium, page, probe, "1400,1000"):
+        name, height, title = row.split("|", 2)
+        drawn[name] = (float(height), title)
+    assert set(drawn) == {f"add_{i}" for i in range(20)} | {"reshape"}  # no Constant or Cast box
+    assert min(h for h, _ in drawn.values()) >= 10, drawn  # labels drawn at a readable size at 1400 px
+    assert drawn["add_5"][1].endswith("constants folded in: const_5, cast_5")
+    assert drawn["reshape"][1].endswith("constants folded in: const_shape")
+    dot = run_cli(model, "--format", "dot", "-q")[1]
+    assert '"n:const_3"' not in dot and "constants folded in: const_3" in dot
+
+
 def test_export_onnx_warns_in_one_line_when_a_node_is_split(model_dir, tmp_path):
     vendor = byoc.Vendor("mm_only", (byoc.OpRule("mm_only.matmul", "relax.matmul"),), CSourceCodegen())
     byoc.register_vendor(vendor)

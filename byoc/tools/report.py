@@ -660,14 +660,50 @@ def _dot_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _edges(report: Mapping) -> list[tuple[str, str, str]]:
-    """(from id, to id, tensor) for every data edge, inputs and outputs included."""
-    producer = {t["name"]: f"in:{t['name']}" for t in report["inputs"]}
+def _constant_nodes(report: Mapping) -> dict[str, list[str]]:
+    """Consumer node -> the constant nodes folded into its box in the drawing: nodes that read no graph input,
+    directly or through other such nodes (a torch export's row of ``Constant`` nodes), with the constants
+    they read in turn, so they do not crowd the graph. A constant that is a graph output stays drawn."""
+    outputs = {t["name"] for t in report["outputs"]}
+    producer: dict[str, str] = {}  # constant tensor -> its node
+    ancestors: dict[str, list[str]] = {}  # constant node -> itself and the constant nodes it reads
+    for node in report["nodes"]:  # topological order: a constant's producers come first
+        if all(name in producer for name in node["inputs"]) and not outputs & set(node["outputs"]):
+            ancestors[node["name"]] = [a for name in node["inputs"] for a in ancestors[producer[name]]] \
+                + [node["name"]]
+            producer.update({name: node["name"] for name in node["outputs"]})
+    folded: dict[str, list[str]] = {}
     for node in report["nodes"]:
+        if node["name"] not in ancestors:
+            found = [a for name in node["inputs"] if name in producer for a in ancestors[producer[name]]]
+            if found:
+                folded[node["name"]] = list(dict.fromkeys(found))
+    return folded
+
+
+def _hover_text(node: Mapping, folded: Mapping[str, list[str]]) -> str:
+    """A drawn node's tooltip: where it went and why, and the constant nodes folded into its box."""
+    text = f"{node['name']} ({node['op_type']}): {node['placement']}\n{node['detail']}"
+    if node["name"] in folded:
+        text += f"\nconstants folded in: {', '.join(folded[node['name']])}"
+    return text
+
+
+def _drawn_nodes(report: Mapping) -> list[Mapping]:
+    """The nodes the graph draws: all but the constants :func:`_constant_nodes` folds into their consumers."""
+    folded = {name for names in _constant_nodes(report).values() for name in names}
+    return [node for node in report["nodes"] if node["name"] not in folded]
+
+
+def _edges(report: Mapping) -> list[tuple[str, str, str]]:
+    """(from id, to id, tensor) for every data edge the graph draws, inputs and outputs included."""
+    producer = {t["name"]: f"in:{t['name']}" for t in report["inputs"]}
+    nodes = _drawn_nodes(report)
+    for node in nodes:
         for name in node["outputs"]:
             producer[name] = f"n:{node['name']}"
     edges = []
-    for node in report["nodes"]:
+    for node in nodes:
         for name in dict.fromkeys(node["inputs"]):
             if name in producer:
                 edges.append((producer[name], f"n:{node['name']}", name))
@@ -691,12 +727,13 @@ def render_dot(report: Mapping) -> str:
         lines.append(f"  {_dot_str('in:' + t['name'])} [shape=ellipse, fillcolor=\"#ffffff\", "
                      f"label={_dot_str(t['name'] + chr(10) + _shape(t) + ' ' + t['dtype'])}];")
     by_placement: dict[str, list[Mapping]] = defaultdict(list)
-    for node in report["nodes"]:
+    for node in _drawn_nodes(report):
         by_placement[node["placement"]].append(node)
+    folded = _constant_nodes(report)
 
     def node_line(node, indent):
         label = f"{node['name']}\n{node['op_type']}"
-        tooltip = f"{node['name']} ({node['op_type']}): {node['placement']}\n{node['detail']}"
+        tooltip = _hover_text(node, folded)
         return (f"{indent}{_dot_str('n:' + node['name'])} [label={_dot_str(label)}, "
                 f"fillcolor=\"{_node_colour(node, colours)}\", tooltip={_dot_str(tooltip)}];")
 
@@ -706,7 +743,7 @@ def render_dot(report: Mapping) -> str:
         lines += [node_line(n, "    ") for n in by_placement.get(part["name"], [])]
         lines.append("  }")
     parts = {p["name"] for p in report["partitions"]}
-    lines += [node_line(n, "  ") for n in report["nodes"] if n["placement"] not in parts]
+    lines += [node_line(n, "  ") for n in _drawn_nodes(report) if n["placement"] not in parts]
     for t in report["outputs"]:
         lines.append(f"  {_dot_str('out:' + t['name'])} [shape=ellipse, fillcolor=\"#ffffff\", "
                      f"label={_dot_str(t['name'] + chr(10) + _shape(t) + ' ' + t['dtype'])}];")
@@ -734,7 +771,7 @@ def _layout(report: Mapping) -> tuple[dict[str, tuple[float, float]], int, int]:
     parents: dict[str, list[str]] = defaultdict(list)
     for src, dst, _ in edges:
         parents[dst].append(src)
-    ids = ([f"in:{t['name']}" for t in report["inputs"]] + [f"n:{n['name']}" for n in report["nodes"]]
+    ids = ([f"in:{t['name']}" for t in report["inputs"]] + [f"n:{n['name']}" for n in _drawn_nodes(report)]
            + [f"out:{t['name']}" for t in report["outputs"]])
     depth: dict[str, int] = {}
     for ident in ids:  # ONNX nodes are topologically sorted, so one pass suffices
@@ -786,9 +823,10 @@ def _svg(report: Mapping) -> str:
                        f'ry="{_BOX_H / 2:.0f}" fill="#fff" stroke="#555"/>'
                        f'<text x="{x + _BOX_W / 2:.0f}" y="{y + _BOX_H / 2 + 4:.0f}" text-anchor="middle">'
                        f'{esc(t["name"])}</text></g>')
-    for node in report["nodes"]:
+    folded = _constant_nodes(report)
+    for node in _drawn_nodes(report):
         x, y = position[f"n:{node['name']}"]
-        title = f"{node['name']} ({node['op_type']}): {node['placement']}\n{node['detail']}"
+        title = _hover_text(node, folded)
         dashed = ' stroke-dasharray="4 3"' if node["placement"] == NO_OP else ""
         out.append(
             f'<g class="node" data-name="{esc(node["name"])}" data-placement="{esc(node["placement"])}">'
