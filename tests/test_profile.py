@@ -44,6 +44,11 @@ def test_every_partition_and_host_function_appears_and_the_parts_add_up(artifact
     assert [s.implementation for s in partition.steps] == steps
     assert all(s.ms > 0 for s in partition.steps) and sum(s.ms for s in partition.steps) <= partition.median_ms * 1.5
     assert "dnnl" in str(profile) and profile.to_json()["schema"] == PROFILE_SCHEMA
+    # each host function names the user's nodes it computes: together, every node with an op on the host
+    # but a reshape (a view the VM makes itself, with no function)
+    host = [c for c in profile.calls if c.where == "host"]
+    assert all(c.onnx_nodes for c in host), host
+    assert {n for c in host for n in c.onnx_nodes} == _computed_on_host(artifact)
 
 
 def test_the_trace_is_trace_event_json(artifact, tmp_path):
@@ -75,5 +80,14 @@ def test_bad_inputs_get_the_errors_of_run(artifact):
 
 def test_a_loaded_artifact_profiles_with_its_partitions_nodes(artifact, tmp_path):
     loaded = byoc.load(artifact.export(tmp_path / "m.so"))
-    (partition,) = loaded.profile(_inputs(artifact), runs=2).partitions
+    profile = loaded.profile(_inputs(artifact), runs=2)
+    (partition,) = profile.partitions
     assert partition.onnx_nodes == list(artifact.plan.partitions[0].onnx_nodes) and partition.steps
+    assert loaded.host_calls() == artifact.host_calls() and loaded.host_calls()
+    assert {n for c in profile.calls if c.where == "host" for n in c.onnx_nodes} == _computed_on_host(artifact)
+
+
+def _computed_on_host(artifact) -> set:
+    nodes = {h.node.name for h in artifact.plan.host_nodes if set(h.ops) != {"relax.reshape"}}
+    assert nodes
+    return nodes

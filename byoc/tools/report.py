@@ -487,18 +487,24 @@ def _placement_rows(placement: Mapping) -> tuple[str, list[str], list[list[str]]
     return heading, ["partition", "rules gave it to", "ms per run, fastest first", "placed on"], rows
 
 
-def _time_rows(time: Mapping) -> list[tuple[str, str, str, float, float]]:
-    """(name, where, calls, ms per run, share) for each partition and host function, the VM's builtins as one row,
-    and the time outside any call: the rows the text and HTML Time sections show."""
-    rows = [(c["name"], c["where"], f"{c['calls']:g}", c["median_ms"], c["share"])
+def _time_rows(time: Mapping) -> list[tuple[str, str, str, float, float, list]]:
+    """(name, where, calls, ms per run, share, ONNX nodes) for each partition and host function, the VM's builtins
+    as one row, and the time outside any call: the rows the text and HTML Time sections show."""
+    rows = [(c["name"], c["where"], f"{c['calls']:g}", c["median_ms"], c["share"], c.get("onnx_nodes", []))
             for c in time["calls"] if c["where"] != "vm"]
     builtins = [c for c in time["calls"] if c["where"] == "vm"]
     if builtins:
         rows.append(("VM builtins", "vm", f"{sum(c['calls'] for c in builtins):g}",
-                     sum(c["median_ms"] for c in builtins), sum(c["share"] for c in builtins)))
+                     sum(c["median_ms"] for c in builtins), sum(c["share"] for c in builtins), []))
     hooked = time["hooked_median_ms"]
-    rows.append(("outside any call", "vm", "", time["outside_ms"], time["outside_ms"] / hooked if hooked else 0.0))
+    rows.append(("outside any call", "vm", "", time["outside_ms"], time["outside_ms"] / hooked if hooked else 0.0,
+                 []))
     return rows
+
+
+def _nodes_text(nodes: list, shown: int = 3) -> str:
+    """The first ``shown`` of a call's ONNX nodes, and how many more."""
+    return ", ".join(nodes[:shown]) + (f" (+{len(nodes) - shown})" if len(nodes) > shown else "")
 
 
 def _time_steps(time: Mapping) -> list[tuple[str, list[tuple[str, float]]]]:
@@ -521,9 +527,9 @@ def _time_heading(time: Mapping) -> str:
 def _time_text(time: Mapping) -> list[str]:
     """The Time section: each partition and host function per run, a partition's steps summed by what ran them."""
     lines = [_time_heading(time)]
-    lines += _table(["call", "where", "calls", "ms per run", "share"],
-                    [[name, where, calls, f"{ms:.3f}", f"{share:.1%}"]
-                     for name, where, calls, ms, share in _time_rows(time)])
+    lines += _table(["call", "where", "calls", "ms per run", "share", "ONNX nodes"],
+                    [[name, where, calls, f"{ms:.3f}", f"{share:.1%}", _nodes_text(nodes)]
+                     for name, where, calls, ms, share, nodes in _time_rows(time)])
     for name, steps in _time_steps(time):
         lines += _wrap(f"  {name} steps: " + ", ".join(f"{impl} {ms:.3f} ms" for impl, ms in steps))
     return lines
@@ -536,9 +542,10 @@ def _time_html(report: Mapping) -> list[str]:
     time = report["time"]
     colours = _colours(report)
     bars = []
-    for name, where, calls, ms, share in _time_rows(time):
+    for name, where, calls, ms, share, nodes in _time_rows(time):
         colour = colours.get(name, colours[HOST] if where == "host" else "#bbb")
-        bars.append(f'<div class="bar-row" data-name="{esc(name)}" data-ms="{ms:.6f}">'
+        bars.append(f'<div class="bar-row" data-name="{esc(name)}" data-ms="{ms:.6f}" '
+                    f'title="{esc(", ".join(nodes))}">'
                     f'<span class="bar-label">{esc(name)} ({esc(where)})</span>'
                     f'<span class="bar-track"><span class="bar" style="width:{100 * share:.2f}%;'
                     f'background:{colour}"></span></span>'
