@@ -511,3 +511,54 @@ def test_lstm_is_unrolled_and_reported_as_the_users_lstm():
     lstm = [d for d in plan.decisions.values() if d.node is not None and d.node.name == "lstm"]
     assert len(lstm) > 5 and all(d.on_host for d in lstm)
     assert "kept on host by keep_on_host='LSTM'" in lstm[0].reasons["c_source"]
+
+
+def _as_strided_head(stride: int = 8, offset: int = 0) -> onnx.ModelProto:
+    """A classifier head as torch's dynamo exporter writes ``pooled.as_strided((batch, 8, 1, 1), (8, 1, 1, 1))``
+    with a symbolic batch: GlobalAveragePool, Gather(Reshape(pooled, [-1]), Range(0, batch) * stride + arange),
+    then a Flatten and a Gemm. ``stride`` other than 8, or an ``offset``, makes a Gather that is no Reshape."""
+    w = rng().standard_normal((8, 4)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "k"], ["c"], name="conv"),
+        helper.make_node("GlobalAveragePool", ["c"], ["pooled"], name="pool"),
+        helper.make_node("Reshape", ["pooled", "minus_one"], ["flat"], name="flatten_all"),
+        helper.make_node("Shape", ["x"], ["batch_1d"], name="shape", start=0, end=1),
+        helper.make_node("Squeeze", ["batch_1d"], ["batch"], name="batch"),
+        helper.make_node("Range", ["zero", "batch", "one"], ["rows"], name="range"),
+        helper.make_node("Mul", ["rows", "stride"], ["row_starts"], name="mul"),
+        helper.make_node("Unsqueeze", ["row_starts", "axes"], ["row_index"], name="unsqueeze"),
+        helper.make_node("Add", ["row_index", "columns"], ["index"], name="add"),
+        helper.make_node("Add", ["index", "offset"], ["index_at"], name="add_offset"),
+        helper.make_node("Gather", ["flat", "index_at"], ["viewed"], name="as_strided", axis=0),
+        helper.make_node("Flatten", ["viewed"], ["features"], name="flatten"),
+        helper.make_node("Gemm", ["features", "w"], ["y"], name="fc"),
+    ]
+    inits = [const("k", rng().standard_normal((8, 3, 3, 3)).astype(np.float32)), const("w", w),
+             const("minus_one", np.array([-1], np.int64)), const("zero", np.array(0, np.int64)),
+             const("one", np.array(1, np.int64)), const("stride", np.array(stride, np.int64)),
+             const("axes", np.array([1, 2, 3], np.int64)),
+             const("columns", np.arange(8, dtype=np.int64).reshape(1, 8, 1, 1)),
+             const("offset", np.full((1, 1, 1, 1), offset, np.int64))]
+    return model(nodes, [tensor("x", ["batch", 3, 6, 6])], [tensor("y", ["batch", 4])], inits)
+
+
+def test_a_dynamo_as_strided_view_of_a_whole_tensor_is_a_reshape_and_joins_the_partition():
+    m = _as_strided_head()
+    plan = byoc.partition(m, ["dnnl"])
+    assert len(plan.partitions) == 1 and not plan.host_ops, plan
+    assert plan.imported.prepared["as_strided"] == "an as_strided view of the whole tensor: a Reshape to [-1, 8, 1, 1]"
+    assert plan.imported.prepared["range"] == "the index of an as_strided view, no longer computed"
+    artifact = byoc.build(plan)
+    for batch in (1, 3):
+        x = rng(batch).standard_normal((batch, 3, 6, 6)).astype(np.float32)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], onnxruntime_outputs(m, {"x": x})[0], rtol=1e-5,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("stride, offset", [(16, 0), (8, 1)])
+def test_an_as_strided_gather_that_is_no_whole_view_stays_a_gather(stride, offset):
+    """Rows 16 apart skip half the tensor, and an offset starts inside it: neither is a Reshape."""
+    m = _as_strided_head(stride, offset)
+    plan = byoc.partition(m, ["dnnl"])
+    assert "as_strided" not in plan.imported.prepared
+    assert any(h.node is not None and h.node.name == "as_strided" for h in plan.host_nodes)

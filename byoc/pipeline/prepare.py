@@ -118,6 +118,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     from byoc.pipeline.qdq_form import (dequantized_constants_outside_units, held_integer_constants, restore_held,
                                         unshared_dequantize, untransposed_gemm_weights)
     from byoc.pipeline.quantized import check_quantization, rewrite_qoperators
+    from byoc.pipeline.strided_views import as_strided_reshapes
 
     quiet_in_range_take()  # the import's FoldConstant legalizes takes too
     check_quantization(model)
@@ -125,7 +126,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     source, quantized_from = rewrite_qoperators(user)
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
     foldable, held = held_integer_constants(source)
-    foldable = _dropouts_as_identity(foldable)
+    foldable, strided = as_strided_reshapes(_dropouts_as_identity(foldable))
     failure = None
     for simplified, tool in _candidates(foldable):
         if simplified is None:
@@ -149,6 +150,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
         present = {n.name for n in prepared.graph.node}
         origin = {name: user for name, user in origin.items() if name in present}  # a folded DQ is gone
         fate = _fates(source.graph, prepared.graph, origin)
+        fate.update(strided)
         if quantized_from:
             origin, fate, rewritten = _through_rewrite(prepared, origin, fate, quantized_from)
             decomposed.update(rewritten)
