@@ -502,6 +502,10 @@ def _time_rows(time: Mapping) -> list[tuple[str, str, str, float, float, list]]:
     return rows
 
 
+#: a host function's name in the text Time table (fusion names one after every op it holds): its ends
+_CALL_WIDTH = 40
+
+
 def _nodes_text(nodes: list, shown: int = 3) -> str:
     """The first ``shown`` of a call's ONNX nodes, and how many more."""
     return ", ".join(nodes[:shown]) + (f" (+{len(nodes) - shown})" if len(nodes) > shown else "")
@@ -528,7 +532,7 @@ def _time_text(time: Mapping) -> list[str]:
     """The Time section: each partition and host function per run, a partition's steps summed by what ran them."""
     lines = [_time_heading(time)]
     lines += _table(["call", "where", "calls", "ms per run", "share", "ONNX nodes"],
-                    [[name, where, calls, f"{ms:.3f}", f"{share:.1%}", _nodes_text(nodes)]
+                    [[_middle(name, _CALL_WIDTH), where, calls, f"{ms:.3f}", f"{share:.1%}", _nodes_text(nodes)]
                      for name, where, calls, ms, share, nodes in _time_rows(time)])
     for name, steps in _time_steps(time):
         lines += _wrap(f"  {name} steps: " + ", ".join(f"{impl} {ms:.3f} ms" for impl, ms in steps))
