@@ -324,3 +324,24 @@ def test_takes_symbolic_dims_and_reads_them_per_call():
     for rows in (1, 5, 2):
         x = np.linspace(-1, 1, rows * 4, dtype=np.float32).reshape(rows, 4)
         np.testing.assert_array_equal(artifact.run([x])[0], session.run(None, {"x": x})[0])
+
+
+def test_the_vendor_guides_emitter_example_emits_what_the_host_computes():
+    """The guide's "Emitters" block, run as written: its ReLU emitter, through the public Body, builds (strict)
+    and computes what the host build does."""
+    import re
+    from pathlib import Path
+
+    from byoc.vendor import OpRule, Vendor, always
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "vendor_guide.md").read_text()
+    section = guide[guide.index("### Emitters"):]
+    (code,) = re.findall(r"```python\n(.*?)```", section[:section.index("### The exported function")], re.S)
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - the guide's own example
+    vendor = Vendor("guide_relu", (OpRule("guide_relu.relu", "relax.nn.relu", always),), namespace["AcmeCodegen"]())
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", [2, 5])], [tensor("y", [2, 5])])
+    artifact = byoc.compile(m, [vendor], strict=True)
+    assert [p.vendor for p in artifact.plan.partitions] == ["guide_relu"]
+    x = rng().standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_array_equal(artifact.run({"x": x})[0], onnxruntime_outputs(m, {"x": x})[0])

@@ -542,3 +542,17 @@ def test_a_vendor_registered_by_a_script_is_usable_with_vendor_module(tmp_path):
     script.write_text("raise RuntimeError('no licence')\n")
     done = run_module(str(model), "--vendor-module", str(script), "--vendor", "acme")
     assert done.returncode == 2 and f"--vendor-module {script} raised RuntimeError: no licence" in done.stderr
+
+
+def test_long_stages_show_progress_on_stderr_unless_quiet(model_dir):
+    """The library logs its stages to the ``byoc`` logger (never configuring logging itself); the CLI prints them."""
+    code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--verify")
+    assert code == 0
+    for line in ("byoc: preparing small_cnn: ", "byoc: annotating and partitioning for dnnl",
+                 "byoc: dnnl: compiling 1 partition(s)", "byoc: host: compiling"):
+        assert any(got.startswith(line) for got in err.splitlines()), (line, err)
+    code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--verify", "-q")
+    assert code == 0 and err == ""
+    import logging
+
+    assert not logging.getLogger("byoc").handlers  # the CLI's handler is gone when it returns
