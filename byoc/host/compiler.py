@@ -340,10 +340,11 @@ _PARALLEL_MIN_WORK = 1 << 14
 
 def _schedule(sch, vector: _Vector) -> bool:
     """Schedule every block of ``sch``'s function; False when dlight cannot analyse it."""
-    if _blocks(sch) is None:
-        return False
-    _inline(sch)
     blocks = _blocks(sch)
+    if blocks is None:
+        return False
+    if _inline(sch, blocks):
+        blocks = _blocks(sch)
     if not blocks:
         return False
     done = set()
@@ -387,24 +388,28 @@ def _is_copy(sch, block) -> bool:
             and tvm_ffi.structural_equal(list(body.indices), list(body.value.indices)))
 
 
-def _inline(sch) -> None:
+def _inline(sch, blocks) -> bool:
     """Merge elementwise chains: an all-spatial block goes into its consumers when they
     are all-spatial too (or when it only copies), then into its producer when that is
     all-spatial. Inlining into a reduction would recompute the block per reduction step;
     a padding block stays (inlined, its bounds test would sit in the innermost loop).
+    ``blocks`` is the function's analysis (:func:`_blocks`); returns whether any block
+    was inlined (the analysis is then stale: it costs a quarter of a host build to redo).
     """
-    for info in _blocks(sch) or []:
+    inlined = False
+    for info in blocks:
         block = info.block_rv
         consumers = sch.get_consumers(block)
         if not _spatial(sch, block) or not consumers:
             continue
         if _is_copy(sch, block) or all(_spatial(sch, c) for c in consumers):
-            _try(sch.compute_inline, block)
-    for info in _blocks(sch) or []:
+            inlined |= _try(sch.compute_inline, block)
+    for info in (_blocks(sch) or []) if inlined else blocks:
         block = info.block_rv
         producers = sch.get_producers(block)
         if _spatial(sch, block) and producers and all(_spatial(sch, p) for p in producers):
-            _try(sch.reverse_compute_inline, block)
+            inlined |= _try(sch.reverse_compute_inline, block)
+    return inlined
 
 
 def _try(primitive, *args) -> bool:
