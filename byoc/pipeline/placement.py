@@ -39,9 +39,9 @@ from byoc.pipeline.importer import unique_binding_names
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
 from byoc.pipeline.placement_record import PlacedPartition, Placement
-from byoc.pipeline.profile import BUILTIN, time_calls
+from byoc.pipeline.profile import BUILTIN, seconds_per_run, time_calls
 from byoc.pipeline.samples import random_inputs
-from byoc.vendor import as_codegen
+from byoc.vendor import cost_estimator
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 
 #: ``placement=`` values: by the vendors' rules alone (the default), or by measured cost
@@ -133,14 +133,20 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
 
 def _vendor_time(plan: PartitionPlan, part: Partition, measured_ms: float) -> tuple[dict, list]:
     """``({place: ms}, [estimated places])`` for the vendors' cost hooks that answer for ``part``, and the
-    measured time on its own vendor where that vendor's hook does not."""
+    measured time on its own vendor where that vendor's hook does not. The partition is flattened for the
+    hooks (its weights as arrays) only when a vendor has one."""
     times, estimated = {}, []
-    try:
-        graph = partition_graph(plan.mod[part.global_var], part.name)
-    except UnsupportedConstruct:  # its codegen built it, so this does not happen; no graph, no hook to ask
-        graph = None
-    for vendor in sorted(plan.vendors, key=lambda v: v.name != part.vendor):
-        estimate = _estimate(vendor, graph)
+    hooks = [(vendor, cost_estimator(vendor.codegen))
+             for vendor in sorted(plan.vendors, key=lambda v: v.name != part.vendor)]
+    hooks = [(vendor, hook) for vendor, hook in hooks if hook is not None]
+    graph = None
+    if hooks:
+        try:
+            graph = partition_graph(plan.mod[part.global_var], part.name)
+        except UnsupportedConstruct:  # its codegen built it, so this does not happen; no graph, no hook to ask
+            hooks = []
+    for vendor, hook in hooks:
+        estimate = _estimate(vendor, hook, graph)
         if estimate is not None:
             times[vendor.name] = estimate
             estimated.append(vendor.name)
@@ -200,13 +206,11 @@ def choose(times: Mapping[str, float], vendor: str, min_speedup: float, estimate
     return best, f"{verb}: {quoted}"
 
 
-def _estimate(vendor, graph) -> Optional[float]:
-    """The vendor's cost hook's ms per run for ``graph``, or None (no hook, no answer, or a hook that fails:
-    a ``RuntimeWarning`` naming the vendor, and the partition is measured instead)."""
-    if graph is None:
-        return None
+def _estimate(vendor, hook, graph) -> Optional[float]:
+    """The vendor's cost ``hook``'s ms per run for ``graph``, or None (no answer, or a hook that fails: a
+    ``RuntimeWarning`` naming the vendor, and the partition is measured instead)."""
     try:
-        value = as_codegen(vendor.codegen).estimate_cost(graph)
+        value = hook(graph)
         return None if value is None else float(value)
     except Exception as err:  # noqa: BLE001 - a vendor's hook: measure instead
         warnings.warn(f"vendor {vendor.name!r}: estimate_cost failed on {graph.symbol} "
@@ -215,11 +219,9 @@ def _estimate(vendor, graph) -> Optional[float]:
 
 
 def _medians(per_run: Mapping[str, list]) -> dict:
-    """Call name -> median ms per run, from :class:`~byoc.pipeline.profile.HookedRuns`' ``per_run`` (a run
-    without the call counts 0)."""
+    """Call name -> median ms per run, from :class:`~byoc.pipeline.profile.HookedRuns`' ``per_run``."""
     runs = max((len(samples) for samples in per_run.values()), default=0)
-    return {name: statistics.median([s for _, s in samples] + [0.0] * (runs - len(samples))) * 1e3
-            for name, samples in per_run.items()}
+    return {name: statistics.median(seconds_per_run(samples, runs)) * 1e3 for name, samples in per_run.items()}
 
 
 def _call_times(artifact, arrays, runs: int, keep_arguments=(), stop=None) -> tuple[dict, dict]:

@@ -211,6 +211,12 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
     return HookedRuns(per_run, hooked, trace, arguments)
 
 
+def seconds_per_run(samples: list, runs: int) -> list:
+    """A call's seconds in each of ``runs`` runs, from its ``(calls, seconds)`` samples in
+    :attr:`HookedRuns.per_run`: 0 for a run it was not called in."""
+    return [seconds for _, seconds in samples] + [0.0] * (runs - len(samples))
+
+
 def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
     vendors = dict(artifact.metadata.get("partitions", []))
     nodes = artifact.metadata.get("partition_nodes", {})
@@ -224,7 +230,7 @@ def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
 
     calls = []
     for name, samples in per_run.items():
-        times = [s for _, s in samples] + [0.0] * (runs - len(samples))
+        times = seconds_per_run(samples, runs)
         median = statistics.median(times) * 1e3
         calls.append(CallTime(name, where(name), sum(c for c, _ in samples) / runs, median, min(times) * 1e3,
                               median / hooked_median if hooked_median else 0.0, nodes.get(name, []),

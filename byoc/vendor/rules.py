@@ -329,6 +329,12 @@ def standalone_source(codegen: Any) -> Optional[Callable[[Sequence[Any]], str]]:
     return emit
 
 
+def cost_estimator(codegen: Any) -> Optional[Callable[[Any], Optional[float]]]:
+    """``codegen``'s :meth:`Codegen.estimate_cost`, or None when it does not provide one (the default, which
+    has every partition measured): measured placement then need not flatten a partition to ask it."""
+    return as_codegen(codegen).estimate_cost if _has_own(codegen, "estimate_cost") else None
+
+
 @dataclass(frozen=True)
 class RuntimeMemory:
     """What a partition's vendor runtime holds, as the runtime (or the code it runs) reports it.
