@@ -273,49 +273,47 @@ def _run(args, say) -> int:
     say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
     plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
                      strict=args.strict)
-    verification = artifact = None
+    given = load_inputs(args.inputs) if args.inputs else None
+    verification = artifact = time = None
     if args.placement == "measured":
         say("placement: timing each partition on its vendor, on the host and on the other vendors")
-        artifact = build_measured(plan, load_inputs(args.inputs) if args.inputs else None,
-                                  min_speedup=args.min_speedup or DEFAULT_MIN_SPEEDUP, strict=args.strict,
-                                  vendor_options=vendor_options)
+        artifact = build_measured(plan, given, min_speedup=args.min_speedup or DEFAULT_MIN_SPEEDUP,
+                                  strict=args.strict, vendor_options=vendor_options)
         plan = artifact.plan
-        settings = artifact.vendor_option_settings
+
+    def built(stage: str):
+        """The artifact --verify and --profile run: the one measured placement built, else built now."""
+        nonlocal artifact
+        if artifact is None:
+            say(f"{stage}: building for {target.name}")
+            artifact = build(plan, target=target, vendor_options=vendor_options)
+        return artifact
+
     say("planning memory")
     memory = estimate_memory(plan, target)
-    if artifact is not None:
-        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
     if args.export_onnx:
         say(f"exporting partitioned ONNX to {args.export_onnx}")
         export_onnx(plan, args.export_onnx)
     if args.verify:
-        inputs = load_inputs(args.inputs) if args.inputs else None
-        if artifact is None:
-            say(f"verify: building for {target.name}")
-            artifact = build(plan, target=target, vendor_options=vendor_options)
-            settings = artifact.vendor_option_settings
-            memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        built("verify")
         _check_verify_dims(args.verify_dims, imported.dims)
-        verification = verify(plan, target, inputs, Path(args.inputs).name if args.inputs else None,
+        verification = verify(plan, target, given, Path(args.inputs).name if args.inputs else None,
                               progress=say, artifact=artifact, shapes=args.verify_dims or None)
-    time = None
     if args.profile:
         if not target.is_host:
             raise _UsageError(f"--profile runs the model, and a {target.name} build cannot run on this machine")
-        if artifact is None:
-            say(f"profile: building for {target.name}")
-            artifact = build(plan, target=target, vendor_options=vendor_options)
-            settings = artifact.vendor_option_settings
-            memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        built("profile")
         runs = 10 if args.runs is None else args.runs
         say(f"profile: {runs} runs")
-        inputs = load_inputs(args.inputs) if args.inputs else random_inputs(
-            artifact.inputs, sizes=verify_sizes(imported.dims))
+        inputs = given if given is not None else random_inputs(artifact.inputs, sizes=verify_sizes(imported.dims))
         profile = artifact.profile(inputs, runs=runs)
         time = profile.to_json()
         if args.trace:
             profile.to_chrome_trace(args.trace)
             say(f"wrote the trace to {args.trace}")
+    if artifact is not None:  # what was built: its options, and what its vendor runtimes hold
+        settings = artifact.vendor_option_settings
+        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
     used = {p.vendor for p in plan.partitions} if artifact is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
                           verification.as_dict() if verification else None,
