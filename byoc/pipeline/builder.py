@@ -191,7 +191,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             # vendor -> option -> {value, default, source[, note]}: the options its codegen was built with
             "vendor_options": {vendor: {name: setting.as_json() for name, setting in options.items()}
                                for vendor, options in settings.items() if vendor in built},
-            # measured placement: each rule-based partition's times per place and where it went (absent: the rules placed)
+            # measured placement: each rule-based partition's times per place and where it went
+            # (absent: the rules placed)
             **({"placement": plan.placement.as_json()} if plan.placement is not None else {}),
         },
         sort_keys=True,

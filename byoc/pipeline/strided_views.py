@@ -38,21 +38,18 @@ def as_strided_reshapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
         return model, {}
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    names = {node.name for node, _ in found}
-    shapes = dict((node.name, shape) for node, shape in found)
+    shapes = {node.name: shape for node, shape in found}
     for node in out.graph.node:
-        if node.name in names:
+        if node.name in shapes:
             shape_name = f"{node.name}_view_shape"
             out.graph.initializer.append(numpy_helper.from_array(np.array(shapes[node.name], np.int64), shape_name))
             node.op_type = "Reshape"
             del node.input[1:], node.attribute[:]
             node.input.append(shape_name)
-    arithmetic = {n for node, _ in found for n in _upstream(index, node.input[1])}
-    before = {node.name for node in out.graph.node}
-    _drop_unread(out.graph, arithmetic)
-    after = {node.name for node in out.graph.node}
-    fate = {name: "the index of an as_strided view, no longer computed" for name in before - after}
-    fate.update({name: f"an as_strided view of the whole tensor: a Reshape to {shapes[name]}" for name in names})
+    dropped = _drop_unread(out.graph, {n for node, _ in found for n in _upstream(index, node.input[1])})
+    fate = {name: "the index of an as_strided view, no longer computed" for name in dropped}
+    fate.update({name: f"an as_strided view of the whole tensor: a Reshape to {shape}"
+                 for name, shape in shapes.items()})
     return out, fate
 
 
@@ -231,12 +228,15 @@ def _upstream(graph: _Index, name: str) -> set[str]:
     return found
 
 
-def _drop_unread(graph: onnx.GraphProto, candidates: set[str]) -> None:
-    """Remove the ``candidates`` (an index's arithmetic) whose outputs nothing reads any more, repeatedly."""
+def _drop_unread(graph: onnx.GraphProto, candidates: set[str]) -> list[str]:
+    """Remove the ``candidates`` (an index's arithmetic) whose outputs nothing reads any more, repeatedly;
+    returns the names removed."""
+    dropped: list[str] = []
     while True:
         read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
         dead = [node for node in graph.node if node.name in candidates and not any(o in read for o in node.output)]
         if not dead:
-            return
+            return dropped
         for node in dead:
             graph.node.remove(node)
+            dropped.append(node.name)
