@@ -46,12 +46,13 @@ import json
 import logging
 import re
 import threading
-from typing import Optional
+from typing import Mapping, Optional
 
 from tvm.relax.expr_functor import PyExprMutator
 from tvm.relax.expr_functor import mutator as relax_mutator
 
 from byoc.deploy.targets import TargetPreset
+from byoc.host.run_io import RecordRunIO
 
 #: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
 HOST_CALLS_FUNCTION = "byoc_host_calls"
@@ -106,20 +107,22 @@ def quiet_in_range_take() -> None:
         _take_installed = True
 
 
-def compile_host(mod, preset: TargetPreset):
+def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[str, int]] = None):
     """Compile the Relax ``mod`` (vendor partitions already lowered by ``RunCodegen``) for ``preset``.
 
     Returns the ``tvm.compile`` executable; fusion, parallel loops and
     vectorization as described in this module's docstring. The arithmetic is
     TVM's operators': every output element sums its terms in the same order
-    as TVM's unscheduled kernels do.
+    as TVM's unscheduled kernels do. The program records what a run may share
+    with its caller (:mod:`byoc.host.run_io`); ``extern_alignment`` is what each
+    vendor function needs of its inputs' addresses.
     """
     import tvm
 
     quiet_in_range_take()
     target = preset.tvm_target()
     try:
-        return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(target))
+        return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(target, extern_alignment or {}))
     except Exception as err:  # noqa: BLE001 - e.g. an intrinsic LLVM cannot lower once vectorized
         # What TVM builds on its own still gives the right answer, only slower.
         _log.debug("host pipeline failed, building with TVM's default pipeline: %s",
@@ -127,8 +130,9 @@ def compile_host(mod, preset: TargetPreset):
         return tvm.compile(mod, target=target)
 
 
-def host_pipeline(target):
-    """The Relax pipeline :func:`compile_host` runs: TVM's CPU pipeline with :func:`HostLowering`."""
+def host_pipeline(target, extern_alignment: Mapping[str, int]):
+    """The Relax pipeline :func:`compile_host` runs: TVM's CPU pipeline with :func:`HostLowering`, and the
+    record of what a run may share with its caller (:func:`byoc.host.run_io.RecordRunIO`)."""
     import tvm
     # The pipeline module, not the cpu_generic package: only it has dataflow_lower_passes.
     from tvm.relax.backend.cpu_generic import pipeline as cpu
@@ -137,7 +141,7 @@ def host_pipeline(target):
     def pipeline(mod, _ctx):
         with target:
             return tvm.transform.Sequential(
-                cpu.library_dispatch_passes(target) + [HostLowering(target)]
+                cpu.library_dispatch_passes(target) + [HostLowering(target), RecordRunIO(extern_alignment)]
                 + cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
             )(mod)
 

@@ -24,10 +24,14 @@ from byoc.pipeline.dims import bind_dims
 from byoc.pipeline.onnx_model import DimRange, TensorSpec
 from byoc.pipeline.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
+from byoc.host import run_io
 from byoc.host.compiler import HOST_CALLS_FUNCTION
+from byoc.host.run_io import HOST_ALIGNMENT
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 METADATA_FUNCTION = "byoc_metadata"
+
+_UNREAD = object()  # Artifact._shared_io before the program's record is read
 
 Inputs = Union[Mapping[str, np.ndarray], Sequence[np.ndarray], np.ndarray]
 
@@ -63,6 +67,7 @@ class Artifact:
         self._local = threading.local()
         self._tmpdir: Optional[str] = None
         self._host_calls: Optional[list] = None
+        self._shared_io = _UNREAD
         self.threads = check_threads(threads)
 
     @property
@@ -211,10 +216,18 @@ class Artifact:
             raise ValueError(f"profile needs runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
         return profile_artifact(self, inputs, runs, warmup)
 
-    @staticmethod
-    def tvm_inputs(arrays: Sequence[np.ndarray]) -> list:
-        """``arrays`` (as :meth:`check_inputs` returns them) as the TVM tensors a run hands the VM: copies."""
-        return [tvm_tensor(a) for a in arrays]
+    def tvm_inputs(self, arrays: Sequence[np.ndarray]) -> list:
+        """``arrays`` (as :meth:`check_inputs` returns them) as the TVM tensors a run hands the VM: the arrays
+        themselves where their addresses suit every reader of them, else copies (:mod:`byoc.host.run_io`)."""
+        record = self._run_io()
+        alignment = record["input_alignment"] if record else [None] * len(arrays)
+        return [tvm_tensor(a, need) for a, need in zip(arrays, alignment)]
+
+    def _run_io(self) -> Optional[dict]:
+        """What a run may share with its caller, as the program records it (None: share nothing)."""
+        if self._shared_io is _UNREAD:
+            self._shared_io = run_io.read(self._vm())
+        return self._shared_io
 
     def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
         """Inputs as arrays in ONNX order, or an InputError that names the problem."""
@@ -286,7 +299,8 @@ class Artifact:
             raise InputShapeError(
                 "these input sizes break a relation between dims that the model holds at run time (a Squeeze of "
                 f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None
-        return vm_outputs(result)
+        record = self._run_io()
+        return vm_outputs(result, record["fresh_outputs"] if record else None)
 
 
 def _check_indices(name: str, array: np.ndarray, extent: int, node: str) -> None:
@@ -306,54 +320,75 @@ def _holds_c_source(module) -> bool:
 #: the numpy dtype kinds numpy exchanges by DLPack: bool, integers, floats, complex
 _DLPACK_KINDS = frozenset("biufc")
 
-#: the data alignment TVM's compiled functions assume of every tensor they are given (it is not checked)
-TENSOR_ALIGNMENT = 64
 
 
-def tvm_tensor(array: np.ndarray):
-    """A TVM tensor holding a copy of the C-contiguous ``array``.
+def tvm_tensor(array: np.ndarray, alignment: Optional[int] = None):
+    """A TVM tensor of the C-contiguous ``array``: the array itself when its address is a multiple of
+    ``alignment`` (what the program's readers of it need, :mod:`byoc.host.run_io`), else a copy aligned as
+    TVM's compiled functions assume (``alignment`` None: always a copy).
 
-    The copy keeps the caller's array out of reach of the run. Made in numpy,
-    aligned as TVM requires, and handed over by DLPack, it costs a few
-    microseconds, where ``tvm.runtime.tensor`` takes about 50 (a small model's
+    Made in numpy and handed over by DLPack, the copy costs a few microseconds
+    plus its bytes, where ``tvm.runtime.tensor`` takes about 50 (a small model's
     whole run).
     """
     import tvm
+    import tvm_ffi
 
     # numpy does not keep an empty view's offset, and exports only its own kinds of dtype by DLPack
     # (not ml_dtypes' bfloat16 or float8): those go the slow way.
     if array.size == 0 or array.dtype.kind not in _DLPACK_KINDS:
         return tvm.runtime.tensor(array)
+    if alignment is not None and array.ctypes.data % alignment == 0:
+        try:  # tvm.runtime.from_dlpack would insist on 64 bytes
+            return tvm_ffi.from_dlpack(array, require_contiguous=True)
+        except BufferError:  # a read-only array, which numpy exports only as DLPack 1.0 with its flag
+            pass
     return tvm.runtime.from_dlpack(_aligned_copy(array))
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
-    buffer = np.empty(array.nbytes + TENSOR_ALIGNMENT, np.uint8)
-    start = -buffer.ctypes.data % TENSOR_ALIGNMENT
+    buffer = np.empty(array.nbytes + HOST_ALIGNMENT, np.uint8)
+    start = -buffer.ctypes.data % HOST_ALIGNMENT
     copy = buffer[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
     np.copyto(copy, array, casting="no")
     return copy
 
 
-def vm_outputs(result) -> list[np.ndarray]:
+def vm_outputs(result, fresh: Optional[Sequence[bool]] = None) -> list[np.ndarray]:
     """A Relax VM result (a tensor, a shape, a scalar, or nested tuples of them) as numpy arrays, in order.
 
     Each tensor is copied out (through DLPack: ``.numpy()`` costs about 15 us a
-    tensor): a result may be one of the module's constants, which the caller
-    must not be able to change.
+    tensor), unless ``fresh`` says the program made it in this call and returns
+    it once (:mod:`byoc.host.run_io`): then the array shares its memory. A
+    result may be one of the module's constants, or an input, which the caller
+    must not be able to change through it.
     """
+    leaves = _result_leaves(result)
+    if fresh is not None and len(fresh) != len(leaves):
+        fresh = None
+    return [_as_array(leaf, copy=fresh is None or not fresh[k]) for k, leaf in enumerate(leaves)]
+
+
+def _result_leaves(result) -> list:
     import tvm_ffi
 
-    if hasattr(result, "numpy"):
+    if hasattr(result, "numpy") or isinstance(result, tvm_ffi.Shape) or not hasattr(result, "__iter__"):
+        return [result]
+    return [leaf for item in result for leaf in _result_leaves(item)]
+
+
+def _as_array(leaf, copy: bool) -> np.ndarray:
+    import tvm_ffi
+
+    if hasattr(leaf, "numpy"):
         try:
-            return [np.from_dlpack(result).copy()]
+            array = np.from_dlpack(leaf)
         except (BufferError, RuntimeError):  # a dtype numpy takes only from TVM's own copy (bfloat16, float8)
-            return [np.asarray(result.numpy())]
-    if isinstance(result, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
-        return [np.array(list(result), dtype=np.int64)]
-    if not hasattr(result, "__iter__"):  # a scalar output comes back as a Python value
-        return [np.asarray(result)]
-    return [array for item in result for array in vm_outputs(item)]
+            return np.asarray(leaf.numpy())
+        return array.copy() if copy else array
+    if isinstance(leaf, tvm_ffi.Shape):  # an R.Shape output (ONNX Shape): one int64 tensor
+        return np.array(list(leaf), dtype=np.int64)
+    return np.asarray(leaf)  # a scalar output comes back as a Python value
 
 
 def _load_runtimes_for(path: Path) -> None:

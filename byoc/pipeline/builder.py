@@ -199,6 +199,12 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
     )
 
 
+def _input_alignment(plan: PartitionPlan) -> dict[str, int]:
+    """Partition symbol -> the alignment its vendor's modules need of its inputs' addresses."""
+    needs = {vendor.name: as_codegen(vendor.codegen).input_alignment for vendor in plan.vendors}
+    return {p.name: needs[p.vendor] for p in plan.partitions}
+
+
 def _with_metadata(mod, text: str):
     import tvm
     from tvm import relax
@@ -263,7 +269,7 @@ def build(
     mod = _with_metadata(mod, metadata)
     _log.info("host: compiling %d op(s) with LLVM for %s", len(plan.host_ops), preset.name)
     try:
-        executable = compile_host(mod, preset)
+        executable = compile_host(mod, preset, _input_alignment(plan))
     except Exception as err:  # TVM raises many error types from deep inside
         first = last_line(err)
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err

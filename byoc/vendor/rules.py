@@ -161,6 +161,13 @@ class Codegen:
     #: they are.
     declared_options: tuple = ()
 
+    #: The alignment, in bytes, this codegen's modules need of the address of each tensor a partition reads.
+    #: A run hands the caller's input array to the program without a copy when its address is a multiple of
+    #: what every reader of it needs (:mod:`byoc.host.run_io`), and copies it into an aligned buffer otherwise.
+    #: Default: 64, what TVM's compiled functions assume; a runtime that reads any address of the element type
+    #: (oneDNN, plain C loops) says 1.
+    input_alignment: int = 64
+
     def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list:
         """Required: the TVM runtime modules for ``partitions``, which export each partition's ``symbol``.
 
@@ -206,8 +213,8 @@ class Codegen:
 
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
-CAPABILITIES = ("module_kinds", "declared_options", "load_runtime", "standalone_source", "runtime_memory",
-                "estimate_cost", "availability")
+CAPABILITIES = ("module_kinds", "declared_options", "input_alignment", "load_runtime", "standalone_source",
+                "runtime_memory", "estimate_cost", "availability")
 _METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "estimate_cost", "availability")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
 _NEAR = 0.8
@@ -227,6 +234,10 @@ class _DuckCodegen(Codegen):
     @property
     def declared_options(self) -> tuple:
         return declared(self.wrapped)
+
+    @property
+    def input_alignment(self) -> int:
+        return getattr(self.wrapped, "input_alignment", Codegen.input_alignment)
 
     def compile(self, partitions, options):
         return self.wrapped.compile(partitions, options)
@@ -285,6 +296,10 @@ def check_codegen(codegen: Any, vendor: str) -> None:
     if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds):
         raise VendorError(f"{owner}: module_kinds must be a tuple of TVM module type keys (strings), got {kinds!r}")
     check_declarations(getattr(codegen, "declared_options", ()), owner)
+    alignment = getattr(codegen, "input_alignment", Codegen.input_alignment)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
+        raise VendorError(f"{owner}: input_alignment must be a power of two in bytes (1: any address), "
+                          f"got {alignment!r}")
     interface = set(dir(Codegen))
     for name in sorted(set(dir(type(codegen))) - interface):
         if name.startswith("_"):

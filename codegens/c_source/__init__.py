@@ -25,6 +25,8 @@ class CSourceCodegen(Codegen):
     """
 
     emitters: Mapping[str, OpEmitter] = OP_EMITTERS
+    #: The emitted C reads its tensors through plain pointers of their element type.
+    input_alignment = 1
 
     def source(self, partitions: Sequence) -> str:
         """The C source for ``partitions`` (``byoc.vendor.graph.PartitionGraph``)."""

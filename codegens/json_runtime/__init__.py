@@ -27,6 +27,9 @@ class JsonRuntimeCodegen(Codegen):
     kernels by default; the dnnl vendor passes its oneDNN runtime.
     """
 
+    #: Both graph runtimes read a tensor at any address of its element type (plain C++ loops, oneDNN).
+    input_alignment = 1
+
     def __init__(self, library: RuntimeLibrary = JSON_RUNTIME):
         self.library = library
 
