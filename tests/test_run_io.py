@@ -25,14 +25,14 @@ def _model(nodes, outputs, initializers=(), shape=(1, 8, 6, 6)) -> onnx.ModelPro
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _misaligned(shape, seed=0) -> np.ndarray:
-    """A C-contiguous float32 array whose address is 4 bytes past a 64-byte boundary."""
+def _at_offset(shape, offset: int, seed=0) -> np.ndarray:
+    """A C-contiguous float32 array whose address is ``offset`` bytes past a 64-byte boundary."""
     values = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     buffer = np.empty(values.nbytes + 128, np.uint8)
-    start = (-buffer.ctypes.data % 64) + 4
+    start = (-buffer.ctypes.data % 64) + offset
     array = buffer[start:start + values.nbytes].view(np.float32).reshape(shape)
     array[...] = values
-    assert array.ctypes.data % 64 == 4
+    assert array.ctypes.data % 64 == offset
     return array
 
 
@@ -45,9 +45,9 @@ def test_an_input_is_copied_only_when_a_reader_needs_more_alignment_than_it_has(
     model = _relu_then_sigmoid()
     artifact = byoc.compile(model, vendors=vendors)
     assert artifact._run_io()["input_alignment"] == [alignment]  # the host's functions assume 64 bytes
-    x = _misaligned((1, 8, 6, 6))
-    (tensor,) = artifact.tvm_inputs([x])
-    shared = np.shares_memory(np.from_dlpack(tensor), x)
+    aligned, x = _at_offset((1, 8, 6, 6), offset=0), _at_offset((1, 8, 6, 6), offset=4)
+    assert np.shares_memory(np.from_dlpack(artifact.tvm_inputs([aligned])[0]), aligned)
+    shared = np.shares_memory(np.from_dlpack(artifact.tvm_inputs([x])[0]), x)
     assert shared == (alignment == 1)
     kept = x.copy()
     (y,) = artifact.run({"x": x})
