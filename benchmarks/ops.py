@@ -15,7 +15,7 @@ process, one at a time per round (benchmarks/timing_processes.py), and the outpu
 The table gives per case: byoc's and onnxruntime's medians end to end and their ratio; the time of the
 op's kernels alone on each side (byoc: its partition's steps and host functions, from ``Artifact.profile``;
 onnxruntime: its profiler's node events) and their ratio, which leaves out what a one-op model pays at its
-boundary (input and output copies, a reorder between the graph's plain layout and the kernel's) and a model
+boundary (the call, a reorder between the graph's plain layout and the kernel's) and a model
 pays once per partition (the goal of issue 33: no row above 1.25); where byoc ran it ("dnnl", or "host" for ops no partition took), and what oneDNN ran for each
 step (``Artifact.implementations``). A step on oneDNN's scalar reference kernel (``ref:``) is flagged: the
 dnnl vendor's guarantee is that none is left where another way exists. The worst rows come last; the
