@@ -320,19 +320,22 @@ def print_report(entries: list) -> None:
         print(f"\ndynamic / onnxruntime, geometric mean over {len(dyn_ort)} model-shapes: {geo:.2f} (goal <= 1)")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def model_arguments(parser: argparse.ArgumentParser, runs: int) -> None:
+    """The options of a script that builds and times the exported models (this one, steadiness.py)."""
     parser.add_argument("names", nargs="*", help=f"models (default: every cached one of {', '.join(catalog.MODELS)})")
     parser.add_argument("--vendors", default="dnnl", help="comma-separated, in priority order (default dnnl)")
     parser.add_argument("--models-dir", type=Path, default=None, help="where dynamic_models.py wrote the models")
-    parser.add_argument("--runs", type=int, default=15, help="timed rounds (default 15)")
+    parser.add_argument("--runs", type=int, default=runs, help=f"timed rounds (default {runs})")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     parser.add_argument("--calls", type=int, default=3, help="calls per request, each a sample (default 3)")
     parser.add_argument("--settle-ms", type=float, default=timing.SETTLE_MS)
     parser.add_argument("--timeout", type=float, default=600, help="per build or load, seconds")
     parser.add_argument("--round-timeout", type=float, default=60, help="per call, seconds")
-    parser.add_argument("--cache-check", action="store_true", help="50 distinct shapes per model instead")
     parser.add_argument("--json", type=Path, help="write every figure here")
+
+
+def parse_model_arguments(parser: argparse.ArgumentParser, argv) -> tuple:
+    """``(args, folder, names)``: the options of :func:`model_arguments`, the models' folder, the models chosen."""
     args = parser.parse_args(argv)
     args.vendors = [v for v in args.vendors.split(",") if v]
     folder = (args.models_dir or catalog.default_out()).expanduser()
@@ -340,6 +343,14 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in catalog.MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(catalog.MODELS)}")
+    return args, folder, names
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    model_arguments(parser, runs=15)
+    parser.add_argument("--cache-check", action="store_true", help="50 distinct shapes per model instead")
+    args, folder, names = parse_model_arguments(parser, argv)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {timing.machine_class()}; vendors {','.join(args.vendors)}")
     entries = []
     with tempfile.TemporaryDirectory(prefix="byoc-dynamic-") as tmp:

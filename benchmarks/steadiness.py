@@ -76,24 +76,9 @@ def print_table(rows: list) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help=f"models (default: every cached one of {', '.join(catalog.MODELS)})")
-    parser.add_argument("--vendors", default="dnnl", help="comma-separated, in priority order (default dnnl)")
-    parser.add_argument("--models-dir", type=Path, default=None, help="where dynamic_models.py wrote the models")
+    dynamic.model_arguments(parser, runs=10)
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per side (default 3)")
-    parser.add_argument("--runs", type=int, default=10, help="timed rounds per process (default 10)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
-    parser.add_argument("--calls", type=int, default=3, help="calls per round, each a sample (default 3)")
-    parser.add_argument("--settle-ms", type=float, default=timing.SETTLE_MS)
-    parser.add_argument("--timeout", type=float, default=600, help="per build or load, seconds")
-    parser.add_argument("--round-timeout", type=float, default=60, help="per call, seconds")
-    parser.add_argument("--json", type=Path, help="write every figure here")
-    args = parser.parse_args(argv)
-    args.vendors = [v for v in args.vendors.split(",") if v]
-    folder = (args.models_dir or catalog.default_out()).expanduser()
-    names = args.names or list(catalog.MODELS)
-    unknown = [n for n in names if n not in catalog.MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(catalog.MODELS)}")
+    args, folder, names = dynamic.parse_model_arguments(parser, argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="byoc-steadiness-") as tmp:
         for name in names:
