@@ -52,6 +52,7 @@ from tvm.relax.expr_functor import PyExprMutator
 from tvm.relax.expr_functor import mutator as relax_mutator
 
 from byoc.deploy.targets import TargetPreset
+from byoc.host.recorded import text_function
 from byoc.host.run_io import RecordRunIO
 
 #: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
@@ -189,9 +190,7 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
             # a C compiler before its first call: a model all on vendors would need gcc to run.
             mod[NO_OP_FUNCTION] = _no_op()
         if calls:
-            value = tvm.ir.expr.StringImm(json.dumps(calls))
-            mod[HOST_CALLS_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol",
-                                                                                      HOST_CALLS_FUNCTION)
+            mod[HOST_CALLS_FUNCTION] = text_function(HOST_CALLS_FUNCTION, json.dumps(calls))
         return mod
 
     return lowering

@@ -15,13 +15,15 @@ needed where the program keeps to two rules, which this module reads off the low
   change the program, their own input, or one output through another. Nothing writes into an input: byoc runs no
   in-place pass, and a vendor runtime writes only the outputs it is given.
 
-Older artifacts carry no record and keep the copies.
+Older artifacts carry no record (:func:`byoc.host.recorded.read_json` gives None) and keep the copies.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Mapping, Optional
+from typing import Mapping
+
+from byoc.host.recorded import text_function
 
 #: the Relax function of a built program that holds this module's record (JSON)
 RUN_IO_FUNCTION = "byoc_run_io"
@@ -122,19 +124,8 @@ def RecordRunIO(extern_alignment: Mapping[str, int]):  # noqa: N802 - a pass, na
     @tvm.transform.module_pass(opt_level=0, name="ByocRecordRunIO")
     def record(mod, _ctx):
         main = relax.transform.RewriteDataflowReshape()(mod)["main"]
-        value = tvm.ir.expr.StringImm(json.dumps(run_io(main, extern_alignment)))
         mod = mod.clone()
-        mod[RUN_IO_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol", RUN_IO_FUNCTION)
+        mod[RUN_IO_FUNCTION] = text_function(RUN_IO_FUNCTION, json.dumps(run_io(main, extern_alignment)))
         return mod
 
     return record
-
-
-def read(vm) -> Optional[dict]:
-    """The record a loaded program keeps, or None (a program of an older byoc, or built without byoc's host
-    pipeline: its run copies every input and output)."""
-    try:
-        found = vm[RUN_IO_FUNCTION]
-    except (AttributeError, KeyError, RuntimeError):
-        return None
-    return json.loads(str(found()))

@@ -24,9 +24,9 @@ from byoc.pipeline.dims import bind_dims
 from byoc.pipeline.onnx_model import DimRange, TensorSpec
 from byoc.pipeline.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
-from byoc.host import run_io
 from byoc.host.compiler import HOST_CALLS_FUNCTION
-from byoc.host.run_io import HOST_ALIGNMENT
+from byoc.host.recorded import read_json
+from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 METADATA_FUNCTION = "byoc_metadata"
@@ -182,13 +182,8 @@ class Artifact:
         the bindings of the partitioned Relax ``main`` it computes (fusion puts several in one function);
         empty for a program built without byoc's host pipeline, or by an older byoc."""
         if self._host_calls is None:
-            vm = self._vm()
-            try:
-                found = vm[HOST_CALLS_FUNCTION]
-            except (AttributeError, KeyError, RuntimeError):
-                found = None
-            self._host_calls = [(name, list(bindings)) for name, bindings in json.loads(str(found()))] \
-                if found is not None else []
+            recorded = read_json(self._vm(), HOST_CALLS_FUNCTION) or []
+            self._host_calls = [(name, list(bindings)) for name, bindings in recorded]
         return self._host_calls
 
     def host_nodes(self) -> dict[str, list[str]]:
@@ -226,7 +221,7 @@ class Artifact:
     def _run_io(self) -> Optional[dict]:
         """What a run may share with its caller, as the program records it (None: share nothing)."""
         if self._shared_io is _UNREAD:
-            self._shared_io = run_io.read(self._vm())
+            self._shared_io = read_json(self._vm(), RUN_IO_FUNCTION)
         return self._shared_io
 
     def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:

@@ -20,6 +20,7 @@ from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
 from byoc.errors import BuildError, ByocError, CodegenError, TargetError, VendorOptionError, last_line
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
+from byoc.host.recorded import text_function
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.onnx_model import index_inputs
 from byoc.pipeline.lowering import lower_partitions
@@ -206,11 +207,7 @@ def _input_alignment(plan: PartitionPlan) -> dict[str, int]:
 
 
 def _with_metadata(mod, text: str):
-    import tvm
-    from tvm import relax
-
-    value = tvm.ir.expr.StringImm(text)
-    mod[METADATA_FUNCTION] = relax.Function([], value, value.ty).with_attr("global_symbol", METADATA_FUNCTION)
+    mod[METADATA_FUNCTION] = text_function(METADATA_FUNCTION, text)
     return mod
 
 
