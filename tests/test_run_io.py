@@ -53,6 +53,9 @@ def test_an_input_is_copied_only_when_a_reader_needs_more_alignment_than_it_has(
     (y,) = artifact.run({"x": x})
     np.testing.assert_allclose(y, onnxruntime_outputs(model, {"x": kept})[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(x, kept)  # nothing wrote into the caller's array
+    aligned.flags.writeable = False  # a read-only array runs as well, shared or copied
+    np.testing.assert_allclose(artifact.run({"x": aligned})[0], onnxruntime_outputs(model, {"x": aligned.copy()})[0],
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_an_output_the_program_made_is_returned_without_a_copy_and_stays_the_callers():
