@@ -206,6 +206,7 @@ CASES = [
     ("conv_depthwise", "3x3 144 112x112", conv_case(144, 144, 112, group=144)),
     ("conv_depthwise", "5x5/2 240 28x28", conv_case(240, 240, 28, k=5, stride=2, group=240)),
     ("conv_depthwise", "3x3 960 7x7", conv_case(960, 960, 7, group=960)),
+    ("conv_depthwise", "3x3 72 56x56 (MobileNetV3, 4.5 blocks of 16)", conv_case(72, 72, 56, group=72)),
     ("conv_depthwise", "7x7 96 56x56 (ConvNeXt)", conv_case(96, 96, 56, k=7, group=96)),
     ("conv_dilated", "3x3 d2 256 64x64 (DeepLab)", conv_case(256, 256, 64, dilation=2)),
     ("conv_dilated", "3x3 d4 128 32x32", conv_case(128, 128, 32, dilation=4)),

@@ -56,18 +56,29 @@ def onednn_library() -> list[Path]:
     return [_located(LIBRARY_DIST, "libdnnl.so.3")]
 
 
-@contextlib.contextmanager
-def bound_openmp_spinning():
-    """While oneDNN's libraries load, let idle OpenMP threads spin about 12 ms, then sleep, unless the user chose a policy.
+#: libgomp's settings byoc chooses while oneDNN loads, each with the variables by which a user's own choice wins
+_OPENMP_SETTINGS = (
+    ({"GOMP_SPINCOUNT": "1000000"}, ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")),
+    ({"OMP_PROC_BIND": "true"}, ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")),
+)
 
-    oneDNN runs on OpenMP threads. How long an idle one spins before it sleeps
-    (libgomp's GOMP_SPINCOUNT, default 300 000 rounds: about 5 ms here) decides
-    what a call after a pause costs. Calls after pauses are how models run in
-    services and in benchmarks' rounds, and on a virtual machine a thread that
-    slept is slow to come back: the team then ran its primitives at the speed
-    of one thread, or slower, for many calls. Measured on 2 idle cores of a KVM
-    guest (AVX-512 VNNI), byoc[dnnl], median per call, bursts of 5 calls after
-    50 ms pauses (and back to back):
+
+@contextlib.contextmanager
+def openmp_settings_while_loading():
+    """While oneDNN's libraries load, bound idle OpenMP threads' spinning to about 12 ms and bind the team's
+    threads to CPUs, each unless the user chose; the loading thread keeps the CPUs it had.
+
+    oneDNN runs on OpenMP threads, and libgomp reads its settings once, when it
+    is loaded: they are set for the duration of the load and removed again, so
+    ``os.environ`` is left as it was. They have no effect when something in the
+    process loaded libgomp before.
+
+    **Spinning.** How long an idle thread spins before it sleeps (libgomp's
+    GOMP_SPINCOUNT, default 300 000 rounds: about 5 ms here) decides what a
+    call after a pause costs. Calls after pauses are how models run in services
+    and in benchmarks' rounds. Measured on 2 idle cores of a KVM guest
+    (AVX-512 VNNI), byoc[dnnl], median per call, bursts of 5 calls after 50 ms
+    pauses (and back to back):
 
     ==============================  =======================  ==================
     GOMP_SPINCOUNT                  Linear [128,768]x[768,   EfficientNet-B0
@@ -81,24 +92,35 @@ def bound_openmp_spinning():
     An idle process pays for it with about 12 ms of one core after each call.
     Shorter spinning had been chosen to bound what idle threads take from the
     host code between partitions, which measured no faster (MobileNetV2 2.28
-    ms either way, BERT 59.7 ms with the default against 61.1 ms). libgomp
-    reads the variable once, when it is loaded: it is set for the duration of
-    the load and removed again, so ``os.environ`` is left as it was. It has no
-    effect when something in the process loaded libgomp before;
-    OMP_WAIT_POLICY or GOMP_SPINCOUNT set by the user win.
+    ms either way, BERT 59.7 ms with the default against 61.1 ms).
+
+    **Binding** (OMP_PROC_BIND=true: each team thread stays on a CPU of its
+    own, after the caller's). A sleeping team thread that is woken unbound is
+    queued on the CPU of the thread that woke it, which goes on computing its
+    own share, and it waits for the scheduler's next tick there (4 ms on a 250
+    Hz kernel). On the same guest an empty OpenMP region after a 50 ms pause
+    took 4-7 ms unbound and 0.07 ms bound; the first call of Silero VAD over 8
+    chunks after a pause took 12.6 ms on a team and 1.1 ms bound. libgomp also
+    binds the thread that loads it, which every thread it starts later would
+    inherit: that thread gets its CPUs back here, and the runtime holds a
+    caller on its place only for the length of a run (``HeldOnPlace`` in
+    ``runtime/common.h``).
     """
-    if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
-        yield
-        return
-    os.environ["GOMP_SPINCOUNT"] = "1000000"
+    chosen = {name: value for values, user_choices in _OPENMP_SETTINGS
+              if not any(v in os.environ for v in user_choices) for name, value in values.items()}
+    cpus = os.sched_getaffinity(0)
+    os.environ.update(chosen)
     try:
         yield
     finally:
-        del os.environ["GOMP_SPINCOUNT"]
+        for name in chosen:
+            del os.environ[name]
+        if "OMP_PROC_BIND" in chosen and os.sched_getaffinity(0) != cpus:
+            os.sched_setaffinity(0, cpus)
 
 
 DNNL_RUNTIME = RuntimeLibrary("dnnl", package=__package__, dependencies=onednn_library,
-                              prepare=bound_openmp_spinning)
+                              prepare=openmp_settings_while_loading)
 
 
 class DnnlCodegen(JsonRuntimeCodegen):

@@ -7,6 +7,8 @@
 #include <oneapi/dnnl/dnnl_debug.h>
 
 #include <omp.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -57,10 +59,13 @@ struct StepTime {
 // Single-thread work in microseconds, roughly, on AVX2: multiply-adds of a convolution or
 // matmul, and elements read and written by anything else.
 constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
-// A primitive below this runs on one thread; so does every primitive of a module whose
-// total is below kParallelModuleUs (a whole run shorter than one scheduler time slice
-// gains nothing from a team that may wait a time slice for its second thread).
-constexpr double kParallelOpUs = 25, kParallelModuleUs = 1000;
+// A primitive below kParallelOpUs runs on one thread; so does one below kParallelAloneUs in a module whose
+// total is below kParallelModuleUs. A team costs a wake-up of its sleeping threads at the first primitive
+// after a pause (about 0.07 ms on a KVM guest with the team bound to CPUs: HeldOnPlace), which a short module
+// of small primitives does not win back (Silero VAD, 0.2 ms a call: 1.4x onnxruntime with every primitive
+// over 25 us on the team, 1.0-1.2x with this), while one primitive of 0.1 ms alone does (a softmax over
+// [1,12,128,128] on one thread: 1.65x onnxruntime's two; on the team 0.93x). Measured on 2 cores, AVX-512 VNNI.
+constexpr double kParallelOpUs = 25, kParallelAloneUs = 100, kParallelModuleUs = 1000;
 
 // Sets the calling thread's OpenMP team size for its lifetime, then puts the caller's back.
 class OmpThreads {
@@ -73,6 +78,38 @@ class OmpThreads {
 
  private:
   int saved_, current_;
+};
+
+// Holds the calling thread on the CPUs of its OpenMP place for its lifetime, then gives it back the CPUs it had.
+// With OMP_PROC_BIND (byoc sets it when oneDNN's libraries load, unless the user chose) libgomp binds each team
+// thread to a place after the caller's. Left free, the caller may be running on a team thread's CPU: that
+// thread, woken there, then waits for the scheduler's next tick (4 ms on a 250 Hz kernel) before its share of
+// the first primitive starts. Measured on a 2-core KVM guest, the first call after a 50 ms pause of Silero VAD
+// over 8 chunks took 12.6 ms on a team, 1.2 ms on one thread, and 1.1 ms on a team with the caller held.
+// Given back after the run, so that the caller's threads started later are not confined to one CPU.
+class HeldOnPlace {
+ public:
+  HeldOnPlace() {
+    if (omp_get_proc_bind() == omp_proc_bind_false) return;
+    held_ = pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_) == 0;
+    int place = omp_get_place_num();  // which binds a thread that has no place yet (libgomp)
+    if (!held_ || place < 0) return;
+    std::vector<int> ids(omp_get_place_num_procs(place));
+    omp_get_place_proc_ids(place, ids.data());
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    for (int id : ids) CPU_SET(id, &cpus);
+    pthread_setaffinity_np(pthread_self(), sizeof cpus, &cpus);
+  }
+  ~HeldOnPlace() {
+    if (held_) pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_);
+  }
+  HeldOnPlace(const HeldOnPlace&) = delete;
+  HeldOnPlace& operator=(const HeldOnPlace&) = delete;
+
+ private:
+  cpu_set_t saved_;
+  bool held_ = false;
 };
 
 constexpr size_t kAlign = 64;

@@ -23,8 +23,10 @@ namespace dnnl_runtime {
 // ProgramChooser sends each call to whichever was faster when last timed:
 // - kSlowRuns team runs in a row that were slow send the next calls to the serial program.
 //   Slow means slower than the last serial run by kSwitchMargin; before the serial program
-//   has run, it means that the calling thread spent most of the run off a CPU (its CPU time
-//   under kBusyShare of the wall time: it slept waiting for its team, or for a core).
+//   has run, it means that the team's threads spent much of the run off a CPU: the calling
+//   thread's CPU time, or the process's over the team size, under kBusyShare of the wall time.
+//   An unbound caller sleeps while it waits for its team, or for a core; a caller bound to
+//   its own CPU (OMP_PROC_BIND) spins there while its team's thread waits for a busy core.
 // - After the serial calls (one, the first time, to time it), kTrials team calls try the
 //   team again (the first of them wakes the sleeping team, so the best one counts). Faster
 //   than the last serial run, the team keeps the calls; slower, the serial program gets
@@ -33,7 +35,7 @@ namespace dnnl_runtime {
 // serial program is compiled the first time it is needed (its reordered weights are a second
 // copy). The graph's option contention_watch off (vendor_options, or BYOC_DNNL_CONTENTION=off
 // when the artifact was built) keeps every call on the team's program. byoc.dnnl.run_counts() says how many runs each kind of program made.
-constexpr double kBusyShare = 0.8;  // an idle team's caller spins at barriers: its share is ~1
+constexpr double kBusyShare = 0.8;  // an idle team's threads spin at barriers: their share is ~1
 constexpr double kMinContendedUs = 200;  // shorter runs cannot have waited a time slice
 constexpr double kSwitchMargin = 1.2;
 constexpr int kSlowRuns = 2, kTrials = 2, kFirstBackoff = 4, kMaxBackoff = 1024;
@@ -51,7 +53,7 @@ inline double ClockUs(clockid_t clock) {
 class ProgramChooser {
  public:
   // One call, on the program the timings so far pick: `team()` runs the team's program and returns its
-  // {wall, calling thread's CPU} time in microseconds, `serial()` the serial one and its wall time.
+  // {wall, CPU per team thread} time in microseconds, `serial()` the serial one and its wall time.
   // Returns whether the call ran serially.
   template <class Team, class Serial>
   bool Call(Team team, Serial serial) {

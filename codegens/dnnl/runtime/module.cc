@@ -71,9 +71,12 @@ class DnnlExecutor {
     }
     bool serial = chooser_.Call(
         [&] {
-          double wall = ClockUs(CLOCK_MONOTONIC), cpu = ClockUs(CLOCK_THREAD_CPUTIME_ID);
+          double wall = ClockUs(CLOCK_MONOTONIC), caller = ClockUs(CLOCK_THREAD_CPUTIME_ID),
+                 process = ClockUs(CLOCK_PROCESS_CPUTIME_ID);
           team_.Run(in, out);
-          return std::make_pair(ClockUs(CLOCK_MONOTONIC) - wall, ClockUs(CLOCK_THREAD_CPUTIME_ID) - cpu);
+          caller = ClockUs(CLOCK_THREAD_CPUTIME_ID) - caller;
+          process = ClockUs(CLOCK_PROCESS_CPUTIME_ID) - process;
+          return std::make_pair(ClockUs(CLOCK_MONOTONIC) - wall, std::min(caller, process / max_threads_));
         },
         [&] {
           const Program& program = Serial();  // compiled on first use, outside the timing
@@ -119,8 +122,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("byoc.dnnl.kernel_runs", []() -> int64_t { return g_kernel_runs.load(); })
       // Every program in this process times each step from now on (true) or no longer (false); see get_step_times.
       .def("byoc.dnnl.set_step_timing", [](bool on) { g_step_timing.store(on); })
-      // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with its
-      // caller `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
+      // The programs `calls` calls would run (1: serial) when every team run takes `team_wall_us` with each of its
+      // threads `team_cpu_us` on a CPU and every serial run `serial_us`: the chooser's schedule, without a clock.
       .def("byoc.dnnl.program_schedule",
            [](double team_wall_us, double team_cpu_us, double serial_us, int64_t calls) -> tvm::ffi::Array<int64_t> {
              ProgramChooser chooser;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include <chrono>
+#include <optional>
 
 #include "program.h"
 
@@ -33,7 +34,8 @@ Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<Shar
   double total_us = 0;
   for (const BodyOp& op : ops) total_us += WorkUs(op);
   for (size_t k = 0; k < ops.size();) {
-    threads_ = total_us >= kParallelModuleUs && WorkUs(ops[k]) >= kParallelOpUs ? max_threads : 1;
+    double op_us = WorkUs(ops[k]);
+    threads_ = op_us >= kParallelOpUs && (total_us >= kParallelModuleUs || op_us >= kParallelAloneUs) ? max_threads : 1;
     omp.Set(threads_);
     try {
       k = CompileOp(k);
@@ -58,6 +60,8 @@ void Program::Run(float* const* in, float* const* out) const {
   for (Bound& b : ws->inputs) b.mem.set_data_handle(reinterpret_cast<char*>(in[b.slot]) + b.offset);
   for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
   {
+    std::optional<HeldOnPlace> held;
+    if (parallel()) held.emplace();
     OmpThreads omp;
     bool timed = g_step_timing.load(std::memory_order_relaxed);
     for (size_t i = 0; i < steps_.size(); ++i) {
