@@ -17,10 +17,12 @@ import pytest
 
 import byoc
 from byoc.codegens.c_source import CSourceCodegen
+from byoc.pipeline.host_bound import COVERED_SHARE, distinct_heavy_ops, heaviest, host_lower_bounds
 from byoc.pipeline.placement import choose
+from byoc.pipeline.placement_record import PlacedPartition
 from byoc.tools.report import REPORT_SCHEMA, build_report, render
 from byoc.vendor import OpRule, Vendor, always
-from models import model as make_model, onnxruntime_outputs, random_inputs, small_cnn, tensor
+from models import const, model as make_model, onnxruntime_outputs, random_inputs, small_cnn, tensor
 
 
 class _Priced(CSourceCodegen):
@@ -114,6 +116,59 @@ def test_a_partition_moves_to_a_faster_vendor_that_takes_all_its_ops():
     # the whole model on the host, and each partition's ops on the other vendor
     assert artifact.placement.candidate_builds == 1 + len(decisions)
     assert {p.vendor for p in artifact.plan.partitions} <= {d.place for d in decisions} - {"host"}
+    for got, want in zip(artifact.run(inputs), onnxruntime_outputs(model, inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def _conv_chain():
+    """Two identical 3x3 convs of 16 channels at 24x24 and a 1x1 conv to 8, with ReLUs between: one partition
+    of the priced vendor, with two distinct heavy ops."""
+    rng = np.random.default_rng(0)
+    w3 = [const(f"w{i}", rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.1) for i in range(2)]
+    w1 = const("w2", rng.standard_normal((8, 16, 1, 1)).astype(np.float32) * 0.1)
+    nodes = [oh.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1]), oh.make_node("Relu", ["a"], ["b"]),
+             oh.make_node("Conv", ["b", "w1"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Relu", ["c"], ["d"]),
+             oh.make_node("Conv", ["d", "w2"], ["y"])]
+    return make_model(nodes, [tensor("x", [1, 16, 24, 24])], [tensor("y", [1, 8, 24, 24])], [*w3, w1])
+
+
+def test_heavy_ops_are_grouped_counted_and_ranked():
+    ranked = distinct_heavy_ops(byoc.import_model(_conv_chain()).mod["main"])
+    per_output_3x3, per_output_1x1 = 16 * 3 * 3, 16
+    assert [(op.count, op.macs) for op in ranked] == [(2, 16 * 24 * 24 * per_output_3x3),
+                                                      (1, 8 * 24 * 24 * per_output_1x1)]
+    # the two 3x3 convs hold 97% of the multiply-adds: they alone are enough for the bound
+    assert heaviest(ranked) == ranked[:1] and COVERED_SHARE < 0.97
+
+
+def test_no_bound_without_heavy_ops_or_static_shapes():
+    relu = make_model([oh.make_node("Relu", ["x"], ["y"])], [tensor("x", [1, 4])], [tensor("y", [1, 4])])
+
+    def must_not_build(*_):
+        raise AssertionError("nothing is built when a partition has no heavy op")
+
+    functions = {"convs": byoc.import_model(_conv_chain()).mod["main"], "relu": byoc.import_model(relu).mod["main"]}
+    assert host_lower_bounds(functions, must_not_build, 3, must_not_build) == {}
+    matmul = make_model([oh.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["batch", 4])],
+                        [tensor("y", ["batch", 2])], [const("w", np.ones((4, 2), np.float32))])
+    assert distinct_heavy_ops(byoc.import_model(matmul).mod["main"]) == []  # a symbolic dim: no size to time
+
+
+def test_a_lower_bound_from_the_heaviest_ops_settles_a_clear_win_without_the_whole_host_build():
+    model = _conv_chain()
+    inputs = random_inputs(model)
+    artifact = byoc.compile(model, [_priced(1e-6)], placement="measured", sample_inputs=inputs)
+    (decision,) = artifact.placement.decisions
+    assert decision.bounds == {"host": "its 1 heaviest distinct op(s), 97% of its multiply-adds"}
+    assert decision.place == "priced" and decision.times_ms["host"] > 0
+    assert (decision.place, decision.reason) == choose(decision.times_ms, "priced", 1.1, ["priced"], decision.bounds)
+    assert decision.reason.startswith("kept on priced: priced 1e-06 ms (estimated), host >= ")
+    assert artifact.placement.candidate_builds == 1  # the heaviest ops on the host, not the whole model
+    assert "priced 1e-06 ms (estimated), host >= " in render(build_report(artifact.plan, "conv_chain"), "text")
+    # a record written before bounds existed still loads
+    record = decision.as_json()
+    del record["bounds"]
+    assert PlacedPartition.from_json(record).bounds == {}
     for got, want in zip(artifact.run(inputs), onnxruntime_outputs(model, inputs)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 

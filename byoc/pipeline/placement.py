@@ -5,9 +5,12 @@ and TVM's Collage did by estimate and by search. Each partition of the rule-base
 
 * on its vendor: its calls in a run of the rule-based artifact on the sample inputs, or the vendor's cost
   hook (:meth:`byoc.vendor.Codegen.estimate_cost`) for hardware this machine does not have;
-* on the host: in one host-only build of the whole model, run on the same inputs, the time of the host
-  functions that compute the partition's ops (:meth:`byoc.Artifact.host_calls`; a fused function that also
-  computes ops outside the partition counts by its share of bindings);
+* on the host: first a lower bound, the time of the partition's heaviest distinct ops built for the host
+  alone (:mod:`byoc.pipeline.host_bound`: one small build for all partitions). When every partition's
+  bound already shows its vendor faster by ``min_speedup``, that settles it; otherwise, in one host-only
+  build of the whole model, run on the same inputs, the time of the host functions that compute the
+  partition's ops (:meth:`byoc.Artifact.host_calls`; a fused function that also computes ops outside the
+  partition counts by its share of bindings);
 * on every other vendor of the build that takes all of its ops: the partition's ops alone (its function
   with the composites inlined) built for that vendor and run on the tensors that reached the partition.
 
@@ -16,9 +19,10 @@ vendor must win by that factor, as onnx-mlir's ``minFactor``); otherwise it goes
 place. Its ops are then demoted from the vendors that lost, with the times as the reason, and the model is
 cut again (:func:`byoc.pipeline.partitioner.cut`); the regions that cut makes are built as they come, not
 measured again. Every decision is kept in the plan (:attr:`PartitionPlan.placement`) and in the artifact's
-metadata, so a loaded artifact reports it. Builds: the rule-based one, the host one, one per other vendor
-and partition, and the final one; a place that is clearly slower (by twice ``min_speedup``) is not timed
-past the run that shows it.
+metadata, so a loaded artifact reports it. Builds: the rule-based one, the heaviest ops' (when every
+partition has a convolution or matmul), the whole model's on the host (when their bounds do not settle it),
+one per other vendor and partition, and the final one; a place that is clearly slower (by twice
+``min_speedup``) is not timed past the run that shows it.
 
 Sizes are those of the sample inputs: the user's, or seeded random ones of the declared shapes (a symbolic
 dim then needs a size). Boundary tensors are real ones, captured from the rule-based run, so an index tensor
@@ -38,7 +42,8 @@ from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.importer import unique_binding_names
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
-from byoc.pipeline.placement_record import PlacedPartition, Placement
+from byoc.pipeline.host_bound import host_lower_bounds
+from byoc.pipeline.placement_record import PlacedPartition, Placement, quote_times
 from byoc.pipeline.profile import BUILTIN, seconds_per_run, time_calls
 from byoc.pipeline.samples import random_inputs
 from byoc.vendor import cost_estimator
@@ -107,17 +112,23 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         return all(host_ms[p.name] > _CLEAR_LOSS * min_speedup * vendor_times[p.name][0].get(p.vendor, 0.0)
                    for p in plan.partitions)
 
-    _log.info("measured placement: building and timing the model on the host")
-    host_times = _host_times(build(plan.imported, []), arrays, runs, plan.partitions, clearly_slower)
-    decisions, builds = [], 1  # the host build of the whole model
+    host_bounds, builds = _settling_host_bounds(plan, vendor_times, arguments, build, runs, min_speedup)
+    if host_bounds:
+        host_times = {name: bound.ms for name, bound in host_bounds.items()}
+    else:
+        _log.info("measured placement: building and timing the model on the host")
+        host_times = _host_times(build(plan.imported, []), arrays, runs, plan.partitions, clearly_slower)
+        builds += 1
+    decisions = []
     for part in plan.partitions:
         times, estimated = vendor_times[part.name]
         times[HOST] = host_times[part.name]
+        bounds = {HOST: host_bounds[part.name].describe()} if host_bounds else {}
         builds += _time_other_vendors(plan, part, times, arguments.get(part.name), build, runs, min_speedup)
-        place, reason = choose(times, part.vendor, min_speedup, estimated)
+        place, reason = choose(times, part.vendor, min_speedup, estimated, bounds)
         _log.info("measured placement: %s %s", part.name, reason)
         decisions.append(PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place,
-                                         reason))
+                                         reason, bounds))
     placement = Placement(decisions, builds, min_speedup)
     demoted = {(vendor.name, binding): f"{d.reason} (measured placement)"
                for d, part in zip(decisions, plan.partitions) if d.place != d.vendor
@@ -129,6 +140,23 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         final = dataclasses.replace(plan, placement=placement)
     # Built again even when nothing moved: the decisions go into the artifact's metadata, compiled in.
     return build(final, None)
+
+
+def _settling_host_bounds(plan: PartitionPlan, vendor_times: Mapping, arguments: Mapping, build: Build, runs: int,
+                          min_speedup: float) -> tuple[dict, int]:
+    """``({partition: HostBound}, builds made)``: lower bounds on the host's time for every partition from its
+    heaviest ops (:mod:`byoc.pipeline.host_bound`), when each one already shows the partition's vendor faster
+    by ``min_speedup``; otherwise ``{}``, and the whole model is timed on the host instead."""
+    if any(p.name not in arguments for p in plan.partitions):
+        return {}, 0
+    functions = {p.name: _partition_model(plan, p, arguments[p.name]).mod["main"] for p in plan.partitions}
+    _log.info("measured placement: timing the heaviest ops of %d partition(s) on the host", len(functions))
+    bounds = host_lower_bounds(functions, build, runs, lambda artifact, arrays, n: _call_times(artifact, arrays, n)[0])
+    if not bounds:
+        return {}, 0  # some partition has no heavy op: nothing was built
+    settled = all(p.name in bounds and bounds[p.name].ms >= min_speedup * vendor_times[p.name][0][p.vendor]
+                  for p in plan.partitions)
+    return (bounds if settled else {}), 1
 
 
 def _vendor_time(plan: PartitionPlan, part: Partition, measured_ms: float) -> tuple[dict, list]:
@@ -192,10 +220,11 @@ def _time_other_vendors(plan: PartitionPlan, part: Partition, times: dict, argum
     return len(others)
 
 
-def choose(times: Mapping[str, float], vendor: str, min_speedup: float, estimated=()) -> tuple[str, str]:
-    """Where a partition of ``vendor`` goes given its ``times`` (place -> ms), and the reason quoting them."""
-    quoted = ", ".join(f"{place} {ms:.3g} ms{' (estimated)' if place in estimated else ''}"
-                       for place, ms in sorted(times.items(), key=lambda item: (item[0] != vendor, item[1])))
+def choose(times: Mapping[str, float], vendor: str, min_speedup: float, estimated=(),
+           bounds: Optional[Mapping[str, str]] = None) -> tuple[str, str]:
+    """Where a partition of ``vendor`` goes given its ``times`` (place -> ms; those in ``bounds`` lower
+    bounds, with what they count), and the reason quoting them."""
+    quoted = quote_times(times, estimated, bounds, first=vendor)
     others = {place: ms for place, ms in times.items() if place != vendor}
     if not others:
         return vendor, f"kept on {vendor}: nowhere else to run it ({quoted})"

@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Mapping, Optional
 
 from byoc.errors import ByocError
+from byoc.pipeline.placement_record import quote_times
 from byoc.vendor.options import format_value
 
 if TYPE_CHECKING:  # only named in annotations: PartitionPlan.report() imports this module
@@ -481,8 +482,7 @@ def _placement_rows(placement: Mapping) -> tuple[str, list[str], list[list[str]]
                f"faster than every other place; {placement['candidate_builds']} candidate build(s))")
     rows = []
     for d in placement["decisions"]:
-        times = ", ".join(f"{place} {ms:.3g} ms{' (estimated)' if place in d['estimated'] else ''}"
-                          for place, ms in sorted(d["times_ms"].items(), key=lambda item: item[1]))
+        times = quote_times(d["times_ms"], d["estimated"], d.get("bounds"))
         rows.append([d["partition"], d["vendor"], times, d["place"]])
     return heading, ["partition", "rules gave it to", "ms per run, fastest first", "placed on"], rows
 
