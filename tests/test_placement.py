@@ -17,7 +17,8 @@ import pytest
 
 import byoc
 from byoc.codegens.c_source import CSourceCodegen
-from byoc.pipeline.host_bound import COVERED_SHARE, distinct_heavy_ops, heaviest, host_lower_bounds
+from byoc.pipeline.host_bound import (COVERED_SHARE, MIN_VENDOR_RATE, could_settle, distinct_heavy_ops, heaviest,
+                                      host_lower_bounds)
 from byoc.pipeline.placement import choose
 from byoc.pipeline.placement_record import PlacedPartition
 from byoc.tools.report import REPORT_SCHEMA, build_report, render
@@ -149,6 +150,11 @@ def test_no_bound_without_heavy_ops_or_static_shapes():
 
     functions = {"convs": byoc.import_model(_conv_chain()).mod["main"], "relu": byoc.import_model(relu).mod["main"]}
     assert host_lower_bounds(functions, must_not_build, 3, must_not_build) == {}
+    assert not could_settle(functions["relu"], 1.0)
+    # a vendor at scalar speed on the heavy ops is not worth a bound; one at twice the floor is
+    macs = sum(op.count * op.macs for op in distinct_heavy_ops(functions["convs"]))
+    floor_ms = macs / MIN_VENDOR_RATE * 1e3
+    assert could_settle(functions["convs"], floor_ms / 2) and not could_settle(functions["convs"], floor_ms * 2)
     matmul = make_model([oh.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["batch", 4])],
                         [tensor("y", ["batch", 2])], [const("w", np.ones((4, 2), np.float32))])
     assert distinct_heavy_ops(byoc.import_model(matmul).mod["main"]) == []  # a symbolic dim: no size to time

@@ -27,6 +27,10 @@ HEAVY_OPS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv2d_transpose", 
 COVERED_SHARE = 0.5
 #: ... or until this many are taken (each one is compiled for the host)
 MAX_DISTINCT = 8
+#: a vendor slower than this on a partition's heavy ops (multiply-adds per second) runs them at the speed of
+#: scalar C loops (byoc's reference vendors: 0.5 GMAC/s on SqueezeNet), which the host's vectorized code
+#: beats: a bound of part of the host's time cannot show such a vendor faster, so none is built
+MIN_VENDOR_RATE = 2e9
 
 
 @dataclasses.dataclass
@@ -74,6 +78,15 @@ def distinct_heavy_ops(func) -> list[HeavyOp]:
             else:
                 groups[key] = HeavyOp(call, 1, _macs(call.op.name, shapes))
     return sorted(groups.values(), key=lambda op: op.count * op.macs, reverse=True)
+
+
+def could_settle(func, vendor_ms: float) -> bool:
+    """Whether a host bound could show the vendor that runs ``func`` in ``vendor_ms`` faster: it has heavy
+    ops, and runs them at :data:`MIN_VENDOR_RATE` or more."""
+    macs = sum(op.count * op.macs for op in distinct_heavy_ops(func))
+    if macs <= 0:
+        return False
+    return vendor_ms <= 0 or macs / (vendor_ms * 1e-3) >= MIN_VENDOR_RATE
 
 
 def heaviest(ranked: list[HeavyOp]) -> list[HeavyOp]:

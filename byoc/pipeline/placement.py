@@ -42,7 +42,7 @@ from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.importer import unique_binding_names
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
-from byoc.pipeline.host_bound import host_lower_bounds
+from byoc.pipeline.host_bound import could_settle, host_lower_bounds
 from byoc.pipeline.placement_record import PlacedPartition, Placement, quote_times
 from byoc.pipeline.profile import BUILTIN, seconds_per_run, time_calls
 from byoc.pipeline.samples import random_inputs
@@ -150,6 +150,8 @@ def _settling_host_bounds(plan: PartitionPlan, vendor_times: Mapping, arguments:
     if any(p.name not in arguments for p in plan.partitions):
         return {}, 0
     functions = {p.name: _partition_model(plan, p, arguments[p.name]).mod["main"] for p in plan.partitions}
+    if not all(could_settle(functions[p.name], vendor_times[p.name][0][p.vendor]) for p in plan.partitions):
+        return {}, 0
     _log.info("measured placement: timing the heaviest ops of %d partition(s) on the host", len(functions))
     bounds = host_lower_bounds(functions, build, runs, lambda artifact, arrays, n: _call_times(artifact, arrays, n)[0])
     if not bounds:
