@@ -149,12 +149,14 @@ def test_no_bound_without_heavy_ops_or_static_shapes():
         raise AssertionError("nothing is built when a partition has no heavy op")
 
     functions = {"convs": byoc.import_model(_conv_chain()).mod["main"], "relu": byoc.import_model(relu).mod["main"]}
-    assert host_lower_bounds(functions, must_not_build, 3, must_not_build) == {}
-    assert not could_settle(functions["relu"], 1.0)
+    assert host_lower_bounds(functions, {"convs": 1e-6, "relu": 1e-6}, must_not_build, 3, must_not_build) == {}
+    assert not could_settle(distinct_heavy_ops(functions["relu"]), 1.0)
     # a vendor at scalar speed on the heavy ops is not worth a bound; one at twice the floor is
-    macs = sum(op.count * op.macs for op in distinct_heavy_ops(functions["convs"]))
-    floor_ms = macs / MIN_VENDOR_RATE * 1e3
-    assert could_settle(functions["convs"], floor_ms / 2) and not could_settle(functions["convs"], floor_ms * 2)
+    ranked = distinct_heavy_ops(functions["convs"])
+    floor_ms = sum(op.count * op.macs for op in ranked) / MIN_VENDOR_RATE * 1e3
+    assert could_settle(ranked, floor_ms / 2) and not could_settle(ranked, floor_ms * 2)
+    assert host_lower_bounds({"convs": functions["convs"]}, {"convs": floor_ms * 2}, must_not_build, 3,
+                             must_not_build) == {}
     matmul = make_model([oh.make_node("MatMul", ["x", "w"], ["y"])], [tensor("x", ["batch", 4])],
                         [tensor("y", ["batch", 2])], [const("w", np.ones((4, 2), np.float32))])
     assert distinct_heavy_ops(byoc.import_model(matmul).mod["main"]) == []  # a symbolic dim: no size to time

@@ -80,10 +80,11 @@ def distinct_heavy_ops(func) -> list[HeavyOp]:
     return sorted(groups.values(), key=lambda op: op.count * op.macs, reverse=True)
 
 
-def could_settle(func, vendor_ms: float) -> bool:
-    """Whether a host bound could show the vendor that runs ``func`` in ``vendor_ms`` faster: it has heavy
-    ops, and runs them at :data:`MIN_VENDOR_RATE` or more."""
-    macs = sum(op.count * op.macs for op in distinct_heavy_ops(func))
+def could_settle(ranked: list[HeavyOp], vendor_ms: float) -> bool:
+    """Whether a host bound could show faster the vendor that runs a partition of heavy ops ``ranked``
+    (:func:`distinct_heavy_ops`) in ``vendor_ms``: it has some, and runs them at :data:`MIN_VENDOR_RATE` or
+    more."""
+    macs = sum(op.count * op.macs for op in ranked)
     if macs <= 0:
         return False
     return vendor_ms <= 0 or macs / (vendor_ms * 1e-3) >= MIN_VENDOR_RATE
@@ -102,19 +103,20 @@ def heaviest(ranked: list[HeavyOp]) -> list[HeavyOp]:
     return taken
 
 
-def host_lower_bounds(functions: Mapping[str, object], build: Callable, runs: int,
+def host_lower_bounds(functions: Mapping[str, object], vendor_ms: Mapping[str, float], build: Callable, runs: int,
                       time_calls: Callable) -> dict[str, HostBound]:
     """Partition name -> :class:`HostBound` for each of ``functions`` (name -> function, as
     :func:`distinct_heavy_ops` takes): their heaviest ops built for the host as one model (``build(model,
     [])``) and timed (``time_calls(artifact, arrays, runs)`` -> call name -> ms per run). Empty, and nothing
-    built, when one of them has no heavy op: its host time then needs the whole model."""
+    built, when a bound could not show one of them faster on its vendor, which runs it in ``vendor_ms[name]``
+    (:func:`could_settle`): its host time then needs the whole model."""
     from tvm import relax
     from tvm.ir import GenericConst
 
     ranked = {name: distinct_heavy_ops(func) for name, func in functions.items()}
-    heavy = {name: heaviest(ops) for name, ops in ranked.items()}
-    if not all(heavy.values()):
+    if not all(could_settle(ops, vendor_ms[name]) for name, ops in ranked.items()):
         return {}
+    heavy = {name: heaviest(ops) for name, ops in ranked.items()}
     distinct, index_of = [], {}
     for ops in heavy.values():
         for op in ops:

@@ -42,7 +42,7 @@ from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.importer import unique_binding_names
 from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
-from byoc.pipeline.host_bound import could_settle, host_lower_bounds
+from byoc.pipeline.host_bound import host_lower_bounds
 from byoc.pipeline.placement_record import PlacedPartition, Placement, quote_times
 from byoc.pipeline.profile import BUILTIN, seconds_per_run, time_calls
 from byoc.pipeline.samples import random_inputs
@@ -112,7 +112,14 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         return all(host_ms[p.name] > _CLEAR_LOSS * min_speedup * vendor_times[p.name][0].get(p.vendor, 0.0)
                    for p in plan.partitions)
 
-    host_bounds, builds = _settling_host_bounds(plan, vendor_times, arguments, build, runs, min_speedup)
+    models: dict = {}
+
+    def model_of(part: Partition) -> ImportedModel:  # the partition's ops alone: for the host bound and other vendors
+        if part.name not in models:
+            models[part.name] = _partition_model(plan, part, arguments[part.name])
+        return models[part.name]
+
+    host_bounds, builds = _settling_host_bounds(plan, vendor_times, arguments, model_of, build, runs, min_speedup)
     if host_bounds:
         host_times = {name: bound.ms for name, bound in host_bounds.items()}
     else:
@@ -124,7 +131,8 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
         times, estimated = vendor_times[part.name]
         times[HOST] = host_times[part.name]
         bounds = {HOST: host_bounds[part.name].describe()} if host_bounds else {}
-        builds += _time_other_vendors(plan, part, times, arguments.get(part.name), build, runs, min_speedup)
+        builds += _time_other_vendors(plan, part, times, arguments.get(part.name), model_of, build, runs,
+                                      min_speedup)
         place, reason = choose(times, part.vendor, min_speedup, estimated, bounds)
         _log.info("measured placement: %s %s", part.name, reason)
         decisions.append(PlacedPartition(part.name, part.vendor, list(part.onnx_nodes), times, estimated, place,
@@ -142,22 +150,22 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     return build(final, None)
 
 
-def _settling_host_bounds(plan: PartitionPlan, vendor_times: Mapping, arguments: Mapping, build: Build, runs: int,
-                          min_speedup: float) -> tuple[dict, int]:
+def _settling_host_bounds(plan: PartitionPlan, vendor_times: Mapping, arguments: Mapping, model_of: Callable,
+                          build: Build, runs: int, min_speedup: float) -> tuple[dict, int]:
     """``({partition: HostBound}, builds made)``: lower bounds on the host's time for every partition from its
-    heaviest ops (:mod:`byoc.pipeline.host_bound`), when each one already shows the partition's vendor faster
-    by ``min_speedup``; otherwise ``{}``, and the whole model is timed on the host instead."""
+    heaviest ops (:mod:`byoc.pipeline.host_bound`; ``model_of(partition)``: its ops alone), when each one
+    already shows the partition's vendor faster by ``min_speedup``; otherwise ``{}``, and the whole model is
+    timed on the host instead."""
     if any(p.name not in arguments for p in plan.partitions):
         return {}, 0
-    functions = {p.name: _partition_model(plan, p, arguments[p.name]).mod["main"] for p in plan.partitions}
-    if not all(could_settle(functions[p.name], vendor_times[p.name][0][p.vendor]) for p in plan.partitions):
-        return {}, 0
-    _log.info("measured placement: timing the heaviest ops of %d partition(s) on the host", len(functions))
-    bounds = host_lower_bounds(functions, build, runs, lambda artifact, arrays, n: _call_times(artifact, arrays, n)[0])
+    functions = {p.name: model_of(p).mod["main"] for p in plan.partitions}
+    vendor_ms = {p.name: vendor_times[p.name][0][p.vendor] for p in plan.partitions}
+    bounds = host_lower_bounds(functions, vendor_ms, build, runs,
+                               lambda artifact, arrays, n: _call_times(artifact, arrays, n)[0])
     if not bounds:
-        return {}, 0  # some partition has no heavy op: nothing was built
-    settled = all(p.name in bounds and bounds[p.name].ms >= min_speedup * vendor_times[p.name][0][p.vendor]
-                  for p in plan.partitions)
+        return {}, 0  # some partition could not be settled by a bound: nothing was built
+    _log.info("measured placement: timed the heaviest ops of %d partition(s) on the host", len(bounds))
+    settled = all(p.name in bounds and bounds[p.name].ms >= min_speedup * vendor_ms[p.name] for p in plan.partitions)
     return (bounds if settled else {}), 1
 
 
@@ -204,14 +212,14 @@ def _host_times(artifact, arrays, runs: int, parts: list, stop) -> dict:
 
 
 def _time_other_vendors(plan: PartitionPlan, part: Partition, times: dict, arguments: Optional[list],
-                        build: Build, runs: int, min_speedup: float) -> int:
+                        model_of: Callable, build: Build, runs: int, min_speedup: float) -> int:
     """Time ``part``'s ops on each other vendor of the build that takes them all and has no estimate in
-    ``times`` (built alone, run on ``arguments``: the tensors that reached the partition); returns the builds
-    made. A partition that takes a shape argument is not rebuilt."""
+    ``times`` (``model_of(part)`` built alone, run on ``arguments``: the tensors that reached the partition);
+    returns the builds made. A partition that takes a shape argument is not rebuilt."""
     others = [v for v in plan.vendors if v.name != part.vendor and v.name not in times]
     if not others or arguments is None:
         return 0
-    model = _partition_model(plan, part, arguments)
+    model = model_of(part)
     bound = _CLEAR_LOSS * min_speedup * times[part.vendor]  # slower than this, it loses whatever its exact time
     for vendor in others:
         artifact = build(model, [vendor])

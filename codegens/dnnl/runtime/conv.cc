@@ -65,12 +65,9 @@ size_t Program::Conv(size_t k, const Attrs& a) {
                     Desc(dst_dims, memory::data_type::f32, layout), attr);
     });
   };
-  auto pd = make(memory::format_tag::any);
   memory::format_tag blocks = DepthwiseBlocks(x, c, src_dims);
-  if (blocks != memory::format_tag::undef) {
-    auto blocked = make(blocks);
-    if (IsJit(blocked)) pd = blocked;
-  }
+  auto pd = make(blocks != memory::format_tag::undef ? blocks : memory::format_tag::any);
+  if (blocks != memory::format_tag::undef && !IsJit(pd)) pd = make(memory::format_tag::any);
   // With a unit axis dropped, the graph's tensors are the same memory seen with it.
   Desc src = pd.src_desc(), dst = pd.dst_desc();
   int src_value = As(x, src_dims.size() == xs.size() ? src : src.reshape(DimsOf(xs)));

@@ -46,13 +46,7 @@ Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<Shar
   BindOutputs();
   PlanArena();
   step_times_ = std::make_unique<StepTime[]>(steps_.size());
-}
-
-// Whether any primitive runs on a team (else running it serially changes nothing).
-bool Program::parallel() const {
-  for (const Step& step : steps_)
-    if (step.threads > 1) return true;
-  return false;
+  parallel_ = std::any_of(steps_.begin(), steps_.end(), [](const Step& step) { return step.threads > 1; });
 }
 
 void Program::Run(float* const* in, float* const* out) const {
@@ -61,7 +55,7 @@ void Program::Run(float* const* in, float* const* out) const {
   for (Bound& b : ws->outputs) b.mem.set_data_handle(reinterpret_cast<char*>(out[b.slot]) + b.offset);
   {
     std::optional<HeldOnPlace> held;
-    if (parallel()) held.emplace();
+    if (parallel_) held.emplace();
     OmpThreads omp;
     bool timed = g_step_timing.load(std::memory_order_relaxed);
     for (size_t i = 0; i < steps_.size(); ++i) {

@@ -63,7 +63,8 @@ class SharedConsts {
 class Program {
  public:
   Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<SharedConsts> shared = nullptr);
-  bool parallel() const;
+  // Whether any primitive runs on a team (else running it serially changes nothing).
+  bool parallel() const { return parallel_; }
   void Run(float* const* in, float* const* out) const;
   // Bytes a call works in (the arena of intermediates and the largest scratchpad), and the
   // bytes of the constants this program made (weights reordered for its primitives).
@@ -398,6 +399,7 @@ class Program {
   mutable std::mutex pool_mutex_;
   mutable std::vector<std::unique_ptr<Workspace>> pool_;
   std::unique_ptr<StepTime[]> step_times_;  // one per step, made when the steps are final
+  bool parallel_ = false;  // set when the steps are final
 };
 
 }  // namespace dnnl_runtime
