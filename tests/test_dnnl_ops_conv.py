@@ -43,6 +43,26 @@ def test_depthwise_conv_with_relu6_and_residual():
     assert _rules(_compile(m, scale=3.0)) == {"dnnl.conv2d_bias_add_clip"}
 
 
+@pytest.mark.parametrize("channels, blocks", [(16, (16, 8)), (24, (8,))])
+def test_depthwise_convs_at_the_partition_edge_run_in_channel_blocks(channels, blocks):
+    # The first conv reads the plain graph input, the second the first's blocked output; left to choose, oneDNN
+    # ran them channels last (brdgmm_dw), whose output is slow to read back into NCHW. 24 channels take blocks of
+    # 8 (16 would pad them); 16 take blocks of 16 where a generated kernel has them (AVX-512: jit_dw), else of 8
+    # (AVX2, held there by ONEDNN_MAX_CPU_ISA or not: jit_dw has no blocks of 16).
+    first, inits = _conv("x", "a", channels, channels, "dw1", group=channels)
+    second, more = _conv("a", "y", channels, channels, "dw2", k=5, group=channels, pads=(2, 2, 2, 2), seed=2)
+    m = model([first, second], [tensor("x", [1, channels, 20, 20])], [tensor("y", [1, channels, 20, 20])],
+              inits + more)
+    _compile(m)
+    convs = [line.split(",") for line in _onednn_exec(m) if ",convolution," in line]
+    assert len(convs) == 2
+    for fields in convs:
+        implementation, layouts = fields[4], fields[6]
+        assert not implementation.startswith("ref"), fields
+        assert any(f"src_f32::blocked:aBcd{b}b" in layouts and f"dst_f32::blocked:aBcd{b}b" in layouts
+                   for b in blocks), fields
+
+
 @pytest.mark.parametrize("cin,cout,k,strides,pads,dilations,group,bias,relu", [
     (3, 5, 3, [1], [1, 1], [1], 1, True, True),
     (4, 8, 5, [2], [2, 1], [1], 2, True, False),   # grouped, asymmetric padding, stride 2

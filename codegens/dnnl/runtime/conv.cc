@@ -65,9 +65,13 @@ size_t Program::Conv(size_t k, const Attrs& a) {
                     Desc(dst_dims, memory::data_type::f32, layout), attr);
     });
   };
-  memory::format_tag blocks = DepthwiseBlocks(x, c, src_dims);
-  auto pd = make(blocks != memory::format_tag::undef ? blocks : memory::format_tag::any);
-  if (blocks != memory::format_tag::undef && !IsJit(pd)) pd = make(memory::format_tag::any);
+  auto pd = [&] {
+    for (memory::format_tag blocks : DepthwiseBlocks(x, c, src_dims)) {
+      auto blocked = make(blocks);
+      if (IsJit(blocked)) return blocked;
+    }
+    return make(memory::format_tag::any);
+  }();
   // With a unit axis dropped, the graph's tensors are the same memory seen with it.
   Desc src = pd.src_desc(), dst = pd.dst_desc();
   int src_value = As(x, src_dims.size() == xs.size() ? src : src.reshape(DimsOf(xs)));
@@ -81,20 +85,22 @@ size_t Program::Conv(size_t k, const Attrs& a) {
   return f.next;
 }
 
-// The channel-blocked layout the depthwise 2-D conv `c` over `x` runs in, rather than the one oneDNN picks,
-// channels last (brdgmm_dw), or undef: when `x` arrives plain or in such blocks, as at a partition's edge.
-// Reading the channels-last output back into NCHW cost more than the conv (ConvNeXt's 7x7 over 96 channels at
-// 56x56, 2 threads: conv 0.14 ms then 0.18 ms to NCHW, against 0.15 ms on jit_dw then 0.03 ms from nChw16c).
-// Blocks of 8 where 16 would pad the channels (72 at 56x56: 0.15 ms channels last, 0.20 ms in padded blocks of
-// 16, 0.07 ms in blocks of 8, NCHW to NCHW). Between channels-last producers and consumers (MobileNet's 1x1
-// convs) it stays channels last.
-memory::format_tag Program::DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const {
+// The channel-blocked layouts, in order of preference, the depthwise 2-D conv `c` over `x` may run in rather
+// than the one oneDNN picks, channels last (brdgmm_dw); none unless `x` arrives plain or in such blocks, as at a
+// partition's edge. The first that has a generated kernel runs it. Reading the channels-last output back into
+// NCHW cost more than the conv (ConvNeXt's 7x7 over 96 channels at 56x56, 2 threads: conv 0.14 ms then 0.18 ms
+// to NCHW, against 0.15 ms on jit_dw then 0.03 ms from nChw16c). Blocks of 8 where 16 would pad the channels (72
+// at 56x56: 0.15 ms channels last, 0.20 ms in padded blocks of 16, 0.07 ms in blocks of 8, NCHW to NCHW), and
+// where blocks of 16 have no generated depthwise kernel (AVX2: jit_dw takes blocks of 8). Between channels-last
+// producers and consumers (MobileNet's 1x1 convs) it stays channels last.
+std::vector<memory::format_tag> Program::DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const {
   using tag = memory::format_tag;
   bool depthwise = c.groups > 1 && c.weights.size() == 5 && c.weights[1] == 1 && c.weights[2] == 1;
-  if (!depthwise || src_dims.size() != 4 || c.groups % 8 != 0) return tag::undef;
+  if (!depthwise || src_dims.size() != 4 || c.groups % 8 != 0) return {};
   tag now = TagOf(values_[value_of_[x]].desc);
-  if (now != tag::nchw && now != tag::nChw16c && now != tag::nChw8c) return tag::undef;
-  return c.groups % 16 == 0 ? tag::nChw16c : tag::nChw8c;
+  if (now != tag::nchw && now != tag::nChw16c && now != tag::nChw8c) return {};
+  if (c.groups % 16 == 0) return {tag::nChw16c, tag::nChw8c};
+  return {tag::nChw8c};
 }
 
 // The axis (2 or 3) of a conv2d along which input, kernel and output are all 1 wide, without

@@ -93,7 +93,7 @@ class Program {
     int64_t groups;
     Dims weights, strides, dilation, pad_l, pad_r;
   };
-  memory::format_tag DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
+  std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
   // The value that owns the buffer `v` reads: itself, or what it is a view of.
   int Root(int v) const { return values_[v].base >= 0 ? values_[v].base : v; }
   Storage StorageOf(int v) const { return values_[Root(v)].storage; }
