@@ -217,6 +217,19 @@ def test_wrong_run_time_inputs(artifact, bad):
     assert artifact.run({spec.name: good})[0].shape == tuple(artifact.outputs[0].shape)
 
 
+def test_strided_views_are_run_as_their_values(artifact):
+    """A strided or reversed view is copied before the run, not read as if it were contiguous."""
+    spec = artifact.inputs[0]
+    x = rng(7).standard_normal(spec.shape).astype(np.float32)
+    expected = onnxruntime_outputs(small_cnn(), {spec.name: x})[0]
+    wide = np.zeros(spec.shape[:-1] + (2 * spec.shape[-1],), np.float32)
+    wide[..., ::2] = x
+    reversed_twice = np.ascontiguousarray(x[..., ::-1])[..., ::-1]
+    for view in (wide[..., ::2], reversed_twice):
+        assert not view.flags.c_contiguous
+        np.testing.assert_allclose(artifact.run({spec.name: view})[0], expected, rtol=1e-4, atol=1e-5)
+
+
 def test_export_writes_only_the_requested_file(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

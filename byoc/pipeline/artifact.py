@@ -62,6 +62,10 @@ class Artifact:
         self.dims = {name: DimRange(name, low, high) for name, (low, high) in metadata.get("dims", {}).items()}
         #: inputs that index a Gather directly -> (the axis' extent, the Gather's node): each run checks them
         self.index_inputs = {name: (extent, node) for name, (extent, node) in metadata.get("index_inputs", {}).items()}
+        # Checked on every run: a small model's whole call takes tens of microseconds, so these are worked out once.
+        self._input_dtypes = [np.dtype(spec.dtype) for spec in self.inputs]
+        self._static_shapes = (None if any(isinstance(d, str) for spec in self.inputs for d in spec.shape)
+                               else [tuple(spec.shape) for spec in self.inputs])
         self._library = library
         self._library_lock = threading.Lock()
         self._local = threading.local()
@@ -231,14 +235,17 @@ class Artifact:
             inputs = [inputs]
         if isinstance(inputs, Mapping):
             names = [s.name for s in specs]
-            missing = [n for n in names if n not in inputs]
-            unknown = [n for n in inputs if n not in names]
-            if missing or unknown:
+            try:
+                arrays = [inputs[n] for n in names] if len(inputs) == len(names) else None
+            except KeyError:
+                arrays = None
+            if arrays is None:
+                missing = [n for n in names if n not in inputs]
+                unknown = [n for n in inputs if n not in names]
                 raise InputError(
                     f"inputs do not match the model: missing {missing}, unknown {unknown}; "
                     f"the model's inputs are {names}"
                 )
-            arrays = [inputs[n] for n in names]
         else:
             arrays = list(inputs)
             if len(arrays) != len(specs):
@@ -246,18 +253,21 @@ class Artifact:
                     f"the model takes {len(specs)} input(s) ({[s.name for s in specs]}), got {len(arrays)}"
                 )
         checked = []
-        for spec, value in zip(specs, arrays):
-            array = np.asarray(value)
-            if array.dtype != np.dtype(spec.dtype):
+        for spec, dtype, value in zip(specs, self._input_dtypes, arrays):
+            array = value if type(value) is np.ndarray else np.asarray(value)
+            if array.dtype != dtype:
                 raise InputDtypeError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}; "
                     f"convert it with .astype(np.{spec.dtype})", spec.name
                 )
-            # not np.ascontiguousarray: it turns a 0-d (scalar) input into shape (1,)
-            checked.append(np.require(array, requirements="C"))
+            if not array.flags.c_contiguous:  # a 0-d array always is: np.ascontiguousarray would make it (1,)
+                array = np.ascontiguousarray(array)
+            checked.append(array)
             if spec.name in self.index_inputs and array.size:
                 _check_indices(spec.name, array, *self.index_inputs[spec.name])
-        bind_dims(specs, [a.shape for a in checked], self.dims)
+        static = self._static_shapes
+        if static is None or any(a.shape != shape for a, shape in zip(checked, static)):
+            bind_dims(specs, [a.shape for a in checked], self.dims)  # binds symbolic dims, or names what is wrong
         return checked
 
     def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False,
@@ -333,7 +343,7 @@ def tvm_tensor(array: np.ndarray, alignment: Optional[int] = None):
     # (not ml_dtypes' bfloat16 or float8): those go the slow way.
     if array.size == 0 or array.dtype.kind not in _DLPACK_KINDS:
         return tvm.runtime.tensor(array)
-    if alignment is not None and array.ctypes.data % alignment == 0:
+    if alignment is not None and (alignment == 1 or array.ctypes.data % alignment == 0):
         try:  # tvm.runtime.from_dlpack would insist on 64 bytes
             return tvm_ffi.from_dlpack(array, require_contiguous=True)
         except BufferError:  # a read-only array, which numpy exports only as DLPack 1.0 with its flag
