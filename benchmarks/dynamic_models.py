@@ -68,6 +68,39 @@ static artifact), batch symbolic, random BatchNorm statistics like the models ab
 * ``distilbert``: DistilBertModel, default config (6 layers, 768, 12 heads, vocab 30522), legacy exporter,
   opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size, sequence_length]``; 1 x 128.
 
+The held-out set added 2026-11-26, architectures nobody had tuned byoc for: the same rules (one test shape,
+batch symbolic, random BatchNorm statistics, transformers' models in eager attention).
+
+* ``resnet50_dynamo``: torchvision resnet50, dynamo exporter, opset 18, ``input`` ``[batch, 3, 224, 224]``.
+* ``mobilenet_v3_large_dynamo``: torchvision mobilenet_v3_large, dynamo exporter, opset 18, ``input``
+  ``[batch, 3, 224, 224]``.
+* ``densenet121``: torchvision densenet121, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``shufflenet_v2_dynamo``: torchvision shufflenet_v2_x1_0, dynamo exporter, opset 18, ``input``
+  ``[batch, 3, 224, 224]``.
+* ``swin_v2_t``: torchvision swin_v2_t, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``maxvit_t``: torchvision maxvit_t, legacy exporter, opset 17, ``input`` ``[batch, 3, 224, 224]``.
+* ``roberta_base``: RobertaModel at roberta-base's size (12 layers, 768, 12 heads, FFN 3072, vocab 50265, 514
+  positions), legacy exporter, opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size,
+  sequence_length]``; 1 x 128.
+* ``albert_base``: AlbertModel at albert-base's size (12 layers sharing one, 768, 12 heads, FFN 3072, embeddings
+  128, vocab 30000), legacy exporter, opset 17, same inputs; 1 x 128.
+* ``t5_small_encoder``: T5EncoderModel at t5-small's size (6 layers, 512, 8 heads, FFN 2048, vocab 32128), legacy
+  exporter, opset 17, same inputs; 1 x 128.
+* ``whisper_tiny_encoder``: the encoder of a WhisperModel at whisper-tiny's size (4 layers, 384, 6 heads, FFN 1536),
+  legacy exporter, opset 17, ``input_features`` ``[batch_size, 80, 3000]`` (the encoder takes 30 s only);
+  its output is ``last_hidden_state`` ``[batch_size, 1500, 384]``; tested at batch 1.
+* ``wav2vec2_base``: Wav2Vec2Model, default config (wav2vec2-base: 7 Conv1d, 12 layers, 768, 12 heads), legacy
+  exporter, opset 17, ``input_values`` ``[batch_size, samples]``; its output is ``last_hidden_state``
+  ``[batch_size, frames, 768]``; tested at 1 x 16000 (exported at 2 x 12000).
+* ``llama_small``: LlamaForCausalLM (8 layers, 512, 8 heads, 2 KV heads, FFN 1408, vocab 32000), no KV cache,
+  ``logits`` only; legacy exporter, opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size,
+  sequence_length]``; tested at 1 x 64.
+* ``mobilevit_small``: MobileViTModel, default config (mobilevit-small: 256, hidden 144/192/240), legacy exporter,
+  opset 17, ``pixel_values`` ``[batch_size, 3, 256, 256]``; tested at batch 1.
+* ``opt_125m``: OPTForCausalLM, default config (opt-125m: 12 layers, 768, 12 heads, vocab 50272), no KV cache,
+  ``logits`` only; legacy exporter, opset 17, ``input_ids`` and ``attention_mask`` (int64) ``[batch_size,
+  sequence_length]``; tested at 1 x 64.
+
 The transformer models take the Hugging Face exporter's dynamic axes, through the legacy exporter:
 that exporter (optimum-onnx 0.1.0, the latest) requires transformers < 4.58 and does not import with
 transformers 5 (``transformers.modeling_utils.get_parameter_dtype`` is gone).
@@ -175,18 +208,23 @@ def _random_bn_stats(module) -> None:
             m.running_var.uniform_(0.5, 1.5)
 
 
-def hf_module(model_class: str, config: dict, outputs: tuple, image: bool = False):
+def hf_module(model_class: str, config: dict, outputs: tuple, inputs: tuple = ("input_ids", "attention_mask"),
+              part: str | None = None):
     """A transformers model (seeded random weights, eager attention) whose forward returns ``outputs``.
 
     Keyword call and a tuple out: transformers 5's forward, called positionally while tracing, fails
-    ("got multiple values for argument 'use_cache'"). ``image``: one ``pixel_values`` input, else
-    ``input_ids`` and ``attention_mask``.
+    ("got multiple values for argument 'use_cache'"). ``inputs``: ``input_ids`` and ``attention_mask``,
+    or one of ``pixel_values``, ``input_values``, ``input_features``. ``part``: the attribute of the model
+    to export instead of all of it (``encoder``). BatchNorm statistics are random, as in torchvision_module.
     """
     torch = _seeded()
     import transformers
 
     cls = getattr(transformers, model_class)
     hf = cls(cls.config_class(**config, attn_implementation="eager")).eval()
+    if part is not None:
+        hf = getattr(hf, part)
+    _random_bn_stats(hf)
 
     class Text(torch.nn.Module):
         def __init__(self):
@@ -204,7 +242,16 @@ def hf_module(model_class: str, config: dict, outputs: tuple, image: bool = Fals
         def forward(self, pixel_values):
             return self.run(pixel_values=pixel_values)
 
-    return (Image if image else Text)().eval()
+    class Audio(Text):
+        def forward(self, input_values):
+            return self.run(input_values=input_values)
+
+    class Features(Text):
+        def forward(self, input_features):
+            return self.run(input_features=input_features)
+
+    single = {"pixel_values": Image, "input_values": Audio, "input_features": Features}
+    return (single[inputs[0]] if len(inputs) == 1 else Text)().eval()
 
 
 def torchvision_module(name: str, **kwargs):
@@ -309,16 +356,24 @@ LEGACY, DYNAMO = "TorchScript exporter, opset 17", "dynamo exporter (torch.expor
 HF_AXES = "the Hugging Face exporter's dynamic axes (optimum-onnx 0.1.0 needs transformers < 4.58)"
 
 
-def _hf(model_class: str, config: dict, outputs: dict, test_dims: list, image: bool = False) -> dict:
-    """DynModel fields of a transformers model: ``outputs`` maps each output to its dynamic axes."""
+def _hf(model_class: str, config: dict, outputs: dict, test_dims: list, image: bool = False, inputs: dict | None = None,
+        example: dict | None = None, part: str | None = None) -> dict:
+    """DynModel fields of a transformers model: ``outputs`` maps each output to its dynamic axes.
+
+    ``inputs``: one float input's ONNX-style shape (default ``input_ids`` and ``attention_mask``, or with
+    ``image`` ``pixel_values`` at 224x224); ``example``: the export's example dims (default batch 2, sequence 16).
+    """
     if image:
-        inputs, dtypes = {"pixel_values": ["batch_size", 3, 224, 224]}, {"pixel_values": "float32"}
-    else:
+        inputs = {"pixel_values": ["batch_size", 3, 224, 224]}
+    if inputs is None:
         inputs, dtypes = BERT_INPUTS, {"input_ids": "int64", "attention_mask": "int64"}
+    else:
+        dtypes = dict.fromkeys(inputs, "float32")
     axes = {name: {i: d for i, d in enumerate(shape) if isinstance(d, str)} for name, shape in inputs.items()}
-    return dict(module=partial(hf_module, model_class, config, tuple(outputs), image), inputs=inputs, dtypes=dtypes,
-                outputs=list(outputs), axes={**axes, **outputs}, example={"batch_size": 2, "sequence_length": 16},
-                test_dims=test_dims, needs=("transformers",))
+    return dict(module=partial(hf_module, model_class, config, tuple(outputs), tuple(inputs), part), inputs=inputs,
+                dtypes=dtypes, outputs=list(outputs), axes={**axes, **outputs},
+                example=example or {"batch_size": 2, "sequence_length": 16}, test_dims=test_dims,
+                needs=("transformers",))
 
 
 def _vision(name: str, constructor: str, size: int = 224, exporter=export_legacy, output: str = "output",
@@ -333,6 +388,15 @@ def _vision(name: str, constructor: str, size: int = 224, exporter=export_legacy
 
 BERT = _hf("BertModel", BERT_CONFIG, BERT_OUTPUTS, BERT_DIMS)
 BERT_BASE = _hf("BertModel", BERT_BASE_CONFIG, BERT_OUTPUTS, [{"batch_size": 1, "sequence_length": 128}])
+TEXT_128, TEXT_64 = [{"batch_size": 1, "sequence_length": 128}], [{"batch_size": 1, "sequence_length": 64}]
+ROBERTA_BASE_CONFIG = dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5)
+ALBERT_BASE_CONFIG = dict(vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                          num_attention_heads=12, intermediate_size=3072)
+T5_SMALL_CONFIG = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8)
+WHISPER_TINY_CONFIG = dict(d_model=384, encoder_layers=4, encoder_attention_heads=6, encoder_ffn_dim=1536,
+                           decoder_layers=4, decoder_attention_heads=6, decoder_ffn_dim=1536, num_mel_bins=80)
+LLAMA_SMALL_CONFIG = dict(vocab_size=32000, hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                          num_key_value_heads=2, intermediate_size=1408, use_cache=False)
 
 MODELS: dict[str, DynModel] = {m.name: m for m in (
     DynModel("bert_tiny_dyn", "BertModel (transformers, 2x128, 2 heads, vocab 1000), TorchScript exporter, "
@@ -377,6 +441,41 @@ MODELS: dict[str, DynModel] = {m.name: m for m in (
              f"{HF_AXES}", exporter=export_legacy,
              **_hf("DistilBertModel", {}, {"last_hidden_state": TEXT_AXES},
                    [{"batch_size": 1, "sequence_length": 128}])),
+    # the held-out set added 2026-11-26: architectures nobody had tuned byoc for, one test shape each
+    _vision("resnet50_dynamo", "resnet50", exporter=export_dynamo),
+    _vision("mobilenet_v3_large_dynamo", "mobilenet_v3_large", exporter=export_dynamo),
+    _vision("densenet121", "densenet121"),
+    _vision("shufflenet_v2_dynamo", "shufflenet_v2_x1_0", exporter=export_dynamo),
+    _vision("swin_v2_t", "swin_v2_t"),
+    _vision("maxvit_t", "maxvit_t"),
+    DynModel("roberta_base", f"RobertaModel (transformers, roberta-base: 12x768, 12 heads, vocab 50265), {LEGACY}, "
+             f"{HF_AXES}", exporter=export_legacy,
+             **_hf("RobertaModel", ROBERTA_BASE_CONFIG, BERT_OUTPUTS, TEXT_128)),
+    DynModel("albert_base", f"AlbertModel (transformers, albert-base: 12x768 sharing one layer, embeddings 128, "
+             f"12 heads, vocab 30000), {LEGACY}, {HF_AXES}", exporter=export_legacy,
+             **_hf("AlbertModel", ALBERT_BASE_CONFIG, BERT_OUTPUTS, TEXT_128)),
+    DynModel("t5_small_encoder", f"T5EncoderModel (transformers, t5-small: 6x512, 8 heads, FFN 2048, vocab 32128), "
+             f"{LEGACY}, {HF_AXES}", exporter=export_legacy,
+             **_hf("T5EncoderModel", T5_SMALL_CONFIG, {"last_hidden_state": TEXT_AXES}, TEXT_128)),
+    DynModel("whisper_tiny_encoder", f"WhisperModel's encoder (transformers, whisper-tiny: 4x384, 6 heads, 80 mel "
+             f"bins x 3000 frames), dynamic batch, {LEGACY}", exporter=export_legacy,
+             **_hf("WhisperModel", WHISPER_TINY_CONFIG, {"last_hidden_state": {0: "batch_size"}}, [{"batch_size": 1}],
+                   inputs={"input_features": ["batch_size", 80, 3000]}, example={"batch_size": 2}, part="encoder")),
+    DynModel("wav2vec2_base", f"Wav2Vec2Model (transformers, default config = wav2vec2-base: 7 Conv1d, 12x768, "
+             f"12 heads), dynamic batch and samples, {LEGACY}", exporter=export_legacy,
+             **_hf("Wav2Vec2Model", {}, {"last_hidden_state": {0: "batch_size", 1: "frames"}},
+                   [{"batch_size": 1, "samples": 16000}], inputs={"input_values": ["batch_size", "samples"]},
+                   example={"batch_size": 2, "samples": 12000})),
+    DynModel("llama_small", f"LlamaForCausalLM (transformers, 8x512, 8 heads, 2 KV heads, FFN 1408, vocab 32000, "
+             f"no KV cache), logits only, {LEGACY}, {HF_AXES}", exporter=export_legacy,
+             **_hf("LlamaForCausalLM", LLAMA_SMALL_CONFIG, {"logits": TEXT_AXES}, TEXT_64)),
+    DynModel("mobilevit_small", f"MobileViTModel (transformers, default config = mobilevit-small: 256, hidden "
+             f"144/192/240), dynamic batch, {LEGACY}", exporter=export_legacy,
+             **_hf("MobileViTModel", {}, dict.fromkeys(BERT_OUTPUTS, {0: "batch_size"}), [{"batch_size": 1}],
+                   inputs={"pixel_values": ["batch_size", 3, 256, 256]}, example={"batch_size": 2})),
+    DynModel("opt_125m", f"OPTForCausalLM (transformers, default config = opt-125m: 12x768, 12 heads, vocab 50272, "
+             f"no KV cache), logits only, {LEGACY}, {HF_AXES}", exporter=export_legacy,
+             **_hf("OPTForCausalLM", dict(use_cache=False), {"logits": TEXT_AXES}, TEXT_64)),
 )}
 
 

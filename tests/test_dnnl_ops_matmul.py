@@ -77,3 +77,30 @@ def test_a_linear_on_rank_3_and_4_activations_is_one_2d_matmul_over_the_rows(row
     (matmul,) = [line for line in _onednn_exec(m) if ",matmul," in line]
     count = int(np.prod(rows))
     assert f",{count}x{k}:{k}x{n}," in matmul and "bia_f32" in matmul, matmul  # one 2-D matmul, the bias in it
+
+
+@pytest.mark.parametrize("isa", [None, "AVX2"])
+def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
+    """Attention as exporters write it: heads split off rows by Reshape + Transpose, K transposed once more, and
+    the product's heads put back by a Transpose that a Reshape makes the output. No transpose is a step: the
+    matmuls read their operands through the transposed strides and write their product through strides that make
+    the transpose after it plain, which is then the output itself. Held to AVX2 and at the machine's own ISA."""
+    heads, tokens, dim = 4, 24, 8
+    split = [helper.make_node("Reshape", [n, "heads_shape"], [f"{n}4"]) for n in "qkv"]
+    split += [helper.make_node("Transpose", [f"{n}4"], [f"{n}h"], perm=[0, 2, 1, 3]) for n in "qkv"]
+    nodes = split + [
+        helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["qh", "kt"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "vh"], ["o"]),
+        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "rows_shape"], ["y"]),
+    ]
+    m = model(nodes, [tensor(n, [1, tokens, heads * dim]) for n in "qkv"], [tensor("y", [1, tokens, heads * dim])],
+              [const("heads_shape", np.array([1, tokens, heads, dim], np.int64)),
+               const("rows_shape", np.array([1, tokens, heads * dim], np.int64))])
+    _compile(m)  # the output against onnxruntime
+    executed = _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": isa} if isa else None)
+    kinds = [line.split(",")[3] for line in executed]
+    assert kinds == ["matmul", "softmax", "matmul"], "\n".join(executed)
+    assert not [line for line in executed if ",ref:" in line], executed

@@ -36,16 +36,23 @@ void Program::Reshape(const BodyOp& op) {
       NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), type)), Plain(g_.Shape(op.output), type));
 }
 
+// The axes of a permute_dims: output axis i is input axis perm[i] (reversed when the op gives none).
+std::vector<int64_t> Program::Permutation(const BodyOp& op, const Attrs& a) const {
+  size_t rank = g_.Shape(op.inputs[0]).size();
+  std::vector<int64_t> perm;
+  if (a.IsNone("axes")) {
+    for (size_t d = rank; d > 0; --d) perm.push_back(static_cast<int64_t>(d - 1));
+  } else {
+    for (int64_t axis : a.Ints("axes")) perm.push_back(NormAxis(axis, rank, op.where));
+  }
+  return perm;
+}
+
 // A reorder from the input seen through permuted strides into a plain output.
 void Program::Transpose(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
-  std::vector<int64_t> perm;
-  if (a.IsNone("axes")) {
-    for (size_t d = xs.size(); d > 0; --d) perm.push_back(static_cast<int64_t>(d - 1));
-  } else {
-    for (int64_t axis : a.Ints("axes")) perm.push_back(NormAxis(axis, xs.size(), op.where));
-  }
+  std::vector<int64_t> perm = Permutation(op, a);
   std::vector<bool> seen(xs.size(), false);
   if (perm.size() != xs.size()) Fail(op.where + ": axes is not a permutation");
   memory::data_type type = DataType(g_.tensor(op.inputs[0]));
@@ -69,6 +76,13 @@ void Program::Transpose(const BodyOp& op, const Attrs& a) {
   // Seen through the permuted strides, the bytes may already be plain or channels last (the NCW <-> NWC
   // transposes a TensorFlow export puts around each conv): the output is then that view, with no step.
   if (view == Plain(ys, type) || (ys.size() >= 3 && ys.size() <= 5 && view == ChannelsLast(ys, type))) {
+    value_of_[op.output] = NewView(src, view);
+    return;
+  }
+  // Read by matmuls alone, the output stays the permuted view: oneDNN's matmul reads an operand through its
+  // strides at full speed (K transposed for attention, heads split off a Linear's rows), where the copy took 10%
+  // of a 12-head attention block (Matmul falls back to a plain copy where it would not).
+  if (OnlyMatmulsRead(op.output)) {
     value_of_[op.output] = NewView(src, view);
     return;
   }

@@ -115,6 +115,31 @@ size_t Program::Matmul(size_t k) {
     return dnnl::matmul::primitive_desc(Engine(), src_desc, wanted_weights, dst_desc, attr);
   };
   auto pd = CreateWithPostOps(f, out_shape, make);
+  // Transposes around a matmul as strides: an operand held as a strided view (a transpose only matmuls read,
+  // Program::Transpose) is read through its strides, and a result that a transpose alone reads is written
+  // through strides that make the transposed tensor plain. Only where oneDNN has a generated kernel for that;
+  // otherwise the operands are copied plain first and the transpose is a copy after.
+  Desc a_read = Plain(as), b_read = Plain(bs), dst_write = Plain(ys);  // how the operands are read, the result written
+  Desc a_view = values_[value_of_[a]].desc, b_view = values_[value_of_[b]].desc;
+  Desc dst_view = rows ? dst_desc : TransposedDst(f.last, dst_dims);
+  bool a_strided = !rows && as.size() == rank && IsStrided(a_view) && a_view != a_read;
+  bool b_strided = !const_weights && bs.size() == rank && IsStrided(b_view) && b_view != b_read;
+  bool dst_strided = dst_view != dst_desc;
+  if (a_strided || b_strided || dst_strided) {
+    Desc plain_src = src_desc, plain_weights = wanted_weights, plain_dst = dst_desc;
+    if (a_strided) src_desc = a_view;
+    if (b_strided) wanted_weights = b_view;
+    dst_desc = dst_view;
+    auto viewed = CreateWithPostOps(f, out_shape, make);
+    if (IsJit(viewed)) {
+      pd = viewed;
+      if (a_strided) a_read = a_view;
+      if (b_strided) b_read = b_view;
+      dst_write = dst_view;
+    } else {
+      src_desc = plain_src, wanted_weights = plain_weights, dst_desc = plain_dst;
+    }
+  }
   if (const_weights && n % 256 == 0 && pd.weights_desc() == Plain(weight_dims)) {
     // A plain constant weight whose rows are a multiple of 1 kB is stored with rows 64 bytes longer: such rows
     // make oneDNN's gemm thrash the cache (4k aliasing). Measured on AVX2, [128, 768] x [768, 3072]: 8.4 ms,
@@ -127,13 +152,13 @@ size_t Program::Matmul(size_t k) {
     auto padded = CreateWithPostOps(f, out_shape, make);
     if (std::string(padded.impl_info_str()) == pd.impl_info_str()) pd = padded;
   }
-  int src = As(a, Plain(as));
+  int src = As(a, a_read);
   int weights = const_weights ? ReorderConst(ConstView(value_of_[b], Plain(weight_dims)), pd.weights_desc())
-                              : As(b, Plain(bs));
+                              : As(b, b_read);
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
   if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias_desc});
   AddBinaryArgs(f, &args, out_shape, dst_desc);
-  args.push_back({DNNL_ARG_DST, Define(f.last, Plain(ys)), dst_desc});
+  args.push_back({DNNL_ARG_DST, Define(f.last, dst_write), dst_desc});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
   return f.next;
 }

@@ -21,12 +21,12 @@ void Program::BindOutputs() {
     Desc plain = Plain(g_.Shape(id), DataType(g_.tensor(id)));
     int v = value_of_[id];
     if (v < 0) Fail("graph output " + g_.tensor(id).name + " is never computed");
-    // A plain reshape view of a whole plain temp (a 2-D matmul's rows seen as [1, 14, 14, N]): the temp itself
-    // becomes the output, where a copy took 10% of a dynamo-exported Linear.
+    // A plain view of a whole strided temp (a 2-D matmul's rows seen as [1, 14, 14, N], a matmul's heads written
+    // through strides that make the transpose after it plain): the temp itself becomes the output, where a copy
+    // took 10% of a dynamo-exported Linear.
     int r = Root(v);
     bool whole_view = values_[v].base >= 0 && values_[v].offset == 0 && values_[v].desc == plain &&
-                      values_[r].storage == Storage::kTemp && !taken[r] &&
-                      values_[r].desc == Plain(values_[r].desc.get_dims(), values_[r].desc.get_data_type()) &&
+                      values_[r].storage == Storage::kTemp && !taken[r] && IsStrided(values_[r].desc) &&
                       values_[r].desc.get_size() == plain.get_size();
     int own = whole_view ? r : v;
     if (values_[own].storage == Storage::kTemp && values_[own].base < 0 && (whole_view || values_[v].desc == plain) &&

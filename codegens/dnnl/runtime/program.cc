@@ -91,6 +91,44 @@ int Program::NewView(int v, const Desc& desc, size_t offset) {
   return static_cast<int>(values_.size() - 1);
 }
 
+// Whether `id` is not a partition output and every op that reads it is a matmul, or a permute_dims that only
+// matmuls read in turn (K transposed twice: heads split off, then K^T).
+bool Program::OnlyMatmulsRead(int id) const {
+  const std::vector<int>& outputs = g_.outputs();
+  if (g_.uses(id) == 0 || std::find(outputs.begin(), outputs.end(), id) != outputs.end()) return false;
+  for (const BodyOp& op : g_.ops()) {
+    if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end() || op.kernel == "relax.matmul") continue;
+    if (op.kernel != "relax.permute_dims" || !OnlyMatmulsRead(op.output)) return false;
+  }
+  return true;
+}
+
+// The one op that reads graph tensor `id` (which is no partition output), or null.
+const BodyOp* Program::OnlyReader(int id) const {
+  const std::vector<int>& outputs = g_.outputs();
+  if (g_.uses(id) != 1 || std::find(outputs.begin(), outputs.end(), id) != outputs.end()) return nullptr;
+  for (const BodyOp& op : g_.ops())
+    if (std::find(op.inputs.begin(), op.inputs.end(), id) != op.inputs.end()) return &op;
+  return nullptr;
+}
+
+// Where a primitive writes graph tensor `id` of `dims` when a permute_dims alone reads it: through strides that
+// make the permuted tensor plain, so the permute_dims is a view with no step (Program::Transpose). Plain otherwise.
+Desc Program::TransposedDst(int id, const Dims& dims) const {
+  const BodyOp* reader = OnlyReader(id);
+  memory::data_type type = DataType(g_.tensor(id));
+  if (!reader || reader->kernel != "relax.permute_dims" || g_.Shape(id).size() != dims.size()) return Plain(dims, type);
+  std::vector<int64_t> perm = Permutation(*reader, Attrs(reader->attrs, reader->where));
+  const std::vector<int64_t>& ys = g_.Shape(reader->output);
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  for (size_t i = ys.size(); i-- > 0;) {  // the permuted tensor's plain strides, given to the axes they come from
+    strides[perm[i]] = stride;
+    stride *= ys[i];
+  }
+  return Desc(dims, type, strides);
+}
+
 // The value holding graph tensor `id` in layout `desc`, reordering once if needed.
 int Program::As(int id, const Desc& desc) {
   int v = value_of_[id];

@@ -222,6 +222,7 @@ class Program {
   int NewValue(const Desc& desc, Storage storage, int slot = -1);
   int NewView(int v, const Desc& desc, size_t offset = 0);
   int As(int id, const Desc& desc);
+  bool OnlyMatmulsRead(int id) const;
   static std::string DescKey(const Desc& d);
   void AddReorder(int from, int to);
   void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad,
@@ -348,6 +349,9 @@ class Program {
   // slices, split, resize
   void Reshape(const BodyOp& op);
   void Transpose(const BodyOp& op, const Attrs& a);
+  std::vector<int64_t> Permutation(const BodyOp& op, const Attrs& a) const;
+  const BodyOp* OnlyReader(int id) const;
+  Desc TransposedDst(int id, const Dims& dims) const;
   size_t ChannelShuffleAt(size_t k);
   static bool IsStrided(const Desc& desc);
   static memory::format_tag TagOf(const Desc& desc);
