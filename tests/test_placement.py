@@ -235,3 +235,31 @@ def test_cli_places_by_measurement(tmp_path):
     assert set(report["summary"]["partitions"]) >= placed - {"host"}
     done = subprocess.run(cli + ["--min-speedup", "1.5"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and "--min-speedup is only used with --placement measured" in done.stderr
+
+
+def test_when_nothing_moves_the_rule_based_build_is_relinked_not_built_again(monkeypatch, tmp_path):
+    """The decisions are recorded by relinking the rule-based build's parts (byoc.host.relink): the host program
+    is built for the rules (in parts) and for the heaviest ops' bound, and not a third time. The relinked artifact
+    computes what onnxruntime does, and its decisions survive export and load."""
+    from byoc.pipeline import builder
+
+    linkable = []
+    compile_host = builder.compile_host
+
+    def counted(*args, **kwargs):
+        linkable.append(kwargs.get("linkable", False))
+        return compile_host(*args, **kwargs)
+
+    monkeypatch.setattr(builder, "compile_host", counted)
+    model = _conv_chain()
+    inputs = random_inputs(model)
+    artifact = byoc.compile(model, [_priced(1e-6)], placement="measured", sample_inputs=inputs)
+    assert [d.place for d in artifact.placement.decisions] == ["priced"]
+    assert linkable == [True, False]
+    assert artifact.metadata["placement"] == artifact.placement.as_json()
+    loaded = byoc.load(artifact.export(tmp_path / "m.so"))
+    assert loaded.placement == artifact.placement
+    want = onnxruntime_outputs(model, inputs)
+    for got in (artifact.run(inputs), loaded.run(inputs)):
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

@@ -53,6 +53,7 @@ from tvm.relax.expr_functor import mutator as relax_mutator
 
 from byoc.deploy.targets import TargetPreset
 from byoc.host.recorded import text_function
+from byoc.host.relink import compile_linkable
 from byoc.host.run_io import RecordRunIO
 
 #: The Relax function an artifact's host program answers with its host calls (:func:`_host_calls`, JSON)
@@ -108,7 +109,8 @@ def quiet_in_range_take() -> None:
         _take_installed = True
 
 
-def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[str, int]] = None):
+def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[str, int]] = None,
+                 linkable: bool = False):
     """Compile the Relax ``mod`` (vendor partitions already lowered by ``RunCodegen``) for ``preset``.
 
     Returns the ``tvm.compile`` executable; fusion, parallel loops and
@@ -116,19 +118,28 @@ def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[s
     TVM's operators': every output element sums its terms in the same order
     as TVM's unscheduled kernels do. The program records what a run may share
     with its caller (:mod:`byoc.host.run_io`); ``extern_alignment`` is what each
-    vendor function needs of its inputs' addresses.
+    vendor function needs of its inputs' addresses. With ``linkable``, the
+    same build as a :class:`~byoc.host.relink.HostLink`, whose ``executable()``
+    is that executable.
     """
     import tvm
+
+    def compile_with(pipeline):
+        if linkable:
+            return compile_linkable(mod, target, pipeline)
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
     quiet_in_range_take()
     target = preset.tvm_target()
     try:
-        return tvm.compile(mod, target=target, relax_pipeline=host_pipeline(target, extern_alignment or {}))
+        return compile_with(host_pipeline(target, extern_alignment or {}))
     except Exception as err:  # noqa: BLE001 - e.g. an intrinsic LLVM cannot lower once vectorized
         # What TVM builds on its own still gives the right answer, only slower.
         _log.debug("host pipeline failed, building with TVM's default pipeline: %s",
                    str(err).strip().splitlines()[-1:] or err)
-        return tvm.compile(mod, target=target)
+        from tvm import relax
+
+        return compile_with(relax.get_pipeline("default"))
 
 
 def host_pipeline(target, extern_alignment: Mapping[str, int]):

@@ -52,8 +52,9 @@ class Artifact:
     """
 
     def __init__(self, executable, metadata: dict, plan=None, target: Optional[TargetPreset] = None,
-                 library=None, threads: Optional[int] = None):
+                 library=None, threads: Optional[int] = None, host_link=None):
         self.executable = executable
+        self._host_link = host_link  # its build in parts (byoc.host.relink), when built to be relinked
         self.metadata = metadata
         self.plan = plan
         self.target = target or resolve_target(metadata["target"], metadata.get("mcpu"))
@@ -105,6 +106,16 @@ class Artifact:
         placed."""
         record = self.metadata.get("placement")
         return Placement.from_json(record) if record is not None else None
+
+    def relinked(self, plan, metadata: dict) -> Optional["Artifact"]:
+        """This artifact's compiled program recording ``metadata`` instead, as the artifact of ``plan``: for a
+        plan that computes what this one's does and differs in what it records (measured placement's
+        decisions when nothing moved). None unless it was built to be relinked (:mod:`byoc.host.relink`)."""
+        if self._host_link is None:
+            return None
+        text = json.dumps(metadata, sort_keys=True)
+        executable = self._host_link.executable({METADATA_FUNCTION: text})
+        return Artifact(executable, json.loads(text), plan=plan, target=self.target, threads=self.threads)
 
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:

@@ -257,6 +257,13 @@ def build(
         preset = resolve_target(target or "x86_64")
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), target=preset,
                          strict=strict, **partition_options)
+    return _build_plan(plan, preset, strict, threads, vendor_options)
+
+
+def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads: Optional[int],
+                vendor_options: Optional[Mapping], relinkable: bool = False) -> Artifact:
+    """:func:`build` of a plan for ``preset``; with ``relinkable`` the artifact keeps its build's parts, so that
+    :meth:`Artifact.relinked` can record other metadata without a build."""
     _check_vendor_targets(plan, preset)
     settings = vendor_option_settings(plan.vendors, vendor_options)
     _prepare_vendor_runtimes(plan, threads)
@@ -266,11 +273,14 @@ def build(
     mod = _with_metadata(mod, metadata)
     _log.info("host: compiling %d op(s) with LLVM for %s", len(plan.host_ops), preset.name)
     try:
-        executable = compile_host(mod, preset, _input_alignment(plan))
+        built = compile_host(mod, preset, _input_alignment(plan), linkable=relinkable)
     except Exception as err:  # TVM raises many error types from deep inside
         first = last_line(err)
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
-    return Artifact(executable, json.loads(metadata), plan=plan, target=preset, threads=threads)
+    if not relinkable:
+        return Artifact(built, json.loads(metadata), plan=plan, target=preset, threads=threads)
+    return Artifact(built.executable(), json.loads(metadata), plan=plan, target=preset, threads=threads,
+                    host_link=built)
 
 
 def _prepare_vendor_runtimes(plan: PartitionPlan, threads: Optional[int]) -> None:
@@ -331,9 +341,9 @@ def build_measured(plan: PartitionPlan, sample_inputs=None, *, min_speedup: floa
     :mod:`byoc.pipeline.placement`); the other arguments are as in :func:`compile`."""
     check_placement("measured", min_speedup)
 
-    def build_with_options(plan_or_model, vendors_of_model):
-        if vendors_of_model is None:
-            return build(plan_or_model, strict=strict, threads=threads, vendor_options=vendor_options)
+    def build_with_options(plan_or_model, vendors_of_model, relinkable=False):
+        if vendors_of_model is None:  # the plan, as the rules or the measurements place it
+            return _build_plan(plan_or_model, plan_or_model.target, strict, threads, vendor_options, relinkable)
         names = {v.name for v in vendors_of_model}
         options = {name: values for name, values in (vendor_options or {}).items() if name in names}
         return build(plan_or_model, vendors_of_model, plan.target, threads=threads, vendor_options=options)

@@ -21,8 +21,9 @@ cut again (:func:`byoc.pipeline.partitioner.cut`); the regions that cut makes ar
 measured again. Every decision is kept in the plan (:attr:`PartitionPlan.placement`) and in the artifact's
 metadata, so a loaded artifact reports it. Builds: the rule-based one, the heaviest ops' (when every
 partition has a convolution or matmul), the whole model's on the host (when their bounds do not settle it),
-one per other vendor and partition, and the final one; a place that is clearly slower (by twice
-``min_speedup``) is not timed past the run that shows it.
+one per other vendor and partition, and the final one when a partition moved (when none did, the
+rule-based build is relinked recording the decisions: :meth:`byoc.Artifact.relinked`); a place that is
+clearly slower (by twice ``min_speedup``) is not timed past the run that shows it.
 
 Sizes are those of the sample inputs: the user's, or seeded random ones of the declared shapes (a symbolic
 dim then needs a size). Boundary tensors are real ones, captured from the rule-based run, so an index tensor
@@ -59,7 +60,8 @@ _BUDGET_S = 0.5
 #: a place slower than the vendor by this many times min_speedup is timed no further
 _CLEAR_LOSS = 2.0
 
-#: Build = build(plan or model, vendors or None) -> Artifact, with the user's build options applied
+#: Build = build(plan or model, vendors or None, relinkable=False) -> Artifact, with the user's build options
+#: applied (``relinkable``: for a plan, keep the build's parts for :meth:`byoc.Artifact.relinked`)
 Build = Callable[..., object]
 
 _log = logging.getLogger(__name__)
@@ -98,7 +100,7 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
             f"code: build for {plan.target.name} with placement='rules'")
     _log.info("measured placement: building and timing %d partition(s) as the rules place them",
               len(plan.partitions))
-    rules_artifact = build(plan, None)
+    rules_artifact = build(plan, None, relinkable=True)
     plan = rules_artifact.plan  # a vendor whose codegen failed has given its partitions back already
     if not plan.partitions:
         plan.placement = Placement([], 0, min_speedup)
@@ -144,9 +146,11 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     if demoted:
         final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
         final.placement = placement
-    else:  # nothing moved: the same plan (cutting again would annotate the whole model again)
+    else:  # nothing moved: the same plan, and the same program recording the decisions (no build)
         final = dataclasses.replace(plan, placement=placement)
-    # Built again even when nothing moved: the decisions go into the artifact's metadata, compiled in.
+        relinked = rules_artifact.relinked(final, {**rules_artifact.metadata, "placement": placement.as_json()})
+        if relinked is not None:
+            return relinked
     return build(final, None)
 
 
