@@ -65,7 +65,7 @@ def batch_norms_folded(graph: PartitionGraph) -> PartitionGraph:
             if call is not None:
                 folded[id(call)] = []
     ops = [new for call in graph.ops for new in folded.get(id(call), [call])]
-    return PartitionGraph(graph.symbol, graph.inputs, graph.outputs, ops, graph.function)
+    return replace(graph, ops=ops)  # the same graph otherwise: its symbolic dims, its shape arguments
 
 
 def _constant_stats(bn: OpCall) -> bool:

@@ -254,4 +254,4 @@ def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
     for output in graph.outputs:
         if output.id in computed:  # a partition output that is DQ of a constant: a copy of the computed one
             ops.append(OpCall("relax.reshape", [computed[output.id]], output, {}, "", -1))
-    return PartitionGraph(graph.symbol, graph.inputs, graph.outputs, ops, graph.function)
+    return replace(graph, ops=ops)  # the same graph otherwise: its symbolic dims, its shape arguments
