@@ -15,7 +15,7 @@ first:
   resize (the ONNX modes oneDNN resampling matches exactly), concat, split,
   strided slice (positive strides), GELU, hard-sigmoid, hard-swish, swish, and
   element-wise add / subtract / multiply / divide, power by a scalar, relu,
-  leaky relu, clip, sigmoid, tanh, sqrt, exp, and the layout ops reshape,
+  leaky relu, clip, sigmoid, tanh, sqrt, exp, negative, and the layout ops reshape,
   squeeze, expand_dims, flatten, transpose, stack and broadcast_to (adding
   unit dims), so the glue between heavy ops stays in the same partition and
   activations keep oneDNN's blocked layouts.
@@ -533,9 +533,11 @@ def _deconv_rules():
 
 
 def _broadcast_adds_unit_dims(match: Match):
-    """repeats no values (a view of the input)."""
+    """repeats no values (a view of the input): each dim of the output is the input's (symbolic ones by name), or
+    a leading 1 the input does not have."""
     shape, out = static_shape(match.root.args[0]), static_shape(match.root)
-    if math.prod(shape) != math.prod(out):
+    padded = (1,) * (len(out) - len(shape)) + tuple(shape)
+    if len(shape) > len(out) or any(d != o for d, o in zip(padded, out)):
         return f"broadcast_to {shape} -> {out} repeats values (oneDNN here: broadcasts that only add unit dims)"
     return SUPPORTED
 
@@ -640,6 +642,7 @@ RULES = (
     OpRule(f"{NAME}.silu", "relax.nn.silu", _base),
     OpRule(f"{NAME}.sqrt", "relax.sqrt", _base),
     OpRule(f"{NAME}.exp", "relax.exp", _base),
+    OpRule(f"{NAME}.negative", "relax.negative", _base),
     OpRule(f"{NAME}.leakyrelu", "relax.nn.leakyrelu", _base),
     OpRule(f"{NAME}.power", "relax.power", all_of(_base, _scalar_exponent)),
     # Layout ops, so the glue between heavy ops does not split a partition:

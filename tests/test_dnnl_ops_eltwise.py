@@ -246,3 +246,29 @@ def test_group_and_instance_norm(op, groups, shape):
     x = _f(*shape, seed=6, scale=3.0) + np.float32(1.0)  # a mean and scale away from 0 and 1
     artifact = _compile(m, inputs={"x": x})
     assert "dnnl.group_norm" in _rules(artifact)
+
+
+def test_negation_runs_on_dnnl():
+    """Rotary embeddings' rotate_half, cat(-x2, x1), as exporters write it (Llama): the Neg stays in the partition."""
+    nodes = [helper.make_node("Split", ["x"], ["x1", "x2"], axis=-1, num_outputs=2),
+             helper.make_node("Neg", ["x2"], ["n"]),
+             helper.make_node("Concat", ["n", "x1"], ["y"], axis=-1)]
+    m = model(nodes, [tensor("x", [1, 4, 6, 8])], [tensor("y", [1, 4, 6, 8])], [], opset=18)
+    _compile(m)
+
+
+@pytest.mark.parametrize("target, taken", [(["batch", 1, 6, 8], True), (["batch", 3, 6, 8], False)])
+def test_a_broadcast_over_symbolic_dims_is_taken_when_it_repeats_nothing(target, taken):
+    """A broadcast_to of [batch, 1, 6, 8] is a view when its output is the same shape, and refused with its reason
+    when it repeats the unit dim (a grouped-query attention's repeated keys): the check reads symbolic dims by name
+    (it once raised a TypeError on them, so the op stayed on the host with no reason)."""
+    nodes = [helper.make_node("Shape", ["like"], ["shape"]),
+             helper.make_node("Expand", ["x", "shape"], ["e"]),
+             helper.make_node("Relu", ["e"], ["y"])]
+    m = model(nodes, [tensor("x", ["batch", 1, 6, 8]), tensor("like", target)], [tensor("y", target)], [])
+    plan = byoc.partition(m, ["dnnl"])
+    reasons = [d.reasons.get("dnnl", "") for d in plan.host_ops if d.op == "relax.broadcast_to"]
+    if taken:
+        assert not reasons
+    else:
+        assert reasons and "repeats values" in reasons[0], reasons

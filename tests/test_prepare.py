@@ -66,7 +66,7 @@ def test_shape_chain_imports_without_preparation_too():
     """The importer keeps Shape -> Gather -> Concat arithmetic as shape values (symbolic dims need it), so the
     Reshape gets its target as a shape even from the unprepared graph, where TVM alone refused it."""
     checked = frontend._check(shape_chain())
-    mod, _, _ = frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])
+    mod = frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])[0]
     calls = [b.value for block in mod["main"].body.blocks for b in block.bindings]
     (reshape,) = [c for c in calls if c.op.name == "relax.reshape"]
     assert [int(d) for d in reshape.args[1].values] == [1, 8]

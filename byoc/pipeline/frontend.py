@@ -528,23 +528,23 @@ def import_model(
     try:
         _check_supported_ops(prep.model.graph, prep.origin)
         _log.info("importing %d prepared nodes into Relax", len(prep.model.graph.node))
-        mod, node_of, tensor_of = _to_relax(prep.model, inputs, prep.origin, _op_types(model, prep.origin),
-                                            dim_ranges)
+        mod, node_of, tensor_of, absorbed = _to_relax(prep.model, inputs, prep.origin,
+                                                      _op_types(model, prep.origin), dim_ranges)
     except ModelLoadError as err:
         if not prep.simplifier:
             raise
         # Preparation must never be the reason a model fails: try the model as given.
         try:
             _check_supported_ops(model.graph)
-            mod, node_of, tensor_of = _to_relax(model, inputs, dim_ranges=dim_ranges)
+            mod, node_of, tensor_of, absorbed = _to_relax(model, inputs, dim_ranges=dim_ranges)
         except ModelLoadError:
             raise err from None
         warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
                       "imported the model as given, without folding", stacklevel=2)
-        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared_model=model,
-                             tensor_of=tensor_of, dims=dim_ranges)
+        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared=absorbed,
+                             prepared_model=model, tensor_of=tensor_of, dims=dim_ranges)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
-                         prepared=prep.fate, prepared_model=prep.model, simplifier=prep.simplifier,
+                         prepared={**prep.fate, **absorbed}, prepared_model=prep.model, simplifier=prep.simplifier,
                          tensor_of=tensor_of, dims=dim_ranges)
 
 
@@ -583,14 +583,17 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
 
 def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
               op_types: Mapping[str, str] | None = None, dim_ranges: Mapping[str, DimRange] | None = None):
-    """Import ``model`` into Relax: ``(mod, node_of, tensor_of)``; see :class:`ImportedModel`.
+    """Import ``model`` into Relax: ``(mod, node_of, tensor_of, absorbed)``; see :class:`ImportedModel`.
 
     ``node_of`` names the user's nodes through ``origin``, which maps a
     (prepared) node name of ``model`` to the user's node, and ``op_types``
     to that node's op type (see :mod:`byoc.pipeline.prepare`); a name without an entry
     is the user's own. ``tensor_of`` names the tensors of ``model``: a fused
-    node's result holds the tensor it was fused into.
+    node's result holds the tensor it was fused into. ``absorbed`` maps a user
+    node the import made nothing of to why (:mod:`byoc.pipeline.import_rewrites`).
     """
+
+    from tvm import relax
 
     from byoc.pipeline.importer import ProvenanceImporter, bind_trailing_params, unique_binding_names
     from byoc.pipeline.qdq_form import held_integer_constants
@@ -611,6 +614,8 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
         with QUIET_LOCK, warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             mod = importer.with_dim_bounds(importer.from_onnx(model.graph, opset))
+            # what a converter made and nothing reads (an Expand its readers broadcast past: import_rewrites)
+            mod.update_func(mod.get_global_var("main"), relax.analysis.remove_all_unused(mod["main"]))
             owners = importer.binding_provenance(mod["main"])
             results = importer.results(mod["main"])
             mod = _fold_constants(mod)
@@ -645,7 +650,8 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
         op_types = op_types or {}
         node_of = {b: OnnxNode(origin.get(n.name, n.name), op_types.get(n.name, n.op_type))
                    for b, n in node_of.items()}
-    return mod, node_of, tensor_of
+    absorbed = {(origin or {}).get(name, name): why for name, why in importer.absorbed.items()}
+    return mod, node_of, tensor_of, absorbed
 
 
 def _fold_constants(mod):

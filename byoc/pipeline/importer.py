@@ -18,6 +18,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.vendor.values import const_array, is_tensor_const
+from byoc.pipeline.import_rewrites import einsum_as_matmul, without_implied_broadcasts
 from byoc.pipeline.onnx_model import OnnxNode
 
 
@@ -39,6 +40,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None
+        #: ONNX node name -> why the import made nothing of it (:mod:`byoc.pipeline.import_rewrites`)
+        self.absorbed: dict[str, str] = {}
 
     def from_onnx(self, graph, opset):
         """TVM's import, with each node's input list reachable from :meth:`_parse_value_proto` (see there)."""
@@ -77,7 +80,13 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = self._convert_instance_norm(inputs, attrs)
         elif op_name == "Gather" and (sym := _gather_as_slice(inputs, attrs)) is not None:
             sym = self.bb.normalize(sym)
+        elif op_name == "Einsum" and (sym := einsum_as_matmul(inputs, attrs, self.bb)) is not None:
+            pass
         else:
+            for expand in without_implied_broadcasts(op_name, inputs, self.bb):
+                if (owner := self._owner.get(expand)) is not None:
+                    self.absorbed[owner.name] = "an Expand its reader's broadcasting implies: the reader reads " \
+                                                "the Expand's input"
             sym = _shape_arithmetic(op_name, inputs, attrs)
             if sym is None:
                 _shapes_as_tensors(op_name, inputs, self.bb)

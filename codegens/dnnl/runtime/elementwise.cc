@@ -37,6 +37,10 @@ bool Program::EltwiseOf(const BodyOp& op, PostOp* p) const {
   }
   else if (op.kernel == "relax.sqrt") p->alg = algorithm::eltwise_sqrt;
   else if (op.kernel == "relax.exp") p->alg = algorithm::eltwise_exp;
+  else if (op.kernel == "relax.negative") {  // rotary embeddings' rotate_half: -1 * x + 0
+    p->alg = algorithm::eltwise_linear;
+    p->alpha = -1.0f;
+  }
   else if (op.kernel == "relax.nn.leakyrelu") {
     p->alg = algorithm::eltwise_relu;
     p->alpha = static_cast<float>(Attrs(op.attrs, op.where).Float("alpha"));
