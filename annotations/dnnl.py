@@ -17,7 +17,7 @@ first:
   element-wise add / subtract / multiply / divide, power by a scalar, relu,
   leaky relu, clip, sigmoid, tanh, sqrt, exp, negative, and the layout ops reshape,
   squeeze, expand_dims, flatten, transpose, stack and broadcast_to (adding
-  unit dims), so the glue between heavy ops stays in the same partition and
+  unit dims, or copies of the input), so the glue between heavy ops stays in the same partition and
   activations keep oneDNN's blocked layouts.
 
 Every check enforces a limit of the runtime (``codegens/dnnl/runtime/``)
@@ -532,13 +532,24 @@ def _deconv_rules():
     return rules
 
 
-def _broadcast_adds_unit_dims(match: Match):
-    """repeats no values (a view of the input): each dim of the output is the input's (symbolic ones by name), or
-    a leading 1 the input does not have."""
+#: the most copies along one axis a broadcast_to makes (kMaxBroadcastCopies, codegens/dnnl/runtime/common.h)
+MAX_BROADCAST_COPIES = 64
+
+
+def _broadcast_copies(match: Match):
+    """adds unit dims, or copies the input a fixed number of times, at most 64, along axes where it has 1.
+
+    The copies are a concat (MAX_BROADCAST_COPIES inputs at most); symbolic dims are compared by name."""
     shape, out = static_shape(match.root.args[0]), static_shape(match.root)
     padded = (1,) * (len(out) - len(shape)) + tuple(shape)
-    if len(shape) > len(out) or any(d != o for d, o in zip(padded, out)):
-        return f"broadcast_to {shape} -> {out} repeats values (oneDNN here: broadcasts that only add unit dims)"
+    for d, o in zip(padded, out):
+        if d == o:
+            continue
+        if len(shape) > len(out) or d != 1 or not isinstance(o, int):
+            return f"broadcast_to {shape} -> {out} repeats values a number of times known only at run time"
+        if o > MAX_BROADCAST_COPIES:
+            return (f"broadcast_to {shape} -> {out} repeats values {o} times (oneDNN here: a concat of at most "
+                    f"{MAX_BROADCAST_COPIES} copies)")
     return SUPPORTED
 
 
@@ -624,7 +635,6 @@ RULES = (
     OpRule(f"{NAME}.min", "relax.min", _base),
     # ONNX Sum (Max, Min) of n tensors as TVM imports it: broadcast_to each, stack, reduce over the new axis.
     OpRule(f"{NAME}.stack", "relax.stack", _base),
-    OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_adds_unit_dims)),
     OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
     OpRule(f"{NAME}.layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
     OpRule(f"{NAME}.group_norm", "relax.nn.group_norm", all_of(_base, _group_norm_over_channels)),
@@ -652,6 +662,9 @@ RULES = (
     OpRule(f"{NAME}.expand_dims", "relax.expand_dims", _moves),
     OpRule(f"{NAME}.flatten", "relax.flatten", _moves),
     OpRule(f"{NAME}.transpose", "relax.permute_dims", _moves),
+    # Last: a composite of a broadcast_to to a symbolic shape gives its result no shape until its shape argument
+    # is written into it (byoc.pipeline.shape_args), and the rules matched after it would read it so.
+    OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_copies)),
 )
 
 VENDOR = register_vendor(

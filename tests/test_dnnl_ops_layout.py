@@ -270,9 +270,16 @@ def test_shufflenet_unit_with_random_weights():
 
 
 # -- data movement that stays on the host -----------------------------------------------------------
-def test_expand_that_repeats_values_stays_on_host():
+def test_expand_that_repeats_values_more_than_the_limit_stays_on_host():
+    m = single_op("Expand", {"x": [1, 3, 1]}, [2, 3, 65], initializers=[const("shape", np.array([2, 3, 65], np.int64))])
+    assert "repeats values 65 times" in _reason(m, "relax.broadcast_to")
+
+
+def test_expand_that_repeats_values_is_a_concat_of_copies():
+    """Along each axis where the input has 1 (two here), one concat of that many copies; against onnxruntime."""
     m = single_op("Expand", {"x": [1, 3, 1]}, [2, 3, 4], initializers=[const("shape", np.array([2, 3, 4], np.int64))])
-    assert "repeats values" in _reason(m, "relax.broadcast_to")
+    _compile(m)
+    assert [line.split(",")[3] for line in _onednn_exec(m)] == ["concat", "concat"]
 
 
 def test_pad_stays_on_host_as_tvm_imports_it_as_a_tir_kernel():

@@ -66,6 +66,8 @@ constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
 // over 25 us on the team, 1.0-1.2x with this), while one primitive of 0.1 ms alone does (a softmax over
 // [1,12,128,128] on one thread: 1.65x onnxruntime's two; on the team 0.93x). Measured on 2 cores, AVX-512 VNNI.
 constexpr double kParallelOpUs = 25, kParallelAloneUs = 100, kParallelModuleUs = 1000;
+// The most copies along one axis a repeating broadcast_to makes (one concat input each; annotations/dnnl.py).
+constexpr int64_t kMaxBroadcastCopies = 64;
 
 // Sets the calling thread's OpenMP team size for its lifetime, then puts the caller's back.
 class OmpThreads {

@@ -170,6 +170,36 @@ void Program::Concat(const BodyOp& op, const Attrs& a) {
   AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
 }
 
+// broadcast_to: a view where it repeats no values (it adds unit dims); otherwise, for each axis where the input
+// has 1 and the output more, a concat of that many copies (grouped-query attention's keys and values repeated for
+// each query head of their group, Llama). The rule takes at most kMaxBroadcastCopies copies an axis.
+void Program::BroadcastTo(const BodyOp& op) {
+  Arity(op, 1);
+  const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+  if (xs.size() > ys.size()) Fail(op.where + ": " + ShapeStr(xs) + " does not broadcast to " + ShapeStr(ys));
+  if (g_.tensor(op.inputs[0]).numel == g_.tensor(op.output).numel) return Reshape(op);
+  std::vector<int64_t> shape(ys.size() - xs.size(), 1);
+  shape.insert(shape.end(), xs.begin(), xs.end());
+  memory::data_type type = DataType(g_.tensor(op.output));
+  int current = NewView(As(op.inputs[0], Plain(xs, type)), Plain(shape, type));
+  for (size_t axis = 0; axis < ys.size(); ++axis) {
+    if (shape[axis] == ys[axis]) continue;
+    if (shape[axis] != 1 || ys[axis] > kMaxBroadcastCopies)
+      Fail(op.where + ": " + ShapeStr(xs) + " does not broadcast to " + ShapeStr(ys) + " by at most " +
+           std::to_string(kMaxBroadcastCopies) + " copies an axis");
+    std::vector<Desc> copies(static_cast<size_t>(ys[axis]), Plain(shape, type));
+    shape[axis] = ys[axis];
+    dnnl::concat::primitive_desc pd(Engine(), Plain(shape, type), static_cast<int>(axis), copies, UserScratchpad());
+    std::vector<Arg> args;
+    for (size_t i = 0; i < copies.size(); ++i) args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), current, copies[i]});
+    int next = NewTemp(Plain(shape, type));
+    args.push_back({DNNL_ARG_DST, next, Plain(shape, type)});
+    AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
+    current = next;
+  }
+  value_of_[op.output] = current;
+}
+
 // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output;
 // or nothing at all when a sum / mean / max / min over the new axis is its only reader (ONNX
 // Sum, Mean, Max and Min of n tensors): that reduction is then one oneDNN sum of the inputs

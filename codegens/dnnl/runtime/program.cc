@@ -258,7 +258,7 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
       {"relax.squeeze", Alone<&Program::Reshape>},
       {"relax.expand_dims", Alone<&Program::Reshape>},
       {"relax.flatten", Alone<&Program::Reshape>},
-      {"relax.broadcast_to", Alone<&Program::Reshape>},  // one that repeats no values (the rule checks)
+      {"relax.broadcast_to", Alone<&Program::BroadcastTo>},
       {"relax.permute_dims", Alone<&Program::Transpose>},
       {"relax.nn.max_pool2d", Alone<&Program::Pool>},
       {"relax.nn.avg_pool2d", Alone<&Program::Pool>},

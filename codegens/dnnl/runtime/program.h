@@ -348,6 +348,7 @@ class Program {
   // layout.cc: data movement kept in its source's layout: reshape, transpose, channel shuffle, concat, stack,
   // slices, split, resize
   void Reshape(const BodyOp& op);
+  void BroadcastTo(const BodyOp& op);
   void Transpose(const BodyOp& op, const Attrs& a);
   std::vector<int64_t> Permutation(const BodyOp& op, const Attrs& a) const;
   const BodyOp* OnlyReader(int id) const;
