@@ -563,6 +563,9 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     specs = []
     for vi, ty in zip(model.graph.output, fields):
+        if isinstance(ty, relax.ShapeType):  # an output that is a Shape op's result: its ints, one per dim
+            specs.append(TensorSpec(vi.name, (ty.ndim,), "int64"))
+            continue
         shape = ()
         if ty.shape is not None:
             # An extent Relax keeps symbolic (an empty input dimension, see _importer) is

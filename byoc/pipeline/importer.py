@@ -18,7 +18,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.vendor.values import const_array, is_tensor_const
-from byoc.pipeline.import_rewrites import einsum_as_matmul, without_implied_broadcasts
+from byoc.pipeline.import_rewrites import BROADCASTING_BINARY, einsum_as_matmul, without_implied_broadcasts
 from byoc.pipeline.onnx_model import OnnxNode
 
 
@@ -94,6 +94,8 @@ class ProvenanceImporter(ONNXGraphImporter):
                 sym = self.bb.normalize(sym)
         if sym is None and op_name == "Concat":
             _agree_on_concat_dims(inputs, attrs.get("axis", 0), self.bb)
+        if sym is None and op_name in BROADCASTING_BINARY:
+            _agree_on_broadcast_dims(inputs, self.bb)
         if sym is None and op_name == "Squeeze":
             _squeezed_dims_are_one(inputs, attrs, self.bb)
         if sym is None and op_name == "Resize":
@@ -380,6 +382,33 @@ def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
             continue
         target = [d if k == axis else f for k, (d, f) in enumerate(zip(dims, first))]
         inputs[i] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _agree_on_broadcast_dims(inputs, bb) -> None:
+    """In place: the second operand of a broadcasting binary op, where a dim of it is symbolic and TVM cannot prove
+    it equal to the first operand's (nor is either 1), is cast to the first's (``match_cast``, checked when the
+    model runs). wav2vec2's positional conv adds its output, whose frames went through a padding and a slice, to
+    the features: equal for every input length, which TVM cannot know, and it gave up the sum's shape, so that
+    the Shape read after it had none and the import failed."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    types = [getattr(x, "ty", None) for x in inputs[:2]]
+    if len(inputs) != 2 or not all(isinstance(t, relax.TensorType) and t.shape is not None for t in types):
+        return
+    first, second = list(types[0].shape.values), list(types[1].shape.values)
+    if len(first) != len(second):
+        return
+    analyzer = Analyzer()
+
+    def agreed(a, b):
+        if analyzer.can_prove_equal(a, b) or any(isinstance(d, tirx.IntImm) and d.value == 1 for d in (a, b)):
+            return b
+        return b if isinstance(a, tirx.IntImm) and isinstance(b, tirx.IntImm) else a
+
+    target = [agreed(a, b) for a, b in zip(first, second)]
+    if any(t is not b for t, b in zip(target, second)):
+        inputs[1] = bb.match_cast(inputs[1], relax.TensorType(target, types[1].dtype))
 
 
 def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
