@@ -89,3 +89,12 @@ def test_an_expand_its_reader_broadcasts_past_is_not_computed():
 def test_an_expand_that_makes_the_result_shape_stays():
     artifact = _check(_normalized(False), {"q": [2, 3, 16, 8], "one": [1]})
     assert "expand" not in artifact.plan.imported.prepared
+
+
+def test_an_expand_another_op_still_reads_is_computed_and_not_reported_absorbed():
+    model = _normalized(True)
+    model.graph.node.append(helper.make_node("Relu", ["expanded"], ["norms"], name="relu"))
+    model.graph.output.append(helper.make_tensor_value_info("norms", TensorProto.FLOAT, ["batch", 3, 16, 8]))
+    artifact = _check(model, {"q": [2, 3, 16, 8]})
+    assert "expand" not in artifact.plan.imported.prepared
+    assert "expand" in {n.name for n in artifact.plan.imported.node_of.values()}

@@ -653,7 +653,9 @@ def _to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[
         op_types = op_types or {}
         node_of = {b: OnnxNode(origin.get(n.name, n.name), op_types.get(n.name, n.op_type))
                    for b, n in node_of.items()}
-    absorbed = {(origin or {}).get(name, name): why for name, why in importer.absorbed.items()}
+    computed = {n.name for n in node_of.values()}  # an Expand another op still reads is computed after all
+    absorbed = {user: why for name, why in importer.absorbed.items()
+                if (user := (origin or {}).get(name, name)) not in computed}
     return mod, node_of, tensor_of, absorbed
 
 

@@ -110,7 +110,9 @@ def _broadcast(shapes: list) -> Optional[list]:
 
 
 def _is_one(dim) -> bool:
-    return isinstance(dim, (int,)) and dim == 1 or (hasattr(dim, "value") and dim.value == 1)
+    from tvm import tirx
+
+    return isinstance(dim, tirx.IntImm) and dim.value == 1
 
 
 def _same_dims(a: Optional[list], b: Optional[list]) -> bool:
