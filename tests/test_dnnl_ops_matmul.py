@@ -82,9 +82,11 @@ def test_a_linear_on_rank_3_and_4_activations_is_one_2d_matmul_over_the_rows(row
 @pytest.mark.parametrize("isa", [None, "AVX2"])
 def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
     """Attention as exporters write it: heads split off rows by Reshape + Transpose, K transposed once more, and
-    the product's heads put back by a Transpose that a Reshape makes the output. No transpose is a step: the
-    matmuls read their operands through the transposed strides and write their product through strides that make
-    the transpose after it plain, which is then the output itself. Held to AVX2 and at the machine's own ISA."""
+    the product's heads put back by a Transpose that a Reshape makes the output. The matmuls read Q and V through
+    their transposed strides and write their product through strides that make the transpose after it plain,
+    which is then the output itself; K^T, whose rows would be read across (a slower kernel: 14.2 against 10.2 ms
+    for Whisper's 1500 frames), is one copy from K's input, through both transposes. Held to AVX2 and at the
+    machine's own ISA."""
     heads, tokens, dim = 4, 24, 8
     split = [helper.make_node("Reshape", [n, "heads_shape"], [f"{n}4"]) for n in "qkv"]
     split += [helper.make_node("Transpose", [f"{n}4"], [f"{n}h"], perm=[0, 2, 1, 3]) for n in "qkv"]
@@ -102,5 +104,6 @@ def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
     _compile(m)  # the output against onnxruntime
     executed = _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": isa} if isa else None)
     kinds = [line.split(",")[3] for line in executed]
-    assert kinds == ["matmul", "softmax", "matmul"], "\n".join(executed)
+    assert kinds == ["reorder", "matmul", "softmax", "matmul"], "\n".join(executed)
+    assert f"1x{heads}x{dim}x{tokens}" in executed[0]  # the copy is K^T's
     assert not [line for line in executed if ",ref:" in line], executed
