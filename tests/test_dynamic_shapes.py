@@ -537,3 +537,16 @@ def test_a_sum_of_dims_tvm_cannot_prove_equal_keeps_its_shape():
         got, want = artifact.run({"x": x}), session.run(None, {"x": x})
         np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_dim_that_may_broadcast_at_run_time_is_not_cast():
+    """A static 4 against a symbolic b (which may be 1, and broadcast) is no relation the import may assume: the
+    model is refused with its node named (TVM cannot type the product), not built to reject b = 1 when it runs."""
+    nodes = [helper.make_node("Mul", ["x", "y"], ["z"], name="mul"), helper.make_node("Relu", ["z"], ["r"], name="relu")]
+    graph = helper.make_graph(nodes, "maybe_broadcast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                                                         helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "b"])],
+                              [helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with pytest.raises(byoc.errors.ModelLoadError, match="relu"):
+        byoc.compile(model, ["dnnl"])

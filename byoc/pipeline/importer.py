@@ -385,11 +385,13 @@ def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
 
 
 def _agree_on_broadcast_dims(inputs, bb) -> None:
-    """In place: the second operand of a broadcasting binary op, where a dim of it is symbolic and TVM cannot prove
-    it equal to the first operand's (nor is either 1), is cast to the first's (``match_cast``, checked when the
-    model runs). wav2vec2's positional conv adds its output, whose frames went through a padding and a slice, to
-    the features: equal for every input length, which TVM cannot know, and it gave up the sum's shape, so that
-    the Shape read after it had none and the import failed."""
+    """In place: the second operand of a broadcasting binary op, where a dim of it is an expression of the same
+    symbolic dims as the first operand's but TVM cannot prove the two equal, is cast to the first's
+    (``match_cast``, checked when the model runs). wav2vec2's positional conv adds its output, whose frames went
+    through a padding and a slice (``min(max(f, 0), f + 1)``), to the features' ``f`` frames: equal for every
+    input length, which TVM cannot know, and it gave up the sum's shape, so that the Shape read after it had none
+    and the import failed. Dims of different symbolic dims (``a`` and ``b``), or a symbolic and a static one, are
+    left as they are: one of them may be 1 when the model runs, and broadcast."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
@@ -401,10 +403,13 @@ def _agree_on_broadcast_dims(inputs, bb) -> None:
         return
     analyzer = Analyzer()
 
+    def names(dim) -> set:
+        return {str(v.name) for v in tirx.analysis.undefined_vars(dim)}
+
     def agreed(a, b):
-        if analyzer.can_prove_equal(a, b) or any(isinstance(d, tirx.IntImm) and d.value == 1 for d in (a, b)):
+        if isinstance(a, tirx.IntImm) or isinstance(b, tirx.IntImm) or analyzer.can_prove_equal(a, b):
             return b
-        return b if isinstance(a, tirx.IntImm) and isinstance(b, tirx.IntImm) else a
+        return a if names(a) == names(b) else b
 
     target = [agreed(a, b) for a, b in zip(first, second)]
     if any(t is not b for t, b in zip(target, second)):
