@@ -13,7 +13,7 @@ first:
   ONNX's n-ary Sum / Mean / Max / Min among them), softmax,
   layer norm over the last axis, inference batch norm, LRN (across channels),
   resize (the ONNX modes oneDNN resampling matches exactly), concat, split,
-  strided slice (positive strides), GELU, hard-sigmoid, hard-swish, swish, and
+  strided slice (positive strides), constant padding, GELU, hard-sigmoid, hard-swish, swish, and
   element-wise add / subtract / multiply / divide, power by a scalar, relu,
   leaky relu, clip, sigmoid, tanh, sqrt, exp, negative, and the layout ops reshape,
   squeeze, expand_dims, flatten, transpose, stack and broadcast_to (adding
@@ -428,6 +428,16 @@ def _strided_slice_pattern():
     return is_op("relax.strided_slice")(wildcard(), varg_default_wildcard=True)
 
 
+def _constant_pad(match: Match):
+    """constant mode, widths >= 0."""
+    attrs = match.root.attrs
+    if attrs.pad_mode != "constant":
+        return f"pad mode {attrs.pad_mode} (oneDNN here: constant padding, a fill and a copy)"
+    if min((int(w) for w in attrs.pad_width), default=0) < 0:
+        return "negative pad widths (a crop)"
+    return SUPPORTED
+
+
 def _split_results(match: Match):
     """static, non-empty results; a number of sections divides the axis."""
     from tvm import relax
@@ -627,6 +637,7 @@ RULES = (
     OpRule(f"{NAME}.split", "relax.split", all_of(_base, _split_results)),
     OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
     PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
+    OpRule(f"{NAME}.pad", "relax.nn.pad", all_of(_base, _constant_pad)),
     OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
     OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
     OpRule(f"{NAME}.mean", "relax.mean", _base),

@@ -282,12 +282,48 @@ def test_expand_that_repeats_values_is_a_concat_of_copies():
     assert [line.split(",")[3] for line in _onednn_exec(m)] == ["concat", "concat"]
 
 
-def test_pad_stays_on_host_as_tvm_imports_it_as_a_tir_kernel():
-    """TVM's importer emits ONNX Pad as call_tir(pad), no Relax op (relax.nn.pad) a rule could take."""
-    nodes = [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode="constant", name="pad")]
-    m = model(nodes, [tensor("x", [1, 3, 4, 4])], [tensor("y", [1, 3, 7, 5])],
-              [const("pads", np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64)), const("value", np.array(1.5, np.float32))])
-    assert _reason(m, "call_tir(pad)") == "no dnnl rule for call_tir(pad)"
+def _pad(shape, out, pads, value=None, axes=None, mode="constant", opset=17):
+    """A Pad node; its value input is left out when it is None and no axes follow it."""
+    inits = [const("pads", np.array(pads, np.int64))]
+    if value is not None or axes is not None:
+        inits.append(const("value", np.array(value or 0, np.float32)))
+    if axes is not None:
+        inits.append(const("axes", np.array(axes, np.int64)))
+    nodes = [helper.make_node("Pad", ["x"] + [i.name for i in inits], ["y"], mode=mode, name="pad")]
+    return model(nodes, [tensor("x", shape)], [tensor("y", out)], inits, opset=opset)
+
+
+@pytest.mark.parametrize("shape,out,pads,value,axes,opset", [
+    ([1, 3, 4, 4], [1, 3, 7, 5], [0, 0, 1, 0, 0, 0, 2, 1], 1.5, None, 17),
+    ([2, 7, 7, 96], [2, 8, 8, 96], [0, 0, 0, 0, 0, 1, 1, 0], None, None, 17),  # Swin-V2's window pad (NHWC)
+    ([1, 3, 4, 4], [1, 3, 8, 5], [2, 0, 2, 1], -0.5, [2, 3], 18),            # opset 18's axes
+    ([5, 6], [5, 9], [0, 3, 0, 0], None, None, 17),
+])
+def test_a_constant_pad_is_a_fill_and_one_copy(shape, out, pads, value, axes, opset):
+    """TVM's converter emits ONNX Pad as call_tir(pad), which no rule takes (Swin-V2's window pads stayed on the
+    host inside every stage); byoc imports a constant pad as relax.nn.pad, and dnnl fills the output and copies
+    the input into its middle: one reorder in oneDNN's log. Against onnxruntime."""
+    m = _pad(shape, out, pads, value, axes, opset=opset)
+    assert _rules(_compile(m)) == {"dnnl.pad"}
+    assert [line.split(",")[3] for line in _onednn_exec(m)] == ["reorder"]
+
+
+def test_a_pad_between_convs_in_blocked_layouts():
+    conv1, inits1 = _conv("x", "a", 3, 16, "c1", seed=5)
+    conv2, inits2 = _conv("p", "y", 16, 8, "c2", pads=(0, 0, 0, 0), seed=6)
+    nodes = [conv1, helper.make_node("Pad", ["a", "pads"], ["p"], name="pad"), conv2]
+    m = model(nodes, [tensor("x", [1, 3, 9, 9])], [tensor("y", [1, 8, 8, 9])],
+              inits1 + inits2 + [const("pads", np.array([0, 0, 1, 1, 0, 0, 0, 1], np.int64))])
+    assert _rules(_compile(m)) >= {"dnnl.pad"}
+
+
+@pytest.mark.parametrize("mode,pads,out,op", [
+    ("reflect", [0, 0, 1, 1, 0, 0, 1, 1], [1, 3, 6, 6], "call_tir(mirror_pad)"),
+    ("edge", [0, 0, 1, 1, 0, 0, 1, 1], [1, 3, 6, 6], "call_tir(replicate_pad)"),
+    ("constant", [0, 0, -1, 0, 0, 0, 1, 1], [1, 3, 4, 5], "call_tir(pad)"),  # a negative width crops
+])
+def test_other_pads_stay_on_host_and_compute_what_onnx_says(mode, pads, out, op):
+    _compile(_pad([1, 3, 4, 4], out, pads, mode=mode), host_ops=[op])
 
 
 # -- layouts kept through data movement ---------------------------------------------------

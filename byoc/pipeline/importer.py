@@ -78,6 +78,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = self._convert_clip(inputs, attrs, opset)
         elif op_name == "InstanceNormalization":
             sym = self._convert_instance_norm(inputs, attrs)
+        elif op_name == "Pad" and (sym := _constant_pad(inputs, attrs, opset)) is not None:
+            sym = self.bb.normalize(sym)
         elif op_name == "Gather" and (sym := _gather_as_slice(inputs, attrs)) is not None:
             sym = self.bb.normalize(sym)
         elif op_name == "Einsum" and (sym := einsum_as_matmul(inputs, attrs, self.bb)) is not None:
@@ -432,6 +434,35 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
         return
     target = [1 if k in axes else d for k, d in enumerate(dims)]
     inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _constant_pad(inputs, attrs, opset):
+    """A constant-mode Pad by constant, non-negative widths as ``relax.nn.pad``: one op a vendor can take (dnnl
+    does: a fill and a copy into the middle), where TVM's converter emits an opaque ``call_tir`` of
+    ``topi.nn.pad``: Swin-V2's window padding, on the host inside every stage. None (TVM's converter) for
+    the other modes, widths or values computed at run time, and negative widths (ONNX crops by them)."""
+    x = inputs[0]
+    ty = getattr(x, "ty", None)
+    if attrs.get("mode", b"constant") not in (b"constant", "constant") or not isinstance(ty, relax.TensorType) \
+            or ty.ndim < 0:
+        return None
+    if opset < 11:
+        pads, value, axes = list(attrs.get("pads", [])), float(attrs.get("value", 0.0)), None
+    else:
+        operands = [inputs[i] if len(inputs) > i else None for i in (1, 2, 3)]
+        if not all(arg is None or is_tensor_const(arg) for arg in operands):
+            return None
+        pads = [int(p) for p in const_array(operands[0]).reshape(-1)]
+        value = float(const_array(operands[1]).reshape(-1)[0]) if operands[1] is not None \
+            and const_array(operands[1]).size else 0.0
+        axes = None if operands[2] is None else [int(a) for a in const_array(operands[2]).reshape(-1)]
+    axes = list(range(ty.ndim)) if axes is None else [a + ty.ndim if a < 0 else a for a in axes]
+    if len(pads) != 2 * len(axes) or min(pads, default=0) < 0 or not all(0 <= a < ty.ndim for a in axes):
+        return None
+    widths = [0] * (2 * ty.ndim)  # relax.nn.pad: (before, after) per axis
+    for k, axis in enumerate(axes):
+        widths[2 * axis], widths[2 * axis + 1] = pads[k], pads[k + len(axes)]
+    return relax.op.nn.pad(x, widths, "constant", value)
 
 
 def _gather_as_slice(inputs, attrs):

@@ -1,8 +1,9 @@
-// kernels.h -- steps byoc computes itself between oneDNN primitives: the Winograd transforms, byte tables and
-// the windows of a conv1d (their loops: winograd.h, byte_table.h).
+// kernels.h -- steps byoc computes itself between oneDNN primitives: the Winograd transforms, byte tables,
+// the windows of a conv1d and a pad's fill (their loops: winograd.h, byte_table.h).
 #ifndef BYOC_DNNL_KERNELS_H_
 #define BYOC_DNNL_KERNELS_H_
 
+#include <algorithm>
 #include <cstring>
 
 #include "byte_table.h"
@@ -109,6 +110,22 @@ class Windows : public Kernel {
 
  private:
   int64_t rows_, row_bytes_, step_bytes_;
+};
+
+// Every float of the destination set to one value: the border of a constant pad, before the source is
+// copied into its middle (Program::Pad). oneDNN has no fill primitive, and x * 0 + v keeps a stale NaN.
+class Fill : public Kernel {
+ public:
+  Fill(int64_t count, float value) : count_(count), value_(value) {}
+  const char* Name() const override { return "fill"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) { std::fill(y + i0, y + i1, value_); });
+  }
+
+ private:
+  int64_t count_;
+  float value_;
 };
 
 }  // namespace dnnl_runtime

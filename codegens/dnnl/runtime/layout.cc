@@ -1,10 +1,11 @@
 // layout.cc -- data movement kept in its source's layout: reshape, transpose, channel shuffle, concat, stack,
-// slices, split, resize.
+// slices, split, resize, constant pad.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 
+#include "kernels.h"
 #include "program.h"
 
 namespace byoc {
@@ -323,6 +324,32 @@ void Program::StridedSlice(const BodyOp& op, const Attrs& a) {
     return;
   }
   CopyPart(op, offsets, step);
+}
+
+// A constant pad (attrs pad_width: before and after per axis): the plain output filled with the value, then
+// the input copied into its middle by one reorder into a view of the output that starts at the widths before.
+void Program::Pad(const BodyOp& op, const Attrs& a) {
+  Arity(op, 1);
+  const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
+  std::vector<int64_t> widths = a.Ints("pad_width");
+  if (a.Str("pad_mode") != "constant") Fail(op.where + ": pad mode " + a.Str("pad_mode") + " (constant only)");
+  if (widths.size() != 2 * xs.size() || xs.size() != ys.size())
+    Fail(op.where + ": " + std::to_string(widths.size()) + " pad widths for a tensor of rank " + std::to_string(xs.size()));
+  Desc out = Plain(ys);
+  Dims strides = out.get_strides();
+  size_t offset = 0;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    if (widths[2 * d] < 0 || widths[2 * d + 1] < 0 || xs[d] + widths[2 * d] + widths[2 * d + 1] != ys[d])
+      Fail(op.where + ": " + ShapeStr(xs) + " padded by the widths given is not " + ShapeStr(ys));
+    offset += static_cast<size_t>(widths[2 * d] * strides[d]) * sizeof(float);
+  }
+  int dst = Define(op.output, out);
+  AddStep(dnnl::primitive(), {{DNNL_ARG_DST, dst, out}}, Desc(),
+          std::make_shared<Fill>(g_.tensor(op.output).numel, static_cast<float>(a.Float("pad_value"))));
+  Desc middle(DimsOf(xs), memory::data_type::f32, strides);
+  int src = As(op.inputs[0], Plain(xs));
+  dnnl::reorder::primitive_desc pd(Engine(), Plain(xs), Engine(), middle, UserScratchpad());
+  AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, Plain(xs)}, {DNNL_ARG_TO, dst, middle, offset}}, pd.scratchpad_desc());
 }
 
 // One result of relax.split (attrs["result_index"], see byoc/graph.py): a part along the axis.

@@ -269,6 +269,7 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
       {"relax.concat", Alone<&Program::Concat>},
       {"relax.image.resize2d", Alone<&Program::Resize>},
       {"relax.strided_slice", Alone<&Program::StridedSlice>},
+      {"relax.nn.pad", Alone<&Program::Pad>},
       {"relax.split", Alone<&Program::Split>},
       {"relax.nn.batch_norm", Alone<&Program::BatchNorm>},
       {"byoc.lrn", Alone<&Program::Lrn>},

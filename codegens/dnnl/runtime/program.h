@@ -363,6 +363,7 @@ class Program {
                                        const std::vector<int64_t>& xs, const std::vector<int64_t>& ys);
   void Resize(const BodyOp& op, const Attrs& a);
   void StridedSlice(const BodyOp& op, const Attrs& a);
+  void Pad(const BodyOp& op, const Attrs& a);
   void Split(const BodyOp& op, const Attrs& a);
   void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);
 
