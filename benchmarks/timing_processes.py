@@ -30,9 +30,12 @@ SETTLE_MS = 50
 
 def machine_class() -> str:
     """The x86-64 class speed figures are measured on: "AVX2", "AVX-512" or "AVX-512 VNNI" (what oneDNN may
-    use: ``ONEDNN_MAX_CPU_ISA`` holds it below the CPU's own class, and the figure says so)."""
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    cpu = ("AVX-512 VNNI" if "avx512_vnni" in flags else "AVX-512" if "avx512f" in flags
+    use: ``ONEDNN_MAX_CPU_ISA`` holds it below the CPU's own class, and the figure says so). By cpuid, as the
+    libraries timed read it."""
+    from byoc.deploy.targets import host_cpu_features
+
+    flags = host_cpu_features()
+    cpu = ("AVX-512 VNNI" if "avx512vnni" in flags else "AVX-512" if "avx512f" in flags
            else "AVX2" if "avx2" in flags else "no AVX2")
     held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if held.startswith("AVX2") and cpu.startswith("AVX-512"):

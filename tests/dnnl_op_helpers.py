@@ -55,11 +55,12 @@ def _conv(x, out, cin, cout, prefix, k=3, group=1, pads=(1, 1, 1, 1), seed=1):
     return node, [const(f"{prefix}_w", w), const(f"{prefix}_b", b)]
 
 
-def _onednn_exec(m, env=None) -> list[str]:
-    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a fresh process) executes."""
+def _onednn_exec(m, env=None, shapes=None) -> list[str]:
+    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a fresh process) executes, on inputs
+    of the model's shapes, or of ``shapes`` (where it has symbolic dims)."""
     script = ("import sys, numpy as np, onnx, byoc\n"
               "a = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
-              "x = [np.ones(i.shape, np.float32) for i in a.inputs]\n"
+              f"x = [np.ones(s, np.float32) for s in {shapes!r} or [i.shape for i in a.inputs]]\n"
               "a.run(x)\n"  # the first run loads the module: weights are reordered then
               "print('RUN', flush=True)\n"
               "a.run(x)\n")

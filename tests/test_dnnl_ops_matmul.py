@@ -80,6 +80,45 @@ def test_a_linear_on_rank_3_and_4_activations_is_one_2d_matmul_over_the_rows(row
 
 
 @pytest.mark.parametrize("isa", [None, "AVX2"])
+def test_the_mask_adds_after_a_matmul_are_its_post_ops(isa):
+    """Scores = Q K^T / scale + mask + position bias (a [1, 1, 1, T] padding mask, and T5's [1, H, T, T] relative
+    position bias), then softmax: each add a node of its own after the matmul's. oneDNN runs no binary primitive:
+    the adds are the matmul's post-ops. Against onnxruntime; held to AVX2 and at the machine's own ISA."""
+    heads, tokens, dim = 2, 8, 4
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+             helper.make_node("Div", ["s", "scale"], ["d"], name="scale"),
+             helper.make_node("Add", ["d", "mask"], ["dm"], name="mask"),
+             helper.make_node("Add", ["dm", "bias"], ["db"], name="position_bias"),
+             helper.make_node("Softmax", ["db"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="context")]
+    m = model(nodes, [tensor("q", [1, heads, tokens, dim]), tensor("kt", [1, heads, dim, tokens]),
+                      tensor("v", [1, heads, tokens, dim]), tensor("mask", [1, 1, 1, tokens]),
+                      tensor("bias", [1, heads, tokens, tokens])], [tensor("y", [1, heads, tokens, dim])],
+              [const("scale", np.array(2.0, np.float32))])
+    _compile(m)
+    executed = _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": isa} if isa else None)
+    assert [line.split(",")[3] for line in executed] == ["matmul", "softmax", "matmul"], "\n".join(executed)
+    assert executed[0].count("binary_add") == 2, executed[0]
+
+
+def test_a_residual_add_after_a_linear_over_a_symbolic_batch_is_a_post_op_of_its_rows():
+    """x [n, T, D] times a constant [D, D], plus a bias, plus x (a residual, a node of its own): one 2-D matmul over
+    the rows (its weight packed), the bias in it and the residual read as rows by a post-op. Against onnxruntime."""
+    tokens, dim = 8, 16
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["l"], name="linear"),
+             helper.make_node("Add", ["l", "b"], ["lb"], name="bias"),
+             helper.make_node("Add", ["lb", "x"], ["y"], name="residual")]
+    m = model(nodes, [tensor("x", ["n", tokens, dim])], [tensor("y", ["n", tokens, dim])],
+              [const("w", _f(dim, dim, seed=4)), const("b", _f(dim, seed=5))])
+    x = {"x": _f(3, tokens, dim, seed=6)}
+    _compile(m, inputs=x)
+    executed = _onednn_exec(m, shapes=[[3, tokens, dim]])
+    assert [line.split(",")[3] for line in executed] == ["matmul"], "\n".join(executed)
+    assert f",{3 * tokens}x{dim}:{dim}x{dim}," in executed[0] and "bia_f32" in executed[0], executed[0]
+    assert "binary_add" in executed[0], executed[0]
+
+
+@pytest.mark.parametrize("isa", [None, "AVX2"])
 def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
     """Attention as exporters write it: heads split off rows by Reshape + Transpose, K transposed once more, and
     the product's heads put back by a Transpose that a Reshape makes the output. The matmuls read Q and V through

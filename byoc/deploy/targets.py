@@ -71,8 +71,8 @@ class TargetPreset:
                 f"name the {self.name} CPU instead (e.g. {self.name}:{next(m for m in _MCPUS[self.name] if m)})"
             )
         name = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName")()
-        features = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
-        return {"mcpu": str(name), "mattr": [f"{'+' if on else '-'}{f}" for f, on in sorted(features.items())]}
+        features = host_cpu_features()
+        return {"mcpu": str(name), "mattr": [f"{'+' if f in features else '-'}{f}" for f in sorted(_llvm_features())]}
 
     @property
     def is_host(self) -> bool:
@@ -164,6 +164,19 @@ _MCPUS = {
     "ppc64le": (None, "pwr8", "pwr9", "pwr10"),
     "s390x": (None, "z13", "z14", "z15", "z16"),
 }
+
+
+def _llvm_features() -> dict:
+    import tvm_ffi
+
+    return dict(tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")())
+
+
+def host_cpu_features() -> set[str]:
+    """The features of the CPU running this, by LLVM's names ("avx2", "avx512f", "avx512vnni", "avxvnni"),
+    as its cpuid reports them: what libraries dispatch on (oneDNN, onnxruntime's MLAS), where /proc/cpuinfo
+    may describe another CPU (an emulator's host)."""
+    return {name for name, on in _llvm_features().items() if on}
 
 
 def host_name() -> str:

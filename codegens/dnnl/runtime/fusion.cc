@@ -47,12 +47,22 @@ post_ops Program::BuildPostOps(const Fused& f, const std::vector<int64_t>& shape
   return ops;
 }
 
+// Whether tensor `id` holds as many values as `shape` in other dims: a full-shape operand of a matmul computed
+// as rows (Program::Matmul), [.., M, N] read as [rows, N].
+bool Program::RowsOf(int id, const std::vector<int64_t>& shape) const {
+  const TensorInfo& t = g_.tensor(id);
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  return t.shape != shape && t.numel == count;
+}
+
 // How a binary post-op reads tensor `id`, in its own data type: of the full `shape`, in layout `full` (or its
-// own layout); broadcast, plain and seen with `shape`'s rank.
+// own layout); as rows, plain; broadcast, plain and seen with `shape`'s rank.
 Desc Program::BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const {
   const TensorInfo& t = g_.tensor(id);
   if (t.shape == shape && !full) return values_[value_of_[id]].desc;
   if (t.shape == shape) return DataType(t) == full->get_data_type() ? *full : Retyped(*full, t);
+  if (RowsOf(id, shape)) return Plain(shape, DataType(t));
   return Plain(Padded(t.shape, std::max<size_t>(shape.size(), 1)), DataType(t));
 }
 
@@ -63,6 +73,7 @@ void Program::AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::v
     if (t < 0) continue;
     Desc desc = BinaryDesc(t, shape, &dst);
     int v = g_.Shape(t) == shape ? As(t, desc) : As(t, Plain(g_.Shape(t), DataType(g_.tensor(t))));
+    if (RowsOf(t, shape)) v = NewView(v, desc);
     args->push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1, v, desc});
   }
 }

@@ -3,6 +3,7 @@
 #ifndef BYOC_DNNL_PROGRAM_H_
 #define BYOC_DNNL_PROGRAM_H_
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -98,20 +99,25 @@ class Program {
   int Root(int v) const { return values_[v].base >= 0 ? values_[v].base : v; }
   Storage StorageOf(int v) const { return values_[Root(v)].storage; }
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
-  // Folds the ops after the head at `k` (same node, single reader) into post-ops.
-  // `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
+  // with `later_nodes` those of the nodes after it too (an attention's mask add and a residual add, each a node
+  // of its own, after a matmul). `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
   template <class BiasOk>
-  Fused FusePostOps(size_t k, BiasOk bias_ok) const {
+  Fused FusePostOps(size_t k, BiasOk bias_ok, bool later_nodes = false) const {
     const std::vector<BodyOp>& ops = g_.ops();
     Fused f;
     f.last = ops[k].output;
     f.next = k + 1;
     const std::vector<int64_t>& shape = g_.Shape(f.last);
-    while (f.next < ops.size() && ops[f.next].node == ops[k].node) {
+    while (f.next < ops.size() && (later_nodes || ops[f.next].node == ops[k].node)) {
       const BodyOp& op = ops[f.next];
       int x = f.last;
       if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
         break;
+      } else if (std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) {
+                   return i < 0 || (i != x && g_.tensor(i).kind == Kind::kOp && value_of_[i] < 0);
+                 })) {
+        break;  // an operand not computed as a value of its own (a stack only its reduction reads)
       } else if (PostOp p; EltwiseOf(op, &p)) {
         if (op.inputs[0] != x) break;
         f.post.push_back(p);
@@ -266,6 +272,7 @@ class Program {
   float ScalarOperand(const BodyOp& op, int x, bool* x_first) const;
   static bool LinearOf(const std::string& kernel, float c, bool x_first, float* alpha, float* beta);
   post_ops BuildPostOps(const Fused& f, const std::vector<int64_t>& shape, const Desc* full) const;
+  bool RowsOf(int id, const std::vector<int64_t>& shape) const;
   Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const;
   void AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::vector<int64_t>& shape, const Desc& dst);
 
