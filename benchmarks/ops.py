@@ -226,6 +226,9 @@ CASES = [
     ("attention", "12 heads 128x64, mask", attention(12, 128, 64, mask=True)),
     ("attention", "12 heads 197x64 (ViT)", attention(12, 197, 64, mask=False)),
     ("attention", "2 heads 64x64, mask", attention(2, 64, 64, mask=True)),
+    ("attention", "12 heads 512x64, mask (BERT at 512)", attention(12, 512, 64, mask=True)),
+    ("attention", "12 heads 1024x64, mask", attention(12, 1024, 64, mask=True)),
+    ("attention", "6 heads 1500x64 (Whisper)", attention(6, 1500, 64, mask=False)),
     # norms and activations
     ("norm", "LayerNorm [1,128,768]", layer_norm([1, 128, 768])),
     ("norm", "LayerNorm [1,3136,96] (Swin)", layer_norm([1, 3136, 96])),

@@ -279,6 +279,11 @@ const std::unordered_map<std::string, Program::OpCompiler>& Program::OpTable() {
 
 size_t Program::CompileOp(size_t k) {
   if (merged_.count(k)) return k + 1;  // computed with an earlier matmul (SideBySide)
+  if (deferred_attention_.count(k)) {
+    BlockedAttention(k);
+    return k + 1;
+  }
+  if (size_t next = DeferAttentionAt(k)) return next;
   const BodyOp& op = g_.ops()[k];
   // Units that span ops: an int8 element-wise unit (dequantize, element-wise ops, quantize) and a channel
   // shuffle (reshape, transpose, reshape), each starting with a kernel the table does not fuse ops after; each

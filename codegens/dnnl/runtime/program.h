@@ -384,6 +384,10 @@ class Program {
   bool ReducedOverOnly(int id, size_t axis) const;
   void SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean);
 
+  // attention.cc: softmax(Q K^T) V whose scores outgrow the caches, a block of query rows at a time
+  size_t DeferAttentionAt(size_t k);
+  void BlockedAttention(size_t j);
+
   // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
   void Softmax(const BodyOp& op, const Attrs& a);
   void LayerNorm(const BodyOp& op, const Attrs& a);
@@ -397,6 +401,12 @@ class Program {
   std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
   std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
   std::set<size_t> merged_;  // matmul ops a sibling computed (SideBySide)
+  // An attention's second matmul -> its scores' matmul and their post-ops, computed with it (DeferAttentionAt)
+  struct DeferredAttention {
+    size_t scores_matmul;
+    Fused scores;
+  };
+  std::map<size_t, DeferredAttention> deferred_attention_;
   std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
   std::map<std::string, int> const_reorders_;  // (constant, view, layout, scales) -> value
   std::shared_ptr<SharedConsts> shared_;  // the module's weights reordered once for all its programs (or null)
