@@ -118,28 +118,34 @@ def test_a_residual_add_after_a_linear_over_a_symbolic_batch_is_a_post_op_of_its
     assert "binary_add" in executed[0], executed[0]
 
 
+def _split_heads_attention(heads, tokens, dim, masked=False):
+    """Attention as exporters write it: Q, K, V [1, T, H*d] split into heads by Reshape + Transpose, K transposed
+    once more, softmax(Q K^T [/ scale + mask [1, 1, T, T]]) V, and the heads put back by a Transpose and a
+    Reshape into the output [1, T, H*d]."""
+    split = [helper.make_node("Reshape", [n, "heads_shape"], [f"{n}4"]) for n in "qkv"]
+    split += [helper.make_node("Transpose", [f"{n}4"], [f"{n}h"], perm=[0, 2, 1, 3]) for n in "qkv"]
+    scores = [helper.make_node("Div", ["scores", "scale"], ["scaled"]),
+              helper.make_node("Add", ["scaled", "mask"], ["masked"])] if masked else []
+    nodes = split + [helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+                     helper.make_node("MatMul", ["qh", "kt"], ["scores"]), *scores,
+                     helper.make_node("Softmax", ["masked" if masked else "scores"], ["p"], axis=-1),
+                     helper.make_node("MatMul", ["p", "vh"], ["o"]),
+                     helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                     helper.make_node("Reshape", ["ot", "rows_shape"], ["y"])]
+    inputs = [tensor(n, [1, tokens, heads * dim]) for n in "qkv"] + ([tensor("mask", [1, 1, tokens, tokens])] * masked)
+    inits = [const("heads_shape", np.array([1, tokens, heads, dim], np.int64)),
+             const("rows_shape", np.array([1, tokens, heads * dim], np.int64))]
+    return model(nodes, inputs, [tensor("y", [1, tokens, heads * dim])],
+                 inits + [const("scale", np.array(4.0, np.float32))] * masked)
+
+
 def test_attention_whose_scores_outgrow_the_caches_runs_a_block_of_query_rows_at_a_time():
     """softmax(Q K^T / s + mask) V over 2304 tokens, 4 heads split off the rows and put back by transposes: 85 MB
     of scores, more than 16 L2 caches hold on any x86-64 CPU of today. Each block of query rows is a matmul (the
     scale and the mask's rows its post-ops), a softmax and a matmul into those rows of the output, so oneDNN runs
     many softmaxes of a few rows, not one of all. Against onnxruntime."""
     heads, tokens, dim = 4, 2304, 16
-    split = [helper.make_node("Reshape", [n, "heads_shape"], [f"{n}4"]) for n in "qkv"]
-    split += [helper.make_node("Transpose", [f"{n}4"], [f"{n}h"], perm=[0, 2, 1, 3]) for n in "qkv"]
-    nodes = split + [
-        helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
-        helper.make_node("MatMul", ["qh", "kt"], ["scores"]),
-        helper.make_node("Div", ["scores", "scale"], ["scaled"]),
-        helper.make_node("Add", ["scaled", "mask"], ["masked"]),
-        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "vh"], ["o"]),
-        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-        helper.make_node("Reshape", ["ot", "rows_shape"], ["y"]),
-    ]
-    m = model(nodes, [*(tensor(n, [1, tokens, heads * dim]) for n in "qkv"), tensor("mask", [1, 1, tokens, tokens])],
-              [tensor("y", [1, tokens, heads * dim])],
-              [const("heads_shape", np.array([1, tokens, heads, dim], np.int64)),
-               const("rows_shape", np.array([1, tokens, heads * dim], np.int64)), const("scale", np.array(4.0, np.float32))])
+    m = _split_heads_attention(heads, tokens, dim, masked=True)
     inputs = {n: _f(1, tokens, heads * dim, seed=i) for i, n in enumerate("qkv")}
     inputs["mask"] = np.where(_f(1, 1, tokens, tokens, seed=7) > 1.0, np.float32(-1e4), np.float32(0))
     _compile(m, inputs=inputs)
@@ -156,19 +162,7 @@ def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
     for Whisper's 1500 frames), is one copy from K's input, through both transposes. Held to AVX2 and at the
     machine's own ISA."""
     heads, tokens, dim = 4, 24, 8
-    split = [helper.make_node("Reshape", [n, "heads_shape"], [f"{n}4"]) for n in "qkv"]
-    split += [helper.make_node("Transpose", [f"{n}4"], [f"{n}h"], perm=[0, 2, 1, 3]) for n in "qkv"]
-    nodes = split + [
-        helper.make_node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
-        helper.make_node("MatMul", ["qh", "kt"], ["scores"]),
-        helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
-        helper.make_node("MatMul", ["p", "vh"], ["o"]),
-        helper.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
-        helper.make_node("Reshape", ["ot", "rows_shape"], ["y"]),
-    ]
-    m = model(nodes, [tensor(n, [1, tokens, heads * dim]) for n in "qkv"], [tensor("y", [1, tokens, heads * dim])],
-              [const("heads_shape", np.array([1, tokens, heads, dim], np.int64)),
-               const("rows_shape", np.array([1, tokens, heads * dim], np.int64))])
+    m = _split_heads_attention(heads, tokens, dim)
     _compile(m)  # the output against onnxruntime
     executed = _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": isa} if isa else None)
     kinds = [line.split(",")[3] for line in executed]
