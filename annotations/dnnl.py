@@ -34,7 +34,6 @@ partitioning and reports work anywhere; building says what to install.
 from __future__ import annotations
 
 import itertools
-import math
 from types import SimpleNamespace
 
 from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
