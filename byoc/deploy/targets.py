@@ -71,8 +71,8 @@ class TargetPreset:
                 f"name the {self.name} CPU instead (e.g. {self.name}:{next(m for m in _MCPUS[self.name] if m)})"
             )
         name = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUName")()
-        features = host_cpu_features()
-        return {"mcpu": str(name), "mattr": [f"{'+' if f in features else '-'}{f}" for f in sorted(_llvm_features())]}
+        features = _llvm_features()
+        return {"mcpu": str(name), "mattr": [f"{'+' if on else '-'}{f}" for f, on in sorted(features.items())]}
 
     @property
     def is_host(self) -> bool:

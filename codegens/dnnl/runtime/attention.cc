@@ -41,13 +41,14 @@ static int64_t L2Bytes() {
 // deferred).
 size_t Program::DeferAttentionAt(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
+  // Post-ops keep the product's shape, so the product alone says whether the scores are big enough: every
+  // other matmul returns here, before its post-ops are looked for.
   if (ops[k].kernel != "relax.matmul" || ops[k].inputs.size() != 2) return 0;
+  const TensorInfo& product = g_.tensor(ops[k].output);
+  size_t rank = product.shape.size();
+  if (rank < 2 || DataType(product) != memory::data_type::f32 || product.numel * 4 < 16 * L2Bytes()) return 0;
   Fused scores = FusePostOps(k, [](int) { return false; }, true);
-  const std::vector<int64_t>& ss = g_.Shape(scores.last);
-  size_t rank = ss.size();
-  if (scores.next >= ops.size() || rank < 2 || DataType(g_.tensor(scores.last)) != memory::data_type::f32 ||
-      g_.tensor(scores.last).numel * 4 < 16 * L2Bytes())
-    return 0;
+  if (scores.next >= ops.size()) return 0;
   const BodyOp& softmax = ops[scores.next];
   if (softmax.kernel != "relax.nn.softmax" || softmax.inputs != std::vector<int>{scores.last} ||
       g_.uses(scores.last) != 1 || g_.uses(softmax.output) != 1 ||
@@ -61,11 +62,10 @@ size_t Program::DeferAttentionAt(size_t k) {
     return 0;  // the second matmul with post-ops of its own node is left to Matmul
   for (int id : {ops[k].inputs[0], ops[k].inputs[1], ops[j].inputs[1], ops[j].output})
     if (g_.Shape(id).size() != rank) return 0;  // operands broadcast against each other
-  for (const PostOp& p : scores.post) {  // a post-op operand is read a block of rows at a time, or whole
-    if (p.tensor < 0) continue;
-    const auto& ts = g_.Shape(p.tensor);
-    if (ts.size() > rank || DataType(g_.tensor(p.tensor)) != memory::data_type::f32) return 0;
-  }
+  // A post-op operand (of at most the scores' rank: FusePostOps took it as broadcasting to them) is read a block
+  // of rows at a time, or whole, as float32.
+  for (const PostOp& p : scores.post)
+    if (p.tensor >= 0 && DataType(g_.tensor(p.tensor)) != memory::data_type::f32) return 0;
   deferred_attention_[j] = {k, scores};
   return scores.next + 1;
 }
