@@ -265,7 +265,7 @@ def torchvision_module(name: str, **kwargs):
 
 
 def audio_module(channels: int = 64, hidden: int = 96, classes: int = 12):
-    torch = _seeded()
+    _seeded()
     from torch import nn
 
     class AudioConv(nn.Module):

@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     failed = False
     try:
         fuzz()
-    except Exception as err:  # hypothesis re-raises the shrunk failure
+    except Exception as err:  # noqa: BLE001 - hypothesis re-raises the shrunk failure, of any type
         failed = True
         print(f"FAILED: {type(err).__name__}: {err}")
     for key, value in counts.items():

@@ -289,7 +289,7 @@ def measure(family: str, label: str, make, args, tmp: Path) -> dict:
     inputs = timing.random_inputs(path)
     try:
         row.update(build(path, lib, inputs, args.runs))
-    except Exception as err:  # a case byoc cannot build is a row, not the end of the table
+    except Exception as err:  # noqa: BLE001 - a case byoc cannot build is a row, not the end of the table
         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         return row
     measured = timing.time_interleaved({"onnxruntime": ("onnxruntime", path), "byoc": ("byoc", lib)}, inputs,

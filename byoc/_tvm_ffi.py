@@ -20,7 +20,7 @@ def import_tvm_ffi() -> None:
     imported."""
     if "tvm.relax" in sys.modules or "torch" in sys.modules or os.environ.get("BYOC_TVM_FFI_TORCH") == "1":
         return
-    sys.modules["torch"] = None  # "import torch" raises ImportError while this entry is None
+    sys.modules["torch"] = None  # type: ignore[assignment]  # "import torch" raises ImportError while None
     try:
         import tvm_ffi  # noqa: F401 - imported for the side effect: the modules are cached
         import tvm.relax  # noqa: F401

@@ -44,7 +44,10 @@ def _rng(seed: int) -> np.random.Generator:
 def small_cnn(seed: int = 1) -> onnx.ModelProto:
     """Conv -> BatchNorm -> Relu -> MaxPool -> Conv(+bias, relu) -> GlobalAveragePool -> Flatten -> Gemm."""
     r = _rng(seed)
-    f = lambda *s: r.standard_normal(s).astype(np.float32) * 0.5  # noqa: E731
+
+    def f(*s: int) -> np.ndarray:
+        return r.standard_normal(s).astype(np.float32) * 0.5
+
     inits = [
         const("w1", f(8, 3, 3, 3)), const("b1", f(8)),
         const("bn_scale", 1 + 0.1 * f(8)), const("bn_bias", f(8)), const("bn_mean", f(8)),
@@ -69,7 +72,10 @@ def small_cnn(seed: int = 1) -> onnx.ModelProto:
 def small_mlp(seed: int = 2) -> onnx.ModelProto:
     """MatMul+Add -> Relu -> Gemm -> Sigmoid -> Gemm -> Softmax, two inputs added first."""
     r = _rng(seed)
-    f = lambda *s: r.standard_normal(s).astype(np.float32) * 0.3  # noqa: E731
+
+    def f(*s: int) -> np.ndarray:
+        return r.standard_normal(s).astype(np.float32) * 0.3
+
     inits = [const("w1", f(32, 64)), const("b1", f(64)), const("w2", f(64, 32)), const("b2", f(32)),
              const("w3", f(32, 5)), const("b3", f(5))]
     nodes = [

@@ -135,7 +135,7 @@ class TargetPreset:
         found = shutil.which(self.qemu)
         if found is None:
             raise self._not_installed(f"the emulator for {self.name} ({self.qemu})")
-        cpu = _QEMU_CPUS.get((self.name, self.mcpu))
+        cpu = _QEMU_CPUS.get((self.name, self.mcpu)) if self.mcpu else None
         return [found] + (["-cpu", cpu] if cpu else [])
 
 

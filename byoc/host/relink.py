@@ -30,7 +30,6 @@ class HostLink:
 
     def executable(self, texts: Optional[dict[str, str]] = None):
         """The linked executable, with each text function named in ``texts`` returning its new text."""
-        import tvm
         from tvm import relax
         from tvm.relax import _ffi_api
         from tvm.relax.vm_build import _vmcodegen

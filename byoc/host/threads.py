@@ -67,10 +67,10 @@ def cgroup_cpus() -> Optional[float]:
     except (OSError, ValueError):
         pass
     try:
-        quota, period = (int(path.read_text()) for path in _CGROUP_V1)
+        quota_us, period_us = (int(path.read_text()) for path in _CGROUP_V1)
     except (OSError, ValueError):
         return None
-    return quota / period if quota > 0 and period > 0 else None
+    return quota_us / period_us if quota_us > 0 and period_us > 0 else None
 
 
 def available_cpus() -> int:
