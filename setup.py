@@ -27,7 +27,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-# Hidden visibility: several runtimes share graph_runtime.h and are loaded with
+# Hidden visibility: several runtimes share the headers of codegens/graph_runtime/ and are loaded with
 # RTLD_GLOBAL; each must bind to its own copy of the shared code, not the first loaded.
 COMPILE_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
 
@@ -124,9 +124,9 @@ DNNL = "codegens/dnnl/runtime"
 setup(
     ext_modules=[
         NativeLibrary("byoc.codegens.json_runtime.runtime.libbyoc_json_runtime", [f"{RUNTIME}/json_runtime.cc"],
-                      [RUNTIME, "codegens/c_source"]),
+                      [RUNTIME, "codegens", "codegens/c_source"]),
         NativeLibrary("byoc.codegens.dnnl.libbyoc_dnnl", sorted(str(p.relative_to(ROOT)) for p in (ROOT / DNNL).glob("*.cc")),
-                      [DNNL, RUNTIME], flags=_onednn_flags, optional=True),
+                      [DNNL, "codegens"], flags=_onednn_flags, optional=True),
     ],
     cmdclass={"build_ext": BuildNativeLibraries},
 )

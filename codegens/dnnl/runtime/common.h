@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "graph_runtime.h"
+#include "graph_runtime/module.h"
 
 namespace byoc {
 namespace dnnl_runtime {

@@ -1,7 +1,7 @@
 /*
  * json_runtime.cc -- byoc's JSON-graph runtime module with the reference kernels.
  *
- * A module holds one partition (graph_runtime.h: blob, parsing, validation,
+ * A module holds one partition (codegens/graph_runtime/: blob, parsing, validation,
  * the tvm-ffi module). Calling the function named <symbol> with
  * (inputs..., outputs...) runs the graph with the reference kernels of
  * byoc_kernels.h, shared with the C-source codegen.
@@ -14,7 +14,7 @@
 #include <functional>
 
 #include "byoc_kernels.h"
-#include "graph_runtime.h"
+#include "graph_runtime/module.h"
 
 namespace byoc {
 namespace graph_runtime {
