@@ -45,7 +45,7 @@ and reported as skipped with the reason.
   model's ONNC lower bound (every op, whatever the split).
 * scaling: ``byoc.partition`` (annotate + merge + plan) on synthetic Relax
   chains and DAGs against TVM's ``FuseOpsByPattern`` + ``MergeCompositeFunctions``
-  alone with the same patterns and checks (``byoc.pipeline.annotator.fusion_patterns``).
+  alone with the same patterns and checks (``byoc.pipeline.annotate.annotator.fusion_patterns``).
 * boundary: a chain alternating an offloaded Add with a host Sin, against the
   same chain all on the host; (difference of medians) / number of partitions.
 * in one process (``--in-process``): each byoc build loaded in a process that
@@ -168,7 +168,7 @@ def _work_scaling(task: dict) -> dict:
     from tvm.relax.transform import FuseOpsByPattern, MergeCompositeFunctions
 
     import byoc
-    from byoc.pipeline.annotator import fusion_patterns
+    from byoc.pipeline.annotate.annotator import fusion_patterns
     from byoc.pipeline.frontend import ImportedModel, TensorSpec
 
     vendors = byoc.vendor.registry.resolve_vendors(task["vendors"])

@@ -14,11 +14,19 @@ unzipped under the cache folder (first argument ``--cache DIR``, default
 One JSON line per model and tool: time of the simplifier, node counts,
 nodes whose name is a user node's, whether input/output names survived, and
 whether byoc's op check and TVM's import succeed on the result (and in how
-long). ``byoc`` is :func:`byoc.pipeline.prepare.prepare` itself.
+long). ``byoc`` is :func:`byoc.pipeline.frontend.prepare.prepare` itself.
 """
-import contextlib, glob, io, os, sys, time, warnings, json
+import contextlib
+import glob
+import io
+import json
+import os
+import sys
+import time
+import warnings
+
 import onnx
-from byoc.pipeline import frontend as fe
+from byoc.pipeline.frontend import check, load, onnx_model, relax_import, shapes
 
 L = os.path.dirname(onnx.__file__) + "/backend/test/data/light/"
 C = os.environ.get("BYOC_MODEL_CACHE", "/work/model_cache").rstrip("/") + "/"
@@ -51,17 +59,17 @@ def simp_onnxslim(m):
 
 
 def simp_byoc(m):
-    from byoc.pipeline.prepare import prepare
+    from byoc.pipeline.frontend.prepare import prepare
     return prepare(m).model
 
 
 def base(path, shapes):
-    m = fe.load_model(path)
-    fe._name_nodes(m.graph)
-    fe._sort_nodes(m.graph)
+    m = load.load_model(path)
+    onnx_model.name_nodes(m.graph)
+    check.sort_nodes(m.graph)
     if shapes:
-        fe._apply_input_shapes(m, shapes)
-    return fe._check(m)
+        shapes.apply_input_shapes(m, shapes)
+    return check.check_model(m)
 
 
 def run(path, shapes, name, fn):
@@ -73,10 +81,11 @@ def run(path, shapes, name, fn):
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("always")
             with warnings.catch_warnings(record=True) as caught:
-                c = onnx.ModelProto(); c.CopyFrom(m)
+                c = onnx.ModelProto()
+                c.CopyFrom(m)
                 p = fn(c)
         dt = time.perf_counter() - t
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the simplifiers raise every kind of error: a row
         return dict(model=os.path.basename(path), simp=name, error=f"simplify: {type(e).__name__}: {str(e)[:80]}")
     warned = [str(w.message)[:200] for w in caught if issubclass(w.category, UserWarning)]
     kept = sum(1 for n in p.graph.node if n.name in user_names)
@@ -84,14 +93,14 @@ def run(path, shapes, name, fn):
     res = dict(model=os.path.basename(path), simp=name, time=round(dt, 2), nodes_before=len(m.graph.node),
                nodes_after=len(p.graph.node), names_kept=f"{kept}/{len(p.graph.node)}", io_names=io_ok, warned=warned)
     try:
-        p = fe._check(p)
-        inputs = fe._static_inputs(p)
-        fe._check_supported_ops(p.graph)
+        p = check.check_model(p)
+        inputs = shapes.model_inputs(p, {})[0]
+        check.check_supported_ops(p.graph)
         t = time.perf_counter()
-        mod, node_of = fe._to_relax(p, inputs)[:2]
+        mod, node_of = relax_import.to_relax(p, inputs)[:2]
         res["imports"] = "yes"
         res["import_s"] = round(time.perf_counter() - t, 2)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure to import is the result
         res["imports"] = f"no: {type(e).__name__}: {str(e)[:150]}"
     return res
 

@@ -58,7 +58,7 @@ def _load(spec: dict):
     import tvm
     from tvm import relax
 
-    from byoc.pipeline.artifact import load_library
+    from byoc.pipeline.artifact.artifact import load_library
 
     vm = relax.VirtualMachine(load_library(spec["library"]), tvm.cpu())  # loads the vendor runtimes it holds
     with np.load(spec["inputs"]) as saved:

@@ -10,7 +10,7 @@ TVM's LLVM target builds the rest.
     print(artifact.plan.partitions)
 
 Public API: :func:`compile`, :func:`partition`, :func:`annotate`,
-:func:`build`, :func:`load`, :func:`import_model`, the vendor registry
+:func:`build`, :func:`load`, :func:`import_model`, :func:`report`, the vendor registry
 (:func:`register_vendor`, :func:`list_vendors`, :func:`get_vendor`), and
 what a vendor writes (:class:`Vendor`, :class:`OpRule`, :class:`PatternRule`,
 :class:`Codegen`, :class:`VendorOption`).
@@ -27,14 +27,14 @@ import_tvm_ffi()  # before anything imports TVM: see byoc/_tvm_ffi.py
 
 
 from byoc.errors import *  # noqa: F401,F403 - the typed errors are public API
-from byoc.pipeline.frontend import import_model, load_model
-from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
+from byoc.pipeline.frontend import ImportedModel, TensorSpec, import_model, load_model
 from byoc.vendor import SUPPORTED, Codegen, Match, OpRule, PatternRule, Vendor, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
-from byoc.pipeline.annotator import Annotation, Decision, annotate
-from byoc.pipeline.partitioner import Partition, PartitionPlan
-from byoc.pipeline.artifact import Artifact, load
-from byoc.pipeline.builder import build, compile  # noqa: A004
+from byoc.pipeline.annotate.annotator import Annotation, Decision, annotate
+from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan
+from byoc.pipeline.artifact.artifact import Artifact, load
+from byoc.pipeline.build.builder import build, compile  # noqa: A004
+from byoc.tools.report import report
 from byoc import partition  # noqa: E402 - the callable module, see the docstring
 from byoc import _moved
 
@@ -44,5 +44,5 @@ __all__ = [
     "Annotation", "Artifact", "Codegen", "Decision", "ImportedModel", "Match", "OpRule", "Partition",
     "PartitionPlan", "PatternRule", "SUPPORTED", "TensorSpec", "Vendor", "VendorOption", "annotate", "build",
     "compile", "get_vendor", "import_model", "list_vendors", "load", "load_model", "partition",
-    "register_vendor", "unregister_vendor",
+    "register_vendor", "report", "unregister_vendor",
 ]

@@ -1,10 +1,10 @@
 """Import paths of modules that moved into layers, kept working for one release.
 
-byoc 0.1 had its modules side by side (``byoc.checks``, ``byoc.builder``,
-...). They now live in the layer they belong to (``byoc.vendor.checks``,
-``byoc.pipeline.builder``). Importing an old path gives the new module
-itself (same object, same registry) and a :class:`DeprecationWarning`
-naming the new path. Remove this module, and its hook in ``byoc/__init__``,
+byoc 0.1 had its modules side by side (``byoc.checks``, ``byoc.builder``, ...), and later its
+pipeline in one flat folder (``byoc.pipeline.partitioner``). They now live in the layer and the stage
+they belong to (``byoc.vendor.checks``, ``byoc.pipeline.partitioning.partitioner``). Importing an old
+path gives the new module itself (same object, same registry) and a :class:`DeprecationWarning`
+naming the new path. ``byoc.report`` is not among them: it is the report function now. Remove this module, and its hook in ``byoc/__init__``,
 in the release after 0.2.
 """
 
@@ -17,15 +17,30 @@ import sys
 import warnings
 
 #: old module path -> new module path
+_STAGES = {  # byoc 0.1's byoc.pipeline.<module> -> its stage package (0.2)
+    "onnx_model": "frontend.onnx_model", "dims": "frontend.dims", "importer": "frontend.importer",
+    "import_rewrites": "frontend.import_rewrites", "prepare": "frontend.prepare",
+    "quantized": "frontend.prepare.qoperators", "qdq_form": "frontend.prepare.qdq_form",
+    "recurrent": "frontend.prepare.recurrent", "strided_views": "frontend.prepare.strided_views",
+    "annotator": "annotate.annotator", "shape_args": "annotate.shape_args",
+    "partitioner": "partitioning.partitioner", "merging": "partitioning.merging", "siblings": "partitioning.siblings",
+    "placement_record": "artifact.placement_record", "profile": "artifact.profile",
+    "host_bound": "placement.host_bound", "samples": "placement.samples",
+    "builder": "build.builder", "lowering": "build.lowering",
+}
+
+#: old module path -> new module path
 MOVED = {
     f"byoc.{old}": f"byoc.{new}"
     for old, new in {
         "checks": "vendor.checks", "graph": "vendor.graph", "registry": "vendor.registry",
-        "frontend": "pipeline.frontend", "prepare": "pipeline.prepare", "recurrent": "pipeline.recurrent",
-        "annotator": "pipeline.annotator", "partitioner": "pipeline.partitioner", "builder": "pipeline.builder",
-        "artifact": "pipeline.artifact", "host_build": "host.compiler", "memory": "tools.memory",
+        "frontend": "pipeline.frontend", "prepare": "pipeline.frontend.prepare",
+        "recurrent": "pipeline.frontend.prepare.recurrent", "annotator": "pipeline.annotate.annotator",
+        "partitioner": "pipeline.partitioning.partitioner", "builder": "pipeline.build.builder",
+        "artifact": "pipeline.artifact.artifact", "host_build": "host.compiler", "memory": "tools.memory",
         "targets": "deploy.targets", "toolchain": "deploy.toolchain", "standalone": "deploy.standalone",
-        "report": "tools.report", "verify": "tools.verify", "onnx_export": "tools.onnx_export",
+        "verify": "tools.verify", "onnx_export": "tools.onnx_export",
+        **{f"pipeline.{old}": f"pipeline.{new}" for old, new in _STAGES.items()},
     }.items()
 }
 

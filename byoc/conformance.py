@@ -138,6 +138,7 @@ def collect_cases(names: Optional[Iterable[str]] = None) -> list[Case]:
     for case in sorted(cases, key=lambda c: c.name):
         if wanted is not None and case.name not in wanted:
             continue
+        assert case.model is not None and case.data_sets is not None, case.name  # a node case has both
         data = [([_array(x) for x in inputs], [_array(x) for x in outputs])
                 for inputs, outputs in case.data_sets]
         out.append((case.name, case.model.SerializeToString(), data, case.rtol, case.atol))
@@ -209,7 +210,7 @@ def run_plain(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx
 
-    from byoc.pipeline.artifact import vm_outputs
+    from byoc.pipeline.artifact.artifact import vm_outputs
 
     model = onnx.load_from_string(model_bytes)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
@@ -256,7 +257,8 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plan = byoc.partition(imported, list(vendors) if vendors is not None else byoc.list_vendors())
+            # byoc.partition is a callable module, which type checkers do not see (byoc/__init__.py)
+            plan = byoc.partition(imported, list(vendors) if vendors is not None else byoc.list_vendors())  # type: ignore[operator, unused-ignore]
             artifact = byoc.build(plan, strict=True)
         result.partitions = len(plan.partitions)
         for inputs, (_, expected) in zip(arrays, data_sets):

@@ -44,7 +44,7 @@ class InvalidModelError(ModelLoadError):
 
 
 class QuantizationError(InvalidModelError):
-    """A quantization parameter the ONNX spec does not allow (named with its node; byoc.pipeline.quantized)."""
+    """A quantization parameter the ONNX spec does not allow (named with its node; byoc.pipeline.frontend.prepare.qoperators)."""
 
 
 class UnsupportedOpsError(ModelLoadError):

@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import byoc
 from byoc.errors import DynamicShapeError, InputDtypeError, InputShapeError, VendorOptionError
-from byoc.pipeline.dims import parse_dim_setting
-from byoc.pipeline.onnx_model import DimRange
+from byoc.pipeline.frontend.dims import parse_dim_setting
+from byoc.pipeline.frontend.onnx_model import DimRange
 
 SHAPES = [(1, 4), (3, 7), (2, 16)]  # (batch, seq), called round-robin and back
 
@@ -208,9 +208,9 @@ a.run({{"x": np.zeros((2, 9, 8), np.float32), "scale": np.zeros((2, 2), np.float
 
 def test_the_report_shows_symbolic_dims():
     plan = byoc.partition(_encoder_block(), ["dnnl"])
-    data = plan.report(format="json")
+    data = byoc.report(plan, format="json")
     assert '"batch"' in data and '"seq"' in data
-    assert "x batch×seq×8 float32" in plan.report(format="text")
+    assert "x batch×seq×8 float32" in byoc.report(plan, format="text")
 
 
 def test_verify_runs_several_shapes_and_the_cli_names_them(tmp_path):

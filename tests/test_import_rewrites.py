@@ -1,4 +1,4 @@
-"""ONNX nodes imported as ops vendors take (byoc.pipeline.import_rewrites): an Einsum that is a batched matmul, and
+"""ONNX nodes imported as ops vendors take (byoc.pipeline.frontend.import_rewrites): an Einsum that is a batched matmul, and
 an Expand that the op reading it broadcasts past. Each against onnxruntime, with the ops that stayed on the host."""
 
 from __future__ import annotations

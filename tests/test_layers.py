@@ -25,7 +25,11 @@ ROWS = [
     ("byoc.deploy", 2),  # targets, toolchain; the package itself imports nothing
     ("byoc.deploy.targets", 2), ("byoc.deploy.toolchain", 2),
     ("byoc.host", 3),
-    ("byoc.pipeline", 4),
+    # the pipeline's stage packages, in the order they depend on each other (byoc/pipeline/__init__.py): the
+    # artifact is what build makes and placement times, so it ranks below both
+    ("byoc.pipeline", 4), ("byoc.pipeline.frontend", 4.0), ("byoc.pipeline.annotate", 4.1),
+    ("byoc.pipeline.partitioning", 4.2), ("byoc.pipeline.artifact", 4.3), ("byoc.pipeline.placement", 4.4),
+    ("byoc.pipeline.build", 4.5),
     ("byoc.deploy.standalone", 5),
     ("byoc.tools", 6),
     ("byoc._moved", 7),
@@ -34,14 +38,15 @@ ROWS = [
 ]
 API_ROW = 7  # byoc/__init__.py, and ``import byoc`` / ``from byoc import X``
 VENDOR_SIDE = ("byoc.codegens", "byoc.annotations", "byoc.vendor", "byoc.errors")
-# The two conveniences the design names: methods that import a higher layer when called.
+# The one convenience the design names: methods that import a higher layer when called.
 LAZY_UPWARD = {
-    ("byoc.pipeline.partitioner", "byoc.tools.report"),  # PartitionPlan.report()
-    ("byoc.pipeline.artifact", "byoc.deploy.standalone"),  # Artifact.export_standalone() / run_emulated()
+    ("byoc.pipeline.artifact.artifact", "byoc.deploy.standalone"),  # Artifact.export_standalone() / run_emulated()
 }
+STAGES = ["byoc.pipeline.frontend", "byoc.pipeline.annotate", "byoc.pipeline.partitioning", "byoc.pipeline.artifact",
+          "byoc.pipeline.placement", "byoc.pipeline.build"]
 
 
-def _row(module: str) -> int:
+def _row(module: str) -> float:
     if module == "byoc":
         return API_ROW
     for prefix, row in sorted(ROWS, key=lambda r: -len(r[0])):
@@ -81,14 +86,38 @@ def _package_modules():
         yield _module_name(path, BYOC, "byoc"), path
 
 
-def test_every_module_imports_only_from_its_row_or_below():
+def _upward(modules) -> list[str]:
+    """The imports of ``modules`` ((name, path) pairs) that reach a higher row, outside :data:`LAZY_UPWARD`."""
     upward = []
-    for name, path in _package_modules():
+    for name, path in modules:
         row = API_ROW if name == "byoc" else _row(name)
         for imported in _imports(path):
             if _row(imported) > row and (name, _base(imported)) not in LAZY_UPWARD:
                 upward.append(f"{name} (row {row}) imports {imported} (row {_row(imported)})")
+    return upward
+
+
+def test_every_module_imports_only_from_its_row_or_below():
+    upward = _upward(_package_modules())
     assert not upward, "\n".join(upward)
+
+
+def test_the_stages_rank_in_flow_order_and_hold_every_pipeline_module():
+    assert [_row(stage) for stage in STAGES] == sorted({_row(stage) for stage in STAGES})
+    loose = [name for name, _ in _package_modules()
+             if name.startswith("byoc.pipeline.") and not name.startswith(tuple(s + "." for s in STAGES))
+             and name not in STAGES]
+    assert not loose, f"pipeline modules outside a stage package: {loose}"
+
+
+def test_an_import_against_the_flow_is_caught(tmp_path):
+    early = tmp_path / "early.py"
+    early.write_text("def f():\n    from byoc.pipeline.build.builder import build\n")
+    late = tmp_path / "late.py"
+    late.write_text("from byoc.pipeline.frontend.onnx_model import TensorSpec\n")
+    assert _upward([("byoc.pipeline.frontend.early", early), ("byoc.pipeline.build.late", late)]) == [
+        "byoc.pipeline.frontend.early (row 4.0) imports byoc.pipeline.build.builder (row 4.5)"
+    ]
 
 
 def _base(module: str) -> str:
@@ -121,15 +150,6 @@ def test_the_lazy_upward_imports_are_inside_functions():
 
 
 # -- import cycles --------------------------------------------------------------------
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """The ids of the nodes inside ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): never run."""
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-            skipped |= {id(inner) for statement in node.body for inner in ast.walk(statement)}
-    return skipped
-
-
 def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
     """Module -> {module it imports: "file:line"}, over the modules of ``packages`` (name -> folder).
 
@@ -138,8 +158,8 @@ def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
     ``P``. Modules outside ``packages`` are left out, and so is the implicit
     import of a module's parent packages (else every module of a package whose
     ``__init__`` re-exports would be in a cycle with it). Imports under ``if
-    TYPE_CHECKING:`` are left out: they never run (``tools/report`` names
-    ``PartitionPlan`` so, for annotations only). An import by a string
+    TYPE_CHECKING:`` count too: a circle that only type checkers follow still
+    ties two modules together. An import by a string
     (``importlib.import_module``, as ``byoc._moved`` does for the old paths
     and the vendor registry for the built-in vendors) is not seen.
     """
@@ -160,10 +180,7 @@ def _import_graph(packages: dict[str, Path]) -> dict[str, dict[str, str]]:
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         edges = graph[module] = {}
         tree = ast.parse(path.read_text())
-        never_run = _type_checking_only(tree)
         for node in ast.walk(tree):
-            if id(node) in never_run:
-                continue
             if isinstance(node, ast.Import):
                 targets = [known(a.name) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -229,12 +246,12 @@ def _describe(cycle: list[str], component: set[str], graph) -> str:
 def test_the_package_has_no_import_cycles():
     """No chain of imports of ``byoc`` (with its vendor packages) leads back to where it started.
 
-    Every import counts, inside a function too, but not one under ``if
-    TYPE_CHECKING:``, which never runs. There are no exceptions: the two
-    conveniences that reach up (:data:`LAZY_UPWARD`) import modules that do
-    not import back. ``tools/report`` names ``PartitionPlan`` for type
-    checkers only, and ``deploy/standalone`` lowers partitions with
-    ``pipeline/lowering``, which imports neither the builder nor the artifact.
+    Every import counts, inside a function and under ``if TYPE_CHECKING:``
+    too. There are no exceptions: the one convenience that reaches up
+    (:data:`LAZY_UPWARD`) imports a module that does not import back:
+    ``deploy/standalone`` lowers partitions with ``pipeline/build/lowering``,
+    which imports neither the builder nor the artifact. The report is a
+    function of the plan (``byoc.report``), which the pipeline never imports.
     """
     graph = _import_graph({"byoc": BYOC, "byoc.codegens": ROOT / "codegens", "byoc.annotations": ROOT / "annotations"})
     cycles = _cycles(graph)
@@ -255,20 +272,18 @@ def test_the_cycle_check_finds_a_function_local_relative_cycle(tmp_path):
     ]
 
 
-def test_the_cycle_check_leaves_out_imports_only_type_checkers_run(tmp_path):
+def test_the_cycle_check_counts_imports_only_type_checkers_run(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("def f():\n    from pkg import b\n")
     (package / "b.py").write_text(
-        "import typing\nfrom typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from pkg.a import f\nelse:\n    import pkg.c\n"
-        "if typing.TYPE_CHECKING:\n    import pkg.a\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.a import f\n"
     )
-    (package / "c.py").write_text("")
     graph = _import_graph({"pkg": package})
-    assert graph["pkg.b"] == {"pkg.c": "pkg/b.py:6"}
-    assert _cycles(graph) == []
+    assert graph["pkg.b"] == {"pkg.a": "pkg/b.py:3"}
+    assert [_describe(*c, graph) for c in _cycles(graph)] == ["pkg.a -> pkg.b -> pkg.a  (pkg/a.py:2, pkg/b.py:3)"]
 
 
 def test_old_import_paths_give_the_moved_module_with_a_deprecation_warning():

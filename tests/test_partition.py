@@ -7,7 +7,7 @@ import pytest
 from onnx import helper
 
 import byoc
-from byoc.pipeline.annotator import PolicyError
+from byoc.pipeline.annotate.annotator import PolicyError
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.vendor import OpRule, Vendor
 
@@ -167,12 +167,12 @@ def test_plan_repr_is_one_line_and_report_renders_every_format():
     text = repr(plan)
     assert "\n" not in text and len(text) < 300
     assert text.startswith("<PartitionPlan 'small_cnn' for x86_64: ") and "c_source_0" in text
-    report = plan.report()
+    report = byoc.report(plan)
     assert report.startswith("byoc partition report: small_cnn") and "kept on host by keep_on_host='fc'" in report
-    assert plan.report("json").lstrip().startswith("{") and "digraph" in plan.report("dot")
-    assert "<html" in plan.report("html").lower()
+    assert byoc.report(plan, "json").lstrip().startswith("{") and "digraph" in byoc.report(plan, "dot")
+    assert "<html" in byoc.report(plan, "html").lower()
     with pytest.raises(byoc.ByocError, match="unknown report format 'yaml'"):
-        plan.report("yaml")
+        byoc.report(plan, "yaml")
 
 
 def test_host_nodes_group_the_host_ops_per_onnx_node():

@@ -17,10 +17,10 @@ import pytest
 
 import byoc
 from byoc.codegens.c_source import CSourceCodegen
-from byoc.pipeline.host_bound import (COVERED_SHARE, MIN_VENDOR_RATE, could_settle, distinct_heavy_ops, heaviest,
+from byoc.pipeline.placement.host_bound import (COVERED_SHARE, MIN_VENDOR_RATE, could_settle, distinct_heavy_ops, heaviest,
                                       host_lower_bounds)
-from byoc.pipeline.placement import choose
-from byoc.pipeline.placement_record import PlacedPartition
+from byoc.pipeline.placement.placement import choose
+from byoc.pipeline.artifact.placement_record import PlacedPartition
 from byoc.tools.report import REPORT_SCHEMA, build_report, render
 from byoc.vendor import OpRule, Vendor, always
 from models import const, model as make_model, onnxruntime_outputs, random_inputs, small_cnn, tensor
@@ -241,7 +241,7 @@ def test_when_nothing_moves_the_rule_based_build_is_relinked_not_built_again(mon
     """The decisions are recorded by relinking the rule-based build's parts (byoc.host.relink): the host program
     is built for the rules (in parts) and for the heaviest ops' bound, and not a third time. The relinked artifact
     computes what onnxruntime does, and its decisions survive export and load."""
-    from byoc.pipeline import builder
+    from byoc.pipeline.build import builder
 
     linkable = []
     compile_host = builder.compile_host

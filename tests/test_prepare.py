@@ -1,4 +1,4 @@
-"""Model preparation (byoc.pipeline.prepare): folding before TVM's importer, with the user's names kept.
+"""Model preparation (byoc.pipeline.frontend.prepare): folding before TVM's importer, with the user's names kept.
 
 Each model here is one TVM's importer cannot take or splits badly as given;
 after preparation it imports, builds with c_source, and matches onnxruntime
@@ -18,8 +18,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc.pipeline import frontend
-from byoc.pipeline.prepare import prepare
+from byoc.pipeline.frontend import check, relax_import, shapes
+from byoc.pipeline.frontend.prepare import prepare
 from byoc.errors import ModelLoadError
 from byoc.tools.onnx_export import partitioned_model
 from byoc.tools.report import REPORT_SCHEMA, build_report, render
@@ -65,8 +65,8 @@ def shape_chain() -> onnx.ModelProto:
 def test_shape_chain_imports_without_preparation_too():
     """The importer keeps Shape -> Gather -> Concat arithmetic as shape values (symbolic dims need it), so the
     Reshape gets its target as a shape even from the unprepared graph, where TVM alone refused it."""
-    checked = frontend._check(shape_chain())
-    mod = frontend._to_relax(checked, frontend._model_inputs(checked, {})[0])[0]
+    checked = check.check_model(shape_chain())
+    mod = relax_import.to_relax(checked, shapes.model_inputs(checked, {})[0])[0]
     calls = [b.value for block in mod["main"].body.blocks for b in block.bindings]
     (reshape,) = [c for c in calls if c.op.name == "relax.reshape"]
     assert [int(d) for d in reshape.args[1].values] == [1, 8]
@@ -323,10 +323,10 @@ def test_a_reshape_to_the_same_shape_is_a_no_op_and_a_real_fusion_is_not():
              helper.make_node("Sigmoid", ["rs"], ["y"], name="sigmoid")]
     m = model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], [const("same", np.array([1, 8], np.int64))],
               opset=13)
-    assert prepare(frontend._check(m)).fate == {"same_shape": "removed: a no-op for these shapes"}
+    assert prepare(check.check_model(m)).fate == {"same_shape": "removed: a no-op for these shapes"}
     # A BatchNormalization fused into its Conv leaves the Conv writing the tensor the BN read, like a
     # no-op would, but with other weights.
-    assert prepare(frontend._check(conv_bn(9))).fate == {"bn": "fused into Conv `conv`"}
+    assert prepare(check.check_model(conv_bn(9))).fate == {"bn": "fused into Conv `conv`"}
 
 
 def test_nodes_merged_without_weights_are_named_with_the_node_they_became():
@@ -338,7 +338,7 @@ def test_nodes_merged_without_weights_are_named_with_the_node_they_became():
              helper.make_node("Mul", ["m", "half"], ["y"], name="half_of")]
     inits = [const("sqrt2", np.array(np.sqrt(2), np.float32)), const("one", np.array(1, np.float32)),
              const("half", np.array(0.5, np.float32))]
-    prepared = prepare(frontend._check(model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], inits,
+    prepared = prepare(check.check_model(model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], inits,
                                                       opset=20)))
     if [n.op_type for n in prepared.model.graph.node] != ["Gelu"]:
         pytest.skip("this simplifier does not fuse Gelu")
@@ -421,14 +421,14 @@ def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
 
 
 def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monkeypatch):
-    real = frontend._to_relax
+    real = relax_import.to_relax
 
     def prepared_fails(model, inputs, origin=None, op_types=None, dim_ranges=None):
         if origin:  # the prepared graph comes with its origin map, the model as given without
             raise ModelLoadError("simulated importer failure")
         return real(model, inputs, dim_ranges=dim_ranges)
 
-    monkeypatch.setattr(frontend, "_to_relax", prepared_fails)
+    monkeypatch.setattr(relax_import, "to_relax", prepared_fails)
     with pytest.warns(UserWarning, match="does not import .*simulated importer failure"):
         imported = byoc.import_model(identity_dropout())
     assert imported.prepared == {} and imported.simplifier == ""
@@ -479,7 +479,7 @@ def test_light_squeezenet_matches_onnxruntime():
     assert np.max(np.abs(got - want)) <= 1e-3 * np.max(np.abs(want))
 
 
-# -- recurrent ops are unrolled after folding (byoc.pipeline.recurrent) ------------------------------
+# -- recurrent ops are unrolled after folding (byoc.pipeline.frontend.prepare.recurrent) ------------------------------
 def lstm_model() -> onnx.ModelProto:
     """A shape-folded Reshape in front of an LSTM whose hidden state feeds a Gemm."""
     r = rng(7)

@@ -12,7 +12,7 @@ import pytest
 import byoc
 from byoc.errors import InputShapeError
 from byoc.examples import small_cnn
-from byoc.pipeline.profile import PROFILE_SCHEMA
+from byoc.pipeline.artifact.profile import PROFILE_SCHEMA
 
 pytest.importorskip("byoc.codegens.dnnl")
 
@@ -62,7 +62,7 @@ def test_the_trace_is_trace_event_json(artifact, tmp_path):
 
 def test_an_ordinary_run_times_no_step(artifact):
     """Step timing is on only during a profile's instrumented runs: the runtime's counters do not move on run()."""
-    from byoc.pipeline.profile import _step_times, runtime_modules
+    from byoc.pipeline.artifact.profile import _step_times, runtime_modules
 
     artifact.profile(_inputs(artifact), runs=1)
     (module,) = runtime_modules(artifact._loaded_library(), "get_step_times").values()

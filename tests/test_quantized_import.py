@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 import byoc
 from byoc.errors import InvalidModelError
-from byoc.pipeline.quantized import QuantizationError, rewrite_qoperators
+from byoc.pipeline.frontend.prepare.qoperators import QuantizationError, rewrite_qoperators
 from quantized_helpers import FORMATS, _feed, _ort, quantized  # noqa: F401 - quantized: a fixture
 from quantized_models import gemm_classifier, output_scale, quantize, residual_cnn
 
@@ -78,7 +78,7 @@ def test_qoperator_nodes_become_qdq_units_named_after_them(quantized):
 def test_a_gemm_with_transb_reads_its_integer_weight_transposed_and_computes_the_same(per_channel):
     """The importer spells transB as a transpose between DQ(w) and the matmul, hiding the unit; prepare transposes
     the integer constant instead (moving a per-channel axis with it), on a copy."""
-    from byoc.pipeline.qdq_form import untransposed_gemm_weights
+    from byoc.pipeline.frontend.prepare.qdq_form import untransposed_gemm_weights
 
     model = quantize(gemm_classifier(), "QDQ", per_channel, reduce_range=True)
     before = model.SerializeToString()
@@ -219,7 +219,7 @@ def test_a_dequantized_weight_whose_conv_is_no_unit_becomes_a_float_constant():
     the conv runs on dnnl with it, instead of DQ(w) as a partition of its own and the conv on the host."""
     from onnx import TensorProto, helper
 
-    from byoc.pipeline.prepare import prepare
+    from byoc.pipeline.frontend.prepare import prepare
 
     rng = np.random.default_rng(4)
     inits = [numpy_helper.from_array(rng.integers(-64, 64, (8, 3, 3, 3), dtype=np.int8), "w_q"),
@@ -258,7 +258,7 @@ def test_a_quantized_constant_computation_is_folded_not_offloaded():
     as ONNX does; a DQ that runtime data reads is still held (a unit's)."""
     from onnx import TensorProto, helper
 
-    from byoc.pipeline.qdq_form import held_integer_constants
+    from byoc.pipeline.frontend.prepare.qdq_form import held_integer_constants
 
     inits = [numpy_helper.from_array(np.array([1, 2, 3, 4], np.uint8), "c_q"),
              numpy_helper.from_array(np.float32(0.5), "s"), numpy_helper.from_array(np.uint8(0), "zp"),

@@ -1,4 +1,4 @@
-"""byoc.pipeline.recurrent: LSTM, GRU and RNN unrolled into ops TVM's importer converts.
+"""byoc.pipeline.frontend.prepare.recurrent: LSTM, GRU and RNN unrolled into ops TVM's importer converts.
 
 Every number is checked against something independent of the decomposition:
 the ONNX backend node cases' expected outputs, or onnxruntime running the
@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import byoc
 from byoc.errors import DynamicShapeError, InvalidModelError, ModelLoadError, UnsupportedAttributeError
-from byoc.pipeline.recurrent import decompose_recurrent
+from byoc.pipeline.frontend.prepare.recurrent import decompose_recurrent
 
 PREFIXES = ("test_lstm", "test_gru", "test_rnn", "test_simple_rnn")
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import byoc
 from byoc.deploy import standalone, toolchain
-from byoc.pipeline.artifact import Artifact
+from byoc.pipeline.artifact.artifact import Artifact
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import InputError
 from byoc.deploy.standalone import StandaloneError, read_tensors, write_tensors

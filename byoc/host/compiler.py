@@ -45,13 +45,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from typing import Mapping, Optional
 
 from tvm.relax.expr_functor import PyExprMutator
 from tvm.relax.expr_functor import mutator as relax_mutator
 
 from byoc.deploy.targets import TargetPreset
+from byoc.host.legalize import quiet_in_range_take
 from byoc.host.recorded import text_function
 from byoc.host.relink import compile_linkable
 from byoc.host.run_io import RecordRunIO
@@ -69,44 +69,6 @@ _SCHEDULED = "tirx.is_scheduled"
 _SCALAR_ONLY = ("tirx.shift_left", "tirx.shift_right")
 _OPAQUE_PATTERN = 8  # relax's OpPatternKind::kOpaque
 _log = logging.getLogger(__name__)
-
-
-_TAKE_LOCK = threading.Lock()
-_take_installed = False
-
-
-def quiet_in_range_take() -> None:
-    """Legalize ``relax.take`` of mode "fast" as mode "clip" (once per process).
-
-    TVM's ONNX importer writes every Gather as ``take(mode="fast")``, which
-    reads out of bounds for an index outside the axis: a token id past the
-    vocabulary segfaulted a BERT run, where onnxruntime names the Gather and
-    the index. Legalizing it (topi::take) also logs "Fast mode segfaults when
-    there are out-of-bounds indices" to stderr from C++, each time: dozens of
-    lines for a transformer. TVM has no switch for its C++ log. The importer
-    has made negative indices non-negative by then, so "clip" takes the same
-    elements for every index inside the axis, and stays in bounds for the
-    others; :meth:`byoc.Artifact.run` refuses a model input out of range where
-    it indexes a Gather directly (token ids). Called before the import (by
-    :func:`byoc.pipeline.prepare.prepare`) and by :func:`compile_host`.
-    """
-    global _take_installed
-    with _TAKE_LOCK:
-        if _take_installed:
-            return
-        import tvm
-        from tvm import topi
-
-        fast = tvm.ir.Op.get("relax.take").get_attr("FLegalize")
-
-        def legalize(bb, call):
-            data, indices = call.args
-            if call.attrs.mode == "fast":
-                return bb.call_te(topi.take, data, indices, call.attrs.axis, mode="clip")
-            return fast(bb, call)
-
-        tvm.ir.register_op_attr("relax.take", "FLegalize", legalize, level=11)  # TVM's own is level 10
-        _take_installed = True
 
 
 def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[str, int]] = None,
@@ -457,10 +419,13 @@ def _parallelize(sch, loops: list, work: Optional[int]):
 
     Returns the innermost of ``loops`` after fusing (the loop a tile hangs from).
     """
-    extents = [_extent(sch, l) for l in loops]
+    extents = [_extent(sch, loop) for loop in loops]
     count, product = 0, 1
-    while count < len(loops) and product < _PARALLEL_CHUNKS and extents[count] is not None:
-        product *= extents[count]
+    while count < len(loops) and product < _PARALLEL_CHUNKS:
+        extent = extents[count]
+        if extent is None:
+            break
+        product *= extent
         count += 1
     count = max(count, 1)
     outer = sch.fuse(*loops[:count]) if count > 1 else loops[0]
@@ -529,7 +494,7 @@ def _schedule_reduction(sch, info, vector: _Vector) -> Optional[str]:
         spatial[-1], tile = rest, [vec]
         axis = _row_axis(stmt, spatial_vars[:-1], spatial_vars[-1])
         rows_extent = _extent(sch, spatial[axis]) if axis is not None else None
-        if rows_extent is not None and rows_extent > 1:
+        if axis is not None and rows_extent is not None and rows_extent > 1:
             # A quarter of the vector registers hold the tile: measured best on
             # SSE2 (16 registers) and AVX-512 (32); more rows spill.
             rows = _divisor(rows_extent, max(1, vector.registers // (4 * -(-width // lanes))))

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+#: the function that returns an artifact's metadata (inputs, outputs, target, partitions): what makes a TVM
+#: library a byoc artifact, for :func:`byoc.load` and for the frontend, which names an artifact given as a model
+METADATA_FUNCTION = "byoc_metadata"
+
 
 def text_function(name: str, text: str):
     """The Relax function ``name`` that returns ``text``, exported under that symbol."""

@@ -48,8 +48,8 @@ def run_io(main, extern_alignment: Mapping[str, int]) -> dict:
     import tvm
     from tvm import relax
 
-    origin = {}  # var -> the tensor it is at run time: a var, or (var, index) for a field of a call's tuple
-    tuples = {}  # var -> the relax.Tuple bound to it
+    origin: dict = {}  # var -> the tensor it is at run time: a var, or (var, index) for a field of a call's tuple
+    tuples: dict = {}  # var -> the relax.Tuple bound to it
     made = set()  # vars whose value the program allocates in the call
     need = {p: 1 for p in main.params}
 
@@ -104,7 +104,7 @@ def run_io(main, extern_alignment: Mapping[str, int]) -> dict:
 
 
 def _leaves(expr, tuples: dict) -> list:
-    """The tensors a Relax return value holds, in the order :func:`byoc.pipeline.artifact.vm_outputs` flattens
+    """The tensors a Relax return value holds, in the order :func:`byoc.pipeline.artifact.artifact.vm_outputs` flattens
     the VM's result (nested tuples, depth first); ``tuples``: the vars bound to tuples."""
     from tvm import relax
 

@@ -1,7 +1,7 @@
 """``byoc.partition``: the partition function, and the package of its CLI.
 
 This module object is callable: ``byoc.partition(model, vendors, ...)`` runs
-:func:`byoc.pipeline.partitioner.partition`, while ``python -m byoc.partition`` runs
+:func:`byoc.pipeline.partitioning.partitioner.partition`, while ``python -m byoc.partition`` runs
 the CLI in ``__main__``. Making one object serve both means importing the
 submodule can never shadow the function (Python sets ``byoc.partition`` to
 the submodule whenever it is imported). ``help(byoc.partition)`` and
@@ -11,16 +11,19 @@ the submodule whenever it is imported). ``help(byoc.partition)`` and
 import inspect
 import sys
 import types
+import typing
 
-from byoc.pipeline.partitioner import partition as _partition
+from byoc.pipeline.partitioning.partitioner import partition as _partition
 
 
 class _CallableModule(types.ModuleType):
+    __signature__: inspect.Signature
+
     def __call__(self, *args, **kwargs):
         return _partition(*args, **kwargs)
 
 
-_module = sys.modules[__name__]
-_module.__class__ = _CallableModule
+sys.modules[__name__].__class__ = _CallableModule
+_module = typing.cast(_CallableModule, sys.modules[__name__])
 _module.__signature__ = inspect.signature(_partition)
 _module.__doc__ = f"partition{_module.__signature__}\n\n{inspect.getdoc(_partition)}\n\n{inspect.getdoc(_module)}"

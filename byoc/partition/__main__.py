@@ -35,7 +35,7 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{message} (see --help)")
 
 
-def _input_shape(text: str) -> tuple[str, list[int]]:
+def _input_shape(text: str) -> tuple[str, list[int | str]]:
     name, sep, dims = text.partition("=")
     try:
         shape = [d.strip() if d.strip().isidentifier() else int(d) for d in dims.split(",")] if dims else []
@@ -199,7 +199,7 @@ def _check_paths(args) -> None:
 
 def _check_verify_dims(runs: list, dims) -> None:
     """Each --verify-dims run names every symbolic dim of the model, and only those."""
-    from byoc.pipeline.dims import sizes_problem
+    from byoc.pipeline.frontend.dims import sizes_problem
 
     for sizes in runs:
         problem = sizes_problem(sizes, list(dims))
@@ -224,7 +224,7 @@ def _import_vendor_module(module: str) -> None:
         raise
     except ModuleNotFoundError as err:
         raise _UsageError(f"--vendor-module {module}: {err} (give an importable module name, or a .py file)")
-    except Exception as err:  # the user's module: say which and what it raised
+    except Exception as err:  # noqa: BLE001 - the user's module: say which and what it raised
         raise _UsageError(f"--vendor-module {module} raised {type(err).__name__}: {err}")
 
 
@@ -246,13 +246,13 @@ def _run(args, say) -> int:
     from byoc.pipeline.frontend import import_model
     from byoc.tools.memory import estimate_memory
     from byoc.tools.onnx_export import export_onnx
-    from byoc.pipeline.partitioner import partition
+    from byoc.pipeline.partitioning.partitioner import partition
     from byoc.vendor.registry import resolve_vendors
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
     from byoc.tools.verify import load_inputs, random_inputs, verify, verify_sizes
-    from byoc.pipeline.builder import build, build_measured, vendor_option_settings
-    from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP
+    from byoc.pipeline.build.builder import build, build_measured, vendor_option_settings
+    from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP
 
     for module in args.vendor_module:
         _import_vendor_module(module)
@@ -302,7 +302,7 @@ def _run(args, say) -> int:
     if args.profile:
         if not target.is_host:
             raise _UsageError(f"--profile runs the model, and a {target.name} build cannot run on this machine")
-        built("profile")
+        artifact = built("profile")
         runs = 10 if args.runs is None else args.runs
         say(f"profile: {runs} runs")
         inputs = given if given is not None else random_inputs(artifact.inputs, sizes=verify_sizes(imported.dims))
@@ -381,7 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return fail(str(err))
     except OSError as err:  # e.g. -o into a read-only folder
         return fail(f"{err.strerror or err}: {err.filename}" if err.filename else str(err))
-    except Exception as err:  # a bug: still one line, the traceback with --debug
+    except Exception as err:  # noqa: BLE001 - a bug: still one line, the traceback with --debug
         return fail(f"internal error {type(err).__name__}: {err} (rerun with --debug for the traceback)")
 
 

@@ -30,7 +30,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping, Optional, Union
 
-from byoc.pipeline.partitioner import PartitionPlan
+from byoc.pipeline.partitioning.partitioner import PartitionPlan
 from byoc.deploy.targets import resolve_target
 from byoc.vendor.values import static_dims
 

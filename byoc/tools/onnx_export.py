@@ -27,7 +27,7 @@ import onnx
 from onnx import helper
 
 from byoc.errors import OnnxExportError, first_line
-from byoc.pipeline.partitioner import PartitionPlan
+from byoc.pipeline.partitioning.partitioner import PartitionPlan
 from byoc.tools.report import HOST, node_targets
 
 DOMAIN_PREFIX = "byoc."

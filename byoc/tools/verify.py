@@ -18,13 +18,13 @@ from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from byoc.pipeline.dims import bind_dims
+from byoc.pipeline.frontend.dims import bind_dims
 
-from byoc.pipeline.builder import build
+from byoc.pipeline.build.builder import build
 from byoc.errors import ByocError, InputError
 from byoc.pipeline.frontend import TensorSpec
-from byoc.pipeline.partitioner import PartitionPlan, partition
-from byoc.pipeline.samples import SEED, UNBOUNDED_VERIFY_SIZE, random_inputs  # noqa: F401 - verify's API
+from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
+from byoc.pipeline.placement.samples import SEED, UNBOUNDED_VERIFY_SIZE, random_inputs  # noqa: F401 - verify's API
 from byoc.deploy.targets import resolve_target
 
 # Vendor kernels may sum in another order than onnxruntime: per-dtype tolerance (rtol, atol).
@@ -82,7 +82,7 @@ UNBOUNDED_VERIFY_MAX = 16
 
 
 def verify_sizes(dims: Mapping) -> dict[str, int]:
-    """A size for each symbolic dim (name -> :class:`~byoc.pipeline.onnx_model.DimRange`): its upper bound
+    """A size for each symbolic dim (name -> :class:`~byoc.pipeline.frontend.onnx_model.DimRange`): its upper bound
     where it has one, else :data:`UNBOUNDED_VERIFY_SIZE` (at least its lower bound)."""
     return {name: r.max if r.max is not None else max(r.min, UNBOUNDED_VERIFY_SIZE) for name, r in dims.items()}
 

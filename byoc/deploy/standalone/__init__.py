@@ -70,7 +70,7 @@ from byoc.deploy.standalone.tensor_file import read_tensors, write_tensors
 from byoc.deploy.targets import TargetPreset
 from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
-from byoc.pipeline.lowering import lower_partitions
+from byoc.pipeline.build.lowering import lower_partitions
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
            "run_program", "write_tensors"]
@@ -82,7 +82,7 @@ KERNELS_OBJECT = "kernels.o"
 # -- lowering ----------------------------------------------------------------------------
 def _dim_sizes(artifact, dims) -> dict[str, int]:
     """The size of each of the artifact's symbolic dims, from ``dims``; a StandaloneError names any missing."""
-    from byoc.pipeline.dims import DimRange, sizes_problem
+    from byoc.pipeline.frontend.dims import DimRange, sizes_problem
 
     names = list(artifact.dims)
     dims = dict(dims or {})
@@ -292,7 +292,7 @@ def run_emulated(artifact, inputs) -> list[np.ndarray]:
     returns numpy arrays in ONNX output order. Each call builds the program
     afresh in a temporary folder.
     """
-    from byoc.pipeline.dims import bind_dims
+    from byoc.pipeline.frontend.dims import bind_dims
 
     arrays = artifact.check_inputs(inputs)
     sizes = bind_dims(artifact.inputs, [a.shape for a in arrays], artifact.dims)

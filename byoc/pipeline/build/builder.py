@@ -4,7 +4,7 @@ byoc calls the codegens itself, before TVM's ``RunCodegen``, so that a
 failing codegen is reported with the vendor's name and its partitions can go
 back to the host. ``RunCodegen`` then lowers the partition calls to the
 modules built, through a global ``relax.ext.<name>`` that lives only while it
-runs (:func:`byoc.pipeline.lowering.lower_partitions`).
+runs (:func:`byoc.pipeline.build.lowering.lower_partitions`).
 """
 
 from __future__ import annotations
@@ -16,16 +16,16 @@ import warnings
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc._version import __version__
-from byoc.pipeline.artifact import METADATA_FUNCTION, Artifact
+from byoc.pipeline.artifact.artifact import Artifact
 from byoc.errors import BuildError, ByocError, CodegenError, TargetError, VendorOptionError, last_line
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 from byoc.host.compiler import compile_host
-from byoc.host.recorded import text_function
+from byoc.host.recorded import METADATA_FUNCTION, text_function
 from byoc.host.threads import check_threads, set_vendor_threads
-from byoc.pipeline.onnx_model import index_inputs
-from byoc.pipeline.lowering import lower_partitions
-from byoc.pipeline.partitioner import PartitionPlan, partition
-from byoc.pipeline.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
+from byoc.pipeline.frontend.onnx_model import index_inputs
+from byoc.pipeline.build.lowering import lower_partitions
+from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
+from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
 from byoc.vendor.registry import resolve_vendors
@@ -320,7 +320,7 @@ def compile(  # noqa: A001 - the public name the product promises
 
     ``placement="measured"`` times each partition on its vendor, on the host and on every other vendor that
     takes all its ops, and keeps it on its vendor only when that is at least ``min_speedup`` times faster
-    than the fastest other place (:mod:`byoc.pipeline.placement`); ``artifact.plan.placement`` and
+    than the fastest other place (:mod:`byoc.pipeline.placement.placement`); ``artifact.plan.placement`` and
     :attr:`Artifact.placement` hold the times and decisions. It runs the model on ``sample_inputs`` (as
     :meth:`Artifact.run` takes them; default: seeded random inputs of the declared shapes).
     """
@@ -338,7 +338,7 @@ def build_measured(plan: PartitionPlan, sample_inputs=None, *, min_speedup: floa
                    strict: bool = False, threads: Optional[int] = None,
                    vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None) -> Artifact:
     """Build ``plan`` with each partition placed by measured cost (``compile(..., placement="measured")``,
-    :mod:`byoc.pipeline.placement`); the other arguments are as in :func:`compile`."""
+    :mod:`byoc.pipeline.placement.placement`); the other arguments are as in :func:`compile`."""
     check_placement("measured", min_speedup)
 
     def build_with_options(plan_or_model, vendors_of_model, relinkable=False):

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Union
 
 from byoc.errors import ByocError, PolicyError
-from byoc.pipeline.shape_args import inline_shape_arguments
+from byoc.pipeline.annotate.shape_args import inline_shape_arguments
 from byoc.pipeline.frontend import import_model
-from byoc.pipeline.onnx_model import ImportedModel, OnnxNode
+from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode
 from byoc.vendor.registry import resolve_vendors
 from byoc.vendor import SUPPORTED, Match, Vendor
 

@@ -18,8 +18,8 @@ merge leaves as they are), and come back as they were.
 
 from __future__ import annotations
 
-from byoc.pipeline.shape_args import inline_shape_arguments
-from byoc.pipeline.siblings import merge_siblings
+from byoc.pipeline.annotate.shape_args import inline_shape_arguments
+from byoc.pipeline.partitioning.siblings import merge_siblings
 
 
 def merge_regions(mod):

@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
-from byoc.pipeline.onnx_model import subgraphs
+from byoc.pipeline.frontend.onnx_model import subgraphs
 
 __all__ = ["RECURRENT_OPS", "decompose_recurrent"]
 

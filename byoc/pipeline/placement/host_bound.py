@@ -18,8 +18,8 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
-from byoc.pipeline.samples import SEED
+from byoc.pipeline.frontend.onnx_model import ImportedModel, TensorSpec
+from byoc.pipeline.placement.samples import SEED
 
 #: the ops whose multiply-adds are counted: most of a CNN's or a transformer's work
 HEAVY_OPS = ("relax.nn.conv1d", "relax.nn.conv2d", "relax.nn.conv2d_transpose", "relax.matmul")

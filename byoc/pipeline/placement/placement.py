@@ -6,7 +6,7 @@ and TVM's Collage did by estimate and by search. Each partition of the rule-base
 * on its vendor: its calls in a run of the rule-based artifact on the sample inputs, or the vendor's cost
   hook (:meth:`byoc.vendor.Codegen.estimate_cost`) for hardware this machine does not have;
 * on the host: first a lower bound, the time of the partition's heaviest distinct ops built for the host
-  alone (:mod:`byoc.pipeline.host_bound`: one small build for all partitions). When every partition's
+  alone (:mod:`byoc.pipeline.placement.host_bound`: one small build for all partitions). When every partition's
   bound already shows its vendor faster by ``min_speedup``, that settles it; otherwise, in one host-only
   build of the whole model, run on the same inputs, the time of the host functions that compute the
   partition's ops (:meth:`byoc.Artifact.host_calls`; a fused function that also computes ops outside the
@@ -17,7 +17,7 @@ and TVM's Collage did by estimate and by search. Each partition of the rule-base
 A partition stays on its vendor only when every other place is slower by at least ``min_speedup`` (the
 vendor must win by that factor, as onnx-mlir's ``minFactor``); otherwise it goes to the fastest other
 place. Its ops are then demoted from the vendors that lost, with the times as the reason, and the model is
-cut again (:func:`byoc.pipeline.partitioner.cut`); the regions that cut makes are built as they come, not
+cut again (:func:`byoc.pipeline.partitioning.partitioner.cut`); the regions that cut makes are built as they come, not
 measured again. Every decision is kept in the plan (:attr:`PartitionPlan.placement`) and in the artifact's
 metadata, so a loaded artifact reports it. Builds: the rule-based one, the heaviest ops' (when every
 partition has a convolution or matmul), the whole model's on the host (when their bounds do not settle it),
@@ -40,13 +40,13 @@ from collections import Counter
 from typing import Callable, Mapping, Optional
 
 from byoc.errors import ByocError, InputShapeError, TargetError
-from byoc.pipeline.importer import unique_binding_names
-from byoc.pipeline.onnx_model import ImportedModel, TensorSpec
-from byoc.pipeline.partitioner import Partition, PartitionPlan, cut
-from byoc.pipeline.host_bound import host_lower_bounds
-from byoc.pipeline.placement_record import PlacedPartition, Placement, quote_times
-from byoc.pipeline.profile import BUILTIN, seconds_per_run, time_calls
-from byoc.pipeline.samples import random_inputs
+from byoc.pipeline.frontend.importer import unique_binding_names
+from byoc.pipeline.frontend.onnx_model import ImportedModel, TensorSpec
+from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan, cut
+from byoc.pipeline.placement.host_bound import host_lower_bounds
+from byoc.pipeline.artifact.placement_record import PlacedPartition, Placement, quote_times
+from byoc.pipeline.artifact.profile import BUILTIN, seconds_per_run, time_calls
+from byoc.pipeline.placement.samples import random_inputs
 from byoc.vendor import cost_estimator
 from byoc.vendor.graph import UnsupportedConstruct, partition_graph
 
@@ -75,7 +75,7 @@ def check_placement(placement: str, min_speedup: float) -> None:
 
 
 def sample_inputs(artifact) -> dict:
-    """Seeded inputs of ``artifact``'s declared shapes (:func:`byoc.pipeline.samples.random_inputs`); a
+    """Seeded inputs of ``artifact``'s declared shapes (:func:`byoc.pipeline.placement.samples.random_inputs`); a
     symbolic dim has no size to time at, so it is an error naming what to give instead."""
     for spec in artifact.inputs:
         symbolic = [str(d) for d in spec.shape if not isinstance(d, int)]
@@ -157,7 +157,7 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
 def _settling_host_bounds(plan: PartitionPlan, vendor_times: Mapping, arguments: Mapping, model_of: Callable,
                           build: Build, runs: int, min_speedup: float) -> tuple[dict, int]:
     """``({partition: HostBound}, builds made)``: lower bounds on the host's time for every partition from its
-    heaviest ops (:mod:`byoc.pipeline.host_bound`; ``model_of(partition)``: its ops alone), when each one
+    heaviest ops (:mod:`byoc.pipeline.placement.host_bound`; ``model_of(partition)``: its ops alone), when each one
     already shows the partition's vendor faster by ``min_speedup``; otherwise ``{}``, and the whole model is
     timed on the host instead."""
     if any(p.name not in arguments for p in plan.partitions):
@@ -262,14 +262,14 @@ def _estimate(vendor, hook, graph) -> Optional[float]:
 
 
 def _medians(per_run: Mapping[str, list]) -> dict:
-    """Call name -> median ms per run, from :class:`~byoc.pipeline.profile.HookedRuns`' ``per_run``."""
+    """Call name -> median ms per run, from :class:`~byoc.pipeline.artifact.profile.HookedRuns`' ``per_run``."""
     runs = max((len(samples) for samples in per_run.values()), default=0)
     return {name: statistics.median(seconds_per_run(samples, runs)) * 1e3 for name, samples in per_run.items()}
 
 
 def _call_times(artifact, arrays, runs: int, keep_arguments=(), stop=None) -> tuple[dict, dict]:
     """Call name -> median ms per run of ``artifact``'s hooked runs (a profile's clock), and the arguments
-    kept (:func:`byoc.pipeline.profile.time_calls`, whose ``stop`` ends the runs early)."""
+    kept (:func:`byoc.pipeline.artifact.profile.time_calls`, whose ``stop`` ends the runs early)."""
     timed = time_calls(artifact, arrays, runs, keep_arguments, budget_s=_BUDGET_S, stop=stop)
     return _medians(timed.per_run), timed.arguments
 

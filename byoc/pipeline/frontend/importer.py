@@ -17,9 +17,9 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
+from byoc.pipeline.frontend.import_rewrites import BROADCASTING_BINARY, einsum_as_matmul, without_implied_broadcasts
+from byoc.pipeline.frontend.onnx_model import OnnxNode
 from byoc.vendor.values import const_array, is_tensor_const
-from byoc.pipeline.import_rewrites import BROADCASTING_BINARY, einsum_as_matmul, without_implied_broadcasts
-from byoc.pipeline.onnx_model import OnnxNode
 
 
 class ProvenanceImporter(ONNXGraphImporter):
@@ -40,7 +40,7 @@ class ProvenanceImporter(ONNXGraphImporter):
         super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None
-        #: ONNX node name -> why the import made nothing of it (:mod:`byoc.pipeline.import_rewrites`)
+        #: ONNX node name -> why the import made nothing of it (:mod:`byoc.pipeline.frontend.import_rewrites`)
         self.absorbed: dict[str, str] = {}
 
     def from_onnx(self, graph, opset):

@@ -1,4 +1,4 @@
-"""What measured placement decided (:mod:`byoc.pipeline.placement`), as plans, artifacts and reports keep it.
+"""What measured placement decided (:mod:`byoc.pipeline.placement.placement`), as plans, artifacts and reports keep it.
 
 Apart from the placement itself so that a loaded artifact reads its record without importing the pipeline
 that builds (which imports the artifact)."""

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from byoc.errors import InputError
-from byoc.pipeline.onnx_model import TensorSpec
+from byoc.pipeline.frontend.onnx_model import TensorSpec
 
 SEED = 0
 #: The size verify gives an unbounded symbolic dim: small, and unlike the 1 an exporter traces with.

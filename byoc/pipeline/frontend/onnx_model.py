@@ -4,8 +4,8 @@
 binding), :class:`TensorSpec` and :class:`OnnxNode` are what the frontend
 hands to the annotator, partitioner, builder and artifact;
 :func:`name_nodes` and :func:`subgraphs` are read by the frontend and by the
-steps it drives (:mod:`~byoc.pipeline.prepare`,
-:mod:`~byoc.pipeline.recurrent`, :mod:`~byoc.pipeline.importer`). They live
+steps it drives (:mod:`~byoc.pipeline.frontend.prepare`,
+:mod:`~byoc.pipeline.frontend.prepare.recurrent`, :mod:`~byoc.pipeline.frontend.importer`). They live
 apart from :mod:`~byoc.pipeline.frontend`, which drives those steps, so that
 no module of the pipeline imports one that imports it back.
 """
@@ -94,7 +94,7 @@ class ImportedModel:
     #: User node name -> what preparation made of it, for each node not imported
     #: as itself ("folded into a constant", "fused into Conv `conv1`", ...).
     prepared: dict[str, str] = field(default_factory=dict)
-    #: The graph TVM imported (``model`` after :mod:`byoc.pipeline.prepare`); None for
+    #: The graph TVM imported (``model`` after :mod:`byoc.pipeline.frontend.prepare`); None for
     #: an ImportedModel made by hand, which then stands for ``model`` itself.
     prepared_model: onnx.ModelProto | None = None
     #: The simplifier that prepared the model ("onnxsim 0.8.1"), or "" if none ran.

@@ -20,16 +20,15 @@ import numpy as np
 
 from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, InputShapeError,
                          TargetError, last_line)
-from byoc.pipeline.dims import bind_dims
-from byoc.pipeline.onnx_model import DimRange, TensorSpec
-from byoc.pipeline.placement_record import Placement
+from byoc.pipeline.frontend.dims import bind_dims
+from byoc.pipeline.frontend.onnx_model import DimRange, TensorSpec
+from byoc.pipeline.artifact.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.compiler import HOST_CALLS_FUNCTION
-from byoc.host.recorded import read_json
+from byoc.host.recorded import METADATA_FUNCTION, read_json
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
-METADATA_FUNCTION = "byoc_metadata"
 
 _UNREAD = object()  # Artifact._shared_io before the program's record is read
 
@@ -43,7 +42,7 @@ def _specs(rows) -> list[TensorSpec]:
 class Artifact:
     """A compiled model.
 
-    ``plan`` is the :class:`~byoc.pipeline.partitioner.PartitionPlan` it was built
+    ``plan`` is the :class:`~byoc.pipeline.partitioning.partitioner.PartitionPlan` it was built
     from (None for an artifact loaded from disk). ``inputs``/``outputs``
     describe the ONNX model's tensors, in ONNX order: each dim a size or the
     name of a symbolic dim, whose range ``dims`` gives. One artifact runs
@@ -101,7 +100,7 @@ class Artifact:
 
     @property
     def placement(self):
-        """What measured placement decided (:class:`~byoc.pipeline.placement_record.Placement`: each rule-based
+        """What measured placement decided (:class:`~byoc.pipeline.artifact.placement_record.Placement`: each rule-based
         partition's times per place, where it went and why), as stored in the artifact; None when the rules
         placed."""
         record = self.metadata.get("placement")
@@ -186,7 +185,7 @@ class Artifact:
         was called with last, and an empty list before its first call. Partitions whose runtime does not
         report (C source, json_runtime) are left out.
         """
-        from byoc.pipeline.profile import runtime_modules
+        from byoc.pipeline.artifact.profile import runtime_modules
 
         modules = runtime_modules(self._loaded_library(), "get_implementations")
         return {symbol: [str(s) for s in module.get_function("get_implementations")()]
@@ -213,14 +212,14 @@ class Artifact:
         return nodes
 
     def profile(self, inputs: Inputs, runs: int = 10, warmup: int = 1):
-        """Where the time of a run goes: a :class:`~byoc.pipeline.profile.Profile`.
+        """Where the time of a run goes: a :class:`~byoc.pipeline.artifact.profile.Profile`.
 
         Runs the model ``warmup`` + ``runs`` times as :meth:`run` does, then ``runs`` times instrumented: each
         partition (with its vendor, its ONNX nodes and, where its runtime times them, each step and what ran
         it), each host function and the time outside any call, per run. Inputs get the same checks and errors
         as :meth:`run`; the ordinary :meth:`run` is not slowed by profiling.
         """
-        from byoc.pipeline.profile import profile_artifact
+        from byoc.pipeline.artifact.profile import profile_artifact
 
         if runs < 1 or warmup < 0:
             raise ValueError(f"profile needs runs >= 1 and warmup >= 0, got runs={runs}, warmup={warmup}")
@@ -311,7 +310,7 @@ class Artifact:
         except Exception as err:  # TVM's VM raises its own error types
             if "match_cast" not in str(err):
                 raise
-            # the importer's run-time check where no analysis of the dims could tell (byoc.pipeline.importer)
+            # the importer's run-time check where no analysis of the dims could tell (byoc.pipeline.frontend.importer)
             raise InputShapeError(
                 "these input sizes break a relation between dims that the model holds at run time (a Squeeze of "
                 f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None

@@ -21,7 +21,7 @@ import re
 from typing import Mapping, Optional, Sequence, Union
 
 from byoc.errors import DynamicShapeError, InputShapeError
-from byoc.pipeline.onnx_model import DimRange, TensorSpec
+from byoc.pipeline.frontend.onnx_model import DimRange, TensorSpec
 
 DimSetting = Union[int, str, Sequence[Optional[int]]]
 

@@ -3,7 +3,7 @@
 ``MergeCompositeFunctions`` (TVM, cycle-safe) groups each vendor's composite
 functions into regions, through producers and consumers; regions of one vendor
 that read a common value and do not depend on each other are then merged too
-(:mod:`byoc.pipeline.siblings`). byoc then applies ``min_ops``: a region with fewer
+(:mod:`byoc.pipeline.partitioning.siblings`). byoc then applies ``min_ops``: a region with fewer
 op calls goes back to the host with the reason "below min_ops", and the
 whole annotate+merge runs again (another vendor may now claim those ops)
 until no region is too small. Each round demotes the small regions of the
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc.vendor.values import const_nbytes, shape_dims
-from byoc.pipeline.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
+from byoc.pipeline.annotate.annotator import BINDINGS_ATTR, Annotation, Decision, annotate, target_reason
 from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import import_model
-from byoc.pipeline.onnx_model import ImportedModel, OnnxNode, TensorSpec
-from byoc.pipeline.merging import merge_regions
+from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode, TensorSpec
+from byoc.pipeline.partitioning.merging import merge_regions
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -98,7 +98,7 @@ class PartitionPlan:
     min_ops: int = 1
     keep_on_host: tuple = ()
     target: TargetPreset = field(default_factory=lambda: resolve_target("x86_64"))
-    #: measured placement's decisions (:class:`byoc.pipeline.placement_record.Placement`); None when the rules placed
+    #: measured placement's decisions (:class:`byoc.pipeline.artifact.placement_record.Placement`); None when the rules placed
     placement: object = None
 
     def __repr__(self) -> str:
@@ -130,17 +130,6 @@ class PartitionPlan:
             nodes.append(HostNode(decisions[0].node, tuple(d.op for d in decisions),
                                   {vendor: "; ".join(why) for vendor, why in reasons.items()}))
         return nodes
-
-    def report(self, format: str = "text", model_name: Optional[str] = None) -> str:  # noqa: A002 - the CLI's name
-        """The partition report, as ``python -m byoc.partition`` prints it (without memory or verification).
-
-        ``format`` is ``"text"``, ``"json"``, ``"dot"`` or ``"html"``;
-        ``model_name`` defaults to the ONNX graph's name.
-        """
-        from byoc.tools.report import build_report, render
-
-        name = model_name or self.imported.model.graph.name or "model"
-        return render(build_report(self, name, self.target.name), format)
 
     @property
     def offloaded_ops(self) -> int:
@@ -271,7 +260,7 @@ def partition(
     ``input_shapes`` sets whole input shapes (``{"input": [1, 3, 224,
     224]}``) and ``dims`` fixes or bounds symbolic dims by name
     (``{"batch_size": 1, "sequence_length": "..512"}``,
-    :mod:`byoc.pipeline.dims`); a symbolic dim neither names stays symbolic.
+    :mod:`byoc.pipeline.frontend.dims`); a symbolic dim neither names stays symbolic.
     The CLI options map one to one onto these arguments.
     """
     if int(min_ops) < 1:
@@ -296,7 +285,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     """The plan :func:`partition` makes of an imported model, with ``demoted`` ops kept off their vendors.
 
     ``demoted`` maps ``(vendor, binding)`` to the reason that vendor may not
-    take the binding (measured placement's decisions, :mod:`byoc.pipeline.placement`);
+    take the binding (measured placement's decisions, :mod:`byoc.pipeline.placement.placement`);
     ``min_ops`` adds its own demotions to a copy.
     """
     demoted = dict(demoted)

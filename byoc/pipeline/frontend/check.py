@@ -1,0 +1,207 @@
+"""Check a loaded model before it is prepared: read it as its writer meant, sort its nodes, refuse tensors of
+2 GiB or more, run onnx.checker and shape inference, and refuse ops TVM's importer lacks (with what to do)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import shape_inference
+
+from byoc.errors import InvalidModelError, UnsupportedOpsError, first_line
+from byoc.pipeline.frontend.onnx_model import subgraphs
+
+
+def read_as_the_writers_meant(model: onnx.ModelProto) -> None:
+    """Undo two habits of model writers that onnx.checker and strict shape inference reject, in place.
+
+    - A dim of -1 means "unknown" to exporters and to onnxruntime's quantizer
+      (PP-OCR's batch dim, then every value_info it writes), while ONNX reads
+      it as a size that contradicts every inferred one. It becomes unknown.
+    - A model of IR version 3 must list its initializers as graph inputs; tools
+      that add initializers (onnxruntime's quantizer adds scales and zero
+      points to the light zoo's opset-9 models) do not, and onnxruntime runs
+      the result. Its IR version becomes 4, which reads the same graph
+      without that rule.
+    """
+    graph = model.graph
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value < 0:
+                dim.ClearField("dim_value")
+    if model.ir_version < 4 and not {t.name for t in graph.initializer} <= {vi.name for vi in graph.input}:
+        model.ir_version = 4
+
+
+def _outer_names(node: onnx.NodeProto) -> set[str]:
+    """Names the subgraphs of ``node`` read, at any depth."""
+    return {x for sub in subgraphs(node) for inner in sub.node for x in (*inner.input, *_outer_names(inner)) if x}
+
+
+def sort_nodes(graph: onnx.GraphProto) -> None:
+    """Put the nodes in a topological order (stable), or name the nodes of a cycle.
+
+    onnx.checker only says "not topologically sorted"; exporters sometimes
+    write unsorted graphs that are fine, while a real cycle can never run.
+    """
+    nodes = list(graph.node)
+    producer = {out: i for i, node in enumerate(nodes) for out in node.output if out}
+    # A value a subgraph reads from the outer graph must be computed before the node that holds it.
+    parents = [sorted({producer[x] for x in (*node.input, *_outer_names(node)) if x in producer and producer[x] != i})
+               for i, node in enumerate(nodes)]
+    self_loops = [nodes[i].name for i, node in enumerate(nodes) if any(producer.get(x) == i for x in node.input)]
+    if self_loops:
+        raise InvalidModelError(
+            f"the graph has a cycle: node {self_loops[0]!r} consumes its own output; an ONNX graph "
+            "must be acyclic: fix the exporter"
+        )
+    children: dict[int, list[int]] = {}
+    for i, ps in enumerate(parents):
+        for p in ps:
+            children.setdefault(p, []).append(i)
+    waiting = [len(ps) for ps in parents]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    order: list[int] = []
+    while ready:
+        i = min(ready)  # stable: keep the file's order where it already works
+        ready.remove(i)
+        order.append(i)
+        for c in children.get(i, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
+    if len(order) < len(nodes):
+        stuck = [i for i in range(len(nodes)) if waiting[i] > 0]
+        cycle, seen, i = [], set(), stuck[0]
+        while i not in seen:  # every stuck node has a stuck parent: walk up until a repeat
+            seen.add(i)
+            cycle.append(i)
+            i = next(p for p in parents[i] if waiting[p] > 0)
+        loop = cycle[cycle.index(i):][::-1]
+        path = " -> ".join(repr(nodes[k].name) for k in loop + loop[:1])
+        raise InvalidModelError(
+            f"the graph has a cycle: {path}; an ONNX graph must be acyclic: fix the exporter"
+        )
+    if order != list(range(len(nodes))):
+        graph.ClearField("node")
+        graph.node.extend(nodes[i] for i in order)
+
+
+#: Largest tensor byoc accepts: element counts and byte sizes must fit in int32
+#: (C kernels and many runtimes index with 32-bit sizes; such a tensor is a
+#: corrupt or hostile model far more often than a real one).
+MAX_TENSOR_BYTES = 2**31 - 1
+
+
+def check_tensor_sizes(graph: onnx.GraphProto) -> None:
+    """Refuse any input, output, intermediate or weight of 2 GiB or more elements or bytes."""
+    def dims_of(vi):
+        return [d.dim_value for d in vi.type.tensor_type.shape.dim if d.HasField("dim_value")]
+
+    typed = [(vi.name, dims_of(vi), vi.type.tensor_type.elem_type)
+             for vi in list(graph.input) + list(graph.value_info) + list(graph.output)]
+    typed += [(t.name, list(t.dims), t.data_type) for t in graph.initializer]
+    for name, dims, elem_type in typed:
+        count = int(np.prod(dims, dtype=object)) if dims else 1
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 1
+        if count > MAX_TENSOR_BYTES or count * itemsize > MAX_TENSOR_BYTES:
+            raise InvalidModelError(
+                f"tensor {name!r} has shape {dims} ({count * itemsize / 2**30:.1f} GiB); byoc refuses "
+                f"tensors of 2 GiB or more: check the model's shapes (or input_shapes=)"
+            )
+
+
+def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:
+    """Run onnx.checker and shape inference; ``overrides`` (from input_shapes) explain a failure."""
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as err:
+        first = first_line(err)
+        raise InvalidModelError(f"onnx.checker rejected the model: {first}") from None
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as err:  # onnx raises several private error types here
+        strict_error = first_line(err)
+    if strict_error.count("Inference error(s)") < 2:
+        # An error on a node of the user's graph (declared and inferred shapes differ, an
+        # attribute no shape fits): the model is wrong, and TVM would build nonsense from it.
+        if overrides:
+            raise InvalidModelError(
+                f"the model does not work at the shape given: {'; '.join(overrides)}, and the model hard-codes "
+                f"the original size (ONNX shape inference: {strict_error}); use the model's own size, or "
+                "re-export it with that dim dynamic")
+        raise InvalidModelError(f"ONNX shape inference failed: {strict_error}")
+    # A nested error comes from inside an op's function body, which ONNX expands to infer
+    # shapes and sometimes cannot (MeanVarianceNormalization from opset 13 on: a Constant
+    # of its body has no value in that context), while TVM imports the op itself fine.
+    # That is ONNX's limitation, not the model's: keep what non-strict inference finds.
+    warnings.warn(
+        f"ONNX shape inference failed in strict mode inside an op's function body ({strict_error}); "
+        "continuing with the shapes non-strict inference finds. If the import fails later, this "
+        "is the likely cause.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception as err:  # noqa: BLE001 - as above
+        first = first_line(err)
+        raise InvalidModelError(f"ONNX shape inference failed: {first}") from None
+
+
+#: (domain prefix, what to do) for the op domains exporters write that are not ONNX's, first match wins
+_DOMAIN_ADVICE = (
+    # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
+    # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
+    ("com.microsoft", "com.microsoft ops are onnxruntime's own, not ONNX: compile the float model, or quantize it "
+                      "with onnxruntime.quantization.quantize_static (QDQ format), whose int8 units byoc runs, "
+                      "instead of quantize_dynamic or onnxruntime's transformer optimizer"),
+    ("org.pytorch.aten", "ATen ops are torch's fallback for what its exporter could not write in ONNX: export "
+                         "without operator_export_type=ONNX_ATEN_FALLBACK, at a newer opset, or with dynamo=True"),
+    ("pkg.onnxscript", "these are functions of torch's dynamo exporter that the file calls but does not define: "
+                       "export with torch.onnx.export(..., dynamo=True, optimize=True), which inlines them"),
+    ("ai.onnx.ml", "ai.onnx.ml ops are classical machine learning (scikit-learn, trees), which byoc does not "
+                   "compile: run that part of the pipeline apart, and compile the neural network alone"),
+)
+
+
+def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the calls of the functions it defines itself (``model.functions``: torch's exporters write
+    modules as functions when not asked to inline them) replaced by their bodies, as onnxruntime runs them; the
+    nodes keep the functions' node names, made unique. The model as given when it defines none."""
+    if not model.functions:
+        return model
+    import onnx.inliner
+
+    return onnx.inliner.inline_local_functions(model)
+
+
+def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:
+    """Refuse ops TVM's importer lacks; ``origin`` names prepared nodes by the user's nodes."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    origin = origin or {}
+    known = set(_get_convert_map()) | {"If", "Constant"}
+    missing = [
+        (origin.get(n.name, n.name), n.op_type, n.domain)
+        for n in graph.node
+        if n.domain not in ("", "ai.onnx") or n.op_type not in known
+    ]
+    if missing:
+        listing = ", ".join(
+            f"{name} ({op}{' in domain ' + dom if dom else ''})" for name, op, dom in missing
+        )
+        kinds = sorted({op for _, op, _ in missing})
+        domains = {dom for _, _, dom in missing}
+        advice = next((text for prefix, text in _DOMAIN_ADVICE if any(d.startswith(prefix) for d in domains if d)),
+                      "replace them in the exporter, or decompose them with onnx tools before compiling")
+        raise UnsupportedOpsError(
+            f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
+            f"Unsupported op types: {', '.join(kinds)}; {advice}",
+            missing,
+        )

@@ -1,0 +1,190 @@
+"""Prepare a checked ONNX model for TVM's importer, and remember what became of each node.
+
+Real models carry what TVM's importer cannot take or takes badly: shape
+computations (Shape -> Gather -> Concat) feeding Reshape, opset<=12
+BatchNormalization after a Conv, ``If`` on a constant, Identity and Dropout,
+weights made by ConstantOfShape. With the static input shapes applied, all of
+that is computable at compile time. :func:`prepare` checks quantization
+parameters and rewrites QOperator nodes as QDQ units
+(:mod:`byoc.pipeline.frontend.prepare.qoperators`), folds the rest with onnx-simplifier
+(``onnxsim``, chosen by measurement: docs/design.md, "Model preparation";
+:mod:`~byoc.pipeline.frontend.prepare.simplify`),
+then unrolls recurrent ops (:mod:`byoc.pipeline.frontend.prepare.recurrent`).
+
+Preparation never changes what the model computes and never loses the
+user's names: if the simplifier fails, or its result fails the checker or
+renames an input or output, :func:`prepare` warns and keeps the model as it
+was. Reports must keep naming the user's nodes, so the result carries
+``origin`` (prepared node -> user node) and ``fate`` (user node -> what became
+of it when it is not imported as itself), worked out by
+:mod:`~byoc.pipeline.frontend.prepare.provenance`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+from onnx import numpy_helper
+
+from byoc.errors import ModelLoadError
+from byoc.pipeline.frontend.onnx_model import name_nodes
+from byoc.pipeline.frontend.prepare.provenance import fates, origin_map
+from byoc.pipeline.frontend.prepare.simplify import SIMPLIFIER, candidates
+
+__all__ = ["Prepared", "prepare", "SIMPLIFIER"]
+
+
+@dataclass
+class Prepared:
+    """The result of :func:`prepare`.
+
+    ``model`` is the graph to import (a new ModelProto; the one passed in is
+    not modified). ``origin`` maps every node name of ``model`` to the user's
+    node it comes from. ``fate`` maps user node names to what became of them,
+    for every user node not imported as itself (folded, fused, removed,
+    decomposed). ``simplifier`` names the tool and version that ran, or is
+    empty when the model was kept as given.
+    """
+
+    model: onnx.ModelProto
+    origin: dict[str, str] = field(default_factory=dict)
+    fate: dict[str, str] = field(default_factory=dict)
+    simplifier: str = ""
+
+
+def prepare(model: onnx.ModelProto) -> Prepared:
+    """Rewrite QOperator nodes as QDQ, fold what is computable at compile time and unroll recurrent ops.
+
+    ``model`` is byoc's checked, shape-inferred copy with static input shapes.
+    Returns a :class:`Prepared` whose ``model`` computes the same outputs
+    under the same input and output names.
+    """
+    from byoc.pipeline.frontend.prepare.qdq_form import (
+        dequantized_constants_outside_units,
+        held_integer_constants,
+        restore_held,
+        unshared_dequantize,
+        untransposed_gemm_weights,
+    )
+    from byoc.pipeline.frontend.prepare.qoperators import check_quantization, rewrite_qoperators
+    from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
+
+    check_quantization(model)
+    user = model
+    source, quantized_from = rewrite_qoperators(user)
+    # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
+    foldable, held = held_integer_constants(source)
+    foldable, strided = as_strided_reshapes(_dropouts_as_identity(foldable))
+    failure = None
+    for simplified, tool in candidates(foldable):
+        if simplified is None:
+            prepared = source  # read-only from here on; no copy of a model's weights for nothing
+            origin = {n.name: n.name for n in source.graph.node}
+        else:
+            prepared = simplified
+            restore_held(prepared, held)
+            name_nodes(prepared.graph, unnamed="{op_type}_prepared_{index}")  # a simplifier may add unnamed ones
+            origin = origin_map(source.graph, prepared.graph)
+        try:
+            prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
+        except ModelLoadError as err:
+            # A recurrent op whose shapes one tool's folding left unknown (in an If branch)
+            # may unroll after another's: the next candidate gets its turn.
+            failure = failure or err
+            continue
+        prepared, copies = unshared_dequantize(prepared)
+        prepared = dequantized_constants_outside_units(untransposed_gemm_weights(prepared))
+        origin.update({copy: origin.get(original, original) for copy, original in copies.items()})
+        present = {n.name for n in prepared.graph.node}
+        origin = {name: user for name, user in origin.items() if name in present}  # a folded DQ is gone
+        fate = fates(source.graph, prepared.graph, origin)
+        fate.update(strided)
+        if quantized_from:
+            origin, fate, rewritten = _through_rewrite(prepared, origin, fate, quantized_from)
+            decomposed.update(rewritten)
+        for name, count in decomposed.items():
+            fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
+        return Prepared(prepared, origin, fate, tool)
+    raise failure
+
+
+def _dropouts_as_identity(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each inference-mode Dropout of its main graph an Identity (of the same name), for the simplifier.
+
+    At inference a Dropout passes its input through (ONNX: unless a
+    ``training_mode`` input says otherwise), whatever its ratio; but the
+    simplifiers remove only a Dropout of ratio 0, which changes nothing in
+    training either. One left in the graph splits partitions (TVM imports it as
+    ``relax.nn.dropout``). Kept: a Dropout whose mask is read, or whose
+    ``training_mode`` is not a constant false. ``model`` itself when nothing
+    changes (no copy).
+    """
+    graph = model.graph
+    read = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    constants = {t.name: t for t in graph.initializer}
+
+    def at_inference(node: onnx.NodeProto) -> bool:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or not node.input or not node.input[0]:
+            return False
+        if len(node.output) > 1 and node.output[1] in read:
+            return False
+        mode = node.input[2] if len(node.input) > 2 else ""
+        return not mode or (mode in constants and not numpy_helper.to_array(constants[mode]).any())
+
+    if not any(at_inference(n) for n in graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if at_inference(node):
+            output = node.output[0]
+            node.op_type, node.domain = "Identity", ""
+            del node.input[1:], node.output[:], node.attribute[:]
+            node.output.append(output)
+    return out
+
+
+def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: dict[str, str],
+                     made_from: dict[str, str]):
+    """origin and fate in the user's names, for a model whose QOperator nodes were rewritten first.
+
+    ``made_from`` maps each node of the rewrite to the QOperator node it came
+    from; returns the origin and fate translated, and the number of imported
+    ops per QOperator node (its "decomposed into" count).
+    """
+    origin = {name: made_from.get(source, source) for name, source in origin.items()}
+    fate = {name: why for name, why in fate.items() if name not in made_from}
+    counts: dict[str, int] = {}
+    imported = {n.name for n in prepared.graph.node}
+    rewritten = set(made_from.values())
+    for name, source in origin.items():
+        if name in imported and source in rewritten:
+            counts[source] = counts.get(source, 0) + 1
+    return origin, fate, counts
+
+
+def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
+    """LSTM/GRU/RNN unrolled into plain ops (TVM's importer has none of them).
+
+    Runs after folding because the unrolling needs static shapes. Returns the
+    model, the updated origin and, per user node, how many ops it became.
+    """
+    from byoc.pipeline.frontend.prepare.recurrent import RECURRENT_OPS, decompose_recurrent, graphs
+
+    if not any(n.op_type in RECURRENT_OPS for sub in graphs(model.graph) for n in sub.node):
+        return model, origin, {}
+    unrolled, made_from = decompose_recurrent(model)
+    if not made_from:
+        return model, origin, {}
+    names = {n.name for n in unrolled.graph.node}
+    counts: dict[str, int] = {}
+    for new_name, recurrent_name in made_from.items():
+        user_name = origin.get(recurrent_name, recurrent_name)
+        if new_name in names:  # nodes of If/Loop bodies are not the main graph's
+            origin[new_name] = user_name
+            counts[user_name] = counts.get(user_name, 0) + 1
+    origin = {name: user for name, user in origin.items() if name in names}
+    for node in unrolled.graph.node:
+        origin.setdefault(node.name, node.name)
+    return unrolled, origin, counts
