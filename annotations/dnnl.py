@@ -27,26 +27,25 @@ reordered once, at load), matmul operands of rank >= 2, the second operand of
 an element-wise op broadcastable to the first (oneDNN broadcasts one side
 only).
 
-Importing this module registers the vendor even without oneDNN installed:
-partitioning and reports work anywhere; building says what to install.
+The vendor is published as an entry point of byoc (:mod:`byoc.vendor.registry`); importing this module
+works even without oneDNN installed: partitioning and reports work anywhere; building says what to install.
+
+Checks read the plain view of their match (``match.op``, ``match.ops_of``, ``match.tensor``: the
+``OpCall`` and ``Tensor`` objects the codegen gets), where a symbolic dim is its text ("batch"), equal only
+to itself. The runtime compiles each partition per set of sizes (graph_runtime.h), so a dim need not be
+static to be taken.
 """
 
 from __future__ import annotations
 
 import itertools
-from types import SimpleNamespace
 
-from byoc.vendor.values import const_array, is_prim_value, is_tensor_const
-from byoc.vendor.checks import (all_of, avg_pool_plain, calls_of, constant_conv_weight, conv_layout_nchw, dtypes,
-                         known_ranks, per_channel_bias, pool_layout_nchw, static_shapes)
-# Shapes as the checks compare them: a symbolic dim is its text ("batch"), equal only to itself. The runtime
-# compiles each partition per set of sizes (graph_runtime.h), so a dim need not be static to be taken.
-from byoc.vendor.checks import dims as static_shape
+from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
+                                per_channel_bias, pool_layout_nchw, scalar, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
 # The forms the codegen rewrites as one op, with the constants that make them that form (one source).
 from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
 from byoc.codegens.limits import MAX_RANK
-from byoc.vendor.registry import register_vendor
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
 from byoc.vendor.quantized import OPTIONAL_UNIT_OPS, UNIT_OPS, WEIGHTED, qdq_rules, qdq_supported
 
@@ -55,11 +54,13 @@ NAME = "dnnl"
 
 def _non_empty(match: Match):
     """no zero-sized tensors."""
-    for call in match.calls:
-        for expr in (call, *call.args):
-            shape = static_shape(expr)
-            if shape is not None and 0 in shape:
-                return f"zero-sized tensor {shape}: oneDNN primitives need non-empty tensors"
+    for call in match.ops:
+        # A split's results are _split_results' to judge; the operands a concat or stack takes as a tuple
+        # are not looked at here.
+        results = [] if "result_index" in call.attrs else [call.output]
+        for t in results + ([] if call.op in ("relax.concat", "relax.stack") else call.inputs):
+            if t is not None and t.shape is not None and 0 in t.shape:
+                return f"zero-sized tensor {t.shape}: oneDNN primitives need non-empty tensors"
     return SUPPORTED
 
 
@@ -69,17 +70,9 @@ _base = all_of(dtypes("float32"), known_ranks(MAX_RANK), _non_empty)
 _moves = all_of(dtypes("float32", "uint8", "int8"), known_ranks(MAX_RANK), _non_empty)
 
 
-def _scalar(expr):
-    """The value of a one-element constant, else None."""
-    if not is_tensor_const(expr):
-        return None
-    value = const_array(expr)
-    return float(value.reshape(-1)[0]) if value.size == 1 else None
-
-
-def _prim(expr):
-    """The value of a scalar prim argument (clip's bounds), else None."""
-    return float(expr.value) if is_prim_value(expr) else None
+def _number(value):
+    """A scalar attribute (clip's bounds) as a float, else None."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 # -- activations TVM imports as several ops ------------------------------------------------
@@ -114,18 +107,18 @@ def _activation_check(kind: str):
     clip_bounds = {"hardswish": (0.0, 6.0), "hardswish_hardsigmoid": (0.0, 1.0), "hardsigmoid": (0.0, 1.0)}
 
     def check(match: Match):
-        rank = len(static_shape(match.root) or ())
-        for name, expr in match.annotated.items():
+        rank = len(match.op.output.shape or ())
+        for name in match.names:
             if not name.startswith("hs_"):
                 continue
-            value = _scalar(expr)
-            shape = static_shape(expr)
+            value = scalar(match.tensor(name))
+            shape = match.tensor(name).shape
             if value is None or len(shape) > rank:
                 return f"{kind}: {name[3:]} of shape {shape} is not a scalar constant"
             if name in HARDSWISH_CONSTANTS and not near(value, HARDSWISH_CONSTANTS[name]):
                 return f"{kind}: {value:g} where hard-swish has {HARDSWISH_CONSTANTS[name]:g}"
-        for call in calls_of(match, "relax.clip"):
-            bounds = (_prim(call.args[1]), _prim(call.args[2]))
+        for call in match.ops_of("relax.clip"):
+            bounds = (_number(call.attrs.get("min")), _number(call.attrs.get("max")))
             if bounds != clip_bounds[kind]:
                 lo, hi = clip_bounds[kind]
                 return f"{kind}: clip bounds {bounds} are not ({lo:g}, {hi:g})"
@@ -149,8 +142,8 @@ def _activation_pattern(kind: str):
 # -- conv2d -----------------------------------------------------------------------------
 def _conv_residual(match: Match):
     """residual of the conv's output shape."""
-    out = static_shape(match.annotated["conv"])
-    residual = static_shape(match.annotated["residual"])
+    out = match.tensor("conv").shape
+    residual = match.tensor("residual").shape
     if residual != out:
         return f"residual shape {residual} differs from the conv output {out}"
     return SUPPORTED
@@ -203,17 +196,17 @@ def _conv_rules(op: str):
             check = all_of(_base, conv_layout_nchw, constant_conv_weight, *([per_channel_bias] if bias else []),
                            *([_batch_norm] if bn else []), *([_conv_residual] if residual else []),
                            *([_activation_check(act)] if act in ACTIVATIONS else []))
-            rules.append(PatternRule(f"{NAME}.{name}", _conv_pattern(op, bias, bn, residual, act), check))
-    rules.append(OpRule(f"{NAME}.{op}", f"relax.nn.{op}", all_of(_base, conv_layout_nchw, constant_conv_weight)))
+            rules.append(PatternRule(name, _conv_pattern(op, bias, bn, residual, act), check))
+    rules.append(OpRule(op, f"relax.nn.{op}", all_of(_base, conv_layout_nchw, constant_conv_weight)))
     return rules
 
 
 # -- matmul -----------------------------------------------------------------------------
 def _matmul_ranks(match: Match):
     """operands of rank >= 2."""
-    for call in calls_of(match, "relax.matmul"):
-        for operand in call.args[:2]:
-            shape = static_shape(operand)
+    for call in match.ops_of("relax.matmul"):
+        for operand in call.inputs[:2]:
+            shape = operand.shape
             if shape is not None and len(shape) < 2:
                 return f"matmul operand of rank {len(shape)} (oneDNN matmul takes rank >= 2; vectors stay on the host)"
     return SUPPORTED
@@ -221,9 +214,8 @@ def _matmul_ranks(match: Match):
 
 def _matmul_bias(match: Match):
     """bias is a constant over the last axis."""
-    bias = match.annotated["bias"]
-    n = static_shape(match.annotated["matmul"])[-1]
-    shape = static_shape(bias)
+    n = match.tensor("matmul").shape[-1]
+    shape = match.tensor("bias").shape
     if not shape or shape[-1] != n or any(d != 1 for d in shape[:-1]):
         return f"bias shape {shape} is not (..., {n}) over the last axis"
     return SUPPORTED
@@ -249,19 +241,19 @@ def _gelu(x, half: bool = True):
 def _gelu_constants(match: Match):
     """the constants are sqrt(2), 1 and (but for twice GELU) 0.5."""
     for name, want in GELU_CONSTANTS.items():
-        if name not in match.annotated:
+        if name not in match.names:
             continue
-        got = _scalar(match.annotated[name])
+        got = scalar(match.tensor(name))
         if not near(got, want):
-            shown = f"{got:g}" if got is not None else f"a tensor of shape {static_shape(match.annotated[name])}"
+            shown = f"{got:g}" if got is not None else f"a tensor of shape {match.tensor(name).shape}"
             return f"{shown} where GELU has {want:g}: not the erf form of GELU"
     return SUPPORTED
 
 
 def _scale_is_scalar(match: Match):
     """scale is a one-element constant."""
-    if _scalar(match.annotated["scale"]) is None:
-        return f"scale of shape {static_shape(match.annotated['scale'])} is not a scalar constant"
+    if scalar(match.tensor("scale")) is None:
+        return f"scale of shape {match.tensor('scale').shape} is not a scalar constant"
     return SUPPORTED
 
 
@@ -297,16 +289,16 @@ def _matmul_rules():
                 continue  # the plain matmul is an OpRule
             check = all_of(base, *([_matmul_bias] if bias else []), *([extra] if extra else []))
             name = "matmul" + "_bias" * bias + (f"_{tail}" if tail else "")
-            rules.append(PatternRule(f"{NAME}.{name}", _matmul_pattern(bias, tail), check))
+            rules.append(PatternRule(name, _matmul_pattern(bias, tail), check))
     return rules
 
 
 # -- the rest -----------------------------------------------------------------------------
 def _layer_norm_last_axis(match: Match):
     """normalizes over the last axis of a tensor of rank >= 2."""
-    call = match.root
-    rank = len(static_shape(call.args[0]) or ())
-    axes = [int(a) for a in call.attrs.axes]
+    call = match.op
+    rank = len(call.inputs[0].shape or ())
+    axes = [int(a) for a in call.attrs["axes"]]
     if rank < 2 or [a % rank for a in axes] != [rank - 1]:
         return f"layer norm over axes {axes} of a rank-{rank} tensor (oneDNN: the last axis of rank >= 2 only)"
     return SUPPORTED
@@ -314,17 +306,17 @@ def _layer_norm_last_axis(match: Match):
 
 def _group_norm_over_channels(match: Match):
     """normalizes groups of the channels (axis 1) over all the dims after them."""
-    call = match.root
-    rank = len(static_shape(call.args[0]) or ())
-    axes = sorted(int(a) % rank for a in call.attrs.axes) if rank else []
-    if rank < 3 or int(call.attrs.channel_axis) % rank != 1 or axes != list(range(2, rank)):
-        return (f"group norm over axes {axes} with channel axis {int(call.attrs.channel_axis)} of a rank-{rank} "
+    call = match.op
+    rank = len(call.inputs[0].shape or ())
+    axes = sorted(int(a) % rank for a in call.attrs["axes"]) if rank else []
+    if rank < 3 or int(call.attrs["channel_axis"]) % rank != 1 or axes != list(range(2, rank)):
+        return (f"group norm over axes {axes} with channel axis {int(call.attrs['channel_axis'])} of a rank-{rank} "
                 "tensor (dnnl: channel axis 1, normalized over every dim after it)")
     return SUPPORTED
 
 
 def _both_broadcast(call) -> str:
-    out, a, b = static_shape(call), static_shape(call.args[0]), static_shape(call.args[1])
+    out, a, b = call.output.shape, call.inputs[0].shape, call.inputs[1].shape
     return f"operands {a} and {b} both broadcast to {out} (oneDNN broadcasts the second operand only)"
 
 
@@ -342,26 +334,26 @@ def _outer_product(a, b, out) -> bool:
 def _broadcast_second(match: Match):
     """the first operand has the output shape (the second may broadcast), or c - x, c / x with a scalar
     constant c, or an outer product [.., M, 1] * [.., 1, N]."""
-    call = match.root
-    out = static_shape(call)
-    a, b = (static_shape(arg) for arg in call.args[:2])
-    if a == out or (call.op.name in ("relax.add", "relax.multiply") and b == out):
+    call = match.op
+    out = call.output.shape
+    a, b = (operand.shape for operand in call.inputs[:2])
+    if a == out or (call.op in ("relax.add", "relax.multiply") and b == out):
         return SUPPORTED
-    if call.op.name in ("relax.subtract", "relax.divide") and b == out and _scalar(call.args[0]) is not None:
+    if call.op in ("relax.subtract", "relax.divide") and b == out and scalar(call.inputs[0]) is not None:
         return SUPPORTED  # the runtime computes it as an eltwise: linear (-1 * x + c) or pow (c * x^-1)
-    if call.op.name == "relax.multiply" and _outer_product(a, b, out):
+    if call.op == "relax.multiply" and _outer_product(a, b, out):
         return SUPPORTED  # a matmul with K = 1
     return _both_broadcast(call)
 
 
 def _resize_supported(match: Match):
     """NCHW; linear with half_pixel; nearest at integer upscales with half_pixel + round_*, or asymmetric + floor."""
-    call = match.root
+    call = match.op
     a = call.attrs
-    xs, ys = static_shape(call.args[0]), static_shape(call)
-    if a.layout != "NCHW" or len(xs) != 4:
-        return f"resize in layout {a.layout} of a rank-{len(xs)} tensor (oneDNN: 4-D NCHW only)"
-    method, ctm, rounding = str(a.method), str(a.coordinate_transformation_mode), str(a.rounding_method)
+    xs, ys = call.inputs[0].shape, call.output.shape
+    if a["layout"] != "NCHW" or len(xs) != 4:
+        return f"resize in layout {a['layout']} of a rank-{len(xs)} tensor (oneDNN: 4-D NCHW only)"
+    method, ctm, rounding = str(a["method"]), str(a["coordinate_transformation_mode"]), str(a["rounding_method"])
     # oneDNN's source coordinate is (x + 0.5) * in / out - 0.5 (ONNX half_pixel),
     # clamped at the edges, rounded for nearest: the combinations below give the
     # same result as ONNX Resize (checked against onnxruntime in tests/test_dnnl_ops_layout.py).
@@ -389,28 +381,27 @@ def _resize_supported(match: Match):
 
 def _concat_rank(match: Match):
     """tensors of rank >= 1."""
-    if not static_shape(match.root):
+    if not match.op.output.shape:
         return "concat of scalars (oneDNN concatenates tensors of rank >= 1)"
     return SUPPORTED
 
 
 def _slice_positive_strides(match: Match):
     """constant bounds, positive strides, elements * step <= extent."""
-    from tvm import relax
-
-    call = match.root
+    call = match.op
+    # Its axes, begin, end and strides are tuple arguments the op does not name: attrs arg1 to arg4.
     for index, what in ((1, "axes"), (2, "begin"), (3, "end"), (4, "strides")):
-        arg = call.args[index] if index < len(call.args) else None
-        if arg is None and what == "strides":
+        if f"arg{index}" not in call.attrs and what == "strides":
             continue
-        if not isinstance(arg, relax.Tuple) or not all(is_prim_value(f) for f in arg.fields):
+        value = call.attrs.get(f"arg{index}")
+        if not isinstance(value, tuple) or not all(isinstance(v, (int, float)) for v in value):
             return f"strided_slice with {what} computed at run time (constant bounds only)"
-    strides = [int(f.value) for f in call.args[4].fields] if len(call.args) > 4 else []
+    strides = [int(v) for v in call.attrs.get("arg4", ())]
     if any(st < 1 for st in strides):
         return f"strided_slice with strides {strides} (oneDNN memory views: positive strides only)"
     # oneDNN takes a strided view only if n elements at step s span at most the axis (n * s <= extent).
-    shape, out = static_shape(call.args[0]), static_shape(call)
-    for axis, step in zip((int(f.value) for f in call.args[1].fields), strides):
+    shape, out = call.inputs[0].shape, call.output.shape
+    for axis, step in zip((int(v) for v in call.attrs["arg1"]), strides):
         extent, n = shape[axis], out[axis]
         if step > 1 and not (isinstance(n, int) and isinstance(extent, int)):
             return f"strided_slice at step {step} along the symbolic dim {extent!r} (static extents only)"
@@ -429,31 +420,29 @@ def _strided_slice_pattern():
 
 def _constant_pad(match: Match):
     """constant mode, widths >= 0."""
-    attrs = match.root.attrs
-    if attrs.pad_mode != "constant":
-        return f"pad mode {attrs.pad_mode} (oneDNN here: constant padding, a fill and a copy)"
-    if min((int(w) for w in attrs.pad_width), default=0) < 0:
+    attrs = match.op.attrs
+    if attrs["pad_mode"] != "constant":
+        return f"pad mode {attrs['pad_mode']} (oneDNN here: constant padding, a fill and a copy)"
+    if min((int(w) for w in attrs["pad_width"]), default=0) < 0:
         return "negative pad widths (a crop)"
     return SUPPORTED
 
 
 def _split_results(match: Match):
     """static, non-empty results; a number of sections divides the axis."""
-    from tvm import relax
-
     # The runtime's Split takes equal sections only; TVM splits an uneven axis (7 into 4:
     # ONNX Split opset 18 num_outputs) into ceil-sized parts and a short last one.
-    for call in calls_of(match, "relax.split"):
-        sections = call.attrs.indices_or_sections
-        if hasattr(sections, "value"):
-            x_shape = static_shape(call.args[0])
-            axis = int(call.attrs.axis)
+    splits = match.ops_of("relax.split")  # one per result
+    for call in splits:
+        sections = call.attrs["indices_or_sections"]
+        if isinstance(sections, int):
+            x_shape = call.inputs[0].shape
+            axis = int(call.attrs["axis"])
             extent = x_shape[axis] if x_shape is not None and -len(x_shape) <= axis < len(x_shape) else None
-            if not isinstance(extent, int) or int(sections.value) < 1 or extent % int(sections.value):
-                return f"split of an axis of {extent} into {int(sections.value)} unequal sections"
-    ty = match.root.ty
-    for field in ty.fields if isinstance(ty, relax.TupleType) else ():
-        shape = static_shape(SimpleNamespace(ty=field))  # static_shape reads an expression's type
+            if not isinstance(extent, int) or sections < 1 or extent % sections:
+                return f"split of an axis of {extent} into {sections} unequal sections"
+    for call in splits if match.op.op == "relax.split" else ():
+        shape = call.output.shape
         if shape is None:
             return "split with a result of dynamic shape (static shapes only)"
         if 0 in shape:
@@ -463,23 +452,23 @@ def _split_results(match: Match):
 
 def _deconv(match: Match):
     """NCHW/IOHW layouts, constant weight."""
-    for call in calls_of(match, "relax.nn.conv2d_transpose"):
+    for call in match.ops_of("relax.nn.conv2d_transpose"):
         a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "IOHW", "NCHW"):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/IOHW only)"
-        if not is_tensor_const(call.args[1]):
+        if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != ("NCHW", "IOHW", "NCHW"):
+            return f"layout {a['data_layout']}/{a['kernel_layout']} not supported (NCHW/IOHW only)"
+        if call.inputs[1].kind != "const":
             return "the weight is not a constant (it is prepared once, at build or load time)"
     return SUPPORTED
 
 
 def _batch_norm(match: Match):
     """inference form over axis 1 of a rank-2..5 tensor."""
-    call = calls_of(match, "relax.nn.batch_norm")[0]
-    rank = len(static_shape(call.args[0]) or ())
-    if call.attrs.training:
+    call = match.ops_of("relax.nn.batch_norm")[0]
+    rank = len(call.inputs[0].shape or ())
+    if call.attrs["training"]:
         return "batch norm in training mode (oneDNN: inference with the moving statistics only)"
-    if not 2 <= rank <= 5 or int(call.attrs.axis) % rank != 1:
-        return f"batch norm over axis {int(call.attrs.axis)} of a rank-{rank} tensor (oneDNN: axis 1, rank 2 to 5)"
+    if not 2 <= rank <= 5 or int(call.attrs["axis"]) % rank != 1:
+        return f"batch norm over axis {int(call.attrs['axis'])} of a rank-{rank} tensor (oneDNN: axis 1, rank 2 to 5)"
     return SUPPORTED
 
 
@@ -497,17 +486,17 @@ def _lrn_pattern():
 
 def _lrn(match: Match):
     """4-D NCHW input, an odd window over channels, scalar constants."""
-    shape = static_shape(match.annotated["x"])
+    shape = match.tensor("x").shape
     if len(shape) != 4:
         return f"LRN of a rank-{len(shape)} tensor (oneDNN: 4-D NCHW here)"
     for name in ("lrn_alpha", "lrn_bias", "lrn_beta"):
-        expr = match.annotated[name]
-        if _scalar(expr) is None or len(static_shape(expr)) > 4:
-            return f"LRN {name[4:]} of shape {static_shape(expr)} is not a scalar constant"
-    a = match.annotated["pool"].attrs
-    n = int(a.pool_size[0])
-    window = ([int(v) for v in a.pool_size], [int(v) for v in a.strides], [int(v) for v in a.dilation],
-              [int(v) for v in a.padding], bool(a.count_include_pad), bool(a.ceil_mode))
+        constant = match.tensor(name)
+        if scalar(constant) is None or len(constant.shape) > 4:
+            return f"LRN {name[4:]} of shape {constant.shape} is not a scalar constant"
+    a = match.call("pool").attrs
+    n = int(a["pool_size"][0])
+    window = ([int(v) for v in a["pool_size"]], [int(v) for v in a["strides"]], [int(v) for v in a["dilation"]],
+              [int(v) for v in a["padding"]], bool(a["count_include_pad"]), bool(a["ceil_mode"]))
     if n % 2 == 0 or window != ([n, 1, 1], [1, 1, 1], [1, 1, 1], [n // 2, 0, 0, n // 2, 0, 0], True, False):
         return f"LRN window {window[0]} padding {window[3]} is not an odd window over channels (oneDNN's LRN)"
     return SUPPORTED
@@ -537,7 +526,7 @@ def _deconv_rules():
         if bias or act:
             name = "conv2d_transpose" + "_bias" * bias + (f"_{act}" if act else "")
             check = all_of(_base, _deconv, *([per_channel_bias] if bias else []))
-            rules.append(PatternRule(f"{NAME}.{name}", _deconv_pattern(bias, act), check))
+            rules.append(PatternRule(name, _deconv_pattern(bias, act), check))
     return rules
 
 
@@ -549,7 +538,7 @@ def _broadcast_copies(match: Match):
     """adds unit dims, or copies the input a fixed number of times, at most 64, along axes where it has 1.
 
     The copies are a concat (MAX_BROADCAST_COPIES inputs at most); symbolic dims are compared by name."""
-    shape, out = static_shape(match.root.args[0]), static_shape(match.root)
+    shape, out = match.op.inputs[0].shape, match.op.output.shape
     padded = (1,) * (len(out) - len(shape)) + tuple(shape)
     for d, o in zip(padded, out):
         if d == o:
@@ -564,10 +553,10 @@ def _broadcast_copies(match: Match):
 
 def _scalar_exponent(match: Match):
     """the exponent is a scalar constant."""
-    call = match.root
-    exponent = call.args[1]
-    if _scalar(exponent) is None or static_shape(call) != static_shape(call.args[0]):
-        return f"exponent of shape {static_shape(exponent)} is not a scalar constant (oneDNN pow: x ** c)"
+    call = match.op
+    exponent = call.inputs[1]
+    if scalar(exponent) is None or call.output.shape != call.inputs[0].shape:
+        return f"exponent of shape {exponent.shape} is not a scalar constant (oneDNN pow: x ** c)"
     return SUPPORTED
 
 
@@ -588,29 +577,29 @@ _elementwise = all_of(_base, _broadcast_second)
 
 def _int8_limits(match: Match):
     """int8 conv/matmul weights: constant s8 with zero point 0; per-tensor zero points; the core's float limits."""
-    core = match.annotated.get("core")
-    for call in (c for c in match.calls if c.op.name in ("relax.quantize", "relax.dequantize")):
-        zero_points = const_array(call.args[2]).reshape(-1)
+    core = match.call("core")
+    for call in match.ops_of("relax.quantize", "relax.dequantize"):
+        zero_points = call.inputs[2].data.reshape(-1)
         if zero_points.size > 1 and (zero_points != zero_points[0]).any():
             return "per-axis zero points (oneDNN takes one zero point per tensor)"
     if core is None:
         return SUPPORTED
-    name = core.op.name
-    if name == "relax.nn.conv2d_transpose" and (core.attrs.data_layout, core.attrs.kernel_layout) != ("NCHW", "IOHW"):
-        return f"layout {core.attrs.data_layout}/{core.attrs.kernel_layout} not supported (NCHW/IOHW only)"
+    name, a = core.op, core.attrs
+    if name == "relax.nn.conv2d_transpose" and (a["data_layout"], a["kernel_layout"]) != ("NCHW", "IOHW"):
+        return f"layout {a['data_layout']}/{a['kernel_layout']} not supported (NCHW/IOHW only)"
     if name in WEIGHTED:
-        weights = [c for c in match.calls if c.op.name == "relax.dequantize" and is_tensor_const(c.args[0])
-                   and str(c.args[0].ty.dtype) != "int32"]  # an int32 one is the bias
+        weights = [c for c in match.ops_of("relax.dequantize") if c.inputs[0].kind == "const"
+                   and c.inputs[0].dtype != "int32"]  # an int32 one is the bias
         if not weights:
             return "the second matmul operand is not a constant (oneDNN int8 weights are reordered at load)"
-        weight = weights[0]
-        if str(weight.args[0].ty.dtype) != "int8":
-            return f"{weight.args[0].ty.dtype} weights (oneDNN int8 weights are s8)"
-        if const_array(weight.args[2]).any():
+        weight, zero_point = weights[0].inputs[0], weights[0].inputs[2]
+        if weight.dtype != "int8":
+            return f"{weight.dtype} weights (oneDNN int8 weights are s8)"
+        if zero_point.data.any():
             return "a weight zero point other than 0 (oneDNN int8 weights are symmetric)"
-    if name in ("relax.add", "relax.multiply") and static_shape(core) not in map(static_shape, core.args[:2]):
+    if name in ("relax.add", "relax.multiply") and core.output.shape not in [t.shape for t in core.inputs[:2]]:
         return _both_broadcast(core)
-    if name == "relax.concat" and len(static_shape(core)) > MAX_RANK:
+    if name == "relax.concat" and len(core.output.shape) > MAX_RANK:
         return f"rank above {MAX_RANK}"
     return SUPPORTED
 
@@ -618,72 +607,70 @@ def _int8_limits(match: Match):
 RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize.
-    *qdq_rules(NAME, all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
+    *qdq_rules(all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
                             avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
     *_conv_rules("conv2d"),
     *_conv_rules("conv1d"),
     *_matmul_rules(),
-    OpRule(f"{NAME}.matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
+    OpRule("matmul", "relax.matmul", all_of(_base, _matmul_ranks)),
     *_deconv_rules(),
-    OpRule(f"{NAME}.conv2d_transpose", "relax.nn.conv2d_transpose", all_of(_base, _deconv)),
-    PatternRule(f"{NAME}.gelu", _gelu_pattern, all_of(_base, _gelu_constants)),
-    PatternRule(f"{NAME}.gelu_doubled", _doubled_gelu_pattern, all_of(_base, _gelu_constants)),
-    *(PatternRule(f"{NAME}.{kind}", _activation_pattern(kind), all_of(_base, _activation_check(kind)))
+    OpRule("conv2d_transpose", "relax.nn.conv2d_transpose", all_of(_base, _deconv)),
+    PatternRule("gelu", _gelu_pattern, all_of(_base, _gelu_constants)),
+    PatternRule("gelu_doubled", _doubled_gelu_pattern, all_of(_base, _gelu_constants)),
+    *(PatternRule(kind, _activation_pattern(kind), all_of(_base, _activation_check(kind)))
       for kind in ACTIVATIONS),
-    OpRule(f"{NAME}.batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
-    PatternRule(f"{NAME}.lrn", _lrn_pattern, all_of(_base, _lrn)),
-    OpRule(f"{NAME}.concat", "relax.concat", all_of(_moves, _concat_rank)),
-    OpRule(f"{NAME}.split", "relax.split", all_of(_base, _split_results)),
-    OpRule(f"{NAME}.resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
-    PatternRule(f"{NAME}.strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
-    OpRule(f"{NAME}.pad", "relax.nn.pad", all_of(_base, _constant_pad)),
-    OpRule(f"{NAME}.max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
-    OpRule(f"{NAME}.avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
-    OpRule(f"{NAME}.mean", "relax.mean", _base),
-    OpRule(f"{NAME}.sum", "relax.sum", _base),
-    OpRule(f"{NAME}.max", "relax.max", _base),
-    OpRule(f"{NAME}.min", "relax.min", _base),
+    OpRule("batch_norm", "relax.nn.batch_norm", all_of(_base, _batch_norm)),
+    PatternRule("lrn", _lrn_pattern, all_of(_base, _lrn)),
+    OpRule("concat", "relax.concat", all_of(_moves, _concat_rank)),
+    OpRule("split", "relax.split", all_of(_base, _split_results)),
+    OpRule("resize2d", "relax.image.resize2d", all_of(_base, _resize_supported)),
+    PatternRule("strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
+    OpRule("pad", "relax.nn.pad", all_of(_base, _constant_pad)),
+    OpRule("max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
+    OpRule("avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
+    OpRule("mean", "relax.mean", _base),
+    OpRule("sum", "relax.sum", _base),
+    OpRule("max", "relax.max", _base),
+    OpRule("min", "relax.min", _base),
     # ONNX Sum (Max, Min) of n tensors as TVM imports it: broadcast_to each, stack, reduce over the new axis.
-    OpRule(f"{NAME}.stack", "relax.stack", _base),
-    OpRule(f"{NAME}.softmax", "relax.nn.softmax", _base),
-    OpRule(f"{NAME}.layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
-    OpRule(f"{NAME}.group_norm", "relax.nn.group_norm", all_of(_base, _group_norm_over_channels)),
-    OpRule(f"{NAME}.add", "relax.add", _elementwise),
-    OpRule(f"{NAME}.subtract", "relax.subtract", _elementwise),
-    OpRule(f"{NAME}.multiply", "relax.multiply", _elementwise),
-    OpRule(f"{NAME}.divide", "relax.divide", _elementwise),
-    OpRule(f"{NAME}.relu", "relax.nn.relu", _base),
-    OpRule(f"{NAME}.clip", "relax.clip", _base),
-    OpRule(f"{NAME}.sigmoid", "relax.sigmoid", _base),
-    OpRule(f"{NAME}.tanh", "relax.tanh", _base),
+    OpRule("stack", "relax.stack", _base),
+    OpRule("softmax", "relax.nn.softmax", _base),
+    OpRule("layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
+    OpRule("group_norm", "relax.nn.group_norm", all_of(_base, _group_norm_over_channels)),
+    OpRule("add", "relax.add", _elementwise),
+    OpRule("subtract", "relax.subtract", _elementwise),
+    OpRule("multiply", "relax.multiply", _elementwise),
+    OpRule("divide", "relax.divide", _elementwise),
+    OpRule("relu", "relax.nn.relu", _base),
+    OpRule("clip", "relax.clip", _base),
+    OpRule("sigmoid", "relax.sigmoid", _base),
+    OpRule("tanh", "relax.tanh", _base),
     # ONNX's Gelu op (opset 20; torch's dynamo exporter writes it), both approximations, and SiLU
-    OpRule(f"{NAME}.gelu_op", "relax.nn.gelu", _base),
-    OpRule(f"{NAME}.gelu_tanh_op", "relax.nn.gelu_tanh", _base),
-    OpRule(f"{NAME}.silu", "relax.nn.silu", _base),
-    OpRule(f"{NAME}.sqrt", "relax.sqrt", _base),
-    OpRule(f"{NAME}.exp", "relax.exp", _base),
-    OpRule(f"{NAME}.negative", "relax.negative", _base),
-    OpRule(f"{NAME}.leakyrelu", "relax.nn.leakyrelu", _base),
-    OpRule(f"{NAME}.power", "relax.power", all_of(_base, _scalar_exponent)),
+    OpRule("gelu_op", "relax.nn.gelu", _base),
+    OpRule("gelu_tanh_op", "relax.nn.gelu_tanh", _base),
+    OpRule("silu", "relax.nn.silu", _base),
+    OpRule("sqrt", "relax.sqrt", _base),
+    OpRule("exp", "relax.exp", _base),
+    OpRule("negative", "relax.negative", _base),
+    OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
+    OpRule("power", "relax.power", all_of(_base, _scalar_exponent)),
     # Layout ops, so the glue between heavy ops does not split a partition:
     # reshapes are views of the same buffer, a transpose is one reorder.
-    OpRule(f"{NAME}.reshape", "relax.reshape", _moves),
-    OpRule(f"{NAME}.squeeze", "relax.squeeze", _moves),
-    OpRule(f"{NAME}.expand_dims", "relax.expand_dims", _moves),
-    OpRule(f"{NAME}.flatten", "relax.flatten", _moves),
-    OpRule(f"{NAME}.transpose", "relax.permute_dims", _moves),
+    OpRule("reshape", "relax.reshape", _moves),
+    OpRule("squeeze", "relax.squeeze", _moves),
+    OpRule("expand_dims", "relax.expand_dims", _moves),
+    OpRule("flatten", "relax.flatten", _moves),
+    OpRule("transpose", "relax.permute_dims", _moves),
     # Last: a composite of a broadcast_to to a symbolic shape gives its result no shape until its shape argument
-    # is written into it (byoc.pipeline.shape_args), and the rules matched after it would read it so.
-    OpRule(f"{NAME}.broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_copies)),
+    # is written into it (byoc.pipeline.annotate.shape_args), and the rules matched after it would read it so.
+    OpRule("broadcast_to", "relax.broadcast_to", all_of(_base, _broadcast_copies)),
 )
 
-VENDOR = register_vendor(
-    Vendor(
-        NAME,
-        RULES,
-        DnnlCodegen(),
-        description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
-                    "and int8 QDQ units)",
-        targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
-    )
+VENDOR = Vendor(
+    NAME,
+    RULES,
+    DnnlCodegen(),
+    description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
+                "and int8 QDQ units)",
+    targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
 )

@@ -21,7 +21,6 @@ from byoc.annotations.c_source import float_and_int8_rules
 from byoc.codegens.json_runtime import JsonRuntimeCodegen
 from byoc.vendor.checks import all_of, dtypes
 from byoc.vendor.quantized import QuantizedUnitRule
-from byoc.vendor.registry import register_vendor
 from byoc.vendor import Vendor
 
 NAME = "json_runtime"
@@ -30,15 +29,13 @@ _INT8_OPS = ("relax.quantize", "relax.dequantize")
 
 RULES = tuple(
     replace(rule, check=all_of(_FLOAT32, rule.check))
-    for rule in float_and_int8_rules(NAME)
+    for rule in float_and_int8_rules()
     if not isinstance(rule, QuantizedUnitRule) and getattr(rule, "op", None) not in _INT8_OPS
 )
 
-VENDOR = register_vendor(
-    Vendor(
-        NAME,
-        RULES,
-        JsonRuntimeCodegen(),
-        description="Subgraphs as JSON run by byoc's own runtime module (float32, NCHW)",
-    )
+VENDOR = Vendor(
+    NAME,
+    RULES,
+    JsonRuntimeCodegen(),
+    description="Subgraphs as JSON run by byoc's own runtime module (float32, NCHW)",
 )

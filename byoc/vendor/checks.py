@@ -1,42 +1,51 @@
 """Building blocks for rule checks, in the spirit of torch.fx's operator_support.
 
 A check takes a :class:`~byoc.vendor.rules.Match` and returns ``SUPPORTED`` or a
-reason. The helpers here read types and attributes off Relax expressions,
-and :func:`all_of` chains checks so the first reason wins.
+reason. It reads the match's plain view, the :class:`~byoc.vendor.ops.OpCall`
+and :class:`~byoc.vendor.ops.Tensor` objects a codegen gets too (``match.ops``,
+``match.op``, ``match.ops_of``, ``match.tensor``, ``match.call``); the checks
+here (``dtypes``, ``static_shapes``, ``known_ranks``, layouts, ...) are built
+on it, and :func:`all_of` chains checks so the first reason wins.
+
+:func:`tensor_type`, :func:`calls_of` and :func:`match_tensors` read the Relax
+objects behind the view (``match.root``, ``match.annotated``,
+``match.calls``): the low-level escape hatch for what the plain view does not
+say. :func:`static_shape`, :func:`dims` and :func:`dynamic_dims` take either.
 """
 
 from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from byoc.vendor.values import Dim, dim_names, is_tensor_const, shape_dims, static_dims
+from byoc.vendor.ops import Tensor
+from byoc.vendor.values import Dim, dim_names, shape_dims, static_dims
 from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match
 
 
-def tensor_type(expr):
-    """The Relax TensorType of ``expr``, or None for non-tensors."""
-    from tvm import relax
-
-    ty = getattr(expr, "ty", None)
-    return ty if isinstance(ty, relax.TensorType) else None
-
-
-def static_shape(expr) -> Optional[tuple[int, ...]]:
-    """The static shape of a tensor expression, or None if any dim is symbolic."""
-    ty = tensor_type(expr)
+def static_shape(value) -> Optional[tuple[int, ...]]:
+    """The static shape of a :class:`~byoc.vendor.ops.Tensor` (or a tensor Relax expression), or None if
+    any dim is symbolic or its rank is unknown."""
+    if isinstance(value, Tensor):
+        shape = value.shape
+        return None if shape is None or any(not isinstance(d, int) for d in shape) else tuple(shape)
+    ty = tensor_type(value)
     return None if ty is None else static_dims(ty.shape)
 
 
-def dims(expr) -> Optional[tuple[Dim, ...]]:
-    """The dims of a tensor expression: ints where static, the text of each symbolic one
-    (``"batch"``, ``"sequence_length*2"``); None for a non-tensor or an unknown rank."""
-    ty = tensor_type(expr)
+def dims(value) -> Optional[tuple[Dim, ...]]:
+    """The dims of a :class:`~byoc.vendor.ops.Tensor` (or a tensor Relax expression): ints where static,
+    the text of each symbolic one (``"batch"``, ``"sequence_length*2"``); None for an unknown rank."""
+    if isinstance(value, Tensor):
+        return None if value.shape is None else tuple(value.shape)
+    ty = tensor_type(value)
     return None if ty is None else shape_dims(ty.shape)
 
 
-def dynamic_dims(expr) -> list[str]:
+def dynamic_dims(value) -> list[str]:
     """The names of the symbolic dims a tensor's shape depends on (``[]`` when it is static)."""
-    ty = tensor_type(expr)
+    if isinstance(value, Tensor):
+        return value.dim_names
+    ty = tensor_type(value)
     return [] if ty is None else dim_names(ty.shape)
 
 
@@ -45,34 +54,20 @@ def dim_bound(match: Match, name: str) -> tuple[int, Optional[int]]:
     return tuple(match.dim_bounds.get(name, (1, None)))
 
 
-def _tensors(expr) -> Iterable:
-    from tvm import relax
-
-    if isinstance(expr, relax.Tuple):
-        for item in expr.fields:
-            yield from _tensors(item)
-    elif tensor_type(expr) is not None:
-        yield expr
-
-
-def match_tensors(match: Match) -> list:
-    """Every tensor argument and result of every call in the match."""
-    out = []
-    for call in match.calls:
-        for arg in call.args:
-            out.extend(_tensors(arg))
-        out.extend(_tensors(call))
-    return out
+def scalar(tensor: Optional[Tensor]) -> Optional[float]:
+    """The value of a one-element constant tensor, else None."""
+    if tensor is None or tensor.kind != "const" or tensor.data is None or tensor.data.size != 1:
+        return None
+    return float(tensor.data.reshape(-1)[0])
 
 
 def dtypes(*allowed: str) -> Check:
     """All tensors of the match have one of ``allowed`` dtypes."""
 
     def check(match: Match) -> CheckResult:
-        for t in match_tensors(match):
-            dtype = str(tensor_type(t).dtype)
-            if dtype not in allowed:
-                return f"dtype {dtype} not supported ({'/'.join(allowed)} only)"
+        for t in match.tensors:
+            if t.dtype not in allowed:
+                return f"dtype {t.dtype} not supported ({'/'.join(allowed)} only)"
         return SUPPORTED
 
     return check
@@ -85,8 +80,8 @@ def static_shapes(max_rank: int = 8) -> Check:
     """
 
     def check(match: Match) -> CheckResult:
-        for t in match_tensors(match):
-            names = dynamic_dims(t)
+        for t in match.tensors:
+            names = t.dim_names
             if names:
                 return f"dim {names[0]!r} is dynamic (static shapes only)"
             shape = static_shape(t)
@@ -104,11 +99,11 @@ def known_ranks(max_rank: int = 8) -> Check:
     specializes each call's shapes, as the JSON and dnnl runtimes do)."""
 
     def check(match: Match) -> CheckResult:
-        for t in match_tensors(match):
-            shape = dims(t)
+        for t in match.tensors:
+            shape = t.shape
             if shape is None:
                 return "unknown rank not supported"
-            if "" in dynamic_dims(t):
+            if "" in t.dim_names:
                 # TVM's importer keeps an empty (0) input extent as an unnamed symbolic dim
                 return "an empty (zero-sized) dim, which TVM keeps symbolic and unnamed"
             if len(shape) > max_rank:
@@ -123,8 +118,8 @@ def attr_equals(op: str, name: str, allowed, what: str = "") -> Check:
     allowed = allowed if isinstance(allowed, (tuple, list, set, frozenset)) else (allowed,)
 
     def check(match: Match) -> CheckResult:
-        for call in calls_of(match, op):
-            value = getattr(call.attrs, name)
+        for call in match.ops_of(op):
+            value = call.attrs.get(name)
             if value not in allowed:
                 label = what or name
                 return f"{label}={value} not supported"
@@ -133,8 +128,39 @@ def attr_equals(op: str, name: str, allowed, what: str = "") -> Check:
     return check
 
 
+# -- the Relax objects behind the view: the low-level escape hatch -------------------------------
+
+def tensor_type(expr):
+    """The Relax TensorType of a Relax expression, or None for non-tensors."""
+    from tvm import relax
+
+    ty = getattr(expr, "ty", None)
+    return ty if isinstance(ty, relax.TensorType) else None
+
+
+def _tensors(expr) -> Iterable:
+    from tvm import relax
+
+    if isinstance(expr, relax.Tuple):
+        for item in expr.fields:
+            yield from _tensors(item)
+    elif tensor_type(expr) is not None:
+        yield expr
+
+
+def match_tensors(match: Match) -> list:
+    """Every tensor argument and result of every matched ``relax.Call``, as Relax expressions
+    (``match.tensors`` is the plain view)."""
+    out = []
+    for call in match.calls:
+        for arg in call.args:
+            out.extend(_tensors(arg))
+        out.extend(_tensors(call))
+    return out
+
+
 def calls_of(match: Match, *ops: str) -> list:
-    """The calls in the match whose op is one of ``ops``."""
+    """The matched ``relax.Call`` objects whose op is one of ``ops`` (``match.ops_of`` is the plain view)."""
     return [c for c in match.calls if c.op.name in ops]
 
 
@@ -159,18 +185,18 @@ CONVS = tuple(_CHANNEL_FIRST)
 
 def conv_layout_nchw(match: Match) -> CheckResult:
     """NCHW/OIHW layouts only (NCW/OIW for conv1d)."""
-    for call in calls_of(match, *CONVS):
+    for call in match.ops_of(*CONVS):
         a = call.attrs
-        data, kernel = _CHANNEL_FIRST[call.op.name]
-        if (a.data_layout, a.kernel_layout, a.out_layout) != (data, kernel, data):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported ({data}/{kernel} only)"
+        data, kernel = _CHANNEL_FIRST[call.op]
+        if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != (data, kernel, data):
+            return f"layout {a['data_layout']}/{a['kernel_layout']} not supported ({data}/{kernel} only)"
     return SUPPORTED
 
 
 def constant_conv_weight(match: Match) -> CheckResult:
     """constant weight."""
-    for call in calls_of(match, *CONVS):
-        if not is_tensor_const(call.args[1]):
+    for call in match.ops_of(*CONVS):
+        if call.inputs[1].kind != "const":
             return "the weight is not a constant (it is prepared once, at build or load time)"
     return SUPPORTED
 
@@ -180,9 +206,9 @@ def per_channel_bias(match: Match) -> CheckResult:
 
     Reads the pattern's annotations ``conv`` (the conv call) and ``bias``.
     """
-    out = dims(match.annotated["conv"])  # its channels are static (a constant weight's); others may be symbolic
+    out = match.tensor("conv").shape  # its channels are static (a constant weight's); others may be symbolic
     per_channel = (1, out[1], *(1,) * (len(out) - 2))
-    bias = static_shape(match.annotated["bias"])
+    bias = static_shape(match.tensor("bias"))
     if bias not in (per_channel, per_channel[1:]):
         return f"bias shape {bias} is not per-channel {per_channel}"
     return SUPPORTED
@@ -193,17 +219,17 @@ _POOLS = ("relax.nn.max_pool2d", "relax.nn.avg_pool2d")
 
 def pool_layout_nchw(match: Match) -> CheckResult:
     """NCHW layout only."""
-    for call in (c for c in match.calls if c.op.name in _POOLS):
-        if (call.attrs.layout, call.attrs.out_layout) != ("NCHW", "NCHW"):
-            return f"layout {call.attrs.layout} not supported (NCHW only)"
+    for call in match.ops_of(*_POOLS):
+        if (call.attrs["layout"], call.attrs["out_layout"]) != ("NCHW", "NCHW"):
+            return f"layout {call.attrs['layout']} not supported (NCHW only)"
     return SUPPORTED
 
 
 def avg_pool_plain(match: Match) -> CheckResult:
     """no dilation, no ceil_mode."""
-    for call in calls_of(match, "relax.nn.avg_pool2d"):
-        if tuple(call.attrs.dilation) != (1, 1):
-            return f"dilation {tuple(call.attrs.dilation)} not supported for average pooling"
-        if call.attrs.ceil_mode:
+    for call in match.ops_of("relax.nn.avg_pool2d"):
+        if tuple(call.attrs["dilation"]) != (1, 1):
+            return f"dilation {tuple(call.attrs['dilation'])} not supported for average pooling"
+        if call.attrs["ceil_mode"]:
             return "ceil_mode=1 not supported for average pooling"
     return SUPPORTED

@@ -5,6 +5,8 @@ which in turn call ops. Codegens want something flatter: a list of op calls
 in execution order, each with its input and output tensors, its attributes
 as Python values, and the rule that took it. :func:`partition_graph` builds
 that view; both reference codegens (C source and JSON runtime) use it.
+Its :class:`OpCall` and :class:`Tensor` (:mod:`byoc.vendor.ops`) are what
+a rule's check reads of its match, too.
 """
 
 from __future__ import annotations
@@ -16,47 +18,10 @@ import numpy as np
 
 from byoc.errors import UnsupportedConstruct
 from byoc.vendor.quantized import WEIGHTED, QParams, QuantizedUnit, qparams, quantized_range
+from byoc.vendor.ops import PER_RESULT as _PER_RESULT
+from byoc.vendor.ops import OpCall, Tensor, attrs_dict
+from byoc.vendor.ops import python_value as _python_value
 from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, is_tensor_const, tree_names
-
-
-@dataclass
-class Tensor:
-    """A value in the partition: an input, a constant, or an op result."""
-
-    id: int
-    shape: tuple[Dim, ...]  # a symbolic dim is its text: "batch", "sequence_length*2"
-    dtype: str
-    kind: str  # "input" | "const" | "op"
-    data: Optional[np.ndarray] = field(default=None, repr=False)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
-
-
-@dataclass
-class OpCall:
-    """One op call: ``op`` is the Relax op name (``"relax.nn.conv2d"``).
-
-    ``attrs`` holds the op's attributes plus its non-tensor arguments under
-    their argument names (``min``/``max`` of clip, ``shape`` of reshape).
-    ``rule`` is the vendor rule that took this op and ``group`` numbers the
-    composite (pattern match) it belongs to.
-
-    A quantized node unit is one call named ``qnn.<op>`` (``qnn.conv2d``):
-    its inputs are the integer tensors (a conv's or matmul's bias last:
-    int32, or a matmul's float32 with scale 1), ``attrs`` are the float op's,
-    and ``quant`` holds the scales and zero points (see
-    :mod:`byoc.vendor.quantized`).
-    """
-
-    op: str
-    inputs: list[Tensor]
-    output: Tensor
-    attrs: dict[str, Any]
-    rule: str
-    group: int
-    quant: Optional[QuantizedUnit] = None
 
 
 @dataclass
@@ -96,50 +61,12 @@ class PartitionGraph:
                        + [t.id for c in self.ops for t in c.inputs])
 
 
-# Multi-result ops whose results are independent: each becomes an OpCall of its
-# own, with ``attrs["result_index"]`` saying which result it computes.
-_PER_RESULT = {"relax.split"}
-
-
 @dataclass
 class _Unavailable:
     """A result of a multi-result op beyond the first, which no OpCall computes."""
 
     op: str
     index: int
-
-
-def _python_value(value):
-    """TVM attribute values (IntImm, FloatImm, arrays, strings) as Python values; a symbolic dim as its text."""
-    import tvm
-
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(getattr(value, "value", None), (int, float)):
-        return value.value
-    if tvm.ir.is_prim_expr(value):
-        try:
-            return dim_text(value)
-        except ValueError:
-            return str(value)
-    if hasattr(value, "__len__") and hasattr(value, "__getitem__"):
-        return tuple(_python_value(v) for v in value)
-    return str(value)
-
-
-def attrs_dict(attrs) -> dict[str, Any]:
-    """An op's attribute node as a dict of Python values."""
-    if attrs is None:
-        return {}
-    out = {}
-    for key in dir(attrs):
-        if key.startswith("_") or key in ("id_",):
-            continue
-        value = getattr(attrs, key)
-        if callable(value):
-            continue
-        out[key] = _python_value(value)
-    return out
 
 
 class _Builder:

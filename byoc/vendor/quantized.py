@@ -2,7 +2,7 @@
 
 A QDQ model (what ``onnxruntime.quantization`` writes) computes each int8 op
 as float ops between DequantizeLinear and QuantizeLinear. byoc keeps the
-integer weights (see :mod:`byoc.pipeline.qdq_form`), so after import a unit
+integer weights (see :mod:`byoc.pipeline.frontend.prepare.qdq_form`), so after import a unit
 reads, in Relax::
 
     quantize(relu(add(conv2d(dequantize(x), dequantize(w)), reshape(dequantize(b)))))
@@ -31,7 +31,6 @@ import numpy as np
 
 from byoc.vendor.checks import CONVS
 from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match, OpRule, PatternRule
-from byoc.vendor.values import const_array, is_tensor_const
 
 __all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules",
            "qdq_supported", "quantized_range"]
@@ -169,29 +168,31 @@ class QuantizedUnitRule(PatternRule):
         return f"QDQ unit: {operands} -> {self.unit}{tail} -> Q"
 
 
-def qdq_rules(vendor: str, check: Check, ops: tuple[str, ...] = UNIT_OPS) -> tuple:
+def qdq_rules(check, ops: tuple[str, ...] = UNIT_OPS, *more) -> tuple:
     """Rules that take the QDQ units of ``ops`` and the lone Q/DQ ops, all under ``check``.
 
     List them before a vendor's float rules: a unit is larger than the float
-    op at its core. Rule names are ``<vendor>.q<op>`` (``acme.qconv2d``),
-    ``<vendor>.quantize`` and ``<vendor>.dequantize``.
+    op at its core. Rule names are ``q<op>`` (``qconv2d``), ``quantize`` and
+    ``dequantize``, which the :class:`~byoc.vendor.Vendor` prefixes with its
+    name (``acme.qconv2d``). The older form ``qdq_rules("acme", check, ops)``
+    still works: it writes the prefix itself.
     """
+    prefix = ""
+    if isinstance(check, str):  # qdq_rules(vendor, check, ops=...)
+        prefix = f"{check}."
+        check, ops = ops, (more[0] if more else UNIT_OPS)
     rules = []
     for op in ops:
         if op not in UNIT_OPS + OPTIONAL_UNIT_OPS:
             raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS + OPTIONAL_UNIT_OPS)}")
         short = op.rsplit(".", 1)[1]
-        rules.append(QuantizedUnitRule(f"{vendor}.q{short}", (lambda op=op: _unit_pattern(op)), check, unit=op))
-    rules.append(OpRule(f"{vendor}.quantize", "relax.quantize", check))
-    rules.append(OpRule(f"{vendor}.dequantize", "relax.dequantize", check))
+        rules.append(QuantizedUnitRule(f"{prefix}q{short}", (lambda op=op: _unit_pattern(op)), check, unit=op))
+    rules.append(OpRule(f"{prefix}quantize", "relax.quantize", check))
+    rules.append(OpRule(f"{prefix}dequantize", "relax.dequantize", check))
     return tuple(rules)
 
 
 # -- the check ------------------------------------------------------------------------------------
-
-def _qdq_calls(match: Match):
-    return [c for c in match.calls if c.op.name in ("relax.quantize", "relax.dequantize")]
-
 
 def qdq_supported(match: Match) -> CheckResult:
     """8-bit QDQ with constant parameters; per-channel only along a weight's output channels.
@@ -200,24 +201,24 @@ def qdq_supported(match: Match) -> CheckResult:
     quantizer writes it so, with the scale ``x_scale * w_scale``), or the
     input of a lone DequantizeLinear.
     """
-    core = match.annotated.get("core")
-    core_op = core.op.name if core is not None else None
+    core = match.call("core")
+    core_op = core.op if core is not None else None
     weighted = core_op in WEIGHTED
-    for call in _qdq_calls(match):
-        quantized = call.ty if call.op.name == "relax.quantize" else call.args[0].ty
-        dtype = str(quantized.dtype)
-        constant = call.op.name == "relax.dequantize" and is_tensor_const(call.args[0])
+    for call in match.ops_of("relax.quantize", "relax.dequantize"):
+        quantized = call.output if call.op == "relax.quantize" else call.inputs[0]
+        dtype = quantized.dtype
+        constant = call.op == "relax.dequantize" and quantized.kind == "const"
         if dtype not in _INT8 and not (dtype == "int32" and constant and (weighted or core_op is None)):
             return f"{dtype} QDQ (int8 and uint8 only)"
-        for arg in call.args[1:3]:
-            if not is_tensor_const(arg):
+        for param in call.inputs[1:3]:
+            if param.kind != "const":
                 return "a scale or zero point that is not a constant"
-        if const_array(call.args[1]).size == 1 or core_op is None:
+        if call.inputs[1].data.size == 1 or core_op is None:
             continue  # per tensor, or a lone Q/DQ, which computes any axis
-        ndim = len(quantized.shape.values)
-        axis = int(call.attrs.axis) % ndim
+        ndim = len(quantized.shape)
+        axis = int(call.attrs["axis"]) % ndim
         if constant and weighted and (dtype == "int32" or axis == WEIGHT_AXIS[core_op] % ndim):
             continue
-        what = "the weight" if constant else ("the output" if call.op.name == "relax.quantize" else "the input")
+        what = "the weight" if constant else ("the output" if call.op == "relax.quantize" else "the input")
         return f"per-channel scale on axis {axis} of {what}"
     return SUPPORTED

@@ -1,12 +1,19 @@
-"""The vendor registry: built-in vendors, registered ones, and entry points.
+"""The vendor registry: vendors published as entry points, and vendors registered by a script.
 
-Outside packages publish vendors through the entry-point group
-``byoc.vendors``; each entry point loads to a :class:`Vendor` or to a
-zero-argument callable returning one. Discovery happens lazily, the first
-time the registry is read, and is marked done only once it has run through:
-a plug-in that fails to load is reported once (a ``RuntimeWarning`` naming it
-and its error), the other vendors still work, and asking for the broken one
-by name repeats its error.
+Every vendor package, byoc's own included, publishes its :class:`Vendor` in
+one way: an entry point of the group ``byoc.vendors`` that loads to a
+:class:`Vendor` or to a zero-argument callable returning one
+(``acme = "acme_byoc:VENDOR"``). byoc's own vendors are the entry points in
+:data:`BUILTIN_ENTRY_POINTS`, read from here rather than from byoc's installed
+metadata so that a source checkout has them too; the registry loads them and
+those of installed packages the same way. A module that defines a vendor
+does not register it itself.
+
+Discovery happens lazily, the first time the registry is read, and is marked
+done only once it has run through: an entry point that fails to load is
+reported once (a ``RuntimeWarning`` naming it and its error), the other
+vendors still work, and asking for the broken one by name repeats its
+error. A script registers a vendor of its own with :func:`register_vendor`.
 
 All state lives in one :class:`VendorRegistry` object, ``REGISTRY``; the
 module functions are its methods. Reading the registry imports the vendors'
@@ -16,7 +23,6 @@ environment variable is touched.
 
 from __future__ import annotations
 
-import importlib
 import threading
 import warnings
 from importlib import metadata
@@ -26,7 +32,11 @@ from byoc.errors import UnknownVendorError, VendorError
 from byoc.vendor.rules import Vendor, as_codegen
 
 ENTRY_POINT_GROUP = "byoc.vendors"
-BUILTIN_MODULES = ("byoc.annotations.c_source", "byoc.annotations.json_runtime", "byoc.annotations.dnnl")
+#: byoc's own vendors, as the entry points of group ``byoc.vendors`` that publish them.
+BUILTIN_ENTRY_POINTS = tuple(
+    metadata.EntryPoint(name, f"byoc.annotations.{name}:VENDOR", ENTRY_POINT_GROUP)
+    for name in ("c_source", "json_runtime", "dnnl")
+)
 
 VendorSource = Union[Vendor, Callable[[], Vendor]]
 
@@ -41,8 +51,9 @@ def _as_vendor(source: VendorSource) -> Vendor:
 class VendorRegistry:
     """Registered vendors by name, plus the state of entry-point discovery."""
 
-    def __init__(self, builtin_modules: Iterable[str] = BUILTIN_MODULES, group: str = ENTRY_POINT_GROUP):
-        self.builtin_modules = tuple(builtin_modules)
+    def __init__(self, builtin: Iterable[metadata.EntryPoint] = BUILTIN_ENTRY_POINTS,
+                 group: str = ENTRY_POINT_GROUP):
+        self.builtin = tuple(builtin)
         self.group = group
         self._vendors: dict[str, Vendor] = {}
         self._failed: dict[str, str] = {}  # entry-point name -> why it did not load
@@ -92,14 +103,22 @@ class VendorRegistry:
             f"unknown vendor {name!r}; registered vendors: {', '.join(sorted(self._vendors)) or 'none'}"
         )
 
+    def entry_points(self) -> list[metadata.EntryPoint]:
+        """The entry points that publish vendors: byoc's own first, then those of installed packages (one of
+        the same name as one before it is left out)."""
+        seen: set[str] = set()
+        found = []
+        for entry in (*self.builtin, *metadata.entry_points(group=self.group)):
+            if entry.name not in seen:
+                seen.add(entry.name)
+                found.append(entry)
+        return found
+
     def _discover(self) -> None:
         with self._lock:
             if self._discovered:
                 return
-            for module in self.builtin_modules:
-                # Registering the module's VENDOR again is a no-op, and re-registers it after reset().
-                self.register(importlib.import_module(module).VENDOR)
-            for entry in metadata.entry_points(group=self.group):
+            for entry in self.entry_points():
                 if entry.name in self._vendors:
                     continue
                 try:

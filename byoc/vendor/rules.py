@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from byoc.errors import StandaloneError, VendorError
+from byoc.vendor.ops import MatchView, OpCall, Tensor
 from byoc.vendor.options import OptionSetting, VendorOption, check_declarations, declared, option, resolve
 
 
@@ -50,13 +52,26 @@ CheckResult = Union[_Supported, str]
 class Match:
     """What a rule's check sees: one match of its op or pattern.
 
-    ``root`` is the matched call (the last op of a pattern), ``annotated``
-    maps the rule's annotation names to matched expressions, ``calls`` holds
-    every op call of the match in program order, and ``options`` are the
-    vendor's options. ``dim_bounds`` maps each symbolic dim of the model to
-    its ``(min, max)`` (max None when unbounded); a check reads a tensor's
-    dims with :func:`byoc.vendor.checks.dims` and a dim's bound with
-    :func:`byoc.vendor.checks.dim_bound`.
+    A check reads the match as a codegen reads its partition, as plain
+    :class:`~byoc.vendor.ops.OpCall` and :class:`~byoc.vendor.ops.Tensor`
+    objects (shapes, dtypes, attributes as Python values, constants as numpy
+    arrays), written when the check first asks:
+
+    * ``match.ops``: every op call of the match, in program order;
+    * ``match.op``: the matched op call (an :class:`OpRule`'s op, a pattern's last op);
+    * ``match.ops_of("relax.nn.conv2d", ...)``: the op calls of those ops;
+    * ``match.call(name)`` and ``match.tensor(name)``: the op call, or the tensor (a call's: its
+      result), that the pattern annotates as ``name`` (``match.names`` lists them);
+    * ``match.tensors``: every tensor operand and result of every op call, in order.
+
+    ``options`` are the vendor's options. ``dim_bounds`` maps each symbolic
+    dim of the model to its ``(min, max)`` (max None when unbounded); a check
+    reads a dim's bound with :func:`byoc.vendor.checks.dim_bound`.
+
+    The low-level escape hatch, for what the plain view does not say: ``root``
+    is the matched ``relax.Call``, ``annotated`` maps the rule's annotation
+    names to matched Relax expressions, and ``calls`` holds every matched
+    ``relax.Call`` in program order. byoc's own checks do not read them.
     """
 
     rule: str
@@ -65,6 +80,49 @@ class Match:
     calls: tuple
     options: Mapping[str, Any]
     dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
+
+    @cached_property
+    def _view(self) -> MatchView:
+        return MatchView(self.calls, self.rule)
+
+    @property
+    def ops(self) -> tuple[OpCall, ...]:
+        """Every op call of the match, in program order (a split: one per result)."""
+        return tuple(self._view.ops)
+
+    @property
+    def op(self) -> OpCall:
+        """The matched op call: an :class:`OpRule`'s op, a pattern's last op."""
+        found = self._view.call(self.root)
+        return found if found is not None else self._view.ops[-1]
+
+    def ops_of(self, *ops: str) -> list[OpCall]:
+        """The op calls of the match whose op is one of ``ops`` (``"relax.nn.conv2d"``), in program order."""
+        return [c for c in self._view.ops if c.op in ops]
+
+    def call(self, name: str) -> Optional[OpCall]:
+        """The op call the pattern annotates as ``name``; None when it annotates no op call so (an optional
+        part it did not match, or a name it does not have)."""
+        expr = self.annotated.get(name)
+        return None if expr is None else self._view.call(expr)
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor the pattern annotates as ``name``: a constant (``data`` holds it), an operand, or an op
+        call's result. A ``KeyError`` naming the annotations when the pattern has no ``name``."""
+        if name not in self.annotated:
+            raise KeyError(f"rule {self.rule!r} annotates no {name!r} (it annotates "
+                           f"{', '.join(sorted(self.annotated)) or 'nothing'})")
+        return self._view.tensor(self.annotated[name])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names the pattern annotates (for ``call`` and ``tensor``)."""
+        return tuple(self.annotated)
+
+    @property
+    def tensors(self) -> list[Tensor]:
+        """Every tensor operand and result of every op call of the match, in program order."""
+        return [t for c in self._view.ops for t in (*c.inputs, *([c.output] if c.output is not None else []))]
 
 
 Check = Callable[[Match], CheckResult]
@@ -76,11 +134,33 @@ def always(_: Match) -> CheckResult:
 
 
 _RULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_.]*$")
+_BARE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def qualified_rule_name(vendor: str, name: str) -> str:
+    """The full name of rule ``name`` under ``vendor``: ``"<vendor>.<name>"``.
+
+    A bare name (an identifier, ``"conv2d"``) gets the vendor's prefix
+    (``"acme.conv2d"``). A name that already starts with ``"<vendor>."`` is
+    kept as it is, so rules written with the prefix by hand still work. Any
+    other name (``"other.conv2d"``, ``"a-b"``) is a :class:`~byoc.errors.VendorError`.
+    """
+    if _BARE_NAME.match(name or ""):
+        return f"{vendor}.{name}"
+    if _RULE_NAME.match(name or "") and name.split(".")[0] == vendor:
+        return name
+    raise VendorError(f"vendor {vendor!r}: rule name {name!r} must be a name such as 'conv2d' (the vendor makes it "
+                      f"'{vendor}.conv2d') or look like '{vendor}.<name>'")
 
 
 @dataclass(frozen=True)
 class OpRule:
-    """Offload one Relax op, e.g. ``OpRule("acme.relu", "relax.nn.relu")``."""
+    """Offload one Relax op, e.g. ``OpRule("relu", "relax.nn.relu")``.
+
+    ``name`` is the rule's name within its vendor: the :class:`Vendor` makes
+    it ``"<vendor>.<name>"`` (``"acme.relu"``), and keeps a name that already
+    starts with ``"<vendor>."`` as it is (:func:`qualified_rule_name`).
+    """
 
     name: str
     op: str
@@ -99,11 +179,12 @@ class OpRule:
 
 @dataclass(frozen=True)
 class PatternRule:
-    """Offload a dataflow pattern.
+    """Offload a dataflow pattern, e.g. ``PatternRule("conv2d_relu", build, check)``.
 
     ``pattern`` is a ``tvm.relax.dpl`` pattern, or a zero-argument callable
     that builds one (or a ``(pattern, annotations)`` pair) so that vendors
-    can define rules at import time without touching TVM state.
+    can define rules at import time without touching TVM state. ``name`` is
+    prefixed by the vendor as an :class:`OpRule`'s is.
     """
 
     name: str
@@ -373,6 +454,9 @@ def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[An
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options.
 
+    Each rule is named ``"<vendor>.<rule name>"`` here (:func:`qualified_rule_name`): ``rules`` holds them
+    so, and reports, decisions and artifacts name them so.
+
     ``options`` are passed to every check (``Match.options``). When the
     codegen declares its options (:attr:`Codegen.declared_options`) they must
     be among those, with values they take, and override the defaults in every
@@ -396,17 +480,16 @@ class Vendor:
             )
         object.__setattr__(self, "rules", tuple(self.rules))
         seen = set()
+        named = []
         for rule in self.rules:
             if not isinstance(rule, (OpRule, PatternRule)):
                 raise VendorError(f"vendor {self.name!r}: {rule!r} is not an OpRule or PatternRule")
-            if not _RULE_NAME.match(rule.name) or rule.name.split(".")[0] != self.name:
-                raise VendorError(
-                    f"vendor {self.name!r}: rule name {rule.name!r} must look like "
-                    f"'{self.name}.<name>'"
-                )
-            if rule.name in seen:
-                raise VendorError(f"vendor {self.name!r}: rule {rule.name!r} is defined twice")
-            seen.add(rule.name)
+            full = qualified_rule_name(self.name, rule.name)
+            if full in seen:
+                raise VendorError(f"vendor {self.name!r}: rule {full!r} is defined twice")
+            seen.add(full)
+            named.append(rule if full == rule.name else replace(rule, name=full))
+        object.__setattr__(self, "rules", tuple(named))
         check_codegen(self.codegen, self.name)
         if self.declared_options:
             for name, value in self.options.items():

@@ -5,7 +5,7 @@ prints as the rule's constraints, so keep it in step with the limits below.
 """
 
 from byoc import SUPPORTED, OpRule, PatternRule
-from byoc.vendor.checks import all_of, calls_of, dtypes, static_shape, static_shapes
+from byoc.vendor.checks import all_of, conv_layout_nchw, dtypes, per_channel_bias, static_shapes
 
 MAX_KERNEL = 5  # kernel height and width
 CHANNEL_MULTIPLE = 8  # the NPU's vector width, in channels
@@ -13,32 +13,20 @@ MAX_K = 4096  # matmul reduction length the accumulators hold
 
 
 def conv_limits(match):
-    """NCHW/OIHW, kernel <= 5x5, in and out channels a multiple of 8."""
-    for call in calls_of(match, "relax.nn.conv2d"):
-        a = call.attrs
-        if (a.data_layout, a.kernel_layout, a.out_layout) != ("NCHW", "OIHW", "NCHW"):
-            return f"layout {a.data_layout}/{a.kernel_layout} not supported (NCHW/OIHW only)"
-        out_ch, in_ch, kh, kw = static_shape(call.args[1])
+    """kernel <= 5x5, in and out channels a multiple of 8."""
+    for conv in match.ops_of("relax.nn.conv2d"):
+        out_ch, in_ch, kh, kw = conv.inputs[1].shape
         if kh > MAX_KERNEL or kw > MAX_KERNEL:
             return f"kernel {kh}x{kw} > {MAX_KERNEL}x{MAX_KERNEL}"
-        for what, channels in (("input", in_ch * a.groups), ("output", out_ch)):
+        for what, channels in (("input", in_ch * conv.attrs["groups"]), ("output", out_ch)):
             if channels % CHANNEL_MULTIPLE:
                 return f"{what} channels {channels} not a multiple of {CHANNEL_MULTIPLE}"
     return SUPPORTED
 
 
-def per_channel_bias(match):
-    """bias is a per-channel constant."""
-    channels = static_shape(match.annotated["conv"])[1]
-    shape = static_shape(match.annotated["bias"])
-    if shape not in ((1, channels, 1, 1), (channels, 1, 1)):
-        return f"bias shape {shape} is not per-channel (1, {channels}, 1, 1)"
-    return SUPPORTED
-
-
 def matmul_limits(match):
     """reduction dim K <= 4096."""
-    k = static_shape(match.root.args[0])[-1]
+    k = match.op.inputs[0].shape[-1]
     return SUPPORTED if k <= MAX_K else f"matmul K={k} > {MAX_K}"
 
 
@@ -51,12 +39,12 @@ def conv_bias_relu():
     return is_op("relax.nn.relu")(is_op("relax.add")(conv, bias)), {"conv": conv, "bias": bias}
 
 
-# float32 and static shapes first: the other checks read static shapes.
-_base = all_of(dtypes("float32"), static_shapes(4))
+# float32, static shapes and NCHW first: the other checks read static NCHW shapes.
+_conv = all_of(dtypes("float32"), static_shapes(4), conv_layout_nchw, conv_limits)
 
-# Larger patterns before the single ops they contain.
+# Larger patterns before the single ops they contain; the vendor prefixes each name ("toy_npu.conv2d").
 RULES = (
-    PatternRule("toy_npu.conv2d_bias_relu", conv_bias_relu, all_of(_base, conv_limits, per_channel_bias)),
-    OpRule("toy_npu.conv2d", "relax.nn.conv2d", all_of(_base, conv_limits)),
-    OpRule("toy_npu.matmul", "relax.matmul", all_of(_base, matmul_limits)),
+    PatternRule("conv2d_bias_relu", conv_bias_relu, all_of(_conv, per_channel_bias)),
+    OpRule("conv2d", "relax.nn.conv2d", _conv),
+    OpRule("matmul", "relax.matmul", all_of(dtypes("float32"), static_shapes(4), matmul_limits)),
 )
