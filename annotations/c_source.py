@@ -89,11 +89,11 @@ def float_and_int8_rules() -> tuple:
     )
 
 
-RULES = float_and_int8_rules()
-
 VENDOR = Vendor(
     NAME,
-    RULES,
+    float_and_int8_rules(),
     CSourceCodegen(),
     description="Reference C kernels compiled into the artifact (float32, and int8 QDQ units; NCHW)",
 )
+#: The vendor's rules, as it names them ("c_source.<rule>").
+RULES = VENDOR.rules

@@ -604,7 +604,7 @@ def _int8_limits(match: Match):
     return SUPPORTED
 
 
-RULES = (
+_RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize.
     *qdq_rules(all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
@@ -668,9 +668,11 @@ RULES = (
 
 VENDOR = Vendor(
     NAME,
-    RULES,
+    _RULES,
     DnnlCodegen(),
     description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
                 "and int8 QDQ units)",
     targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
 )
+#: The vendor's rules, as it names them ("dnnl.<rule>").
+RULES = VENDOR.rules

@@ -27,7 +27,7 @@ NAME = "json_runtime"
 _FLOAT32 = dtypes("float32")
 _INT8_OPS = ("relax.quantize", "relax.dequantize")
 
-RULES = tuple(
+_FLOAT_RULES = tuple(
     replace(rule, check=all_of(_FLOAT32, rule.check))
     for rule in float_and_int8_rules()
     if not isinstance(rule, QuantizedUnitRule) and getattr(rule, "op", None) not in _INT8_OPS
@@ -35,7 +35,9 @@ RULES = tuple(
 
 VENDOR = Vendor(
     NAME,
-    RULES,
+    _FLOAT_RULES,
     JsonRuntimeCodegen(),
     description="Subgraphs as JSON run by byoc's own runtime module (float32, NCHW)",
 )
+#: The vendor's rules, as it names them ("json_runtime.<rule>").
+RULES = VENDOR.rules

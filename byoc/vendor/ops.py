@@ -193,7 +193,7 @@ def _tensor_fields(expr) -> list:
 
 
 class MatchView:
-    """The op calls of a match as :class:`OpCall` objects, in program order (what ``Match.ops`` holds).
+    """The op calls of a match as :class:`OpCall` objects, in the order of ``calls`` (what ``Match.ops`` holds).
 
     ``calls`` are the matched Relax calls. Each tensor of the match is one
     :class:`Tensor` (a value read twice is the same object); a call's result

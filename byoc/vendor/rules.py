@@ -57,12 +57,13 @@ class Match:
     objects (shapes, dtypes, attributes as Python values, constants as numpy
     arrays), written when the check first asks:
 
-    * ``match.ops``: every op call of the match, in program order;
+    * ``match.ops``: every op call of the match (in the order TVM's matcher gives them, which need not
+      be program order);
     * ``match.op``: the matched op call (an :class:`OpRule`'s op, a pattern's last op);
-    * ``match.ops_of("relax.nn.conv2d", ...)``: the op calls of those ops;
+    * ``match.ops_of("relax.nn.conv2d", ...)``: the op calls of those ops, in that order;
     * ``match.call(name)`` and ``match.tensor(name)``: the op call, or the tensor (a call's: its
       result), that the pattern annotates as ``name`` (``match.names`` lists them);
-    * ``match.tensors``: every tensor operand and result of every op call, in order.
+    * ``match.tensors``: every tensor operand and result of every op call, in that order.
 
     ``options`` are the vendor's options. ``dim_bounds`` maps each symbolic
     dim of the model to its ``(min, max)`` (max None when unbounded); a check
@@ -71,7 +72,7 @@ class Match:
     The low-level escape hatch, for what the plain view does not say: ``root``
     is the matched ``relax.Call``, ``annotated`` maps the rule's annotation
     names to matched Relax expressions, and ``calls`` holds every matched
-    ``relax.Call`` in program order. byoc's own checks do not read them.
+    ``relax.Call``, in the order of ``ops``. byoc's own checks do not read them.
     """
 
     rule: str
@@ -87,7 +88,7 @@ class Match:
 
     @property
     def ops(self) -> tuple[OpCall, ...]:
-        """Every op call of the match, in program order (a split: one per result)."""
+        """Every op call of the match, in the order of ``calls`` (a split: one per result)."""
         return tuple(self._view.ops)
 
     @property
@@ -97,7 +98,8 @@ class Match:
         return found if found is not None else self._view.ops[-1]
 
     def ops_of(self, *ops: str) -> list[OpCall]:
-        """The op calls of the match whose op is one of ``ops`` (``"relax.nn.conv2d"``), in program order."""
+        """The op calls of the match whose op is one of ``ops`` (``"relax.nn.conv2d"``), in the order of
+        :attr:`ops`."""
         return [c for c in self._view.ops if c.op in ops]
 
     def call(self, name: str) -> Optional[OpCall]:
@@ -121,7 +123,7 @@ class Match:
 
     @property
     def tensors(self) -> list[Tensor]:
-        """Every tensor operand and result of every op call of the match, in program order."""
+        """Every tensor operand and result of every op call of the match, in the order of :attr:`ops`."""
         return [t for c in self._view.ops for t in (*c.inputs, *([c.output] if c.output is not None else []))]
 
 
