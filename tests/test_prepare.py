@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import byoc
-from byoc.pipeline.frontend import check, relax_import, shapes
+from byoc.pipeline.frontend import OnnxNode, check, relax_import, shapes
 from byoc.pipeline.frontend.prepare import prepare
 from byoc.errors import ModelLoadError
 from byoc.tools.onnx_export import partitioned_model
@@ -437,7 +437,7 @@ def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monke
     def both_fail(model, inputs, origin=None, op_types=None, dim_ranges=None):
         raise ModelLoadError("simulated importer failure" if origin else "the model as given fails too")
 
-    monkeypatch.setattr(frontend, "_to_relax", both_fail)
+    monkeypatch.setattr(relax_import, "to_relax", both_fail)
     with pytest.raises(ModelLoadError, match="simulated importer failure"):
         byoc.import_model(identity_dropout())
 
@@ -503,7 +503,7 @@ def test_lstm_is_unrolled_and_reported_as_the_users_lstm():
     imported = artifact.plan.imported
     fate = imported.prepared["lstm"]
     assert fate.startswith("decomposed into ") and int(fate.split()[2]) > 5
-    lstm_ops = [b for b, n in imported.node_of.items() if n == frontend.OnnxNode("lstm", "LSTM")]
+    lstm_ops = [b for b, n in imported.node_of.items() if n == OnnxNode("lstm", "LSTM")]
     assert len(lstm_ops) > 5  # many Relax ops, every one reported as the user's LSTM
     assert "Y" not in {n.name for n in imported.node_of.values()}
     assert f"{fate}: lstm" in _text(artifact.plan)
