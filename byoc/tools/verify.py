@@ -22,7 +22,6 @@ from byoc.pipeline.frontend.dims import bind_dims
 
 from byoc.pipeline.build.builder import build
 from byoc.errors import ByocError, InputError
-from byoc.pipeline.frontend import TensorSpec
 from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.samples import SEED, UNBOUNDED_VERIFY_SIZE, random_inputs  # noqa: F401 - verify's API
 from byoc.deploy.targets import resolve_target

@@ -178,7 +178,7 @@ class _RuleChecker:
         )
         try:
             result = self.rule.check(match)
-        except Exception as err:  # a vendor bug must not take the pipeline down
+        except Exception as err:  # noqa: BLE001 - a vendor bug must not take the pipeline down
             return f"check of {self.rule.name} raised {type(err).__name__}: {err}"
         if result is SUPPORTED:
             return None

@@ -526,7 +526,7 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     set_vendor_threads(check_threads(threads))
     try:
         return tvm.runtime.load_module(str(path))
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - TVM raises several types for a file it cannot load
         first = last_line(err)
         raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
 
@@ -546,7 +546,7 @@ def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Artifa
 
         vm = relax.VirtualMachine(library, tvm.cpu())
         metadata = json.loads(str(vm[METADATA_FUNCTION]()))
-    except Exception:
+    except Exception:  # noqa: BLE001 - no such function, or not a VM library: either way not an artifact
         raise ArtifactLoadError(
             f"{str(path)!r} is a TVM library but not a byoc artifact (no {METADATA_FUNCTION}); "
             "export it with byoc"

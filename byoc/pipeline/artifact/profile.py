@@ -115,7 +115,7 @@ def profile_artifact(artifact, inputs, runs: int, warmup: int) -> Profile:
         artifact.run(arrays)
         plain.append(time.perf_counter() - t)
 
-    library = artifact._loaded_library()
+    library = artifact._loaded_library()  # noqa: SLF001 - the profile is the artifact's own measurement
     step_modules = runtime_modules(library, "get_step_times")
     before: dict = {}
     _set_step_timing(step_modules, True)
@@ -156,7 +156,7 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
     import tvm
     from tvm import relax
 
-    vm = relax.VirtualMachine(artifact._loaded_library(), tvm.cpu())
+    vm = relax.VirtualMachine(artifact._loaded_library(), tvm.cpu())  # noqa: SLF001 - as above
     per_run: dict = {}
     trace: list = []
     started: list = []

@@ -125,7 +125,7 @@ def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.M
         raise InvalidModelError(f"onnx.checker rejected the model: {first}") from None
     try:
         return shape_inference.infer_shapes(model, strict_mode=True)
-    except Exception as err:  # onnx raises several private error types here
+    except Exception as err:  # noqa: BLE001 - onnx raises several private error types here
         strict_error = first_line(err)
     if strict_error.count("Inference error(s)") < 2:
         # An error on a node of the user's graph (declared and inferred shapes differ, an

@@ -297,7 +297,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             break
         try:
             merged = merge_regions(annotation.fused)
-        except Exception as err:  # TVM refuses e.g. match_cast or If bindings in main
+        except Exception as err:  # noqa: BLE001 - TVM refuses e.g. match_cast or If bindings in main
             first = last_line(err)
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
             warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
