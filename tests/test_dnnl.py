@@ -360,16 +360,16 @@ def test_primitives_and_weight_reorders_happen_once_at_load(tmp_path):
                           env=env, cwd=TESTS, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     before, after = done.stdout.split("=== CALLS ===")
-    created = [l for l in before.splitlines() if l.startswith("onednn_verbose") and ",create:" in l]
-    assert any(",convolution," in l for l in created)
-    calls = [l for l in after.splitlines() if l.startswith("onednn_verbose")]
-    assert not [l for l in calls if ",create:" in l], "a primitive was created during a call"
-    executed = [l for l in calls if ",exec," in l]
-    convs = [l for l in executed if ",convolution," in l]
+    created = [line for line in before.splitlines() if line.startswith("onednn_verbose") and ",create:" in line]
+    assert any(",convolution," in line for line in created)
+    calls = [line for line in after.splitlines() if line.startswith("onednn_verbose")]
+    assert not [line for line in calls if ",create:" in line], "a primitive was created during a call"
+    executed = [line for line in calls if ",exec," in line]
+    convs = [line for line in executed if ",convolution," in line]
     assert len(convs) == 2 * 3  # two convs, three calls
-    assert all("wei_f32::blocked:abcd" not in l for l in convs), "conv weights are still OIHW"
+    assert all("wei_f32::blocked:abcd" not in line for line in convs), "conv weights are still OIHW"
     # Per call: the input goes into the blocked layout and the output comes back; weights never.
-    reorders = [l for l in executed if ",reorder," in l]
+    reorders = [line for line in executed if ",reorder," in line]
     assert len(reorders) == 2 * 3, reorders
 
 
@@ -391,7 +391,7 @@ def test_plain_output_is_written_in_place(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env,
                           cwd=TESTS, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    executed = [l for l in done.stdout.split("=== CALLS ===")[1].splitlines() if ",exec," in l]
+    executed = [line for line in done.stdout.split("=== CALLS ===")[1].splitlines() if ",exec," in line]
     assert len(executed) == 1 and ",matmul," in executed[0], executed
 
 

@@ -26,7 +26,7 @@ from byoc.codegens.json_runtime import JsonRuntimeCodegen, serialize
 from byoc.errors import VendorError, VendorOptionError
 from byoc.pipeline.build.builder import vendor_option_settings
 from byoc.tools.report import build_report, render
-from byoc.vendor import Codegen, OpRule, OptionSetting, Vendor, VendorOption
+from byoc.vendor import OpRule, OptionSetting, Vendor, VendorOption
 from byoc.vendor.graph import partition_graph
 
 from models import const, model, onnxruntime_outputs, single_op, small_cnn, tensor
