@@ -57,7 +57,7 @@ def _non_empty(match: Match):
     for call in match.ops:
         # A split's results are _split_results' to judge; the operands a concat or stack takes as a tuple
         # are not looked at here.
-        results = [] if "result_index" in call.attrs else [call.output]
+        results = [] if call.op == "relax.split" else [call.output]
         for t in results + ([] if call.op in ("relax.concat", "relax.stack") else call.inputs):
             if t is not None and t.shape is not None and 0 in t.shape:
                 return f"zero-sized tensor {t.shape}: oneDNN primitives need non-empty tensors"

@@ -184,8 +184,9 @@ def test_rule_names_the_vendor_cannot_own_are_refused(rules, message):
 
 def test_qdq_rules_are_prefixed_by_the_vendor_and_the_old_form_still_names_them_the_same():
     new = Vendor("probe", qdq_rules(qdq_supported, ops=("relax.add",)), CSourceCodegen())
-    old = Vendor("probe", qdq_rules("probe", qdq_supported, ("relax.add",)), CSourceCodegen())
-    assert [r.name for r in new.rules] == [r.name for r in old.rules] == [
+    old = Vendor("probe", qdq_rules("probe", qdq_supported, ops=("relax.add",)), CSourceCodegen())
+    positional = Vendor("probe", qdq_rules("probe", qdq_supported, ("relax.add",)), CSourceCodegen())
+    assert [r.name for r in new.rules] == [r.name for r in old.rules] == [r.name for r in positional.rules] == [
         "probe.qadd", "probe.quantize", "probe.dequantize"]
 
 

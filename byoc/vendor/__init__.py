@@ -4,6 +4,10 @@
   :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and
   :class:`Codegen`, the codegen interface (the required ``compile`` and a
   default for each optional capability), which a vendor's codegen subclasses;
+- :mod:`byoc.vendor.ops` - :class:`~byoc.vendor.ops.OpCall` and
+  :class:`~byoc.vendor.ops.Tensor`, the one plain view of op calls: a check
+  reads its match so (``match.op``, ``match.ops_of``, ``match.tensor``), a
+  codegen its partition;
 - :mod:`byoc.vendor.options` - :class:`VendorOption`, an option a codegen
   declares, and how a build resolves them (:class:`OptionSetting`);
 - :mod:`byoc.vendor.checks` - reusable checks and combinators (dtypes,
@@ -12,13 +16,22 @@
   the plain-Python view of a partition that a codegen compiles;
 - :mod:`byoc.vendor.values` - readers of Relax values (constants, prim
   values, static shapes) that hide TVM 0.27's class names;
-- :mod:`byoc.vendor.registry` - :func:`register_vendor` and friends, and the
-  discovery of vendors installed as ``byoc.vendors`` entry points.
+- :mod:`byoc.vendor.registry` - the vendors published as ``byoc.vendors``
+  entry points (byoc's own among them), and :func:`register_vendor` for a
+  script's.
 
 A vendor module usually needs only::
 
-    from byoc.vendor import Codegen, OpRule, PatternRule, Vendor, register_vendor
+    from byoc.vendor import SUPPORTED, Codegen, OpRule, PatternRule, Vendor
     from byoc.vendor.checks import all_of, dtypes, static_shapes
+
+    def small_kernel(match):
+        '''kernel <= 5x5.'''
+        kh, kw = match.op.inputs[1].shape[2:]
+        return SUPPORTED if kh <= 5 and kw <= 5 else f"kernel {kh}x{kw} > 5x5"
+
+    VENDOR = Vendor("acme", (OpRule("conv2d", "relax.nn.conv2d",  # the rule "acme.conv2d"
+                                    all_of(dtypes("float32"), static_shapes(4), small_kernel)),), AcmeCodegen())
 """
 
 from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, Match, OpRule, PatternRule, Rule, RuntimeMemory,

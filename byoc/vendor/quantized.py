@@ -168,19 +168,25 @@ class QuantizedUnitRule(PatternRule):
         return f"QDQ unit: {operands} -> {self.unit}{tail} -> Q"
 
 
-def qdq_rules(check, ops: tuple[str, ...] = UNIT_OPS, *more) -> tuple:
+def qdq_rules(check, *positional, ops: tuple[str, ...] = UNIT_OPS) -> tuple:
     """Rules that take the QDQ units of ``ops`` and the lone Q/DQ ops, all under ``check``.
 
     List them before a vendor's float rules: a unit is larger than the float
     op at its core. Rule names are ``q<op>`` (``qconv2d``), ``quantize`` and
     ``dequantize``, which the :class:`~byoc.vendor.Vendor` prefixes with its
-    name (``acme.qconv2d``). The older form ``qdq_rules("acme", check, ops)``
-    still works: it writes the prefix itself.
+    name (``acme.qconv2d``). ``ops`` may also come second, positionally. The
+    older form ``qdq_rules("acme", check, ops)`` still works: it writes the
+    prefix itself.
     """
     prefix = ""
-    if isinstance(check, str):  # qdq_rules(vendor, check, ops=...)
-        prefix = f"{check}."
-        check, ops = ops, (more[0] if more else UNIT_OPS)
+    if isinstance(check, str):  # qdq_rules(vendor, check, ops)
+        if not positional:
+            raise TypeError("qdq_rules(vendor, check, ops=...) needs a check after the vendor's name")
+        prefix, check, positional = f"{check}.", positional[0], positional[1:]
+    if len(positional) > 1:
+        raise TypeError(f"qdq_rules takes a check and its ops, got {len(positional)} more arguments")
+    if positional:
+        ops = positional[0]
     rules = []
     for op in ops:
         if op not in UNIT_OPS + OPTIONAL_UNIT_OPS:
