@@ -35,7 +35,12 @@ from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan
 from byoc.pipeline.artifact.artifact import Artifact, load
 from byoc.pipeline.build.builder import build, compile  # noqa: A004
 from byoc.tools.report import report
-from byoc import partition  # noqa: E402 - the callable module, see the docstring
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see of the callable module: the function it calls
+    from byoc.pipeline.partitioning.partitioner import partition
+else:
+    from byoc import partition  # the callable module, see the docstring
 from byoc import _moved
 
 _moved.install()

@@ -258,7 +258,7 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # byoc.partition is a callable module, which type checkers do not see (byoc/__init__.py)
-            plan = byoc.partition(imported, list(vendors) if vendors is not None else byoc.list_vendors())  # type: ignore[operator, unused-ignore]
+            plan = byoc.partition(imported, list(vendors) if vendors is not None else byoc.list_vendors())
             artifact = byoc.build(plan, strict=True)
         result.partitions = len(plan.partitions)
         for inputs, (_, expected) in zip(arrays, data_sets):
