@@ -235,16 +235,17 @@ def time_interleaved(configs: dict, inputs: dict, args, tmp: Path, rounds: int, 
     """Time each configuration in its own process, one at a time per round.
 
     ``configs`` maps a name to ``(kind, path)`` (kind: onnxruntime | tvm |
-    byoc). Returns per name ``{"status": "ok", "median_s", "samples",
+    byoc), or ``(kind, path, env)`` with variables set in that process alone
+    (benchmarks/compare_trees.py: ``PYTHONPATH`` picks the checkout). Returns per name ``{"status": "ok", "median_s", "samples",
     "outputs"}`` or ``{"status": "timeout" | "error", "why"}``.
     """
     input_file = tmp / f"inputs-{time.monotonic_ns()}.npz"
     np.savez(input_file, *inputs.values())
     procs = {}
-    for name, (kind, path) in configs.items():  # all load at once; loading is not timed
+    for name, (kind, path, *env) in configs.items():  # all load at once; loading is not timed
         spec = {"kind": kind, "path": str(path), "inputs": str(input_file), "input_names": list(inputs),
                 "outputs": str(tmp / f"outputs-{len(procs)}-{time.monotonic_ns()}.npz")}
-        procs[name] = TimingProcess(name, spec, tmp)
+        procs[name] = TimingProcess(name, spec, tmp, env[0] if env else None)
     for proc in procs.values():
         proc.reply("load", args.timeout, expect="ready")
     times = {name: [] for name in procs}
