@@ -27,7 +27,8 @@ def static_shape(value) -> Optional[tuple[int, ...]]:
     any dim is symbolic or its rank is unknown."""
     if isinstance(value, Tensor):
         shape = value.shape
-        return None if shape is None or any(not isinstance(d, int) for d in shape) else tuple(shape)
+        static = tuple(d for d in shape or () if isinstance(d, int))
+        return None if shape is None or len(static) != len(shape) else static
     ty = tensor_type(value)
     return None if ty is None else static_dims(ty.shape)
 
@@ -151,7 +152,7 @@ def _tensors(expr) -> Iterable:
 def match_tensors(match: Match) -> list:
     """Every tensor argument and result of every matched ``relax.Call``, as Relax expressions
     (``match.tensors`` is the plain view)."""
-    out = []
+    out: list = []
     for call in match.calls:
         for arg in call.args:
             out.extend(_tensors(arg))

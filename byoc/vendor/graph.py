@@ -259,7 +259,10 @@ def qdq_params(call: OpCall) -> QParams:
     """The quantization a ``relax.quantize`` or ``relax.dequantize`` call applies: of its integer tensor
     (the quantize's output, the dequantize's input), from its constant scale and zero point."""
     integer = call.output if call.op == "relax.quantize" else call.inputs[0]
-    return qparams(call.inputs[1].data, call.inputs[2].data, call.attrs.get("axis", 1), len(integer.shape),
+    scale, zero_point = call.inputs[1].data, call.inputs[2].data
+    if scale is None or zero_point is None:
+        raise UnsupportedConstruct(f"{call.op} with a scale or zero point that is not a constant")
+    return qparams(scale, zero_point, call.attrs.get("axis", 1), len(integer.shape),
                    integer.dtype)
 
 
@@ -300,8 +303,9 @@ def _unit_call(calls: list[OpCall]) -> Optional[OpCall]:
         core = producer[core.inputs[0].id]
     if core is None:
         return None
-    dequantized = [made_by(t, "relax.dequantize") for t in core.inputs]
-    if not dequantized or None in dequantized or any(t.kind != "const" for d in dequantized for t in d.inputs[1:]):
+    found = [made_by(t, "relax.dequantize") for t in core.inputs]
+    dequantized = [d for d in found if d is not None]
+    if not found or len(dequantized) != len(found) or any(t.kind != "const" for d in dequantized for t in d.inputs[1:]):
         return None
     used += [core, *dequantized]
     if len({id(c) for c in used}) != len(calls):

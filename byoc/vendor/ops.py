@@ -43,7 +43,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(np.prod(np.asarray(self.shape, dtype=np.int64)))
 
     @property
     def dim_names(self) -> list[str]:
@@ -129,16 +129,16 @@ class _ExprTensor(Tensor):
     """A :class:`Tensor` read off a Relax value: its shape and data are read when first asked for (a check
     that reads only dtypes costs no shape, and a weight is copied to numpy only when a check reads it)."""
 
-    def __init__(self, id: int, ty, kind: str, expr):
-        self.id, self.dtype, self.kind = id, str(ty.dtype), kind
+    def __init__(self, number: int, ty, kind: str, expr):
+        self.id, self.dtype, self.kind = number, str(ty.dtype), kind
         self._ty, self._expr = ty, expr
 
     @cached_property
-    def shape(self):  # type: ignore[override]
+    def shape(self):
         return shape_dims(self._ty.shape)  # raises ValueError for a dim that is not integer arithmetic
 
     @cached_property
-    def data(self):  # type: ignore[override]
+    def data(self):
         return const_array(self._expr) if self.kind == "const" else None
 
     @property
@@ -150,12 +150,12 @@ class _ExprCall(OpCall):
     """An :class:`OpCall` read off a Relax call; its attributes are read when first asked for."""
 
     def __init__(self, call, inputs: list[Tensor], output: Optional[Tensor], rule: str, extra: dict):
-        self.op, self.inputs, self.output, self.rule, self.group, self.quant = \
-            call.op.name, inputs, output, rule, 0, None
+        self.op, self.inputs, self.rule, self.group, self.quant = call.op.name, inputs, rule, 0, None
+        self.output = output  # type: ignore[assignment]  # None only for an op whose result is no tensor
         self._call, self._extra = call, extra
 
     @cached_property
-    def attrs(self):  # type: ignore[override]
+    def attrs(self):
         from tvm import relax
 
         attrs = attrs_dict(self._call.attrs)
@@ -206,7 +206,7 @@ class MatchView:
         self.ops: list[OpCall] = []
         for call in calls:
             inputs = [self.tensor(t) for arg in call.args for t in _tensor_fields(arg)]
-            ops = [_ExprCall(call, inputs, self._result(call, index, ty), rule, extra)
+            ops: list[OpCall] = [_ExprCall(call, inputs, self._result(call, index, ty), rule, extra)
                    for index, ty, extra in self._results(call)]
             self._ops_of[call] = ops
             self.ops.extend(ops)

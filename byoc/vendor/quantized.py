@@ -30,7 +30,7 @@ from typing import Optional
 import numpy as np
 
 from byoc.vendor.checks import CONVS
-from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match, OpRule, PatternRule
+from byoc.vendor.rules import SUPPORTED, CheckResult, Match, OpRule, PatternRule
 
 __all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules",
            "qdq_supported", "quantized_range"]
@@ -187,7 +187,7 @@ def qdq_rules(check, *positional, ops: tuple[str, ...] = UNIT_OPS) -> tuple:
         raise TypeError(f"qdq_rules takes a check and its ops, got {len(positional)} more arguments")
     if positional:
         ops = positional[0]
-    rules = []
+    rules: list[PatternRule | OpRule] = []
     for op in ops:
         if op not in UNIT_OPS + OPTIONAL_UNIT_OPS:
             raise ValueError(f"{op!r} is not a quantized unit kind; known: {', '.join(UNIT_OPS + OPTIONAL_UNIT_OPS)}")
@@ -219,7 +219,8 @@ def qdq_supported(match: Match) -> CheckResult:
         for param in call.inputs[1:3]:
             if param.kind != "const":
                 return "a scale or zero point that is not a constant"
-        if call.inputs[1].data.size == 1 or core_op is None:
+        scale = call.inputs[1].data
+        if scale is None or scale.size == 1 or core_op is None:
             continue  # per tensor, or a lone Q/DQ, which computes any axis
         ndim = len(quantized.shape)
         axis = int(call.attrs["axis"]) % ndim

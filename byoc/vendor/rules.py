@@ -174,7 +174,7 @@ class OpRule:
 
         try:
             arity = tvm.ir.Op.get(self.op).num_inputs
-        except Exception:
+        except Exception:  # noqa: BLE001 - TVM's error for an unknown op name has no class of its own
             raise VendorError(f"rule {self.name!r}: {self.op!r} is not a Relax op") from None
         return is_op(self.op)(*[wildcard() for _ in range(arity)]), {"root": None}
 
@@ -311,15 +311,15 @@ class _DuckCodegen(Codegen):
         self.wrapped = wrapped
 
     @property
-    def module_kinds(self) -> tuple:
+    def module_kinds(self) -> tuple:  # type: ignore[override]
         return tuple(getattr(self.wrapped, "module_kinds", ()))
 
     @property
-    def declared_options(self) -> tuple:
+    def declared_options(self) -> tuple:  # type: ignore[override]
         return declared(self.wrapped)
 
     @property
-    def input_alignment(self) -> int:
+    def input_alignment(self) -> int:  # type: ignore[override]
         return getattr(self.wrapped, "input_alignment", Codegen.input_alignment)
 
     def compile(self, partitions, options):
