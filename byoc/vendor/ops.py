@@ -13,16 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
 from byoc.vendor.values import Dim, const_array, dim_names, dim_text, is_prim_value, is_tensor_const, shape_dims
 
-if TYPE_CHECKING:
-    from byoc.vendor.quantized import QuantizedUnit
-
-__all__ = ["MatchView", "OpCall", "Tensor", "attrs_dict"]
+__all__ = ["MatchView", "OpCall", "QParams", "QuantizedUnit", "Tensor", "attrs_dict"]
 
 
 @dataclass
@@ -58,6 +55,49 @@ class Tensor:
 _NAME = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b(?!\s*\()")  # a dim's name; min( and max( are operators
 
 
+# -- the quantization of a qnn.* call (byoc.vendor.quantized) ---------------------------------------
+
+@dataclass(frozen=True)
+class QParams:
+    """How one integer tensor maps to real values: ``real = (q - zero_point) * scale``.
+
+    ``scale`` (float32) and ``zero_point`` (the tensor's dtype) are 0-d for a
+    per-tensor quantization, else 1-d along ``axis`` of the tensor.
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: Optional[int]
+    dtype: str
+
+    @property
+    def per_channel(self) -> bool:
+        return self.axis is not None
+
+    @classmethod
+    def identity(cls, dtype: str) -> "QParams":
+        """Scale 1, zero point 0: an 8-bit tensor's values as they are."""
+        return cls(np.ones((), np.float32), np.zeros((), dtype), None, dtype)
+
+
+@dataclass(frozen=True)
+class QuantizedUnit:
+    """The quantization of a ``qnn.*`` op call.
+
+    ``inputs`` holds one :class:`QParams` per input of the op call (a conv's
+    or matmul's bias included: int32, or a float32 one with scale 1 and zero
+    point 0); ``output`` the result's; ``output_range`` the integer range the
+    result is clamped to, narrower than its dtype's when the unit ends in a
+    relu or clip; ``float_ops`` the Relax ops the unit stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
+    """
+
+    inputs: tuple
+    output: QParams
+    output_range: tuple[int, int]
+    float_ops: tuple[str, ...]
+
+
+
 @dataclass
 class OpCall:
     """One op call: ``op`` is the Relax op name (``"relax.nn.conv2d"``).
@@ -83,7 +123,7 @@ class OpCall:
     attrs: dict[str, Any]
     rule: str
     group: int
-    quant: Optional["QuantizedUnit"] = None
+    quant: Optional[QuantizedUnit] = None
 
 
 def python_value(value):

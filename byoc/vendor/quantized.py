@@ -25,11 +25,11 @@ the quantization axes and the output range a folded relu or clip leaves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
 from byoc.vendor.checks import CONVS
+from byoc.vendor.ops import QParams, QuantizedUnit
 from byoc.vendor.rules import SUPPORTED, CheckResult, Match, OpRule, PatternRule
 
 __all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules",
@@ -49,46 +49,6 @@ WEIGHT_AXIS = {**dict.fromkeys(CONVS, 0), "relax.nn.conv2d_transpose": 1, "relax
 WEIGHTED = tuple(WEIGHT_AXIS)
 _INT8 = ("int8", "uint8")
 _CONCAT_INPUTS = range(2, 9)
-
-
-@dataclass(frozen=True)
-class QParams:
-    """How one integer tensor maps to real values: ``real = (q - zero_point) * scale``.
-
-    ``scale`` (float32) and ``zero_point`` (the tensor's dtype) are 0-d for a
-    per-tensor quantization, else 1-d along ``axis`` of the tensor.
-    """
-
-    scale: np.ndarray
-    zero_point: np.ndarray
-    axis: Optional[int]
-    dtype: str
-
-    @property
-    def per_channel(self) -> bool:
-        return self.axis is not None
-
-    @classmethod
-    def identity(cls, dtype: str) -> "QParams":
-        """Scale 1, zero point 0: an 8-bit tensor's values as they are."""
-        return cls(np.ones((), np.float32), np.zeros((), dtype), None, dtype)
-
-
-@dataclass(frozen=True)
-class QuantizedUnit:
-    """The quantization of a ``qnn.*`` op call.
-
-    ``inputs`` holds one :class:`QParams` per input of the op call (a conv's
-    or matmul's bias included: int32, or a float32 one with scale 1 and zero
-    point 0); ``output`` the result's; ``output_range`` the integer range the
-    result is clamped to, narrower than its dtype's when the unit ends in a
-    relu or clip; ``float_ops`` the Relax ops the unit stands for, in order (``("relax.nn.conv2d", "relax.add", "relax.nn.relu")``).
-    """
-
-    inputs: tuple
-    output: QParams
-    output_range: tuple[int, int]
-    float_ops: tuple[str, ...]
 
 
 def qparams(scale: np.ndarray, zero_point: np.ndarray, axis: int, ndim: int, dtype: str) -> QParams:
