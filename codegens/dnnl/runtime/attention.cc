@@ -4,7 +4,7 @@
 #include <fstream>
 #include <string>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -39,7 +39,7 @@ static int64_t L2Bytes() {
 // softmax are then not compiled here: BlockedAttention computes them with the second matmul, whose operand V
 // may be made by the ops in between (a transpose). Returns the index after the softmax, or 0 (nothing
 // deferred).
-size_t Program::DeferAttentionAt(size_t k) {
+size_t Builder::DeferAttentionAt(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
   // Post-ops keep the product's shape, so the product alone says whether the scores are big enough: every
   // other matmul returns here, before its post-ops are looked for.
@@ -73,7 +73,7 @@ size_t Program::DeferAttentionAt(size_t k) {
 // The attention DeferAttentionAt found, at its second matmul j: for each block of query rows, the scores'
 // matmul with their post-ops into a scratch block the size of a cache, the softmax in place, and the second
 // matmul into those rows of the output.
-void Program::BlockedAttention(size_t j) {
+void Builder::BlockedAttention(size_t j) {
   const std::vector<BodyOp>& ops = g_.ops();
   const DeferredAttention& d = deferred_attention_.at(j);
   int q = ops[d.scores_matmul].inputs[0], kt = ops[d.scores_matmul].inputs[1], v = ops[j].inputs[1];
@@ -87,7 +87,7 @@ void Program::BlockedAttention(size_t j) {
   // Each operand as a matmul reads it: a strided view with contiguous rows as it is (heads split off a Linear's
   // rows), else plain; the output through the strides that make a transpose after it plain.
   auto read = [&](int id) {
-    const Desc& view = values_[value_of_[id]].desc;
+    const Desc& view = values_.DescOf(id);
     return IsStrided(view) && view.get_strides().back() == 1 ? view : Plain(g_.Shape(id));
   };
   Desc q_desc = read(q), kt_desc = read(kt), v_desc = read(v);
@@ -96,7 +96,7 @@ void Program::BlockedAttention(size_t j) {
   int q_value = As(q, q_desc), kt_value = As(kt, kt_desc), v_value = As(v, v_desc), o_value = Define(o, o_desc);
   std::vector<int> operands;  // each binary post-op's operand, plain and seen with the scores' rank
   for (const PostOp& p : d.scores.post)
-    operands.push_back(p.tensor < 0 ? -1 : NewView(As(p.tensor, Plain(g_.Shape(p.tensor))), Plain(Padded(g_.Shape(p.tensor), rank))));
+    operands.push_back(p.tensor < 0 ? -1 : values_.View(As(p.tensor, Plain(g_.Shape(p.tensor))), Plain(Padded(g_.Shape(p.tensor), rank))));
   auto rows = [&](const Desc& full, int64_t n) {  // the first n rows of `full`, in its strides
     Dims dims = full.get_dims();
     dims[rows_axis] = n;
@@ -111,7 +111,7 @@ void Program::BlockedAttention(size_t j) {
     Dims dims = block_dims;
     dims[rows_axis] = n;
     Desc s_desc = Plain(dims);
-    int s = n == block ? scratch : NewView(scratch, s_desc);
+    int s = n == block ? scratch : values_.View(scratch, s_desc);
     post_ops post;
     std::vector<Arg> args = {{DNNL_ARG_SRC, q_value, rows(q_desc, n), r0 * row_bytes(q_desc)},
                              {DNNL_ARG_WEIGHTS, kt_value, kt_desc},

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 #include "kernels.h"
 
 namespace byoc {
@@ -15,7 +15,7 @@ namespace dnnl_runtime {
 // tensor of `operands`: what that tensor holds for each of the 256 source codes (the source itself, a byte
 // table of it, or either dequantized; SiLU's x * sigmoid(x) reads x twice). src and dst must be dense 8-bit
 // layouts of one order (a byte's position is its element's in both, and no padding must stay zero).
-std::vector<uint8_t> Program::LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
+std::vector<uint8_t> Builder::LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
                                             const std::map<int, memory>& operands) const {
   int64_t numel = 1;
   for (int64_t d : src.get_dims()) numel *= d;
@@ -54,7 +54,7 @@ std::vector<uint8_t> Program::LookupTableOf(const Fused& f, const Desc& src, con
 }
 
 // The 256 codes of an 8-bit type, in byte order (an s8 byte b is the code int8_t(b)).
-memory Program::SourceCodes(memory::data_type type) {
+memory Builder::SourceCodes(memory::data_type type) {
   memory codes(Desc(Dims{256}, type, memory::format_tag::a), Engine());
   auto* bytes = static_cast<uint8_t*>(codes.get_data_handle());
   for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
@@ -63,7 +63,7 @@ memory Program::SourceCodes(memory::data_type type) {
 
 // What graph tensor `id` (8-bit) holds for each of the 256 codes of `source`, when it is `source` itself or a
 // byte table of it (its table, seen as id's type); a null memory otherwise.
-memory Program::BytesOf(int id, int source) const {
+memory Builder::BytesOf(int id, int source) const {
   memory::data_type type = DataType(g_.tensor(id));
   if (id == source) return SourceCodes(type);
   auto table = byte_tables_.find(id);
@@ -75,7 +75,7 @@ memory Program::BytesOf(int id, int source) const {
 
 // The byte tables the post-ops of `f` read, as they are or through one of the leading dequantizations
 // `dqs` (their composition is in the new table), are not computed when nothing else reads them.
-void Program::DropComposedTables(const Fused& f, const std::vector<size_t>& dqs) {
+void Builder::DropComposedTables(const Fused& f, const std::vector<size_t>& dqs) {
   const std::vector<BodyOp>& ops = g_.ops();
   for (const PostOp& p : f.post) {
     if (p.tensor < 0) continue;
@@ -88,15 +88,14 @@ void Program::DropComposedTables(const Fused& f, const std::vector<size_t>& dqs)
 
 // Graph tensor `id`'s byte table, taken out of the program (its step, its buffer) when nothing else reads
 // `id` and its step is the last one (a later step's reads are fixed); nullopt, changing nothing, otherwise.
-std::optional<ByteTable> Program::TakeLastTable(int id) {
+std::optional<ByteTable> Builder::TakeLastTable(int id) {
   auto table = byte_tables_.find(id);
-  if (table == byte_tables_.end() || g_.uses(id) != 1 || table->second.step + 1 != steps_.size())
+  if (table == byte_tables_.end() || g_.uses(id) != 1 || table->second.step + 1 != plan_.size())
     return std::nullopt;
   ByteTable taken = std::move(table->second);
   byte_tables_.erase(table);
-  steps_.pop_back();
-  lifetimes_.erase(value_of_[id]);
-  value_of_[id] = -1;
+  plan_.DropLast(values_.of(id));
+  values_.Bind(id, -1);
   return taken;
 }
 

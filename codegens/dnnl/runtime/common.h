@@ -160,6 +160,11 @@ inline primitive_attr UserScratchpad(const post_ops& ops = post_ops()) {
   return attr;
 }
 
+// A layout given by strides alone (plain, channels last, any permutation), not channel-blocked (layout.cc).
+bool IsStrided(const Desc& desc);
+// The format tag of a 3-D or 4-D `desc` among oneDNN's common ones, or undef (layout.cc).
+memory::format_tag TagOf(const Desc& desc);
+
 enum class Storage { kInput, kOutput, kConst, kTemp };
 
 // A buffer the steps read or write, in one memory layout.

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
-Program::ConvDims Program::ConvShape(const BodyOp& op, const Attrs& a) const {
+Builder::ConvDims Builder::ConvShape(const BodyOp& op, const Attrs& a) const {
   int w = op.inputs[1];
   if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
   const auto& ws = g_.Shape(w);
@@ -30,7 +30,7 @@ Program::ConvDims Program::ConvShape(const BodyOp& op, const Attrs& a) const {
 }
 
 // A forward convolution over `c`, with a bias when `bias` is given.
-dnnl::convolution_forward::primitive_desc Program::ConvPd(const ConvDims& c, const Desc& src, const Desc& weights,
+dnnl::convolution_forward::primitive_desc Builder::ConvPd(const ConvDims& c, const Desc& src, const Desc& weights,
                                                           const Desc* bias, const Desc& dst,
                                                           const primitive_attr& attr) {
   if (bias)
@@ -42,7 +42,7 @@ dnnl::convolution_forward::primitive_desc Program::ConvPd(const ConvDims& c, con
                                                    c.dilation, c.pad_l, c.pad_r, attr);
 }
 
-size_t Program::Conv(size_t k, const Attrs& a) {
+size_t Builder::Conv(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   Arity(op, 2);
   int x = op.inputs[0], w = op.inputs[1];
@@ -76,9 +76,9 @@ size_t Program::Conv(size_t k, const Attrs& a) {
   Desc src = pd.src_desc(), dst = pd.dst_desc();
   int src_value = As(x, src_dims.size() == xs.size() ? src : src.reshape(DimsOf(xs)));
   // The weights, viewed with the group dimension, reordered once into the primitive's layout.
-  int weights = ReorderConst(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc());
+  int weights = values_.ReorderConst(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc());
   std::vector<Arg> args = {{DNNL_ARG_SRC, src_value, src}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
-  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
+  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias});
   AddBinaryArgs(f, &args, ys, dst);
   args.push_back({DNNL_ARG_DST, Define(f.last, dst_dims.size() == ys.size() ? dst : dst.reshape(DimsOf(ys))), dst});
   AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
@@ -93,11 +93,11 @@ size_t Program::Conv(size_t k, const Attrs& a) {
 // at 56x56: 0.15 ms channels last, 0.20 ms in padded blocks of 16, 0.07 ms in blocks of 8, NCHW to NCHW), and
 // where blocks of 16 have no generated depthwise kernel (AVX2: jit_dw takes blocks of 8). Between channels-last
 // producers and consumers (MobileNet's 1x1 convs) it stays channels last.
-std::vector<memory::format_tag> Program::DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const {
+std::vector<memory::format_tag> Builder::DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const {
   using tag = memory::format_tag;
   bool depthwise = c.groups > 1 && c.weights.size() == 5 && c.weights[1] == 1 && c.weights[2] == 1;
   if (!depthwise || src_dims.size() != 4 || c.groups % 8 != 0) return {};
-  tag now = TagOf(values_[value_of_[x]].desc);
+  tag now = TagOf(values_.DescOf(x));
   if (now != tag::nchw && now != tag::nChw16c && now != tag::nChw8c) return {};
   if (c.groups % 16 == 0) return {tag::nChw16c, tag::nChw8c};
   return {tag::nChw8c};
@@ -107,7 +107,7 @@ std::vector<memory::format_tag> Program::DepthwiseBlocks(int x, const ConvDims& 
 // padding, or 0. The conv is then a conv1d over the other axis, and oneDNN's 1-D kernels run
 // it far faster than its 2-D ones a 1-wide axis (measured: Magika's 5x1 conv over 512x1 with
 // 256 -> 512 channels, 11.7 ms as conv2d, 5.9 ms as conv1d).
-size_t Program::UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+size_t Builder::UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
                                 const std::vector<int64_t>& ys, const ConvDims& c) {
   if (xs.size() != 4) return 0;
   for (size_t d = 0; d < 2; ++d)
@@ -115,7 +115,7 @@ size_t Program::UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vecto
   return 0;
 }
 
-void Program::DropSpatialAxis(ConvDims* c, size_t d) {
+void Builder::DropSpatialAxis(ConvDims* c, size_t d) {
   auto drop = [](Dims* dims, size_t i) { dims->erase(dims->begin() + static_cast<std::ptrdiff_t>(i)); };
   drop(&c->weights, c->weights.size() - 2 + d);
   for (Dims* dims : {&c->strides, &c->dilation, &c->pad_l, &c->pad_r}) drop(dims, d);
@@ -123,7 +123,7 @@ void Program::DropSpatialAxis(ConvDims* c, size_t d) {
 
 // A constant the primitive can add as its bias: one value per output channel of NCW/NCHW
 // (shape (1, C, 1...) or (C, 1...) with a 1 per spatial dim of the `rank`-D output).
-bool Program::ChannelBias(int b, int64_t channels, size_t rank) const {
+bool Builder::ChannelBias(int b, int64_t channels, size_t rank) const {
   const TensorInfo& t = g_.tensor(b);
   std::vector<int64_t> per_channel(rank, 1);
   per_channel[1] = channels;
@@ -135,7 +135,7 @@ bool Program::ChannelBias(int b, int64_t channels, size_t rank) const {
 // the conv's post-ops. ONNX's output_padding extends the end of the output,
 // which is oneDNN's right padding made smaller (negative beyond the padding,
 // which oneDNN takes: checked against onnxruntime).
-size_t Program::Deconv2d(size_t k, const Attrs& a) {
+size_t Builder::Deconv2d(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   Arity(op, 2);
   int x = op.inputs[0], w = op.inputs[1];
@@ -178,9 +178,9 @@ size_t Program::Deconv2d(size_t k, const Attrs& a) {
                                                        Any(DimsOf(ys)), strides, dilation, pad_l, pad_r, attr);
   });
   int src = As(x, pd.src_desc());
-  int weights = ReorderConst(ConstView(value_of_[w], iohw), pd.weights_desc());
+  int weights = values_.ReorderConst(values_.ConstView(values_.of(w), iohw), pd.weights_desc());
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
-  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias});
+  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias});
   AddBinaryArgs(f, &args, ys, pd.dst_desc());
   args.push_back({DNNL_ARG_DST, Define(f.last, pd.dst_desc()), pd.dst_desc()});
   AddStep(dnnl::deconvolution_forward(pd), std::move(args), pd.scratchpad_desc());

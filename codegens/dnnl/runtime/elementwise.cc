@@ -4,15 +4,15 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
-void Program::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output) {
+void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output) {
   if (g_.Shape(x) != g_.Shape(output))
     Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(x)));
-  int src = value_of_[x];
+  int src = values_.of(x);
   Desc desc = values_[src].desc;
   dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
                                            UserScratchpad());
@@ -23,7 +23,7 @@ void Program::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
 
 // A one-input element-wise op (or a power with a scalar constant exponent) as a oneDNN
 // eltwise algorithm in `p`; false for any other op.
-bool Program::EltwiseOf(const BodyOp& op, PostOp* p) const {
+bool Builder::EltwiseOf(const BodyOp& op, PostOp* p) const {
   p->alpha = p->beta = 0.0f;
   if (op.kernel == "byoc.eltwise") return ActivationOf(op, p);
   if (op.kernel == "relax.nn.relu") p->alg = algorithm::eltwise_relu;
@@ -64,7 +64,7 @@ bool Program::EltwiseOf(const BodyOp& op, PostOp* p) const {
 
 // A byoc.eltwise op: an activation the dnnl codegen found spelled as several ops (codegens/dnnl/activations.py),
 // as oneDNN's eltwise algorithm of that name with its alpha and beta.
-bool Program::ActivationOf(const BodyOp& op, PostOp* p) const {
+bool Builder::ActivationOf(const BodyOp& op, PostOp* p) const {
   static const std::map<std::string, algorithm> table = {{"gelu_erf", algorithm::eltwise_gelu_erf},
                                                          {"gelu_tanh", algorithm::eltwise_gelu_tanh},
                                                          {"swish", algorithm::eltwise_swish},
@@ -81,12 +81,12 @@ bool Program::ActivationOf(const BodyOp& op, PostOp* p) const {
 }
 
 // The algorithm `table` maps `kernel` to, or nullptr.
-const algorithm* Program::Find(const std::map<std::string, algorithm>& table, const std::string& kernel) {
+const algorithm* Builder::Find(const std::map<std::string, algorithm>& table, const std::string& kernel) {
   auto it = table.find(kernel);
   return it == table.end() ? nullptr : &it->second;
 }
 
-const algorithm* Program::BinaryAlgorithm(const std::string& kernel) {
+const algorithm* Builder::BinaryAlgorithm(const std::string& kernel) {
   static const std::map<std::string, algorithm> table = {{"relax.add", algorithm::binary_add},
                                                          {"relax.multiply", algorithm::binary_mul},
                                                          {"relax.subtract", algorithm::binary_sub},
@@ -94,7 +94,7 @@ const algorithm* Program::BinaryAlgorithm(const std::string& kernel) {
   return Find(table, kernel);
 }
 
-bool Program::Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+bool Builder::Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
   if (from.size() > to.size()) return false;
   for (size_t i = 0; i < from.size(); ++i) {
     int64_t d = from[from.size() - 1 - i];
@@ -103,7 +103,7 @@ bool Program::Broadcasts(const std::vector<int64_t>& from, const std::vector<int
   return true;
 }
 
-void Program::Binary(const BodyOp& op, algorithm alg, bool commutes) {
+void Builder::Binary(const BodyOp& op, algorithm alg, bool commutes) {
   Arity(op, 2);
   if (WithScalar(op) || OuterProduct(op)) return;
   const auto& ys = g_.Shape(op.output);
@@ -111,7 +111,7 @@ void Program::Binary(const BodyOp& op, algorithm alg, bool commutes) {
   if (g_.Shape(full) != ys && commutes) std::swap(full, other);
   if (g_.Shape(full) != ys || !Broadcasts(g_.Shape(other), ys))
     Fail(op.where + ": the first operand must have the output shape " + ShapeStr(ys) + " (oneDNN broadcasts the second only)");
-  Desc src0 = values_[value_of_[full]].desc;
+  Desc src0 = values_.DescOf(full);
   if (g_.tensor(full).kind == Kind::kConst) src0 = Plain(ys);
   size_t rank = std::max<size_t>(ys.size(), 1);
   Desc src1 = g_.Shape(other) == ys ? src0 : Plain(Padded(g_.Shape(other), rank));
@@ -125,7 +125,7 @@ void Program::Binary(const BodyOp& op, algorithm alg, bool commutes) {
       (blocks[0] == 8 || blocks[0] == 16) && Padded(g_.Shape(other), 4) == Dims{1, ys[1], 1, 1}) {
     src1 = Desc(Dims{1, ys[1], 1, 1}, memory::data_type::f32,
                 blocks[0] == 8 ? memory::format_tag::aBcd8b : memory::format_tag::aBcd16b);
-    b = ReorderConst(ConstView(value_of_[other], Plain(Dims{1, ys[1], 1, 1})), src1);
+    b = values_.ReorderConst(values_.ConstView(values_.of(other), Plain(Dims{1, ys[1], 1, 1})), src1);
   }
   dnnl::binary::primitive_desc pd(Engine(), alg, src0, src1, src0, UserScratchpad());
   if (b < 0 && IsReference(pd) && BinaryWithoutReference(alg, full, other, op.output)) return;
@@ -143,10 +143,10 @@ void Program::Binary(const BodyOp& op, algorithm alg, bool commutes) {
 // the first one's blocked layout (a reorder of the small operand); both plain with the dims merged
 // where they broadcast alike ([1, nW, H, T, T] + [1, nW, 1, T, T] is [nW, H, T*T] + [nW, 1, T*T]);
 // the first one in channels-last. False, having added nothing, when every form is a reference kernel.
-bool Program::BinaryWithoutReference(algorithm alg, int full, int other, int output) {
+bool Builder::BinaryWithoutReference(algorithm alg, int full, int other, int output) {
   const Dims ys = DimsOf(g_.Shape(output));
   const Dims os = Padded(g_.Shape(other), ys.size());
-  const Desc& own = values_[value_of_[full]].desc;
+  const Desc& own = values_.DescOf(full);
   auto fast = [&](const Desc& d0, const Desc& d1) -> std::optional<dnnl::binary::primitive_desc> {
     try {
       dnnl::binary::primitive_desc pd(Engine(), alg, d0, d1, d0, UserScratchpad());
@@ -157,11 +157,11 @@ bool Program::BinaryWithoutReference(algorithm alg, int full, int other, int out
   };
   // The small operand, of dims `os`, in layout `desc`: a view of its plain bytes, reordered.
   auto other_as = [&](const Desc& desc) {
-    int plain = NewView(As(other, Plain(g_.Shape(other))), Plain(os));
+    int plain = values_.View(As(other, Plain(g_.Shape(other))), Plain(os));
     if (desc == Plain(os)) return plain;
-    if (StorageOf(plain) == Storage::kConst) return ReorderConst(plain, desc);
+    if (values_.StorageOf(plain) == Storage::kConst) return values_.ReorderConst(plain, desc);
     int target = NewTemp(desc);
-    AddReorder(plain, target);
+    plan_.AddReorder(plain, target);
     return target;
   };
   auto emit = [&](const dnnl::binary::primitive_desc& pd, int a, const Desc& d0, int b, const Desc& d1, int dst,
@@ -212,11 +212,11 @@ bool Program::BinaryWithoutReference(algorithm alg, int full, int other, int out
 // blocked tensor is its reference kernel (measured: 1.6-1.8 ms each for 18 k elements in
 // PP-OCR cls's hard-swish, 75% of the model's time); and c / x (ONNX Reciprocal) as
 // eltwise_pow, c * x^-1. False, having added nothing, for any other operands.
-bool Program::WithScalar(const BodyOp& op) {
+bool Builder::WithScalar(const BodyOp& op) {
   for (int x : op.inputs) {
     bool x_first = false;
     float c = ScalarOperand(op, x, &x_first), alpha, beta;
-    if (g_.Shape(x) != g_.Shape(op.output) || value_of_[x] < 0) continue;
+    if (g_.Shape(x) != g_.Shape(op.output) || values_.of(x) < 0) continue;
     if (LinearOf(op.kernel, c, x_first, &alpha, &beta)) {
       Eltwise(op, x, algorithm::eltwise_linear, alpha, beta, op.output);
       return true;
@@ -232,7 +232,7 @@ bool Program::WithScalar(const BodyOp& op) {
 // x * y where one is [..., M, 1] and the other [..., 1, N] over the same leading dims (both
 // broadcast, which oneDNN's binary cannot): each output is one product, a matmul with K = 1.
 // False, having added nothing, for other shapes.
-bool Program::OuterProduct(const BodyOp& op) {
+bool Builder::OuterProduct(const BodyOp& op) {
   const auto& ys = g_.Shape(op.output);
   size_t rank = ys.size();
   if (op.kernel != "relax.multiply" || rank < 2 || g_.Shape(op.inputs[0]) == ys || g_.Shape(op.inputs[1]) == ys)

@@ -4,30 +4,41 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 #include "kernels.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
+// What a qnn.conv*/qnn.matmul weight is quantized by on its way to s8: "w_scale" when it was sent in real units
+// ("weight_real", with the float definition's weight it shares), nothing when sent as integers in float32.
+std::vector<double> Builder::WeightScales(const Attrs& a) {
+  return a.Has("weight_real") && a.Bool("weight_real") ? a.Floats("w_scale") : std::vector<double>{};
+}
+
+// The s8 weights of a qnn.conv*/qnn.matmul in layout `desc` (WeightScales along `mask`).
+int Builder::QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask) {
+  return values_.ReorderConst(v, desc, WeightScales(a), mask);
+}
+
 // Arguments and attribute masks of one scale (per tensor, or per index of `mask`'s axes).
-void Program::Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales,
+void Builder::Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales,
                      int mask) {
   attr->set_scales_mask(arg, scales.size() > 1 ? mask : 0);
-  int v = OwnedConst(std::vector<float>(scales.begin(), scales.end()), memory::data_type::f32);
+  int v = values_.OwnedConst(std::vector<float>(scales.begin(), scales.end()), memory::data_type::f32);
   args->push_back({DNNL_ARG_ATTR_SCALES | arg, v, values_[v].desc});
 }
 
-void Program::ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point) {
+void Builder::ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point) {
   if (zero_point == 0) return;
   attr->set_zero_points_mask(arg, 0);
-  int v = OwnedConst(std::vector<int32_t>{static_cast<int32_t>(zero_point)}, memory::data_type::s32);
+  int v = values_.OwnedConst(std::vector<int32_t>{static_cast<int32_t>(zero_point)}, memory::data_type::s32);
   args->push_back({DNNL_ARG_ATTR_ZERO_POINTS | arg, v, values_[v].desc});
 }
 
 // A folded relu or clip: the output range narrower than the type's, as a clip in real units
 // (post-ops run before the output scale).
-post_ops Program::OutputRange(const Attrs& a, memory::data_type type) const {
+post_ops Builder::OutputRange(const Attrs& a, memory::data_type type) const {
   post_ops ops;
   int64_t lo = a.Int("out_min"), hi = a.Int("out_max");
   int64_t type_lo = type == memory::data_type::u8 ? 0 : -128, type_hi = type == memory::data_type::u8 ? 255 : 127;
@@ -43,7 +54,7 @@ post_ops Program::OutputRange(const Attrs& a, memory::data_type type) const {
 // feeding the next int8 conv, or a dequantize feeding a float op, moves no data twice. A channel-blocked
 // one (a float conv's nChw8c) becomes channels last, the layout oneDNN's 8-bit kernels take: a u8 max pool
 // over NCHW is its reference kernel (26 ms of a ResNet-50 whose first conv ran in float32; 0.1 ms NHWC).
-Desc Program::Retyped(const Desc& desc, const TensorInfo& t) {
+Desc Builder::Retyped(const Desc& desc, const TensorInfo& t) {
   if (IsStrided(desc)) return Desc(desc.get_dims(), DataType(t), desc.get_strides());
   if (desc.get_format_kind() == memory::format_kind::blocked && t.shape.size() >= 3 && t.shape.size() <= 5)
     return ChannelsLast(t.shape, DataType(t));
@@ -51,7 +62,7 @@ Desc Program::Retyped(const Desc& desc, const TensorInfo& t) {
 }
 
 // NWC / NHWC / NDHWC for a 3- to 5-D tensor.
-Desc Program::ChannelsLast(const std::vector<int64_t>& shape, memory::data_type type) {
+Desc Builder::ChannelsLast(const std::vector<int64_t>& shape, memory::data_type type) {
   static const memory::format_tag tags[] = {memory::format_tag::nwc, memory::format_tag::nhwc,
                                             memory::format_tag::ndhwc};
   return Desc(DimsOf(shape), type, tags[shape.size() - 3]);
@@ -60,12 +71,12 @@ Desc Program::ChannelsLast(const std::vector<int64_t>& shape, memory::data_type 
 // qnn.add of two 8-bit tensors of one shape as one binary: scale_a * a + scale_b * b in f32,
 // then a linear post-op to the output's quantized units (1 / y_scale, the zero points folded
 // into the offset), clipped to the output range, rounded and saturated on the store.
-void Program::QuantizedAdd(const BodyOp& op, const Attrs& a) {
+void Builder::QuantizedAdd(const BodyOp& op, const Attrs& a) {
   Arity(op, 2);
   int x = op.inputs[0], y = op.inputs[1];
   if (g_.Shape(x) != g_.Shape(op.output) || g_.Shape(y) != g_.Shape(op.output))
     Fail(op.where + ": operands of one shape only");
-  int from = value_of_[x];
+  int from = values_.of(x);
   if (from < 0) Fail("tensor " + g_.tensor(x).name + " is read before it is computed");
   Desc src0 = values_[from].desc, src1 = Retyped(src0, g_.tensor(y)), dst = Retyped(src0, g_.tensor(op.output));
   double sa = a.Float("a_scale"), sb = a.Float("b_scale"), sy = a.Float("y_scale");
@@ -97,7 +108,7 @@ void Program::QuantizedAdd(const BodyOp& op, const Attrs& a) {
 // many ops it took (those dequantizes included), or 0 (having added nothing). A pooling on the
 // 8-bit tensor with the same post-ops (DQ -> global mean -> Q) is oneDNN's reference kernel on
 // AVX2 (0.3-0.7 ms each in PP-OCR cls), so those units keep their reorders.
-size_t Program::FakeQuantizedAt(size_t k) {
+size_t Builder::FakeQuantizedAt(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
   size_t j = k;
   while (j < ops.size() && j < k + 2 && ops[j].kernel == "relax.dequantize" && PerTensor(ops[j])) ++j;
@@ -135,7 +146,7 @@ size_t Program::FakeQuantizedAt(size_t k) {
         (op.inputs[0] == x || (op.inputs[1] == x && Commutes(op.kernel))) && g_.Shape(op.output) == shape) {
       int other = op.inputs[0] == x ? op.inputs[1] : op.inputs[0];
       other_dq = dq_of(other);
-      if (Broadcasts(g_.Shape(other), shape) && (other_dq >= 0 || value_of_[other] >= 0)) {
+      if (Broadcasts(g_.Shape(other), shape) && (other_dq >= 0 || values_.of(other) >= 0)) {
         p = PostOp{*BinaryAlgorithm(op.kernel), 0.0f, 0.0f, other};
         n = 1;
       }
@@ -172,7 +183,7 @@ size_t Program::FakeQuantizedAt(size_t k) {
     }
   }
   const BodyOp& dq = ops[static_cast<size_t>(main_dq)];
-  int from = value_of_[dq.inputs[0]];
+  int from = values_.of(dq.inputs[0]);
   if (from < 0) Fail("tensor " + g_.tensor(dq.inputs[0]).name + " is read before it is computed");
   Attrs da(dq.attrs, dq.where), qa(q.attrs, q.where);
   double si = da.Floats("scale")[0], so = qa.Floats("scale")[0];
@@ -224,11 +235,11 @@ size_t Program::FakeQuantizedAt(size_t k) {
       for (int b = 0; b < 256; ++b) composed[b] = table[upstream->table[b]];
       table = std::move(composed);
       source = upstream->source;
-      from = value_of_[source];
+      from = values_.of(source);
       src = values_[from].desc;
     }
     int64_t count = static_cast<int64_t>(src.get_size());
-    byte_tables_[q.output] = {source, table, steps_.size()};
+    byte_tables_[q.output] = {source, table, plan_.size()};
     AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, src}, {DNNL_ARG_DST, Define(q.output, dst), dst}}, Desc(),
             std::make_shared<LookupTable>(std::move(table), count));
     return j - k + 1;
@@ -242,21 +253,21 @@ size_t Program::FakeQuantizedAt(size_t k) {
   memory zero(zero_desc, Engine());
   *static_cast<float*>(zero.get_data_handle()) = 0.0f;
   args.push_back({DNNL_ARG_SRC_0, from, src});
-  args.push_back({DNNL_ARG_SRC_1, KeepConst(zero), zero_desc});
+  args.push_back({DNNL_ARG_SRC_1, values_.KeepConst(zero), zero_desc});
   args.push_back({DNNL_ARG_DST, Define(q.output, dst), dst});
   AddStep(dnnl::binary(pd), std::move(args), pd.scratchpad_desc());
   return j - k + 1;
 }
 
 // A quantize or dequantize with one scale and one zero point.
-bool Program::PerTensor(const BodyOp& op) {
+bool Builder::PerTensor(const BodyOp& op) {
   Attrs a(op.attrs, op.where);
   return a.Floats("scale").size() == 1 && a.Ints("zero_point").size() == 1;
 }
 
 // relax.quantize (f32 -> u8/s8) or relax.dequantize (u8/s8 -> f32): one reorder with scale and
 // zero point, from the input in whatever layout it has to a plain output.
-void Program::QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
+void Builder::QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
   Arity(op, 1);
   int x = op.inputs[0];
   SameShape(op, x);
@@ -264,7 +275,7 @@ void Program::QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
   for (int64_t z : zero_points)
     if (z != zero_points[0]) Fail(op.where + ": per-axis zero points are not supported (scales are)");
   int arg = quantize ? DNNL_ARG_DST : DNNL_ARG_SRC;
-  int from = value_of_[x];
+  int from = values_.of(x);
   if (from < 0) Fail("tensor " + g_.tensor(x).name + " is read before it is computed");
   Desc src = values_[from].desc, dst = Retyped(src, g_.tensor(op.output));
   primitive_attr attr = UserScratchpad();
@@ -279,7 +290,7 @@ void Program::QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize) {
 }
 
 // The scales, zero points and output range of a qnn.conv2d / qnn.matmul.
-primitive_attr Program::QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args) {
+primitive_attr Builder::QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args) {
   primitive_attr attr = UserScratchpad(OutputRange(a, out));
   Scales(&attr, args, DNNL_ARG_SRC, {a.Float("x_scale")}, 0);
   Scales(&attr, args, DNNL_ARG_WEIGHTS, a.Floats("w_scale"), weight_mask);
@@ -291,7 +302,7 @@ primitive_attr Program::QuantizedAttr(const Attrs& a, memory::data_type out, int
 
 // An int8 convolution: u8/s8 source, s8 weights (sent as float32 integers, reordered once),
 // an optional f32 bias in real units, u8/s8 destination.
-size_t Program::QuantizedConv(size_t k, const Attrs& a) {
+size_t Builder::QuantizedConv(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
   int x = op.inputs[0], w = op.inputs[1];
@@ -307,9 +318,9 @@ size_t Program::QuantizedConv(size_t k, const Attrs& a) {
                    op.inputs.size() == 3 ? &bias : nullptr, Any(DimsOf(ys), out), attr);
   args.push_back({DNNL_ARG_SRC, As(x, pd.src_desc()), pd.src_desc()});
   args.push_back({DNNL_ARG_WEIGHTS,
-                  QuantizedWeights(ConstView(value_of_[w], Plain(c.weights)), pd.weights_desc(), a, weight_mask),
+                  QuantizedWeights(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc(), a, weight_mask),
                   pd.weights_desc()});
-  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
   AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
   return k + 1;
@@ -321,7 +332,7 @@ size_t Program::QuantizedConv(size_t k, const Attrs& a) {
 // 256 -> 512 channel, 5-tap conv at 175 G multiply-adds/s, its int8 matmul of the same products at 410-447
 // (AVX-512 VNNI, 2 threads). The weight is laid out [tap][channel][K] once, at load; the matmul writes the
 // conv's output in NWC. Exact either way (int32 sums). False, adding nothing, for any other conv.
-bool Program::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c) {
+bool Builder::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c) {
   int x = op.inputs[0], w = op.inputs[1];
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
   // a conv2d over a W = 1 image with a kernel of width 1 is the same conv1d (Magika's Conv1D export)
@@ -349,13 +360,13 @@ bool Program::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& 
   // of the matmul's weight, then packed (oneDNN has no scaled reorder into the packed layout). Only the packed
   // copy is kept.
   Desc by_tap({taps, channels, outs}, memory::data_type::f32, Dims{1, taps, channels * taps});
-  memory staged = Reordered(memory(by_tap, Engine(), const_cast<float*>(g_.const_data(w).data())),
+  memory staged = ValueTable::Reordered(memory(by_tap, Engine(), const_cast<float*>(g_.const_data(w).data())),
                             Plain({taps, channels, outs}, memory::data_type::s8), WeightScales(a), 1 << 2);
   memory rows_of_weight(Plain({taps * channels, outs}, memory::data_type::s8), Engine(), staged.get_data_handle());
-  int packed = KeepConst(Reordered(rows_of_weight, pd.weights_desc()));
+  int packed = values_.KeepConst(ValueTable::Reordered(rows_of_weight, pd.weights_desc()));
   args.push_back({DNNL_ARG_SRC, rows_value, windows});
   args.push_back({DNNL_ARG_WEIGHTS, packed, pd.weights_desc()});
-  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   Desc nwc_out = conv2d ? Desc({1, outs, rows, 1}, out, memory::format_tag::acdb)
                         : Desc({1, outs, rows}, out, memory::format_tag::acb);
   args.push_back({DNNL_ARG_DST, Define(op.output, nwc_out), dst});
@@ -364,7 +375,7 @@ bool Program::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& 
 }
 
 // An int8 matmul with constant s8 weights (per tensor, or per output column).
-size_t Program::QuantizedMatmul(size_t k, const Attrs& a) {
+size_t Builder::QuantizedMatmul(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
   int x = op.inputs[0], w = op.inputs[1];
@@ -388,9 +399,9 @@ size_t Program::QuantizedMatmul(size_t k, const Attrs& a) {
                                   : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
   args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, DataType(g_.tensor(x)))), src});
   args.push_back({DNNL_ARG_WEIGHTS,
-                  QuantizedWeights(ConstView(value_of_[w], Plain(Padded(ws, rank))), pd.weights_desc(), a, weight_mask),
+                  QuantizedWeights(values_.ConstView(values_.of(w), Plain(Padded(ws, rank))), pd.weights_desc(), a, weight_mask),
                   pd.weights_desc()});
-  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
   return k + 1;
@@ -400,7 +411,7 @@ size_t Program::QuantizedMatmul(size_t k, const Attrs& a) {
 // and oneDNN's int8 1x1 convolution (weights packed once) runs 2.5-7x faster than its int8 gemm for a few rows
 // (a classifier, a token), and no slower for many (measured on AVX2 with 2 threads: [1, 2048] x [2048, 1000]
 // 0.04 ms against 0.15 ms). False, adding nothing, when oneDNN offers only its reference kernel.
-bool Program::RowsAsConv(const BodyOp& op, const Attrs& a) {
+bool Builder::RowsAsConv(const BodyOp& op, const Attrs& a) {
   int x = op.inputs[0], w = op.inputs[1];
   const auto &xs = g_.Shape(x), &ws = g_.Shape(w);
   int64_t k = ws[0], n = ws[1], rows = g_.tensor(x).numel / k;
@@ -415,9 +426,9 @@ bool Program::RowsAsConv(const BodyOp& op, const Attrs& a) {
   if (IsReference(pd)) return false;
   Desc transposed({n, k, 1, 1}, memory::data_type::f32, Dims{1, n, n * k, n * k});  // the [K, N] constant as OIHW
   args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, in)), src});
-  args.push_back({DNNL_ARG_WEIGHTS, QuantizedWeights(ConstView(value_of_[w], transposed), pd.weights_desc(), a, 1),
+  args.push_back({DNNL_ARG_WEIGHTS, QuantizedWeights(values_.ConstView(values_.of(w), transposed), pd.weights_desc(), a, 1),
                   pd.weights_desc()});
-  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, value_of_[op.inputs[2]], bias});
+  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, Plain(g_.Shape(op.output), out)), dst});
   AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
   return true;

@@ -74,7 +74,7 @@ class WinogradOutput : public Kernel {
 
 // An 8-bit tensor mapped byte by byte through a 256-entry table: an element-wise unit whose output depends on
 // its one 8-bit input alone (dequantize, element-wise ops, quantize). The table is the unit's own primitive
-// run once on the 256 possible bytes (Program::LookupTableOf), so a call computes exactly what that primitive
+// run once on the 256 possible bytes (Builder::LookupTableOf), so a call computes exactly what that primitive
 // would, at a fraction of its cost (byte_table.h): oneDNN's binary with a chain of post-ops took 1-2 ns per
 // element.
 class LookupTable : public Kernel {
@@ -94,7 +94,7 @@ class LookupTable : public Kernel {
 };
 
 // The windows of a stride-1 unpadded conv1d over a batch-1 NWC source, as the rows of a matrix: row t is the
-// bytes of x[t .. t + kernel) (contiguous in NWC), so the conv is one matmul of these rows (Program::WindowsAsMatmul).
+// bytes of x[t .. t + kernel) (contiguous in NWC), so the conv is one matmul of these rows (Builder::WindowsAsMatmul).
 class Windows : public Kernel {
  public:
   Windows(int64_t rows, int64_t row_bytes, int64_t step_bytes)
@@ -113,7 +113,7 @@ class Windows : public Kernel {
 };
 
 // Every float of the destination set to one value: the border of a constant pad, before the source is
-// copied into its middle (Program::Pad). oneDNN has no fill primitive, and x * 0 + v keeps a stale NaN.
+// copied into its middle (Builder::Pad). oneDNN has no fill primitive, and x * 0 + v keeps a stale NaN.
 class Fill : public Kernel {
  public:
   Fill(int64_t count, float value) : count_(count), value_(value) {}

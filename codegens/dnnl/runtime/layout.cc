@@ -6,39 +6,39 @@
 #include <sstream>
 
 #include "kernels.h"
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
 // Same bytes, other shape: a view of the input in plain layout, no step.
-void Program::Reshape(const BodyOp& op) {
+void Builder::Reshape(const BodyOp& op) {
   Arity(op, 1);
   if (g_.tensor(op.inputs[0]).numel != g_.tensor(op.output).numel)
     Fail(op.where + ": " + ShapeStr(g_.Shape(op.inputs[0])) + " and " + ShapeStr(g_.Shape(op.output)) +
          " have different sizes");
-  if (g_.Shape(op.inputs[0]) == g_.Shape(op.output) && value_of_[op.inputs[0]] >= 0) {
-    value_of_[op.output] = value_of_[op.inputs[0]];  // the same tensor: keep its layout, blocked or not
+  if (g_.Shape(op.inputs[0]) == g_.Shape(op.output) && values_.of(op.inputs[0]) >= 0) {
+    values_.Bind(op.output, values_.of(op.inputs[0]));  // the same tensor: keep its layout, blocked or not
     return;
   }
-  int v = value_of_[op.inputs[0]];
+  int v = values_.of(op.inputs[0]);
   if (v >= 0) {
     // The same bytes seen with the new dims when the layout allows it (unit dims dropped or added, or
     // dims merged that lie together): a conv's NWC output squeezed to 3-D stays NWC, with no copy to
     // plain and back (Magika: 0.76 ms of reorders around its conv).
     try {
-      value_of_[op.output] = NewView(v, values_[v].desc.reshape(DimsOf(g_.Shape(op.output))));
+      values_.Bind(op.output, values_.View(v, values_[v].desc.reshape(DimsOf(g_.Shape(op.output)))));
       return;
     } catch (const dnnl::error&) {
     }
   }
   memory::data_type type = DataType(g_.tensor(op.output));
-  value_of_[op.output] =
-      NewView(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), type)), Plain(g_.Shape(op.output), type));
+  values_.Bind(op.output,
+               values_.View(As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), type)), Plain(g_.Shape(op.output), type)));
 }
 
 // The axes of a permute_dims: output axis i is input axis perm[i] (reversed when the op gives none).
-std::vector<int64_t> Program::Permutation(const BodyOp& op, const Attrs& a) const {
+std::vector<int64_t> Builder::Permutation(const BodyOp& op, const Attrs& a) const {
   size_t rank = g_.Shape(op.inputs[0]).size();
   std::vector<int64_t> perm;
   if (a.IsNone("axes")) {
@@ -50,14 +50,14 @@ std::vector<int64_t> Program::Permutation(const BodyOp& op, const Attrs& a) cons
 }
 
 // A reorder from the input seen through permuted strides into a plain output.
-void Program::Transpose(const BodyOp& op, const Attrs& a) {
+void Builder::Transpose(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   std::vector<int64_t> perm = Permutation(op, a);
   std::vector<bool> seen(xs.size(), false);
   if (perm.size() != xs.size()) Fail(op.where + ": axes is not a permutation");
   memory::data_type type = DataType(g_.tensor(op.inputs[0]));
-  int v = value_of_[op.inputs[0]];
+  int v = values_.of(op.inputs[0]);
   if (v < 0) Fail("tensor " + g_.tensor(op.inputs[0]).name + " is read before it is computed");
   // The source read in its own layout when that is strided (a conv's NWC output), else plain.
   Desc source = IsStrided(values_[v].desc) ? values_[v].desc : Plain(xs, type);
@@ -70,21 +70,21 @@ void Program::Transpose(const BodyOp& op, const Attrs& a) {
   }
   Desc view(dims, type, strides);
   if (g_.tensor(op.inputs[0]).kind == Kind::kConst) {  // a transposed weight: transposed once, at load
-    value_of_[op.output] = ReorderConst(ConstView(v, view), Plain(ys));
+    values_.Bind(op.output, values_.ReorderConst(values_.ConstView(v, view), Plain(ys)));
     return;
   }
   int src = As(op.inputs[0], source);
   // Seen through the permuted strides, the bytes may already be plain or channels last (the NCW <-> NWC
   // transposes a TensorFlow export puts around each conv): the output is then that view, with no step.
   if (view == Plain(ys, type) || (ys.size() >= 3 && ys.size() <= 5 && view == ChannelsLast(ys, type))) {
-    value_of_[op.output] = NewView(src, view);
+    values_.Bind(op.output, values_.View(src, view));
     return;
   }
   // Read by matmuls alone, the output stays the permuted view: oneDNN's matmul reads an operand through its
   // strides at full speed where its rows stay contiguous (heads split off a Linear's rows). Where they do not
   // (K^T) Matmul copies it plain, from the view, so two transposes in a row are one copy.
   if (OnlyMatmulsRead(op.output)) {
-    value_of_[op.output] = NewView(src, view);
+    values_.Bind(op.output, values_.View(src, view));
     return;
   }
   int dst = Define(op.output, Plain(ys, type));
@@ -97,7 +97,7 @@ void Program::Transpose(const BodyOp& op, const Attrs& a) {
 // reorder between two 5-D views, from the input's strided layout into the same layout, so the next conv
 // reads it as it is (three reorders before: to plain, the transpose, back to NHWC; 0.8 ms of ShuffleNet's
 // 3.5). Returns 3, or 0 when the ops at k are something else.
-size_t Program::ChannelShuffleAt(size_t k) {
+size_t Builder::ChannelShuffleAt(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
   if (k + 3 > ops.size()) return 0;
   const BodyOp &split = ops[k], &swap = ops[k + 1], &merge = ops[k + 2];
@@ -111,10 +111,10 @@ size_t Program::ChannelShuffleAt(size_t k) {
   Attrs a(swap.attrs, swap.where);
   if (xs.size() != 4 || parts.size() != 5 || g_.Shape(merge.output) != xs || a.IsNone("axes") ||
       a.Ints("axes") != std::vector<int64_t>{0, 2, 1, 3, 4} || parts[0] != xs[0] || parts[1] * parts[2] != xs[1] ||
-      parts[3] != xs[2] || parts[4] != xs[3] || value_of_[x] < 0 || g_.tensor(x).kind == Kind::kConst)
+      parts[3] != xs[2] || parts[4] != xs[3] || values_.of(x) < 0 || g_.tensor(x).kind == Kind::kConst)
     return 0;
   memory::data_type type = DataType(g_.tensor(x));
-  Desc layout = IsStrided(values_[value_of_[x]].desc) ? values_[value_of_[x]].desc : ChannelsLast(xs, type);
+  Desc layout = IsStrided(values_.DescOf(x)) ? values_.DescOf(x) : ChannelsLast(xs, type);
   int src = As(x, layout);
   const Dims& s = layout.get_strides();
   int64_t groups = parts[1], per_group = parts[2];
@@ -128,12 +128,12 @@ size_t Program::ChannelShuffleAt(size_t k) {
 }
 
 // A layout given by strides alone (plain, channels last, any permutation), not channel-blocked.
-bool Program::IsStrided(const Desc& desc) {
+bool IsStrided(const Desc& desc) {
   return desc.get_format_kind() == memory::format_kind::blocked && desc.get_inner_blks().empty();
 }
 
 // The format tag of a 3-D or 4-D `desc` among oneDNN's common ones, or undef.
-memory::format_tag Program::TagOf(const Desc& desc) {
+memory::format_tag TagOf(const Desc& desc) {
   using tag = memory::format_tag;
   static const std::vector<tag> tags3 = {tag::ncw, tag::nwc, tag::nCw8c, tag::nCw16c};
   static const std::vector<tag> tags4 = {tag::nchw, tag::nhwc, tag::nChw8c, tag::nChw16c};
@@ -145,7 +145,7 @@ memory::format_tag Program::TagOf(const Desc& desc) {
 }
 
 // One concat primitive (a copy; the producers do not write into the output).
-void Program::Concat(const BodyOp& op, const Attrs& a) {
+void Builder::Concat(const BodyOp& op, const Attrs& a) {
   const auto& ys = g_.Shape(op.output);
   if (op.inputs.empty() || ys.empty()) Fail(op.where + ": concat needs at least one tensor of rank >= 1");
   size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), ys.size(), op.where));
@@ -155,7 +155,7 @@ void Program::Concat(const BodyOp& op, const Attrs& a) {
     bool fits = xs.size() == ys.size();
     for (size_t d = 0; fits && d < ys.size(); ++d) fits = d == axis || xs[d] == ys[d];
     if (!fits) Fail(op.where + ": " + ShapeStr(xs) + " does not fit " + ShapeStr(ys) + " along axis " + std::to_string(axis));
-    if (value_of_[id] < 0) Fail(op.where + ": tensor " + g_.tensor(id).name + " is read before it is computed");
+    if (values_.of(id) < 0) Fail(op.where + ": tensor " + g_.tensor(id).name + " is read before it is computed");
     total += xs[axis];
   }
   if (total != ys[axis]) Fail(op.where + ": the inputs do not add up to " + ShapeStr(ys));
@@ -174,7 +174,7 @@ void Program::Concat(const BodyOp& op, const Attrs& a) {
 // broadcast_to: a view where it repeats no values (it adds unit dims); otherwise, for each axis where the input
 // has 1 and the output more, a concat of that many copies (grouped-query attention's keys and values repeated for
 // each query head of their group, Llama). The rule takes at most kMaxBroadcastCopies copies an axis.
-void Program::BroadcastTo(const BodyOp& op) {
+void Builder::BroadcastTo(const BodyOp& op) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   if (xs.size() > ys.size()) Fail(op.where + ": " + ShapeStr(xs) + " does not broadcast to " + ShapeStr(ys));
@@ -182,7 +182,7 @@ void Program::BroadcastTo(const BodyOp& op) {
   std::vector<int64_t> shape(ys.size() - xs.size(), 1);
   shape.insert(shape.end(), xs.begin(), xs.end());
   memory::data_type type = DataType(g_.tensor(op.output));
-  int current = NewView(As(op.inputs[0], Plain(xs, type)), Plain(shape, type));
+  int current = values_.View(As(op.inputs[0], Plain(xs, type)), Plain(shape, type));
   for (size_t axis = 0; axis < ys.size(); ++axis) {
     if (shape[axis] == ys[axis]) continue;
     if (shape[axis] != 1 || ys[axis] > kMaxBroadcastCopies)
@@ -198,14 +198,14 @@ void Program::BroadcastTo(const BodyOp& op) {
     AddStep(dnnl::concat(pd), std::move(args), pd.scratchpad_desc());
     current = next;
   }
-  value_of_[op.output] = current;
+  values_.Bind(op.output, current);
 }
 
 // stack: a concat of the inputs, each seen with a unit axis inserted, into a plain output;
 // or nothing at all when a sum / mean / max / min over the new axis is its only reader (ONNX
 // Sum, Mean, Max and Min of n tensors): that reduction is then one oneDNN sum of the inputs
 // (SumOf), or a chain of binary max / min (ExtremeOf).
-void Program::Stack(const BodyOp& op, const Attrs& a) {
+void Builder::Stack(const BodyOp& op, const Attrs& a) {
   const auto& ys = g_.Shape(op.output);
   if (op.inputs.empty()) Fail(op.where + ": stack of nothing");
   const auto& xs = g_.Shape(op.inputs[0]);
@@ -235,8 +235,8 @@ void Program::Stack(const BodyOp& op, const Attrs& a) {
 // falls on a block (YOLOv8's split of a conv output in halves): one reorder from the
 // sub-memory into the same layout, which the next conv reads as it is. False when the
 // input is in another layout or the part cuts a block.
-bool Program::CopyBlockedPart(const BodyOp& op, const Dims& offsets) {
-  int v = value_of_[op.inputs[0]];
+bool Builder::CopyBlockedPart(const BodyOp& op, const Dims& offsets) {
+  int v = values_.of(op.inputs[0]);
   if (v < 0) return false;
   const Desc& src = values_[v].desc;
   if (src.get_ndims() != 4 || src.get_format_kind() != memory::format_kind::blocked) return false;
@@ -261,7 +261,7 @@ bool Program::CopyBlockedPart(const BodyOp& op, const Dims& offsets) {
 // upscales with half_pixel + round_prefer_floor/ceil (the coordinate stays
 // within 0.5 of the right index) or asymmetric + floor. Empty when supported,
 // else why not (annotations/dnnl.py's rule says the same).
-std::string Program::ResizeUnsupported(const std::string& method, const std::string& ctm, const std::string& rounding,
+std::string Builder::ResizeUnsupported(const std::string& method, const std::string& ctm, const std::string& rounding,
                                        const std::vector<int64_t>& xs, const std::vector<int64_t>& ys) {
   bool half_pixel = ctm == "half_pixel" || (ctm == "pytorch_half_pixel" && ys[2] > 1 && ys[3] > 1);
   if (method == "linear") {
@@ -278,7 +278,7 @@ std::string Program::ResizeUnsupported(const std::string& method, const std::str
          " (oneDNN matches half_pixel with round_prefer_floor/round_prefer_ceil, or asymmetric with floor)";
 }
 
-void Program::Resize(const BodyOp& op, const Attrs& a) {
+void Builder::Resize(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   if (a.Str("layout") != "NCHW" || xs.size() != 4 || ys.size() != 4 || xs[0] != ys[0] || xs[1] != ys[1])
@@ -287,7 +287,7 @@ void Program::Resize(const BodyOp& op, const Attrs& a) {
   std::string why = ResizeUnsupported(method, a.Str("coordinate_transformation_mode"), a.Str("rounding_method"), xs, ys);
   if (!why.empty()) Fail(op.where + ": " + why);
   algorithm alg = method == "linear" ? algorithm::resampling_linear : algorithm::resampling_nearest;
-  int src = value_of_[op.inputs[0]];
+  int src = values_.of(op.inputs[0]);
   dnnl::resampling_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, values_[src].desc,
                                               Any(DimsOf(ys)), UserScratchpad());
   src = As(op.inputs[0], pd.src_desc());
@@ -297,7 +297,7 @@ void Program::Resize(const BodyOp& op, const Attrs& a) {
 }
 
 // A reorder from a strided view of the (plain) input into a plain output; positive steps.
-void Program::StridedSlice(const BodyOp& op, const Attrs& a) {
+void Builder::StridedSlice(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   // TVM passes axes, begin, end and strides as tuple arguments after the tensor (byoc/graph.py: arg1..arg4).
@@ -319,8 +319,8 @@ void Program::StridedSlice(const BodyOp& op, const Attrs& a) {
   }
   if (Dims(ys.begin(), ys.end()) != dims)
     Fail(op.where + ": the slice gives " + ShapeStr(std::vector<int64_t>(dims.begin(), dims.end())) + ", not " + ShapeStr(ys));
-  if (ys == xs && value_of_[op.inputs[0]] >= 0) {  // the whole tensor (an exporter's no-op slice): itself
-    value_of_[op.output] = value_of_[op.inputs[0]];
+  if (ys == xs && values_.of(op.inputs[0]) >= 0) {  // the whole tensor (an exporter's no-op slice): itself
+    values_.Bind(op.output, values_.of(op.inputs[0]));
     return;
   }
   CopyPart(op, offsets, step);
@@ -328,7 +328,7 @@ void Program::StridedSlice(const BodyOp& op, const Attrs& a) {
 
 // A constant pad (attrs pad_width: before and after per axis): the plain output filled with the value, then
 // the input copied into its middle by one reorder into a view of the output that starts at the widths before.
-void Program::Pad(const BodyOp& op, const Attrs& a) {
+void Builder::Pad(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   std::vector<int64_t> widths = a.Ints("pad_width");
@@ -353,7 +353,7 @@ void Program::Pad(const BodyOp& op, const Attrs& a) {
 }
 
 // One result of relax.split (attrs["result_index"], see byoc/graph.py): a part along the axis.
-void Program::Split(const BodyOp& op, const Attrs& a) {
+void Builder::Split(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   if (xs.empty() || xs.size() != ys.size()) Fail(op.where + ": split of a scalar or into another rank");
@@ -384,7 +384,7 @@ void Program::Split(const BodyOp& op, const Attrs& a) {
 // The output of `op` is the part of its (plain) input that starts at `offsets` and
 // takes every step-th element: one reorder from a strided view that starts inside
 // the input's buffer.
-void Program::CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) {
+void Builder::CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) {
   const auto &xs = g_.Shape(op.inputs[0]), &ys = g_.Shape(op.output);
   if (step == Dims(xs.size(), 1) && CopyBlockedPart(op, offsets)) return;
   Desc plain = Plain(xs);
@@ -396,9 +396,9 @@ void Program::CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) 
   }
   Desc view(DimsOf(ys), memory::data_type::f32, strides);
   int src = As(op.inputs[0], plain);
-  if (view == Plain(ys) && StorageOf(src) != Storage::kConst) {
+  if (view == Plain(ys) && values_.StorageOf(src) != Storage::kConst) {
     // A contiguous part (the rows of one step of an unrolled LSTM's input projection): those bytes, no copy.
-    value_of_[op.output] = NewView(src, view, offset);
+    values_.Bind(op.output, values_.View(src, view, offset));
     return;
   }
   int dst = Define(op.output, Plain(ys));

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -14,7 +14,7 @@ namespace dnnl_runtime {
 // per-gate products H·R_gᵀ. Each reads its whole weight to make one row, so one call instead of four saves
 // the calls' overhead: ddddocr's OCR model ran 248 1x512x512 matmuls at 16 us each. Returns k + 1, or 0
 // when op k has no such sibling.
-size_t Program::SideBySide(size_t k) {
+size_t Builder::SideBySide(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
   int a = ops[k].inputs.empty() ? -1 : ops[k].inputs[0];
   auto alone = [&](size_t j) {
@@ -53,7 +53,7 @@ size_t Program::SideBySide(size_t k) {
       for (int64_t r = 0; r < depth; ++r) std::copy_n(data.data() + r * n, n, out + r * width + column);
       column += n;
     }
-    joined->second = KeepConst(Reordered(plain, pd.weights_desc()));
+    joined->second = values_.KeepConst(ValueTable::Reordered(plain, pd.weights_desc()));
   }
   int weights = joined->second;
   int result = NewTemp(dst);
@@ -63,14 +63,14 @@ size_t Program::SideBySide(size_t k) {
   int64_t column = 0;
   for (size_t j : siblings) {
     int64_t n = g_.Shape(ops[j].inputs[1])[1];
-    value_of_[ops[j].output] = NewView(result, Plain({1, n}), static_cast<size_t>(column) * sizeof(float));
+    values_.Bind(ops[j].output, values_.View(result, Plain({1, n}), static_cast<size_t>(column) * sizeof(float)));
     column += n;
     if (j != k) merged_.insert(j);
   }
   return k + 1;
 }
 
-size_t Program::Matmul(size_t k) {
+size_t Builder::Matmul(size_t k) {
   if (size_t next = SideBySide(k)) return next;
   const BodyOp& op = g_.ops()[k];
   Arity(op, 2);
@@ -128,11 +128,11 @@ size_t Program::Matmul(size_t k) {
   };
   auto pd = CreateWithPostOps(f, out_shape, make);
   // Transposes around a matmul as strides: an operand held as a strided view (a transpose only matmuls read,
-  // Program::Transpose) is read through its strides, and a result that a transpose alone reads is written
+  // Builder::Transpose) is read through its strides, and a result that a transpose alone reads is written
   // through strides that make the transposed tensor plain. Only where oneDNN has a generated kernel for that;
   // otherwise the operands are copied plain first and the transpose is a copy after.
   Desc a_read = Plain(as), b_read = Plain(bs), dst_write = Plain(ys);  // how the operands are read, the result written
-  Desc a_view = values_[value_of_[a]].desc, b_view = values_[value_of_[b]].desc;
+  Desc a_view = values_.DescOf(a), b_view = values_.DescOf(b);
   Desc dst_view = rows ? dst_desc : TransposedDst(f.last, dst_dims);
   // Only with the innermost dim contiguous: a row stride oneDNN's brgemm takes as it is. A weight read along its
   // columns (K^T seen through K's strides) made a 6-head attention over 1500 frames 14.2 ms where the copy and a
@@ -170,10 +170,10 @@ size_t Program::Matmul(size_t k) {
     if (std::string(padded.impl_info_str()) == pd.impl_info_str()) pd = padded;
   }
   int src = As(a, a_read);
-  int weights = const_weights ? ReorderConst(ConstView(value_of_[b], Plain(weight_dims)), pd.weights_desc())
+  int weights = const_weights ? values_.ReorderConst(values_.ConstView(values_.of(b), Plain(weight_dims)), pd.weights_desc())
                               : As(b, b_read);
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
-  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], bias_desc});
+  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias_desc});
   AddBinaryArgs(f, &args, out_shape, dst_desc);
   args.push_back({DNNL_ARG_DST, Define(f.last, dst_write), dst_desc});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());

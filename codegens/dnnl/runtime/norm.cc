@@ -4,12 +4,12 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
-void Program::Softmax(const BodyOp& op, const Attrs& a) {
+void Builder::Softmax(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   SameShape(op, op.inputs[0]);
   const auto& xs = g_.Shape(op.inputs[0]);
@@ -39,7 +39,7 @@ void Program::Softmax(const BodyOp& op, const Attrs& a) {
   AddStep(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, desc}}, pd.scratchpad_desc());
 }
 
-void Program::LayerNorm(const BodyOp& op, const Attrs& a) {
+void Builder::LayerNorm(const BodyOp& op, const Attrs& a) {
   Arity(op, 3);
   SameShape(op, op.inputs[0]);
   const auto& xs = g_.Shape(op.inputs[0]);
@@ -67,7 +67,7 @@ void Program::LayerNorm(const BodyOp& op, const Attrs& a) {
 // preparation imports as one group per channel). oneDNN 3.2 has no group norm: a layer norm without scale or
 // shift over the rows of the plain [N * groups, C / groups * spatial] view, then the per-channel scale and
 // shift as one binary multiply with an add post-op over the [N, C, spatial] view.
-void Program::GroupNorm(const BodyOp& op, const Attrs& a) {
+void Builder::GroupNorm(const BodyOp& op, const Attrs& a) {
   Arity(op, 3);
   SameShape(op, op.inputs[0]);
   const auto& xs = g_.Shape(op.inputs[0]);
@@ -101,13 +101,13 @@ void Program::GroupNorm(const BodyOp& op, const Attrs& a) {
 // A byoc.lrn op: ONNX LRN, which TVM imports as eight ops and the dnnl codegen rewrites as one
 // (codegens/dnnl/activations.py): oneDNN's LRN across channels, x / (bias + alpha/size * the sum of the
 // squares over `size` channels)^beta.
-void Program::Lrn(const BodyOp& op, const Attrs& a) {
+void Builder::Lrn(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   SameShape(op, op.inputs[0]);
   int x = op.inputs[0];
   const auto& xs = g_.Shape(x);
   if (xs.size() != 4) Fail(op.where + ": LRN of a rank-" + std::to_string(xs.size()) + " tensor (oneDNN: 4-D NCHW)");
-  int src = value_of_[x];
+  int src = values_.of(x);
   Desc desc = g_.tensor(x).kind == Kind::kConst ? Plain(xs) : values_[src].desc;
   dnnl::lrn_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, algorithm::lrn_across_channels, desc,
                                        desc, a.Int("size"), static_cast<float>(a.Float("alpha")),
@@ -119,7 +119,7 @@ void Program::Lrn(const BodyOp& op, const Attrs& a) {
 }
 
 // Inference batch norm (the first result of relax.nn.batch_norm): moving statistics as given.
-void Program::BatchNorm(const BodyOp& op, const Attrs& a) {
+void Builder::BatchNorm(const BodyOp& op, const Attrs& a) {
   Arity(op, 5);
   SameShape(op, op.inputs[0]);
   const auto& xs = g_.Shape(op.inputs[0]);
@@ -132,7 +132,7 @@ void Program::BatchNorm(const BodyOp& op, const Attrs& a) {
   auto flags = dnnl::normalization_flags::use_global_stats;
   if (a.Bool("scale")) flags |= dnnl::normalization_flags::use_scale;
   if (a.Bool("center")) flags |= dnnl::normalization_flags::use_shift;
-  int src = value_of_[op.inputs[0]];
+  int src = values_.of(op.inputs[0]);
   Desc desc = values_[src].desc, param = Plain(Dims{c});
   if (g_.tensor(op.inputs[0]).kind == Kind::kConst) desc = Plain(xs);
   dnnl::batch_normalization_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, desc, desc,

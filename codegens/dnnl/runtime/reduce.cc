@@ -4,12 +4,12 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 
 namespace byoc {
 namespace dnnl_runtime {
 
-void Program::Pool(const BodyOp& op, const Attrs& a) {
+void Builder::Pool(const BodyOp& op, const Attrs& a) {
   Arity(op, 1);
   bool max = op.kernel == "relax.nn.max_pool2d";
   if (a.Str("layout") != "NCHW" || a.Str("out_layout") != "NCHW") Fail(op.where + ": only NCHW is supported");
@@ -38,7 +38,7 @@ void Program::Pool(const BodyOp& op, const Attrs& a) {
                                                  {kernel[0], kernel[1]}, {dil[0] - 1, dil[1] - 1}, {pad[0], pad[1]},
                                                  pad_r, UserScratchpad());
   };
-  auto pd = make(values_[value_of_[op.inputs[0]]].desc);
+  auto pd = make(values_.DescOf(op.inputs[0]));
   // The source's layout has only a reference or plain-C kernel (a u8 NCHW tensor: ref, 26 ms in a ResNet-50;
   // a global max over a long NCW row: simple_nchw, 0.4 ms in Magika): take it channels last, if that jits.
   if (!IsJit(pd)) {
@@ -51,7 +51,7 @@ void Program::Pool(const BodyOp& op, const Attrs& a) {
           pd.scratchpad_desc());
 }
 
-const algorithm* Program::ReductionOf(const std::string& kernel) {
+const algorithm* Builder::ReductionOf(const std::string& kernel) {
   static const std::map<std::string, algorithm> table = {{"relax.mean", algorithm::reduction_mean},
                                                          {"relax.sum", algorithm::reduction_sum},
                                                          {"relax.max", algorithm::reduction_max},
@@ -60,7 +60,7 @@ const algorithm* Program::ReductionOf(const std::string& kernel) {
 }
 
 // relax.mean, sum, max or min over some axes.
-void Program::Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
+void Builder::Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
   Arity(op, 1);
   bool mean = alg == algorithm::reduction_mean, additive = mean || alg == algorithm::reduction_sum;
   auto stacked = stacked_.find(op.inputs[0]);
@@ -86,7 +86,7 @@ void Program::Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
     Reshape(op);
     return;
   }
-  int src = value_of_[op.inputs[0]];
+  int src = values_.of(op.inputs[0]);
   if ((mean || alg == algorithm::reduction_max) && (xs.size() == 3 || xs.size() == 4) && kept[0] == xs[0] &&
       kept[1] == xs[1] && std::all_of(kept.begin() + 2, kept.end(), [](int64_t d) { return d == 1; })) {
     GlobalPool(op, src, kept, mean ? algorithm::pooling_avg_exclude_padding : algorithm::pooling_max);
@@ -102,7 +102,7 @@ void Program::Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
 
 // The element-wise max (min) of `terms` (ONNX Max / Min of n tensors, stacked then reduced):
 // a chain of binary primitives on plain tensors (one term: its max with itself, a copy).
-void Program::ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorithm alg) {
+void Builder::ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorithm alg) {
   const auto& ys = g_.Shape(op.output);
   for (int t : terms)
     if (g_.Shape(t) != ys) Fail(op.where + ": terms of another shape than " + ShapeStr(ys));
@@ -123,7 +123,7 @@ void Program::ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorit
 // kernel for such reductions when the axes are not innermost (measured: 4 ms for a
 // 512x256 sum over the 512 axis in Magika, where the matmul takes tens of microseconds).
 // Returns false, having added nothing, when the reduced axes are not one run.
-bool Program::ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean) {
+bool Builder::ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean) {
   const auto& xs = g_.Shape(op.inputs[0]);
   std::vector<size_t> axes;  // the reduced ones
   for (size_t i = 0; i < xs.size(); ++i)
@@ -137,7 +137,7 @@ bool Program::ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean) {
   Desc ones_desc = Plain({1, 1, reduced});
   memory ones(ones_desc, Engine());
   std::fill_n(static_cast<float*>(ones.get_data_handle()), reduced, mean ? 1.0f / reduced : 1.0f);
-  int ones_value = KeepConst(ones);
+  int ones_value = values_.KeepConst(ones);
   Desc x_desc = Plain({outer, reduced, inner}), y_desc = Plain({outer, 1, inner});
   dnnl::matmul::primitive_desc pd(Engine(), ones_desc, x_desc, y_desc, UserScratchpad());
   int x = As(op.inputs[0], Plain(DimsOf(xs)));
@@ -151,7 +151,7 @@ bool Program::ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean) {
 // The mean (max) over the spatial axes of NCW / NCHW as one pooling window: oneDNN's
 // pooling reads blocked layouts with a jit kernel, its reduction does not
 // (measured: 21% of MobileNetV2 in the reference reduction).
-void Program::GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg) {
+void Builder::GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg) {
   const auto& xs = g_.Shape(op.inputs[0]);
   Dims window(xs.begin() + 2, xs.end()), ones(xs.size() - 2, 1), zeros(xs.size() - 2, 0);
   auto make = [&](const Desc& from) {
@@ -179,7 +179,7 @@ void Program::GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm 
 }
 
 // Whether the only reader of tensor `id` is a relax.sum / mean / max / min over `axis` alone, without keepdims.
-bool Program::ReducedOverOnly(int id, size_t axis) const {
+bool Builder::ReducedOverOnly(int id, size_t axis) const {
   if (g_.uses(id) != 1) return false;  // a graph output counts as a use
   for (const BodyOp& reader : g_.ops()) {
     if (std::find(reader.inputs.begin(), reader.inputs.end(), id) == reader.inputs.end()) continue;
@@ -193,7 +193,7 @@ bool Program::ReducedOverOnly(int id, size_t axis) const {
 }
 
 // The sum (or mean) of `terms`, one oneDNN sum primitive over them in their own layouts.
-void Program::SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean) {
+void Builder::SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean) {
   for (int t : terms)
     if (g_.Shape(t) != g_.Shape(op.output)) Fail(op.where + ": terms of another shape than " + ShapeStr(g_.Shape(op.output)));
   std::vector<float> scales(terms.size(), mean ? 1.0f / static_cast<float>(terms.size()) : 1.0f);

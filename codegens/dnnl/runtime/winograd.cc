@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "program.h"
+#include "builder.h"
 #include "kernels.h"
 
 namespace byoc {
@@ -18,7 +18,7 @@ namespace dnnl_runtime {
 // transforms as costly as the products). Returns the op after the fused chain, or 0 (the direct conv) when it does
 // not apply:
 // another geometry, a post-op it has no epilogue for, or the graph's option winograd off.
-size_t Program::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
+size_t Builder::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   const BodyOp& op = g_.ops()[k];
   int x = op.inputs[0], w = op.inputs[1];
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
@@ -70,7 +70,7 @@ size_t Program::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   dnnl::matmul::primitive_desc pd(Engine(), v_desc, Any(u_plain.get_dims()), m_desc, UserScratchpad());
   // Every shape of a symbolic graph transforms the same weight: one transform per packed layout (this was
   // most of ResNet-18's first call at a new shape).
-  int u_value = KeepShared("winograd:" + std::to_string(w) + "/" + DescKey(pd.weights_desc()), [&] {
+  int u_value = values_.KeepShared("winograd:" + std::to_string(w) + "/" + DescKey(pd.weights_desc()), [&] {
     std::vector<float> u(static_cast<size_t>(winograd::kPoints * g.c * g.k));
     winograd::TransformWeights(g_.const_data(w).data(), g.k, g.c, u.data());
     memory packed(pd.weights_desc(), Engine()), given(u_plain, Engine(), u.data());
@@ -87,7 +87,7 @@ size_t Program::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
                              {DNNL_ARG_DST, m, m_desc}},
           pd.scratchpad_desc());
   std::vector<Arg> args = {{DNNL_ARG_SRC, m, m_desc}};
-  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, value_of_[f.bias], Plain(Dims{g.k})});
+  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), Plain(Dims{g.k})});
   for (const auto& [i, desc] : operands)
     args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, As(f.post[i].tensor, desc), desc});
   args.push_back({DNNL_ARG_DST, Define(f.last, out), out});

@@ -1,0 +1,202 @@
+// builder.cc -- the builder (Builder): what every lowering builds with (a tensor in a layout, a tensor defined),
+// the op table, and the loop that lowers a partition's ops, each for the team size its work earns.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "builder.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+Builder::Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan)
+    : g_(graph), values_(*values), plan_(*plan), winograd_(graph.BoolOption("winograd", true)) {}
+
+void Builder::Build(int max_threads) {
+  const std::vector<BodyOp>& ops = g_.ops();
+  OmpThreads omp;  // oneDNN sizes each primitive's work split for the team size current at creation
+  double total_us = 0;
+  for (const BodyOp& op : ops) total_us += WorkUs(op);
+  for (size_t k = 0; k < ops.size();) {
+    double op_us = WorkUs(ops[k]);
+    int threads = op_us >= kParallelOpUs && (total_us >= kParallelModuleUs || op_us >= kParallelAloneUs) ? max_threads : 1;
+    plan_.set_threads(threads);
+    omp.Set(threads);
+    try {
+      k = CompileOp(k);
+    } catch (const dnnl::error& err) {
+      Fail(ops[k].where + ": oneDNN cannot run this op (" + err.what() + ")");
+    }
+  }
+}
+
+// -- what every lowering builds with ------------------------------------------------------
+// Whether `id` is not a partition output and every op that reads it is a matmul, or a permute_dims that only
+// matmuls read in turn (K transposed twice: heads split off, then K^T).
+bool Builder::OnlyMatmulsRead(int id) const {
+  const std::vector<int>& outputs = g_.outputs();
+  if (g_.uses(id) == 0 || std::find(outputs.begin(), outputs.end(), id) != outputs.end()) return false;
+  for (const BodyOp& op : g_.ops()) {
+    if (std::find(op.inputs.begin(), op.inputs.end(), id) == op.inputs.end() || op.kernel == "relax.matmul") continue;
+    if (op.kernel != "relax.permute_dims" || !OnlyMatmulsRead(op.output)) return false;
+  }
+  return true;
+}
+
+// The one op that reads graph tensor `id` (which is no partition output), or null.
+const BodyOp* Builder::OnlyReader(int id) const {
+  const std::vector<int>& outputs = g_.outputs();
+  if (g_.uses(id) != 1 || std::find(outputs.begin(), outputs.end(), id) != outputs.end()) return nullptr;
+  for (const BodyOp& op : g_.ops())
+    if (std::find(op.inputs.begin(), op.inputs.end(), id) != op.inputs.end()) return &op;
+  return nullptr;
+}
+
+// Where a primitive writes graph tensor `id` of `dims` when a permute_dims alone reads it: through strides that
+// make the permuted tensor plain, so the permute_dims is a view with no step (Builder::Transpose). Plain otherwise.
+Desc Builder::TransposedDst(int id, const Dims& dims) const {
+  const BodyOp* reader = OnlyReader(id);
+  memory::data_type type = DataType(g_.tensor(id));
+  if (!reader || reader->kernel != "relax.permute_dims" || g_.Shape(id).size() != dims.size()) return Plain(dims, type);
+  std::vector<int64_t> perm = Permutation(*reader, Attrs(reader->attrs, reader->where));
+  const std::vector<int64_t>& ys = g_.Shape(reader->output);
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  for (size_t i = ys.size(); i-- > 0;) {  // the permuted tensor's plain strides, given to the axes they come from
+    strides[perm[i]] = stride;
+    stride *= ys[i];
+  }
+  return Desc(dims, type, strides);
+}
+
+// The value holding graph tensor `id` in layout `desc`, reordering once if needed.
+int Builder::As(int id, const Desc& desc) {
+  int v = values_.of(id);
+  if (v < 0) Fail("tensor " + g_.tensor(id).name + " is read before it is computed");
+  if (values_[v].desc == desc) return v;
+  auto key = std::make_pair(id, DescKey(desc));
+  auto cached = reorders_.find(key);
+  if (cached != reorders_.end()) return cached->second;
+  int target;
+  if (values_.StorageOf(v) == Storage::kConst) {
+    target = values_.ReorderConst(v, desc);
+  } else {
+    target = NewTemp(desc);
+    plan_.AddReorder(v, target);
+  }
+  reorders_[key] = target;
+  return target;
+}
+
+// Estimated single-thread time of op `op` (the head of the primitive it starts), in microseconds.
+double Builder::WorkUs(const BodyOp& op) const {
+  auto numel = [this](int id) {
+    double n = 1;
+    for (int64_t d : g_.Shape(id)) n *= static_cast<double>(d);
+    return n;
+  };
+  double out = numel(op.output), macs = 0, elements = out;
+  bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
+              op.kernel == "qnn.conv1d";
+  if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
+    const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
+    double per = 1;
+    for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
+    macs = (conv ? out : numel(op.inputs[0])) * per;
+  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul") && !op.inputs.empty() &&
+             !g_.Shape(op.inputs[0]).empty()) {
+    macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
+  }
+  for (int x : op.inputs)
+    if (x >= 0) elements += numel(x);
+  return macs / kMacsPerUs + elements / kElementsPerUs;
+}
+
+// The output of op `id` becomes a temp value in the layout the primitive chose.
+int Builder::Define(int id, const Desc& desc) {
+  int v = NewTemp(desc);
+  values_.Bind(id, v);
+  return v;
+}
+
+// -- ops -----------------------------------------------------------------------------
+// The op table: what each kernel compiles to. An entry compiles the op at `k` (and the ops after it that it
+// fuses: a conv's bias and activations, ...) and returns the index of the first op after them.
+const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
+  static const std::unordered_map<std::string, OpCompiler> table = {
+      {"relax.nn.conv2d", Fusing<&Builder::Conv>},
+      {"relax.nn.conv1d", Fusing<&Builder::Conv>},
+      {"relax.nn.conv2d_transpose", Fusing<&Builder::Deconv2d>},
+      {"relax.matmul", Fusing<&Builder::Matmul>},
+      {"qnn.conv2d", Fusing<&Builder::QuantizedConv>},
+      {"qnn.conv1d", Fusing<&Builder::QuantizedConv>},
+      {"qnn.matmul", Fusing<&Builder::QuantizedMatmul>},
+      {"qnn.add", Alone<&Builder::QuantizedAdd>},
+      {"relax.quantize", Alone<&Builder::Quantize>},
+      {"relax.dequantize", Alone<&Builder::Dequantize>},
+      {"relax.reshape", Alone<&Builder::Reshape>},
+      {"relax.squeeze", Alone<&Builder::Reshape>},
+      {"relax.expand_dims", Alone<&Builder::Reshape>},
+      {"relax.flatten", Alone<&Builder::Reshape>},
+      {"relax.broadcast_to", Alone<&Builder::BroadcastTo>},
+      {"relax.permute_dims", Alone<&Builder::Transpose>},
+      {"relax.nn.max_pool2d", Alone<&Builder::Pool>},
+      {"relax.nn.avg_pool2d", Alone<&Builder::Pool>},
+      {"relax.stack", Alone<&Builder::Stack>},
+      {"relax.nn.softmax", Alone<&Builder::Softmax>},
+      {"relax.nn.layer_norm", Alone<&Builder::LayerNorm>},
+      {"relax.nn.group_norm", Alone<&Builder::GroupNorm>},
+      {"relax.concat", Alone<&Builder::Concat>},
+      {"relax.image.resize2d", Alone<&Builder::Resize>},
+      {"relax.strided_slice", Alone<&Builder::StridedSlice>},
+      {"relax.nn.pad", Alone<&Builder::Pad>},
+      {"relax.split", Alone<&Builder::Split>},
+      {"relax.nn.batch_norm", Alone<&Builder::BatchNorm>},
+      {"byoc.lrn", Alone<&Builder::Lrn>},
+  };
+  return table;
+}
+
+size_t Builder::CompileOp(size_t k) {
+  if (merged_.count(k)) return k + 1;  // computed with an earlier matmul (SideBySide)
+  if (deferred_attention_.count(k)) {
+    BlockedAttention(k);
+    return k + 1;
+  }
+  if (size_t next = DeferAttentionAt(k)) return next;
+  const BodyOp& op = g_.ops()[k];
+  // Units that span ops: an int8 element-wise unit (dequantize, element-wise ops, quantize) and a channel
+  // shuffle (reshape, transpose, reshape), each starting with a kernel the table does not fuse ops after; each
+  // returns how many ops it took, 0 if none. The activations spelled as several ops arrive as one op
+  // (codegens/dnnl/activations.py).
+  for (size_t (Builder::*form)(size_t) : {&Builder::FakeQuantizedAt, &Builder::ChannelShuffleAt})
+    if (size_t n = (this->*form)(k)) return k + n;
+  Attrs a(op.attrs, op.where);
+  auto entry = OpTable().find(op.kernel);
+  if (entry != OpTable().end()) return entry->second(*this, k, op, a);
+  // The families with an algorithm per kernel: reductions, binary ops, and element-wise functions.
+  if (const algorithm* reduction = ReductionOf(op.kernel)) {
+    Reduce(op, a, *reduction);
+  } else if (const algorithm* alg = BinaryAlgorithm(op.kernel)) {
+    Binary(op, *alg, Commutes(op.kernel));
+  } else {
+    PostOp p;
+    if (!EltwiseOf(op, &p)) Fail(op.where + ": no oneDNN primitive for " + op.kernel);
+    Arity(op, op.kernel == "relax.power" ? 2 : 1);
+    Eltwise(op, op.inputs[0], p.alg, p.alpha, p.beta, op.output);
+  }
+  return k + 1;
+}
+
+void Builder::Arity(const BodyOp& op, size_t n) const {
+  if (op.inputs.size() != n) Fail(op.where + " takes " + std::to_string(n) + " inputs, got " + std::to_string(op.inputs.size()));
+}
+
+void Builder::SameShape(const BodyOp& op, int input) const {
+  if (g_.Shape(input) != g_.Shape(op.output))
+    Fail(op.where + ": output shape " + ShapeStr(g_.Shape(op.output)) + " differs from " + ShapeStr(g_.Shape(input)));
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc

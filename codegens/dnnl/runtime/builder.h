@@ -1,0 +1,317 @@
+// builder.h -- the builder (Builder): a partition's ops lowered into a program's values (values.h) and steps
+// (step_plan.h). An op table maps each kernel to its lowering (builder.cc); the lowerings live in one file per
+// op family, named beside each group of declarations below. A lowering reads the graph, the values and their
+// layouts (values_), and adds steps and temps to the plan (plan_): it sees neither the arena, the workspaces
+// nor the run.
+#ifndef BYOC_DNNL_BUILDER_H_
+#define BYOC_DNNL_BUILDER_H_
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+#include "step_plan.h"
+#include "values.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+// Lowers the ops of `graph` into `values` and `plan`, each op's steps for the team size its work earns.
+class Builder {
+ public:
+  Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan);
+  // Lowers every op; the steps of a primitive big enough (WorkUs) run on teams of `max_threads`.
+  void Build(int max_threads);
+
+ private:
+  // A conv1d/conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,
+  // dilation counted from 0, padding split into its two sides.
+  struct ConvDims {
+    int64_t groups;
+    Dims weights, strides, dilation, pad_l, pad_r;
+  };
+  std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
+  static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
+  // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
+  // with `later_nodes` those of the nodes after it too (an attention's mask add and a residual add, each a node
+  // of its own, after a matmul). `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  template <class BiasOk>
+  Fused FusePostOps(size_t k, BiasOk bias_ok, bool later_nodes = false) const {
+    const std::vector<BodyOp>& ops = g_.ops();
+    Fused f;
+    f.last = ops[k].output;
+    f.next = k + 1;
+    const std::vector<int64_t>& shape = g_.Shape(f.last);
+    while (f.next < ops.size() && (later_nodes || ops[f.next].node == ops[k].node)) {
+      const BodyOp& op = ops[f.next];
+      int x = f.last;
+      if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {
+        break;
+      } else if (std::any_of(op.inputs.begin(), op.inputs.end(), [&](int i) {
+                   return i < 0 || (i != x && g_.tensor(i).kind == Kind::kOp && values_.of(i) < 0);
+                 })) {
+        break;  // an operand not computed as a value of its own (a stack only its reduction reads)
+      } else if (PostOp p; EltwiseOf(op, &p)) {
+        if (op.inputs[0] != x) break;
+        f.post.push_back(p);
+      } else if (op.inputs.size() == 2 && (op.inputs[0] == x || op.inputs[1] == x)) {
+        bool x_first = false;
+        float c = ScalarOperand(op, x, &x_first);
+        int other = op.inputs[0] == x ? op.inputs[1] : op.inputs[0];
+        const std::string& kernel = op.kernel;
+        if (kernel == "relax.add" && f.post.empty() && f.bias < 0 && bias_ok(other)) {
+          f.bias = other;
+        } else if (PostOp p{algorithm::eltwise_linear}; LinearOf(kernel, c, x_first, &p.alpha, &p.beta)) {
+          f.post.push_back(p);
+        } else if (BinaryAlgorithm(kernel) && (op.inputs[0] == x || Commutes(kernel)) &&
+                   Broadcasts(g_.Shape(other), shape)) {
+          PostOp p;
+          p.alg = *BinaryAlgorithm(kernel);
+          p.tensor = other;
+          f.post.push_back(p);
+        } else {
+          break;
+        }
+      } else {
+        break;
+      }
+      f.last = op.output;
+      ++f.next;
+    }
+    return f;
+  }
+  // Creates the primitive desc, then again if a full-shape binary operand's layout
+  // differs from the dst layout oneDNN chose (the operand is then reordered to it).
+  template <class MakePd>
+  auto CreateWithPostOps(const Fused& f, const std::vector<int64_t>& shape, MakePd make) const {
+    auto pd = make(UserScratchpad(BuildPostOps(f, shape, nullptr)));
+    Desc dst = pd.dst_desc();
+    for (const PostOp& p : f.post) {
+      if (p.tensor >= 0 && g_.Shape(p.tensor) == shape && values_.DescOf(p.tensor) != dst)
+        return make(UserScratchpad(BuildPostOps(f, shape, &dst)));
+    }
+    return pd;
+  }
+  // Whether oneDNN chose its reference (scalar C++) implementation for `pd`.
+  template <class Pd>
+  static bool IsReference(const Pd& pd) {
+    return std::string(pd.impl_info_str()).rfind("ref", 0) == 0;
+  }
+  // A generated kernel ("jit:...", "brg..."), not a reference or plain-C one ("ref:any", "simple_nchw:any").
+  template <class Pd>
+  static bool IsJit(const Pd& pd) {
+    std::string impl = pd.impl_info_str();
+    return impl.find("jit") != std::string::npos || impl.rfind("brg", 0) == 0;
+  }
+  // The primitive desc `make` gives for sources `ids` (a sum or a concat) in the layouts their
+  // producers chose, when oneDNN has a fast kernel for that mix. Otherwise all in the layout of
+  // one of them (reordering the others is a jit reorder, where oneDNN's sum or concat of a mix
+  // is its reference kernel: measured on ShuffleNet, 13 sums of nhwc + nChw8c terms took 0.93
+  // ms of its 6.2 ms), and all plain when nothing else can be made.
+  template <class Make>
+  auto WithSourceLayouts(const std::vector<int>& ids, Make make) const {
+    auto in_layout = [&](int layout_of) {
+      std::vector<Desc> srcs;
+      for (int id : ids) {
+        const Desc& own = values_.DescOf(id);
+        if (g_.tensor(id).kind == Kind::kConst) {
+          srcs.push_back(Plain(g_.Shape(id)));
+        } else if (layout_of < 0) {
+          srcs.push_back(own);
+        } else {
+          auto tag = TagOf(values_.DescOf(layout_of));
+          srcs.push_back(tag == memory::format_tag::undef ? own : Desc(own.get_dims(), own.get_data_type(), tag));
+        }
+      }
+      return make(srcs);
+    };
+    try {
+      auto pd = in_layout(-1);
+      if (!IsReference(pd)) return pd;
+      for (int id : ids) {
+        if (g_.tensor(id).kind == Kind::kConst || TagOf(values_.DescOf(id)) == memory::format_tag::undef)
+          continue;
+        try {
+          auto uniform = in_layout(id);
+          if (!IsReference(uniform)) return uniform;
+        } catch (const dnnl::error&) {  // that layout does not fit every source (a block cut by the axis)
+        }
+      }
+      return pd;
+    } catch (const dnnl::error&) {  // a mix of layouts oneDNN cannot combine at all
+      std::vector<Desc> plain;
+      for (int id : ids) plain.push_back(Plain(g_.Shape(id)));
+      return make(plain);
+    }
+  }
+
+  // builder.cc: what every lowering builds with, and the op table (CompileOp's)
+  int As(int id, const Desc& desc);
+  int Define(int id, const Desc& desc);
+  int NewTemp(const Desc& desc) { return plan_.NewTemp(desc); }
+  void AddStep(dnnl::primitive primitive, std::vector<Arg> args, const Desc& scratchpad,
+               std::shared_ptr<const Kernel> kernel = nullptr) {
+    plan_.Add(std::move(primitive), std::move(args), scratchpad, std::move(kernel));
+  }
+  bool OnlyMatmulsRead(int id) const;
+  double WorkUs(const BodyOp& op) const;
+  using OpCompiler = size_t (*)(Builder& p, size_t k, const BodyOp& op, const Attrs& a);
+  static const std::unordered_map<std::string, OpCompiler>& OpTable();
+  // Op-table entries. Alone: a lowering of the one op at k (of the op, or of the op and its attributes), after
+  // which the next op comes. Fusing: a lowering from op k (of k, or of k and the op's attributes) that may take
+  // the ops after it too (a bias, post-ops) and returns the index after them.
+  template <auto Lower>
+  static size_t Alone(Builder& p, size_t k, const BodyOp& op, const Attrs& a) {
+    if constexpr (std::is_invocable_v<decltype(Lower), Builder&, const BodyOp&, const Attrs&>)
+      (p.*Lower)(op, a);
+    else
+      (p.*Lower)(op);
+    return k + 1;
+  }
+  template <auto Lower>
+  static size_t Fusing(Builder& p, size_t k, const BodyOp&, const Attrs& a) {
+    if constexpr (std::is_invocable_v<decltype(Lower), Builder&, size_t, const Attrs&>)
+      return (p.*Lower)(k, a);
+    else
+      return (p.*Lower)(k);
+  }
+  size_t CompileOp(size_t k);
+  void Arity(const BodyOp& op, size_t n) const;
+  void SameShape(const BodyOp& op, int input) const;
+
+  // fusion.cc: ops folded into a primitive: scalar operands as linear post-ops, and post-op chains
+  float ScalarOperand(const BodyOp& op, int x, bool* x_first) const;
+  static bool LinearOf(const std::string& kernel, float c, bool x_first, float* alpha, float* beta);
+  post_ops BuildPostOps(const Fused& f, const std::vector<int64_t>& shape, const Desc* full) const;
+  bool RowsOf(int id, const std::vector<int64_t>& shape) const;
+  Desc BinaryDesc(int id, const std::vector<int64_t>& shape, const Desc* full) const;
+  void AddBinaryArgs(const Fused& f, std::vector<Arg>* args, const std::vector<int64_t>& shape, const Desc& dst);
+
+  // elementwise.cc: element-wise ops: eltwise primitives and binary ops (with a scalar, an outer product, broadcasts)
+  void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output);
+  bool EltwiseOf(const BodyOp& op, PostOp* p) const;
+  bool ActivationOf(const BodyOp& op, PostOp* p) const;
+  static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel);
+  static const algorithm* BinaryAlgorithm(const std::string& kernel);
+  static bool Broadcasts(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
+  void Binary(const BodyOp& op, algorithm alg, bool commutes);
+  bool WithScalar(const BodyOp& op);
+  bool OuterProduct(const BodyOp& op);
+  bool BinaryWithoutReference(algorithm alg, int full, int other, int output);
+
+  // conv.cc: convolutions: conv1d/conv2d (direct, or Winograd: winograd.cc) and the transposed conv2d
+  ConvDims ConvShape(const BodyOp& op, const Attrs& a) const;
+  static dnnl::convolution_forward::primitive_desc ConvPd(const ConvDims& c, const Desc& src, const Desc& weights,
+                                                          const Desc* bias, const Desc& dst,
+                                                          const primitive_attr& attr);
+  size_t Conv(size_t k, const Attrs& a);
+  static size_t UnitSpatialAxis(const std::vector<int64_t>& xs, const std::vector<int64_t>& ws,
+                                const std::vector<int64_t>& ys, const ConvDims& c);
+  static void DropSpatialAxis(ConvDims* c, size_t d);
+  bool ChannelBias(int b, int64_t channels, size_t rank) const;
+  size_t Deconv2d(size_t k, const Attrs& a);
+
+  // winograd.cc: big 3x3 stride-1 convolutions as Winograd F(4x4, 3x3) around one batched matmul
+  size_t WinogradConv(size_t k, const ConvDims& c, const Fused& f);
+
+  // matmul.cc: matmuls, and one-row matmuls by constant weights that read the same row run side by side
+  size_t SideBySide(size_t k);
+  size_t Matmul(size_t k);
+
+  // int8.cc: int8 units: quantized convs, matmuls and adds, quantize/dequantize, and fake-quantized element-wise units
+  static std::vector<double> WeightScales(const Attrs& a);
+  int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask);
+  void Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales, int mask);
+  void ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point);
+  post_ops OutputRange(const Attrs& a, memory::data_type type) const;
+  static Desc Retyped(const Desc& desc, const TensorInfo& t);
+  static Desc ChannelsLast(const std::vector<int64_t>& shape, memory::data_type type);
+  void QuantizedAdd(const BodyOp& op, const Attrs& a);
+  size_t FakeQuantizedAt(size_t k);
+  static bool PerTensor(const BodyOp& op);
+  void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize);
+  void Quantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, true); }
+  void Dequantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, false); }
+  primitive_attr QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args);
+  size_t QuantizedConv(size_t k, const Attrs& a);
+  bool WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c);
+  size_t QuantizedMatmul(size_t k, const Attrs& a);
+  bool RowsAsConv(const BodyOp& op, const Attrs& a);
+
+  // byte_tables.cc: 8-bit element-wise units run as 256-entry byte tables, composed and chained
+  std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
+                                     const std::map<int, memory>& operands) const;
+  static memory SourceCodes(memory::data_type type);
+  memory BytesOf(int id, int source) const;
+  void DropComposedTables(const Fused& f, const std::vector<size_t>& dqs);
+  std::optional<ByteTable> TakeLastTable(int id);
+
+  // layout.cc: data movement kept in its source's layout: reshape, transpose, channel shuffle, concat, stack,
+  // slices, split, resize
+  void Reshape(const BodyOp& op);
+  void BroadcastTo(const BodyOp& op);
+  void Transpose(const BodyOp& op, const Attrs& a);
+  std::vector<int64_t> Permutation(const BodyOp& op, const Attrs& a) const;
+  const BodyOp* OnlyReader(int id) const;
+  Desc TransposedDst(int id, const Dims& dims) const;
+  size_t ChannelShuffleAt(size_t k);
+  void Concat(const BodyOp& op, const Attrs& a);
+  void Stack(const BodyOp& op, const Attrs& a);
+  bool CopyBlockedPart(const BodyOp& op, const Dims& offsets);
+  static std::string ResizeUnsupported(const std::string& method, const std::string& ctm, const std::string& rounding,
+                                       const std::vector<int64_t>& xs, const std::vector<int64_t>& ys);
+  void Resize(const BodyOp& op, const Attrs& a);
+  void StridedSlice(const BodyOp& op, const Attrs& a);
+  void Pad(const BodyOp& op, const Attrs& a);
+  void Split(const BodyOp& op, const Attrs& a);
+  void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);
+
+  // reduce.cc: pooling and reductions
+  void Pool(const BodyOp& op, const Attrs& a);
+  static const algorithm* ReductionOf(const std::string& kernel);
+  void Reduce(const BodyOp& op, const Attrs& a, algorithm alg);
+  void ExtremeOf(const BodyOp& op, const std::vector<int>& terms, algorithm alg);
+  bool ReduceByMatmul(const BodyOp& op, const Dims& kept, bool mean);
+  void GlobalPool(const BodyOp& op, int src, const Dims& kept, algorithm alg);
+  bool ReducedOverOnly(int id, size_t axis) const;
+  void SumOf(const BodyOp& op, const std::vector<int>& terms, bool mean);
+
+  // attention.cc: softmax(Q K^T) V whose scores outgrow the caches, a block of query rows at a time
+  size_t DeferAttentionAt(size_t k);
+  void BlockedAttention(size_t j);
+
+  // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
+  void Softmax(const BodyOp& op, const Attrs& a);
+  void LayerNorm(const BodyOp& op, const Attrs& a);
+  void GroupNorm(const BodyOp& op, const Attrs& a);
+  void Lrn(const BodyOp& op, const Attrs& a);
+  void BatchNorm(const BodyOp& op, const Attrs& a);
+
+  const ParsedGraph& g_;
+  ValueTable& values_;  // the values and their layouts (what a graph tensor is, as computed: values_.of)
+  StepPlan& plan_;      // the steps so far
+  std::map<std::pair<int, std::string>, int> reorders_;  // (tensor, layout) -> value
+  std::set<size_t> merged_;  // matmul ops a sibling computed (SideBySide)
+  // An attention's second matmul -> its scores' matmul and their post-ops, computed with it (DeferAttentionAt)
+  struct DeferredAttention {
+    size_t scores_matmul;
+    Fused scores;
+  };
+  std::map<size_t, DeferredAttention> deferred_attention_;
+  std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
+  std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
+  std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
+  bool winograd_;  // the graph's option "winograd" (default on)
+};
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
+
+#endif  // BYOC_DNNL_BUILDER_H_

@@ -1,0 +1,103 @@
+// values.cc -- the value table (ValueTable): the values of a program and their layouts, and its constants: the
+// module's, used in place, and weights reordered once into the layouts their primitives chose.
+#include <sstream>
+
+#include "values.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+ValueTable::ValueTable(const ParsedGraph& graph, std::shared_ptr<SharedConsts> shared)
+    : value_of_(graph.tensors().size(), -1), shared_(std::move(shared)) {
+  for (size_t slot = 0; slot < graph.inputs().size(); ++slot) {
+    int id = graph.inputs()[slot];
+    value_of_[id] = New(Plain(graph.Shape(id), DataType(graph.tensor(id))), Storage::kInput, static_cast<int>(slot));
+  }
+  for (size_t id = 0; id < graph.tensors().size(); ++id) {
+    if (graph.tensor(id).kind == Kind::kConst) {
+      const std::vector<float>& data = graph.const_data(static_cast<int>(id));
+      if (data.empty()) Fail("constant " + graph.tensor(id).name + " is empty (zero-sized tensors are not supported)");
+      Desc desc = Plain(graph.Shape(id));
+      consts_.push_back(memory(desc, Engine(), const_cast<float*>(data.data())));
+      value_of_[id] = New(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+    }
+  }
+  given_ = static_cast<int>(values_.size());
+}
+
+int ValueTable::New(const Desc& desc, Storage storage, int slot) {
+  values_.push_back({desc, storage, slot});
+  return static_cast<int>(values_.size() - 1);
+}
+
+int ValueTable::View(int v, const Desc& desc, size_t offset) {
+  values_.push_back({desc, Storage::kTemp, -1, Root(v), values_[v].offset + offset});
+  return static_cast<int>(values_.size() - 1);
+}
+
+std::string DescKey(const Desc& d) {
+  std::ostringstream os;
+  for (auto x : d.get_dims()) os << x << ',';
+  os << '|' << static_cast<int>(d.get_data_type()) << '|' << static_cast<int>(d.get_format_kind()) << '|';
+  if (d.get_format_kind() == memory::format_kind::blocked) {
+    for (auto x : d.get_strides()) os << x << ',';
+    os << '|';
+    for (auto x : d.get_inner_blks()) os << x << ',';
+    os << '|';
+    for (auto x : d.get_inner_idxs()) os << x << ',';
+  }
+  return os.str();
+}
+
+// -- constants ---------------------------------------------------------------------------------
+// A constant value in layout `desc` (reordered now, once, into memory the module owns). With `scales`, its
+// real values are quantized on the way into desc's integer type: round(x / scale), a scale per index of
+// `mask`'s axes (a unit's weight sent in real units: q * scale / scale is q again, exactly).
+// The same constant seen the same way is reordered once: an unrolled recurrence reads its weights at every
+// step (ddddocr's 32-step bidirectional LSTM made 300 MB of copies of 16 MB), and the programs of one module
+// (one per shape of a graph with symbolic dims) share a graph constant's reorders through `shared_`.
+int ValueTable::ReorderConst(int v, const Desc& desc, const std::vector<double>& scales, int mask) {
+  if (values_[v].desc == desc && scales.empty()) return v;
+  std::ostringstream key;
+  key << Root(v) << '/' << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
+  for (double s : scales) key << ',' << s;
+  auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
+  if (fresh) {
+    auto reorder = [&] {
+      return Reordered(memory(values_[v].desc, Engine(), ConstData(values_[Root(v)].slot)), desc, scales, mask);
+    };
+    // a graph constant is the same in every program of the module
+    kept->second = Root(v) < given_ ? KeepShared(key.str(), reorder) : KeepConst(reorder());
+  }
+  return kept->second;
+}
+
+// `source` reordered into new memory of layout `desc`, quantized by `scales` (if any) as for ReorderConst.
+memory ValueTable::Reordered(memory source, const Desc& desc, const std::vector<double>& scales, int mask) {
+  memory converted(desc, Engine());
+  dnnl::stream stream(Engine());
+  if (scales.empty()) {
+    dnnl::reorder(source, converted).execute(stream, source, converted);
+  } else {
+    primitive_attr attr;
+    attr.set_scales_mask(DNNL_ARG_DST, scales.size() > 1 ? mask : 0);
+    std::vector<float> values(scales.begin(), scales.end());
+    memory scale(Desc({static_cast<int64_t>(values.size())}, memory::data_type::f32, memory::format_tag::a),
+                 Engine(), values.data());
+    dnnl::reorder::primitive_desc pd(Engine(), source.get_desc(), Engine(), desc, attr);
+    dnnl::reorder(pd).execute(stream, {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, converted},
+                                       {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, scale}});
+  }
+  stream.wait();
+  return converted;
+}
+
+// A constant this program made (its memory is owned here, and counted in OwnedConstBytes).
+int ValueTable::KeepConst(const memory& m) {
+  consts_.push_back(m);
+  owned_const_bytes_ += m.get_desc().get_size();
+  return New(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
