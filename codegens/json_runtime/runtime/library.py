@@ -1,7 +1,7 @@
 """Find a graph runtime's shared library, installed with byoc, and load it when needed.
 
 Each runtime (``json_runtime.cc``, ``codegens/dnnl/runtime/*.cc``, both with the shared
-``graph_runtime.h``) is compiled when byoc is installed (``setup.py``) into
+headers of ``codegens/graph_runtime/``) is compiled when byoc is installed (``setup.py``) into
 ``libbyoc_<name>.so`` next to its Python package, so using it needs no
 compiler. Nothing happens at import: :meth:`RuntimeLibrary.load` runs when an
 artifact that needs the runtime is built or loaded. It loads the runtime's
