@@ -42,10 +42,6 @@ class StepPlan {
     steps_.pop_back();
     lifetimes_.erase(v);
   }
-  // The steps are final: the graph's outputs bound to the caller's buffers (in place where their layout is plain),
-  // the arena planned, the steps' timers made.
-  void Finish(const ParsedGraph& graph);
-
   // -- once final --
   // Whether any step runs on a team (else running it serially changes nothing).
   bool parallel() const { return parallel_; }
@@ -58,6 +54,11 @@ class StepPlan {
   std::vector<std::pair<int64_t, int64_t>> StepTimes() const;
 
  private:
+  friend class Program;  // which alone finishes a plan
+  // The steps are final: the graph's outputs bound to the caller's buffers (in place where their layout is plain),
+  // the arena planned, the steps' timers made.
+  void Finish(const ParsedGraph& graph);
+
   struct Bound {  // a memory object on a caller's buffer, set per call
     int slot;
     memory mem;

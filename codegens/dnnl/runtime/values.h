@@ -85,11 +85,6 @@ class ValueTable {
   int View(int v, const Desc& desc, size_t offset = 0);
   // Graph tensor `id` is now held by value `v` (-1: no longer computed).
   void Bind(int id, int v) { value_of_[id] = v; }
-  // Where value `v`'s bytes are: the step plan places outputs (kOutput, slot) and temps (kTemp, arena offset).
-  void Place(int v, Storage storage, int slot) {
-    values_[v].storage = storage;
-    values_[v].slot = slot;
-  }
 
   // -- constants --
   // The same constant bytes seen with other dims (a group axis, leading 1s).
@@ -127,6 +122,13 @@ class ValueTable {
   size_t OwnedConstBytes() const { return owned_const_bytes_; }
 
  private:
+  friend class StepPlan;  // which alone places values
+  // Where value `v`'s bytes are: the step plan places outputs (kOutput, slot) and temps (kTemp, arena offset).
+  void Place(int v, Storage storage, int slot) {
+    values_[v].storage = storage;
+    values_[v].slot = slot;
+  }
+
   std::vector<int> value_of_;  // graph tensor -> its value as computed
   std::vector<Value> values_;
   std::vector<memory> consts_;  // module-owned (reordered weights) or views of the module's constants
