@@ -32,7 +32,7 @@ works even without oneDNN installed: partitioning and reports work anywhere; bui
 
 Checks read the plain view of their match (``match.op``, ``match.ops_of``, ``match.tensor``: the
 ``OpCall`` and ``Tensor`` objects the codegen gets), where a symbolic dim is its text ("batch"), equal only
-to itself. The runtime compiles each partition per set of sizes (graph_runtime.h), so a dim need not be
+to itself. The runtime compiles each partition per set of sizes (graph_runtime/graph.h), so a dim need not be
 static to be taken.
 """
 

@@ -1,7 +1,7 @@
 """Limits the reference runtimes share, read from their one source: ``c_source/byoc_kernels.h``.
 
 The C kernels (pasted into every c_source partition and compiled into the
-JSON runtime), the graph runtimes' parser (``graph_runtime.h``: ``setup.py``
+JSON runtime), the graph runtimes' parser (``graph_runtime/graph.h``: ``setup.py``
 passes this value as ``-DBYOC_MAX_RANK``) and the vendors' rules
 (``annotations/*.py``) must agree on the largest rank a tensor may have. It is
 written once, as ``#define BYOC_MAX_RANK`` in the kernels' header; everything

@@ -45,7 +45,6 @@ TUTORIAL_2 = REPO / "tutorials" / "02_deploy_s390x"
 TOY_PACKAGE = TUTORIAL_1 / "toy_npu"
 TOY_SOURCES = TOY_PACKAGE / "src" / "toy_npu"
 TOY_DIST = "byoc-toy-npu"
-MAX_VENDOR_LINES = 300
 COMMAND_TIMEOUT = 900  # a hang fails the test instead of blocking CI; not a timing assertion
 
 _BLOCK = re.compile(r"^```([^\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
@@ -150,11 +149,16 @@ def toy_npu(request):
 
 
 # -- tutorial 1: a new vendor ------------------------------------------------------------------
-def test_toy_npu_is_under_300_lines():
+def test_toy_npu_is_as_short_as_the_documents_say():
+    """Every "under N lines" the tutorial and the vendor guide say of the toy NPU holds: the documents make
+    the claim, this test keeps it true (no count is kept by hand)."""
     files = sorted(TOY_SOURCES.glob("*.py"))
     lines = sum(len(f.read_text().splitlines()) for f in files)
     assert {f.name for f in files} == {"__init__.py", "rules.py", "codegen.py"}
-    assert lines < MAX_VENDOR_LINES, f"the toy NPU vendor has {lines} lines"
+    claims = [int(n) for doc in (TUTORIAL_1 / "README.md", REPO / "docs" / "vendor_guide.md")
+              for n in re.findall(r"under (\d+) lines", doc.read_text())]
+    assert claims, "the documents no longer say how short the vendor is: drop this test or the claim"
+    assert lines < min(claims), f"the toy NPU vendor has {lines} lines; the documents say under {min(claims)}"
 
 
 def test_toy_npu_is_found_through_the_entry_point(toy_npu):
@@ -353,7 +357,7 @@ def test_optable_reads_constraints_from_checks(toy_npu):
 def test_readme_setup_commands_are_unchanged():
     text = (REPO / "README.md").read_text()
     assert "pip install . && python -m byoc.examples small_cnn.onnx && python -m byoc.partition small_cnn.onnx --verify" in text
-    assert 'pip install -e ".[test,dnnl]" && python -m pytest -q' in text
+    # The test command is what .ci/run runs: tests/test_packaging.py::test_the_readme_test_command_is_what_ci_runs
 
 
 def _readme_block_after(heading: str, info: str, nth: int = 0) -> str:
@@ -365,8 +369,8 @@ def _readme_block_after(heading: str, info: str, nth: int = 0) -> str:
 
 
 def test_readme_api_example_runs_twice_and_prints_what_the_readme_shows(s390x_toolchain, tmp_path):
-    code = _readme_block_after("## The API in 20 lines", "python")
-    shown = _readme_block_after("## The API in 20 lines", "text")
+    code = _readme_block_after("## The API at a glance", "python")
+    shown = _readme_block_after("## The API at a glance", "text")
     _run([sys.executable, "-m", "byoc.examples", "small_cnn.onnx"], tmp_path)
     (tmp_path / "api.py").write_text(code)
     for _ in range(2):  # a second run meets the files of the first
