@@ -13,9 +13,8 @@ namespace dnnl_runtime {
 Builder::Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan)
     : g_(graph), values_(*values), plan_(*plan), winograd_(graph.BoolOption("winograd", true)) {}
 
-void Builder::Build(int max_threads) {
+void Builder::Build(int max_threads, OmpThreads& omp) {  // omp: see builder.h
   const std::vector<BodyOp>& ops = g_.ops();
-  OmpThreads omp;  // oneDNN sizes each primitive's work split for the team size current at creation
   double total_us = 0;
   for (const BodyOp& op : ops) total_us += WorkUs(op);
   for (size_t k = 0; k < ops.size();) {

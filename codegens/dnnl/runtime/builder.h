@@ -28,7 +28,9 @@ class Builder {
  public:
   Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan);
   // Lowers every op; the steps of a primitive big enough (WorkUs) run on teams of `max_threads`.
-  void Build(int max_threads);
+  // `omp` is the caller's: the team size the last op leaves current must hold until the plan's own primitives
+  // (the output reorders StepPlan::Finish creates) are made, as oneDNN sizes a primitive's work at creation.
+  void Build(int max_threads, OmpThreads& omp);
 
  private:
   // A conv1d/conv2d's checked geometry in oneDNN's terms: the weight's dims with the group axis,

@@ -9,7 +9,10 @@ namespace dnnl_runtime {
 
 Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<SharedConsts> shared)
     : values_(graph, std::move(shared)), plan_(&values_) {
-  Builder(graph, &values_, &plan_).Build(max_threads);
+  // oneDNN sizes each primitive's work split for the team size current at creation: the steps' own, set op by
+  // op, and for the output reorders Finish adds, the last op's (their steps run with that size too).
+  OmpThreads omp;
+  Builder(graph, &values_, &plan_).Build(max_threads, omp);
   plan_.Finish(graph);
 }
 
