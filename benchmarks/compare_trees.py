@@ -117,8 +117,9 @@ def main(argv=None) -> int:
                          for side, tree in (("base", args.base), ("head", args.head))}
                 row = {"model": name, "config": config}
                 errors = {side: built["error"] for side, built in sides.items() if "error" in built}
-                if errors:
-                    row.update(status="error", errors=errors, same=False)
+                if errors:  # the same refusal on both sides is the same behaviour
+                    same = len(errors) == 2 and errors["base"] == errors["head"]
+                    row.update(status="error", errors=errors, same=same)
                 else:
                     row["same"] = (identical(sides["base"]["outputs"], sides["head"]["outputs"])
                                    and sides["base"]["plan"] == sides["head"]["plan"])
