@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import select
 import signal
 import statistics
@@ -28,22 +29,35 @@ import numpy as np
 SETTLE_MS = 50
 
 
+def cpu_model() -> str:
+    """The CPU's vendor and model as the kernel names it ("AMD EPYC 7B13", "Intel(R) Xeon(R) ..."): two
+    machines of one ISA class can rank kernels differently (caches, clocks), so every table names it."""
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            return " ".join(value.split())
+    return platform.processor() or "an unknown CPU"
+
+
 def machine_class() -> str:
     """The x86-64 class speed figures are measured on: "AVX2", "AVX-512" or "AVX-512 VNNI", by cpuid, as the
-    libraries timed read it. Where it is held below the CPU's own class (``ONEDNN_MAX_CPU_ISA`` for oneDNN alone,
-    ``.ci/as-avx2`` for every library), the figure says so."""
+    libraries timed read it, and the CPU (:func:`cpu_model`). Where the class is held below the CPU's own
+    (``ONEDNN_MAX_CPU_ISA`` for oneDNN alone, ``.ci/as-avx2`` for every library), the figure says so: then it is
+    the ISA that changed, not the caches or the clocks."""
     from byoc.deploy.targets import host_cpu_features
 
     flags = host_cpu_features()
     cpu = ("AVX-512 VNNI" if "avx512vnni" in flags else "AVX-512" if "avx512f" in flags
            else "AVX2" if "avx2" in flags else "no AVX2")
+    on = f"on {cpu_model()}"
     held = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     if held.startswith("AVX2") and cpu.startswith("AVX-512"):
-        return f"AVX2 (ONEDNN_MAX_CPU_ISA={held} on an {cpu} CPU)"
+        return f"AVX2 (ONEDNN_MAX_CPU_ISA={held} on an {cpu} CPU) {on}"
     listed = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
     if cpu == "AVX2" and "avx512f" in listed:  # .ci/as-avx2: every library sees AVX2, on an AVX-512 CPU
-        return "AVX2 (AVX-512 hidden from cpuid by .ci/as-avx2 on an AVX-512 CPU)"
-    return cpu
+        return f"AVX2 (AVX-512 hidden from cpuid by .ci/as-avx2 on an AVX-512 CPU) {on}"
+    return f"{cpu} {on}"
 
 
 # -- timing processes: one long-lived subprocess per configuration ---------------------
