@@ -305,3 +305,16 @@ def test_old_import_paths_give_the_moved_module_with_a_deprecation_warning():
     from byoc.vendor.registry import REGISTRY
 
     assert importlib.import_module("byoc.registry").REGISTRY is REGISTRY
+
+
+def test_the_stage_packages_named_like_a_flat_module_still_give_its_names():
+    """byoc 0.1's byoc.pipeline.frontend, .artifact and .placement are packages now: each still gives what
+    the module gave, as the same objects (the other flat paths are in byoc._moved)."""
+    import byoc
+    from byoc.pipeline import artifact, frontend, placement
+    from byoc.pipeline.placement import placement as placement_module
+
+    assert (frontend.import_model, frontend.load_model, frontend.ImportedModel) == (
+        byoc.import_model, byoc.load_model, byoc.ImportedModel)
+    assert (artifact.Artifact, artifact.load, artifact.METADATA_FUNCTION) == (byoc.Artifact, byoc.load, "byoc_metadata")
+    assert placement.place_by_measurement is placement_module.place_by_measurement
