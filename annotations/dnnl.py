@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 
 from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
-                                per_channel_bias, pool_layout_nchw, scalar, static_shapes)
+                                per_channel_bias, pool_layout_nchw, scalar)
 from byoc.codegens.dnnl import DnnlCodegen
 # The forms the codegen rewrites as one op, with the constants that make them that form (one source).
 from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
@@ -607,7 +607,7 @@ def _int8_limits(match: Match):
 _RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize.
-    *qdq_rules(all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
+    *qdq_rules(all_of(qdq_supported, known_ranks(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
                             avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
     *_conv_rules("conv2d"),
     *_conv_rules("conv1d"),
