@@ -28,6 +28,7 @@ intermediates it replaces are read by nothing else.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import replace
@@ -55,8 +56,20 @@ _TANH_FORM_OPS = {"relax.multiply": np.multiply, "relax.add": np.add, "relax.sub
 
 
 def near(value: Optional[float], want: float) -> bool:
-    """Whether a float32 constant ``value`` is ``want`` (sqrt 2, 3, 0.5, ...) to float32 precision."""
-    return value is not None and abs(value - want) <= 1e-6 * abs(want) + 1e-7
+    """Whether a float32 constant ``value`` is ``want`` (sqrt 2, 3, 0.5, ...) to float32 precision, or is ``want``
+    rounded to float16 or bfloat16: the constant of a half-precision model, which byoc computes in float32
+    (byoc/pipeline/frontend/prepare/half_precision.py). Its GELU divides by 1.41406, not sqrt 2: computed as GELU,
+    it differs by 1e-4 of the erf's argument, a tenth of a float16 ulp."""
+    if value is None:
+        return False
+    return abs(value - want) <= 1e-6 * abs(want) + 1e-7 or value in _half_roundings(want)
+
+
+@functools.lru_cache(maxsize=None)
+def _half_roundings(want: float) -> frozenset:
+    import ml_dtypes  # onnx's own dependency
+
+    return frozenset({float(np.float16(want)), float(ml_dtypes.bfloat16(want))})
 
 
 def activations_fused(graph: PartitionGraph) -> PartitionGraph:
