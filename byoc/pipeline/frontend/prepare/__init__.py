@@ -8,7 +8,9 @@ that is computable at compile time. :func:`prepare` checks quantization
 parameters, rewrites a float16/bfloat16 model to compute in float32
 (:mod:`byoc.pipeline.frontend.prepare.half_precision`: no vendor takes half
 precision, and the CPUs byoc targets have no arithmetic for it), rewrites QOperator nodes as QDQ units
-(:mod:`byoc.pipeline.frontend.prepare.qoperators`), folds the rest with onnx-simplifier
+(:mod:`byoc.pipeline.frontend.prepare.qoperators`) and onnxruntime's ``com.microsoft`` ops as the standard ops
+that compute the same (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`; both through
+:mod:`~byoc.pipeline.frontend.prepare.node_rewrite`), folds the rest with onnx-simplifier
 (``onnxsim``, chosen by measurement: docs/design.md, "Model preparation";
 :mod:`~byoc.pipeline.frontend.prepare.simplify`),
 then unrolls recurrent ops (:mod:`byoc.pipeline.frontend.prepare.recurrent`).
@@ -77,7 +79,9 @@ def prepare(model: onnx.ModelProto) -> Prepared:
         untransposed_gemm_weights,
     )
     from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
-    from byoc.pipeline.frontend.prepare.qoperators import check_quantization, rewrite_qoperators
+    from byoc.pipeline.frontend.prepare.contrib_ops import CONTRIB_OPS
+    from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
+    from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
     from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
 
     check_quantization(model)
@@ -86,7 +90,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     # adds at the edges are named by it and stand for no user node; the Casts it removes get their fate here.
     widened, widened_fate = compute_in_float32(user)
     added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
-    source, quantized_from = rewrite_qoperators(widened)
+    # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
+    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
     foldable, held = held_integer_constants(source)
     foldable, strided = as_strided_reshapes(_dropouts_as_identity(foldable))
