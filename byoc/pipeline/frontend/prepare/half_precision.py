@@ -131,18 +131,19 @@ def _outputs_in_half(graph: onnx.GraphProto, declared: dict[str, int], names: _N
     """Make every half graph output the result of a Cast to its dtype; the names of those Casts.
 
     A Cast of the user's to that dtype stays that Cast (the rewrite leaves its ``to`` alone); the graph's
-    other readers of the output read a float32 copy. Any other writer writes a float32 tensor of a new name,
-    and a new Cast (named after the output) writes the output from it.
+    other readers of the output read a float32 copy. Any other writer (or a weight returned as an output)
+    writes a float32 tensor of a new name, and a new Cast (named after the output) writes the output from it.
     """
     producer = {out: node for node in graph.node for out in node.output if out}
     inputs = {vi.name for vi in graph.input}
+    weights = {t.name: t for t in graph.initializer}
     kept: set[str] = set()
     for vi in graph.output:
         dtype = declared[vi.name]
-        if dtype not in HALF_TYPES or vi.name in inputs or vi.name not in producer:
+        if dtype not in HALF_TYPES or vi.name in inputs or (vi.name not in producer and vi.name not in weights):
             continue
-        writer = producer[vi.name]
-        if _is_onnx(writer, "Cast") and _attribute(writer, "to") == dtype:
+        writer = producer.get(vi.name)
+        if writer is not None and _is_onnx(writer, "Cast") and _attribute(writer, "to") == dtype:
             kept.add(writer.name)
             readers = [n for sub in _all_graphs(graph) for n in sub.node if vi.name in n.input]
             if readers:  # the graph computes on with the float32 value it rounds
@@ -158,7 +159,11 @@ def _outputs_in_half(graph: onnx.GraphProto, declared: dict[str, int], names: _N
         _rename_everywhere(graph, vi.name, widened)
         cast = helper.make_node("Cast", [widened], [vi.name], name=names.fresh(f"{vi.name}_to_{HALF_TYPES[dtype]}"),
                                 to=dtype)
-        _insert_after(graph, widened, cast)
+        if writer is None:  # a weight returned as an output: the weight widened, cast back first
+            weights[vi.name].name = widened
+            graph.node.insert(0, cast)
+        else:
+            _insert_after(graph, widened, cast)
         kept.add(cast.name)
         _add_value_info(graph, widened, vi)
     return kept
