@@ -197,6 +197,16 @@ def test_float16_artifact_exports_and_loads(built, tmp_path):
         loaded.run({"input": inputs["input"].astype(np.float32)})
 
 
+def test_verify_takes_a_float16_model(built):
+    """byoc.tools.verify (the CLI's --verify) compares a float32 output of a float16 model with float16's tolerance:
+    onnxruntime rounds around its float16 kernels, byoc does not (the transformer's LayerNormalization)."""
+    from byoc.tools.verify import verify
+
+    _, artifact = built("transformer", True)
+    result = verify(artifact.plan, artifact=artifact)
+    assert result.status == "ok", result.lines
+
+
 def bfloat16_mlp(seed: int = 4) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """A two-layer MLP with a softmax in bfloat16, written directly: bfloat16 input ``x`` and output ``probs``,
     and ``logits`` cast to float32. Returns it and the float32 model with the same (bfloat16) weights, which
@@ -240,6 +250,16 @@ def test_bfloat16_matches_onnxruntime():
     assert probs.dtype == ml_dtypes.bfloat16 and logits.dtype == np.float32
     _assert_close(probs, want_probs.astype(ml_dtypes.bfloat16))
     np.testing.assert_allclose(logits, want_logits, rtol=1e-4, atol=1e-4 * float(np.abs(want_logits).max()))
+
+
+def test_verify_takes_a_bfloat16_model():
+    """onnxruntime's CPU provider has no bfloat16 kernels: verify runs the model computed in float32 and says so."""
+    from byoc.tools.verify import verify
+
+    bf16, _ = bfloat16_mlp()
+    result = verify(byoc.partition(bf16, vendors=["dnnl"]))
+    assert result.status == "ok", result.lines
+    assert any("bfloat16 model: onnxruntime has no bfloat16 kernels" in line for line in result.lines)
 
 
 def edge_cases() -> onnx.ModelProto:

@@ -82,10 +82,11 @@ def compute_in_float32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
 
 # -- what is refused ------------------------------------------------------------------------------------------
 def _refuse(graph: onnx.GraphProto) -> None:
+    inputs = {vi.name for vi in graph.input}
     for vi in (*graph.input, *graph.output):
         kind = vi.type.WhichOneof("value")
         if kind != "tensor_type" and _half_in_type(vi.type):
-            side = "input" if any(vi is i for i in graph.input) else "output"
+            side = "input" if vi.name in inputs else "output"
             raise HalfPrecisionError(
                 f"graph {side} {vi.name!r} is a {kind.replace('_type', '')} of half-precision tensors; byoc "
                 "computes float16/bfloat16 models in float32 and converts tensor inputs and outputs with a Cast, "
