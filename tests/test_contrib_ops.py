@@ -311,6 +311,80 @@ def test_rotary_embedding(interleaved, layout):
     _matches(m, feeds, rtol=1e-5, atol=1e-5, host_ops=None)
 
 
+def _gqa_model(batch, seq, past, heads, kv_heads, head_size, packed=False, rotary=False, **attrs):
+    """A GroupQueryAttention node as onnxruntime-genai's builder writes it, with a cache of ``past`` positions."""
+    inputs = ["q", "" if packed else "k", "" if packed else "v", "past_key" if past else "",
+              "past_value" if past else "", "seqlens_k", "total_len", "cos" if rotary else "", "sin" if rotary else ""]
+    node = helper.make_node("GroupQueryAttention", inputs, ["y", "present_key", "present_value"], name="gqa",
+                            domain=MS, num_heads=heads, kv_num_heads=kv_heads, do_rotary=int(rotary), **attrs)
+    q_width = (heads + 2 * kv_heads) * head_size if packed else heads * head_size
+    graph_inputs = [tensor("q", [batch, seq, q_width])]
+    if not packed:
+        graph_inputs += [tensor("k", [batch, seq, kv_heads * head_size]), tensor("v", [batch, seq, kv_heads * head_size])]
+    if past:
+        graph_inputs += [tensor("past_key", [batch, kv_heads, past, head_size]),
+                         tensor("past_value", [batch, kv_heads, past, head_size])]
+    graph_inputs += [tensor("seqlens_k", [batch], TensorProto.INT32), tensor("total_len", [], TensorProto.INT32)]
+    angles = np.arange(64)[:, None] / (10000 ** (np.arange(head_size // 2)[None, :] * 2 / head_size))
+    inits = [const("cos", np.cos(angles).astype(np.float32)), const("sin", np.sin(angles).astype(np.float32))] \
+        if rotary else []
+    present = [batch, kv_heads, past + seq, head_size]
+    m = _model([node], graph_inputs, [tensor("y", [batch, seq, heads * head_size]), tensor("present_key", present),
+                                      tensor("present_value", present)], inits)
+    feeds = {i.name: _f(*[d.dim_value for d in i.type.tensor_type.shape.dim], seed=k)
+             for k, i in enumerate(m.graph.input) if i.type.tensor_type.elem_type == TensorProto.FLOAT}
+    feeds["seqlens_k"] = np.full([batch], past + seq - 1, np.int32)
+    feeds["total_len"] = np.array(past + seq, np.int32)
+    return m, feeds
+
+
+@pytest.mark.parametrize("seq,past,attrs", [
+    (7, 0, {}), (1, 6, {}), (3, 5, {"local_window_size": 4}), (5, 0, {"softcap": 2.0}), (1, 9, {"scale": 0.2})])
+def test_group_query_attention(seq, past, attrs):
+    batch = 1 if seq > 1 and past else 2  # onnxruntime takes several rows of a prompt with a past in one batch only
+    m, feeds = _gqa_model(batch, seq, past, heads=4, kv_heads=2, head_size=8, **attrs)
+    _matches(m, feeds, rtol=1e-4, atol=1e-4, host_ops=None)
+
+
+@pytest.mark.parametrize("interleaved,packed", [(0, False), (1, False), (0, True)])
+def test_group_query_attention_with_rotary_embeddings_inside(interleaved, packed):
+    m, feeds = _gqa_model(1, 4, 3, heads=4, kv_heads=1, head_size=16, packed=packed, rotary=True,
+                          rotary_interleaved=interleaved)
+    _matches(m, feeds, rtol=1e-4, atol=1e-4, host_ops=None)
+
+
+def test_group_query_attention_compiles_once_for_a_prompt_and_the_tokens_after_it():
+    """Symbolic sequence and past: one artifact runs the prompt, then one token at a time with a growing cache."""
+    m, _ = _gqa_model(1, 4, 3, heads=4, kv_heads=2, head_size=16, rotary=True)
+    for vi in [*m.graph.input, *m.graph.output]:
+        dims = vi.type.tensor_type.shape.dim
+        axis = {"q": 1, "k": 1, "v": 1, "y": 1, "past_key": 2, "past_value": 2, "present_key": 2,
+                "present_value": 2}.get(vi.name)
+        if axis is not None:
+            dims[axis].dim_param = "past" if vi.name.startswith("past") else \
+                "total" if vi.name.startswith("present") else "seq"
+    artifact = byoc.compile(m, vendors=["dnnl"])
+    assert len(artifact.plan.partitions) == 1
+    r = rng(3)
+    for seq, past in ((5, 1), (1, 6), (1, 7)):
+        feeds = {"q": r.standard_normal((1, seq, 64)).astype(np.float32),
+                 "k": r.standard_normal((1, seq, 32)).astype(np.float32),
+                 "v": r.standard_normal((1, seq, 32)).astype(np.float32),
+                 "past_key": r.standard_normal((1, 2, past, 16)).astype(np.float32),
+                 "past_value": r.standard_normal((1, 2, past, 16)).astype(np.float32),
+                 "seqlens_k": np.array([past + seq - 1], np.int32), "total_len": np.array(past + seq, np.int32)}
+        for got, want in zip(artifact.run(feeds), _ort(m, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_group_query_attention_with_smooth_softmax_is_refused_by_name():
+    m, _ = _gqa_model(1, 2, 0, heads=2, kv_heads=1, head_size=8, smooth_softmax=1)
+    with pytest.raises(UnsupportedAttributeError, match=r"GroupQueryAttention node 'gqa': smooth_softmax=1 is not "
+                                                        r"supported; byoc computes GroupQueryAttention with "
+                                                        r"smooth_softmax=0 only"):
+        byoc.import_model(m)
+
+
 # -- a BERT layer after onnxruntime's transformer optimizer ----------------------------------------------------
 def test_a_bert_layer_optimized_by_onnxruntime_is_one_dnnl_partition():
     # optimize_model itself imports torch (for its version); its BERT fusions are this class, which does not.
@@ -353,11 +427,10 @@ def test_an_unsupported_attribute_is_refused_by_name(node, match):
 
 
 def test_a_contrib_op_byoc_does_not_rewrite_names_the_tool_and_what_to_do():
-    node = helper.make_node("GroupQueryAttention", ["q", "k", "v"], ["y"], name="gqa", domain=MS, num_heads=2,
-                            kv_num_heads=1)
-    m = _model([node], [tensor("q", [1, 4, 8]), tensor("k", [1, 4, 4]), tensor("v", [1, 4, 4])],
-               [tensor("y", [1, 4, 8])])
-    with pytest.raises(UnsupportedOpsError, match=r"gqa \(GroupQueryAttention in domain com.microsoft\).*"
-                                                  r"onnxruntime-genai's model builder.*optimum"):
+    node = helper.make_node("DecoderMaskedMultiHeadAttention", ["q", "k", "v"], ["y"], name="dmmha", domain=MS,
+                            num_heads=2)
+    m = _model([node], [tensor("q", [1, 1, 8]), tensor("k", [1, 1, 8]), tensor("v", [1, 1, 8])],
+               [tensor("y", [1, 1, 8])])
+    with pytest.raises(UnsupportedOpsError, match=r"dmmha \(DecoderMaskedMultiHeadAttention in domain com.microsoft\).*"
+                                                  r"outside those byoc rewrites.*before the tool that wrote them"):
         byoc.import_model(m)
-

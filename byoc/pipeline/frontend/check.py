@@ -191,8 +191,6 @@ _DOMAIN_ADVICE = (
 
 #: what writes the com.microsoft ops byoc does not take, and what to do instead
 _CONTRIB_ADVICE = {
-    "GroupQueryAttention": "GroupQueryAttention comes from onnxruntime-genai's model builder (a decoder with a key/value "
-                           "cache): export the decoder with optimum (task text-generation-with-past) instead",
     "DynamicQuantizeLSTM": "DynamicQuantizeLSTM comes from onnxruntime.quantization.quantize_dynamic: leave LSTM out "
                            "(op_types_to_quantize=['MatMul', 'Gemm', 'Conv']) or quantize with quantize_static",
 }

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from byoc.errors import UnsupportedAttributeError
 from byoc.pipeline.frontend.onnx_model import subgraphs
 
 __all__ = ["MS_DOMAIN", "NodeRewrite", "Rewrites", "node_key", "rewrite_nodes"]
@@ -84,6 +85,30 @@ class NodeRewrite:
         """How errors name the node: ``SkipLayerNormalization node 'ln_3'``."""
         return f"{self.node.op_type} node {self.node.name!r}"
 
+    # -- refusing what a rewrite does not compute ------------------------------------------------
+    def refuse(self, what: str, advice: str) -> UnsupportedAttributeError:
+        """The error to raise for what the rewrite does not compute: the node, what, and what to do."""
+        return UnsupportedAttributeError(f"{self.where()}: {what} is not supported; {advice}")
+
+    def refuse_attr(self, name: str, supported: str) -> UnsupportedAttributeError:
+        """The error for attribute ``name``'s value: ``supported`` says which values are computed."""
+        return self.refuse(f"{name}={self.attr(name)!r}", f"byoc computes {self.node.op_type} with {supported} only")
+
+    def refuse_read_outputs(self, outputs: dict[int, str]) -> None:
+        """Raise when one of ``outputs`` (index -> its name in the op's schema) is read."""
+        for index, name in outputs.items():
+            if self.read(index):
+                raise self.refuse(f"its output {index} ({name}) being read",
+                                  "byoc computes its main output only; export without the consumer of that output")
+
+    def constant_input(self, index: int, what: str) -> np.ndarray:
+        """The value of input ``index``, which must be a constant (a weight the rewrite splits or reads)."""
+        value = self.constants.get(self.input(index))
+        if value is None:
+            raise self.refuse(f"a {what} ({self.input(index)!r}) that is not a constant",
+                              "give it as an initializer (byoc splits and reorders it when the model is compiled)")
+        return value
+
     # -- writing nodes ---------------------------------------------------------------------------
     def _name(self, suffix: str) -> str:
         name, k = f"{self.node.name}/{suffix}", 1
@@ -118,6 +143,9 @@ class NodeRewrite:
     def scalar(self, suffix: str, value: float) -> str:
         return self.const(suffix, np.array(value, np.float32))
 
+    def int_scalar(self, suffix: str, value: int, dtype=np.int64) -> str:
+        return self.const(suffix, np.array(value, dtype))
+
     # -- operations whose spelling depends on the opset --------------------------------------------
     def unsqueeze(self, x: str, axes: Sequence[int], suffix: str) -> str:
         if self.opset >= 13:
@@ -147,6 +175,12 @@ class NodeRewrite:
         """``x[..., start:end]``."""
         return self.add("Slice", [x, self.ints(f"{suffix}_starts", [start]), self.ints(f"{suffix}_ends", [end]),
                                   self.ints(f"{suffix}_axes", [-1])], suffix)
+
+    def dims_of(self, x: str, start: int, end: int, suffix: str) -> str:
+        """``x.shape[start:end]`` as an int64 tensor (Shape, Slice), for a Reshape whose target holds symbolic
+        dims the importer cannot work out from a -1 (a product of sums: ``S * (P + S) / (P + S)``)."""
+        return self.add("Slice", [self.add("Shape", [x], f"{suffix}_shape"), self.ints(f"{suffix}_start", [start]),
+                                  self.ints(f"{suffix}_end", [end])], suffix)
 
     def layer_norm(self, x: str, gamma: str, beta: str, epsilon: float, suffix: str,
                    output: Optional[str] = None) -> str:
