@@ -15,7 +15,8 @@ Each model's input and output get a symbolic batch (``batch``), as an exporter's
   figures before and after a change come from one run. The row names the partitions per vendor and the
   QuantizeLinear/DequantizeLinear ops left on the host.
 * **latency**: one dnnl artifact, exported once, timed at each batch size against onnxruntime on the same
-  symbolic-batch model, each in its own process (``timing_processes.py``), one process at a time per round.
+  symbolic-batch model, each in its own process (``timing_processes.py``), one process at a time per round;
+  with ``--before``, the artifact that checkout builds too (``byoc before``).
 * **error**: at each batch, byoc's and onnxruntime's int8 outputs against onnxruntime with graph optimizations off
   (each op as ONNX defines it), in units of the output's quantum (the scale of its DequantizeLinear). byoc counts as
   correct when its distance is within one quantum or within onnxruntime's own.
@@ -92,11 +93,33 @@ def output_quantum(model) -> float:
 def partitions(path: Path, vendors: str, tree: Path) -> dict:
     """The plan's figures, from ``byoc.partition`` in a fresh process importing byoc from ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    # run in ``tree``: ``python -c`` puts the working directory first on sys.path, before PYTHONPATH
     run = subprocess.run([sys.executable, "-c", _PARTITION_SCRIPT, str(path), vendors], capture_output=True, text=True,
-                         env=env, timeout=1800)
+                         env=env, cwd=tree, timeout=1800)
     if run.returncode != 0:
         return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+_EXPORT_SCRIPT = """
+import sys, warnings
+import onnx, byoc
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    byoc.compile(onnx.load(sys.argv[1]), vendors=["dnnl"]).export(sys.argv[2])
+"""
+
+
+def exported_before(path: Path, library: Path, tree: Path):
+    """The dnnl artifact of ``path`` as the checkout ``tree`` builds it, exported to ``library`` (None, said, if
+    that fails)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    run = subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(path), str(library)], capture_output=True,
+                         text=True, env=env, cwd=tree, timeout=3600)
+    if run.returncode != 0:
+        print(f"the build in {tree} failed: {run.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return library
 
 
 def _plan_text(figures: dict) -> str:
@@ -153,10 +176,14 @@ def main(argv=None) -> int:
                 artifact = byoc.compile(model, vendors=["dnnl"])
             library = artifact.export(tmp / f"{name}.so")
             del artifact
+            configs = {"onnxruntime": ("onnxruntime", path), "byoc": ("byoc", library)}
+            if args.before is not None:
+                before = exported_before(path, tmp / f"{name}-before.so", args.before)
+                if before is not None:
+                    configs["byoc before"] = ("byoc", before, {"PYTHONPATH": str(args.before)})
             for batch in batches:
                 shape = [batch] + [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
                 inputs = {model.graph.input[0].name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-                configs = {"onnxruntime": ("onnxruntime", path), "byoc": ("byoc", library)}
                 results = timing.time_interleaved(configs, inputs, args, tmp, args.runs, args.warmup)
                 definition = _reference(path, inputs, optimized=False)
                 row: dict = {}
@@ -167,15 +194,17 @@ def main(argv=None) -> int:
                     error = float(np.abs(result["outputs"][0] - definition).max()) / quantum
                     row[who] = {"median_ms": result["median_s"] * 1e3, "error_quanta": error}
                 entry["batches"][batch] = row
-                if all("median_ms" in r for r in row.values()):
-                    b, o = row["byoc"], row["onnxruntime"]
+                o = row["onnxruntime"]
+                for who in [w for w in row if w != "onnxruntime"]:
+                    b = row[who]
+                    if "median_ms" not in b or "median_ms" not in o:
+                        print(f"{name} batch {batch} {who}: {b} (onnxruntime: {o})", flush=True)
+                        continue
                     ok = b["error_quanta"] <= max(1.001, o["error_quanta"])
-                    print(f"{name} batch {batch}: byoc {b['median_ms']:.2f} ms, onnxruntime int8 {o['median_ms']:.2f} ms"
-                          f" -> {b['median_ms'] / o['median_ms']:.2f}x; error vs the definition byoc "
-                          f"{b['error_quanta']:.2f} quanta, onnxruntime {o['error_quanta']:.2f} quanta"
+                    print(f"{name} batch {batch}: {who} {b['median_ms']:.2f} ms, onnxruntime int8 "
+                          f"{o['median_ms']:.2f} ms -> {b['median_ms'] / o['median_ms']:.2f}x; error vs the definition "
+                          f"{who} {b['error_quanta']:.2f} quanta, onnxruntime {o['error_quanta']:.2f} quanta"
                           f" ({'within' if ok else 'NOT within'})", flush=True)
-                else:
-                    print(f"{name} batch {batch}: {row}", flush=True)
             figures["models"][name] = entry
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1))
