@@ -173,6 +173,34 @@ def test_the_reference_vendors_take_the_float16_cnn(vendor):
     _assert_close(artifact.run(inputs)[0], onnxruntime_outputs(half, inputs)[0])
 
 
+@pytest.mark.parametrize("spelling", ["keras", "torch"])
+def test_float16_gelu_in_both_forms_is_one_eltwise_op(spelling):
+    """GELU's constants rounded to float16 (1.41406 for sqrt 2, 0.04471 for 0.044715) are still GELU to the dnnl
+    codegen: one oneDNN eltwise op per form, as in the float32 model, within float16's tolerance of onnxruntime."""
+    import json
+
+    from byoc.codegens.dnnl import DnnlCodegen
+    from byoc.codegens.dnnl.activations import ELTWISE
+    from byoc.vendor.graph import partition_graph
+
+    from dnnl_op_helpers import _conv, _gelu_tanh_nodes
+    from test_dnnl_activations import _gelu_erf_nodes
+
+    conv, inits = _conv("x", "a", 3, 8, "c1", seed=6)
+    erf, erf_scalars = _gelu_erf_nodes("a", "g")
+    tanh, tanh_scalars = _gelu_tanh_nodes(spelling, "g", "y")
+    m = model([conv, *erf, *tanh], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 8, 10, 12])],
+              inits + erf_scalars + tanh_scalars)
+    half = converter.convert_float_to_float16(m, keep_io_types=True)
+    plan = byoc.partition(half, ["dnnl"])
+    graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in plan.partitions]
+    ops = [op for g in graphs for node in json.loads(DnnlCodegen().serialize(g).json)["nodes"] for op in node["body"]]
+    eltwise = [op["attrs"]["algorithm"]["value"] for op in ops if op["kernel"] == ELTWISE]
+    assert eltwise == ["gelu_erf", "gelu_tanh"], [op["kernel"] for op in ops]
+    inputs = random_inputs(half, 1)
+    _assert_close(byoc.build(plan).run(inputs)[0], onnxruntime_outputs(half, inputs)[0])
+
+
 def test_report_names_the_users_nodes(built):
     """The converter's Casts are reported removed; every other node of the float16 model is in the partition."""
     half, artifact = built("cnn", True)

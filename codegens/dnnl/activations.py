@@ -310,6 +310,19 @@ class _Forms:
 
 
 def _is_gelu_tanh(values: np.ndarray) -> bool:
+    """GELU's values at the samples, with its constants sqrt(2/pi) and 0.044715 as written, or both rounded to
+    float16 or bfloat16 (a half-precision model's, computed in float32: :func:`near`)."""
     t = np.array(_GELU_TANH_SAMPLES)
-    want = 0.5 * t * (1.0 + np.tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)))
-    return bool(np.all(np.abs(values - want) <= 1e-5 * np.abs(want) + 1e-6))
+    for scale, cube in {(0.7978845608028654, 0.044715), *_gelu_tanh_half_constants()}:
+        want = 0.5 * t * (1.0 + np.tanh(scale * (t + cube * t * t * t)))
+        if np.all(np.abs(values - want) <= 1e-5 * np.abs(want) + 1e-6):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_tanh_half_constants() -> frozenset:
+    import ml_dtypes  # onnx's own dependency
+
+    return frozenset((float(kind(0.7978845608028654)), float(kind(0.044715)))
+                     for kind in (np.float16, ml_dtypes.bfloat16))
