@@ -16,7 +16,8 @@ Each model's input and output get a symbolic batch (``batch``), as an exporter's
   QuantizeLinear/DequantizeLinear ops left on the host.
 * **latency**: one dnnl artifact, exported once, timed at each batch size against onnxruntime on the same
   symbolic-batch model, each in its own process (``timing_processes.py``), one process at a time per round;
-  with ``--before``, the artifact that checkout builds too (``byoc before``).
+  with ``--before``, the artifact that checkout builds too (``byoc before``); with ``--static``, a static build
+  per batch size (``byoc static``).
 * **error**: at each batch, byoc's and onnxruntime's int8 outputs against onnxruntime with graph optimizations off
   (each op as ONNX defines it), in units of the output's quantum (the scale of its DequantizeLinear). byoc counts as
   correct when its distance is within one quantum or within onnxruntime's own.
@@ -147,6 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=20, help="timed rounds (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
     p.add_argument("--before", type=Path, help="a checkout whose partitions to count too (its root, on PYTHONPATH)")
+    p.add_argument("--static", action="store_true",
+                   help="time a static build per batch size too (input_shapes of that batch: what the symbolic batch costs)")
     p.add_argument("--build", type=Path, default=benchmark_models.DEFAULT_BUILD, help="model cache folder")
     p.add_argument("--timeout", type=float, default=600, help="seconds for a timing process to load")
     p.add_argument("--round-timeout", type=float, default=120, help="seconds for one timed call")
@@ -184,7 +187,14 @@ def main(argv=None) -> int:
             for batch in batches:
                 shape = [batch] + [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[1:]]
                 inputs = {model.graph.input[0].name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-                results = timing.time_interleaved(configs, inputs, args, tmp, args.runs, args.warmup)
+                timed = dict(configs)
+                if args.static:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        static = byoc.compile(model, vendors=["dnnl"], input_shapes={model.graph.input[0].name: shape})
+                    timed["byoc static"] = ("byoc", static.export(tmp / f"{name}-static-{batch}.so"))
+                    del static
+                results = timing.time_interleaved(timed, inputs, args, tmp, args.runs, args.warmup)
                 definition = _reference(path, inputs, optimized=False)
                 row: dict = {}
                 for who, result in results.items():

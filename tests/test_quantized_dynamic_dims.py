@@ -36,8 +36,8 @@ def _compiled(model: onnx.ModelProto, vendors: list[str]):
 def _float_partitions(model: onnx.ModelProto, vendor: str) -> int:
     """How many partitions the float model has on ``vendor`` (with no op on the host)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # onnxsim fuses the float attention into onnxruntime's own op, and byoc
-        plan = byoc.partition(model, vendors=[vendor])  # then imports the model as given, saying so
+        warnings.simplefilter("ignore")
+        plan = byoc.partition(model, vendors=[vendor])
     assert not plan.host_ops
     return len(plan.partitions)
 
