@@ -66,13 +66,16 @@ def _matches_the_definition(model: onnx.ModelProto, artifact, shapes, seeds=(5, 
             assert np.abs(want).max() > 10 * quantum
 
 
-# (float model, input shape at batch 1, per channel, reduce_range, activation type)
+# (float model, input shape at batch 1, format, per channel, reduce_range, activation type)
 CNNS = {
-    "residual-per-tensor-7bit": (residual_cnn, (1, 3, 16, 16), False, True, "QUInt8"),
-    "residual-full-range": (residual_cnn, (1, 3, 16, 16), False, False, "QUInt8"),
-    "depthwise-per-channel": (depthwise_cnn, (1, 3, 32, 32), True, True, "QUInt8"),
-    "activations-s8": (activation_cnn, (1, 3, 16, 16), False, True, "QInt8"),
-    "conv1d-per-channel-full-range": (conv1d_net, (1, 1, 136), True, False, "QUInt8"),
+    "residual-per-tensor-7bit": (residual_cnn, (1, 3, 16, 16), "QDQ", False, True, "QUInt8"),
+    "residual-full-range": (residual_cnn, (1, 3, 16, 16), "QDQ", False, False, "QUInt8"),
+    "depthwise-per-channel": (depthwise_cnn, (1, 3, 32, 32), "QDQ", True, True, "QUInt8"),
+    "activations-s8": (activation_cnn, (1, 3, 16, 16), "QDQ", False, True, "QInt8"),
+    "conv1d-per-channel-full-range": (conv1d_net, (1, 1, 136), "QDQ", True, False, "QUInt8"),
+    # QLinearConv and friends, rewritten into QDQ units; its MaxPool and Flatten run on the uint8 tensors. 7-bit
+    # weights: onnxruntime's QLinearConv is the reference here, and without VNNI it saturates full-range ones
+    "residual-qoperator": (residual_cnn, (1, 3, 16, 16), "QOperator", False, True, "QUInt8"),
 }
 
 
@@ -82,8 +85,8 @@ def quantized_dynamic():
 
     def get(name: str) -> onnx.ModelProto:
         if name not in cache:
-            make, _, per_channel, reduce_range, activations = CNNS[name]
-            cache[name] = with_symbolic_dims(quantize(make(), per_channel=per_channel, reduce_range=reduce_range,
+            make, _, fmt, per_channel, reduce_range, activations = CNNS[name]
+            cache[name] = with_symbolic_dims(quantize(make(), fmt, per_channel, reduce_range=reduce_range,
                                                       activation_type=activations), {0: "batch"})
         return cache[name]
 
