@@ -108,6 +108,19 @@ def test_a_symbolic_batch_keeps_a_quantized_cnn_in_one_partition(quantized_dynam
     _matches_the_definition(model, artifact, [(3,) + shape[1:], shape])
 
 
+@pytest.mark.parametrize("vendor", VENDORS)
+@pytest.mark.parametrize("make, per_channel", [(residual_cnn, False), (depthwise_cnn, True)],
+                         ids=["residual", "depthwise-per-channel"])
+def test_symbolic_batch_height_and_width_of_a_quantized_cnn(make, per_channel, vendor):
+    """A detector's or OCR model's export leaves the image size symbolic too: the convs' and pools' spatial sizes
+    are then symbolic, and the int8 units still are one partition, run at three image sizes by one artifact."""
+    model = with_symbolic_dims(quantize(make(), per_channel=per_channel, reduce_range=True),
+                               {0: "batch", 2: "height", 3: "width"})
+    artifact = _compiled(model, [vendor])
+    _one_partition(artifact, vendor)
+    _matches_the_definition(model, artifact, [(1, 3, 16, 16), (2, 3, 20, 24), (1, 3, 32, 12)], seeds=(5,))
+
+
 def test_int8_primitives_run_at_each_batch_on_dnnl(quantized_dynamic):
     """With u8 activations and 7-bit weights the convolutions are oneDNN's int8 kernels on every CPU: at each
     batch size the partition's program is made for that shape and still runs them (not a float fallback)."""
