@@ -7,6 +7,7 @@ onnxruntime, ``benchmarks/benchmark_models.py``)::
     python benchmarks/int8_dynamic.py                                  # resnet18_int8, resnet50_helper_int8
     python benchmarks/int8_dynamic.py --models resnet50_helper_int8 --batches 1,2 --runs 20
     python benchmarks/int8_dynamic.py --before /tmp/byoc-before         # partitions of another checkout too
+    python benchmarks/int8_dynamic.py --models ~/.cache/byoc-models/deployed/resnet50_qdq.onnx   # any QDQ file
 
 Each model's input and output get a symbolic batch (``batch``), as an exporter's ``dynamic_axes`` leaves them.
 
@@ -143,7 +144,7 @@ def _reference(path: Path, inputs: dict, optimized: bool) -> np.ndarray:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                   help=f"comma-separated, from {', '.join(benchmark_models.INT8_MODELS)}")
+                   help=f"comma-separated, from {', '.join(benchmark_models.INT8_MODELS)}, or paths of .onnx files")
     p.add_argument("--batches", default="1,2", help="batch sizes to time (default 1,2)")
     p.add_argument("--runs", type=int, default=20, help="timed rounds (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds first (default 3)")
@@ -164,7 +165,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for name in args.models.split(","):
-            model = symbolic_batch(onnx.load(str(benchmark_models.model_path(name, args.build))))
+            source = Path(name) if name.endswith(".onnx") else benchmark_models.model_path(name, args.build)
+            model = symbolic_batch(onnx.load(str(source)))
+            name = Path(name).stem
             path = tmp / f"{name}_batch.onnx"
             onnx.save(model, str(path))
             quantum = output_quantum(model)
