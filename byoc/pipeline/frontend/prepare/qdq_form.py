@@ -54,6 +54,12 @@ def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
              if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input
              and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES
              and read_at_run_time(n)}
+    # The 8-bit weight of a MatMulInteger (quantize_dynamic's matmuls): folded, TVM's import widens it to an
+    # int32 constant (4x its bytes), and a vendor's dynamic int8 unit needs it as the integer it is.
+    names |= {n.input[1] for n in model.graph.node
+              if n.op_type == "MatMulInteger" and n.domain in ("", "ai.onnx") and len(n.input) > 1
+              and n.input[1] in initializers and initializers[n.input[1]].data_type in _INTEGER_TYPES
+              and n.input[0] in runtime}
     if not names:
         return model, {}
     out = onnx.ModelProto()
@@ -132,6 +138,73 @@ def unshared_dequantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
             reader.input[index] = name
             nodes.append(copy)
             copies[name] = node.name
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out, copies
+
+
+def unshared_dynamic_quantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """Give every MatMulInteger a DynamicQuantizeLinear of its own (quantize_dynamic's Q, K and V read one).
+
+    A dynamic int8 unit (``DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(x_scale * w_scale)``) is
+    one match, and matches do not overlap: a shared DynamicQuantizeLinear would give one unit to the first
+    matmul and leave the others' integer ops on the host. Each reader after the first gets a copy, and the
+    ``Mul(x_scale, w_scale)`` of its own scale product reads the copy's scale. A runtime may compute the copies'
+    quantization once (they are one function of one tensor). Returns ``(model, copies)`` as
+    :func:`unshared_dequantize` does; a reader whose chain is not that form keeps the shared node.
+    """
+    graph = model.graph
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    shared = [n for n in graph.node if n.op_type == "DynamicQuantizeLinear" and n.domain in ("", "ai.onnx")
+              and len(n.output) == 3 and sum(r.op_type == "MatMulInteger" for r in readers.get(n.output[0], ())) > 1]
+    if not shared:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    readers = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    by_name = {n.name: n for n in graph.node}
+    copies: dict[str, str] = {}
+    added: dict[str, list[onnx.NodeProto]] = {}
+
+    def only_reader(name: str, op_type: str):
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
+
+    for original in shared:
+        node = by_name[original.name]
+        x_q, x_scale, x_zp = node.output
+        for k, mm in enumerate([r for r in readers[x_q] if r.op_type == "MatMulInteger"][1:], start=1):
+            if list(mm.input[:1]) != [x_q] or (len(mm.input) > 2 and mm.input[2] not in ("", x_zp)):
+                continue
+            cast = only_reader(mm.output[0], "Cast")
+            scaled = only_reader(cast.output[0], "Mul") if cast is not None else None
+            product = None
+            if scaled is not None:
+                other = scaled.input[1] if scaled.input[0] == cast.output[0] else scaled.input[0]
+                product = next((n for n in readers.get(x_scale, []) if n.op_type == "Mul" and other in n.output
+                                and len(readers.get(other, [])) == 1), None)
+            if product is None:
+                continue
+            name = f"{node.name}/for_{mm.name}_{k}"
+            outputs = [f"{name}:{i}" for i in range(3)]
+            copy = helper.make_node("DynamicQuantizeLinear", list(node.input), outputs, name=name)
+            mm.input[0] = outputs[0]
+            if len(mm.input) > 2 and mm.input[2]:
+                mm.input[2] = outputs[2]
+            product.input[list(product.input).index(x_scale)] = outputs[1]
+            added.setdefault(node.name, []).append(copy)
+            copies[name] = node.name
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        nodes.extend(added.get(node.name, ()))
     del graph.node[:]
     graph.node.extend(nodes)
     return out, copies

@@ -1,0 +1,67 @@
+"""Dynamic int8 matmuls (onnxruntime's ``quantize_dynamic``) as the one op the oneDNN runtime runs.
+
+The ``dnnl.dynamic_int8_matmul[_bias]`` rules (``annotations/dnnl.py``) take the chain TVM imports
+``DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(x_scale * w_scale) [-> Add(bias)]`` as: the
+activation's scale and zero point from its min and max, ``relax.quantize`` to u8, both zero points
+subtracted in int32, an int32 matmul, its cast to float32 times the product of the scales. This rewrite
+replaces each such match by one body op, ``byoc.dynamic_int8_matmul(x, w[, bias])`` with the weight
+scales as ``w_scale`` (one, or one per output column). The runtime (``runtime/int8.cc``) computes x's
+scale and zero point per call as ONNX defines DynamicQuantizeLinear, quantizes x to u8 (once for every
+such op of the partition that reads the same x: Q, K and V), and runs one oneDNN u8 x s8 matmul with the
+source scale and zero point as run-time arguments, the weight scales, and the bias.
+
+The weight travels as float32 holding its int8 values (exact), reordered to s8 once at load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from byoc.errors import CodegenError
+from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
+
+DYNAMIC_MATMUL = "byoc.dynamic_int8_matmul"
+_RULES = ("dnnl.dynamic_int8_matmul", "dnnl.dynamic_int8_matmul_bias")
+
+
+def dynamic_matmuls_fused(graph: PartitionGraph) -> PartitionGraph:
+    """``graph`` with each dynamic int8 matmul match replaced by one ``byoc.dynamic_int8_matmul`` op."""
+    if not any(call.rule in _RULES for call in graph.ops):
+        return graph
+    groups: dict[int, list[OpCall]] = {}
+    for call in graph.ops:
+        if call.rule in _RULES:
+            groups.setdefault(call.group, []).append(call)
+    ops: list[OpCall] = []
+    done: set[int] = set()
+    for call in graph.ops:
+        if call.rule not in _RULES:
+            ops.append(call)
+        elif call.group not in done:
+            done.add(call.group)
+            ops.append(_fused(groups[call.group]))
+    return replace(graph, ops=ops)
+
+
+def _fused(calls: list[OpCall]) -> OpCall:
+    first, last = calls[0], calls[-1]
+    where = f"{first.rule} (group {first.group})"
+    x = next((c.inputs[0] for c in calls if c.op == "relax.quantize"), None)
+    matmul = next((c for c in calls if c.op == "relax.matmul"), None)
+    weight = next((t for c in calls if c.op == "relax.astype" for t in c.inputs
+                   if t.kind == "const" and t.dtype == "int8" and len(t.shape) == 2), None)
+    if x is None or matmul is None or weight is None or weight.data is None:
+        raise CodegenError(f"{where}: not the form of a dynamic int8 matmul (the rule's pattern)")
+    scale_product = next((c for c in calls if c.op == "relax.multiply" and any(
+        t.kind == "const" for t in c.inputs) and all(len(t.shape) <= 1 for t in c.inputs)), None)
+    if scale_product is None:
+        raise CodegenError(f"{where}: no constant weight scale")
+    w_scale = next(t for t in scale_product.inputs if t.kind == "const").data
+    w = Tensor(weight.id, weight.shape, "float32", "const", data=np.asarray(weight.data, np.float32))
+    inputs = [x, w]
+    if last.op == "relax.add":
+        inputs.append(next(t for t in last.inputs if t.kind == "const"))
+    attrs = {"w_scale": [float(s) for s in np.asarray(w_scale, np.float32).reshape(-1)]}
+    return OpCall(DYNAMIC_MATMUL, inputs, last.output, attrs, first.rule, first.group)

@@ -1,0 +1,131 @@
+// dynamic.cc -- quantize_dynamic's matmuls (byoc.dynamic_int8_matmul, codegens/dnnl/dynamic.py): the float32
+// activation quantized to u8 per call exactly as ONNX defines DynamicQuantizeLinear, then one oneDNN u8 x s8 matmul
+// whose source scale and zero point are run-time arguments, the weight scales constant, the bias its bias.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "builder.h"
+#include "kernels.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+namespace {
+
+// min and max of x[0, n) (NaNs ignored by the comparisons, as onnxruntime's MlasFindMinMaxElement).
+__attribute__((target_clones("avx2", "default"))) void MinMax(const float* x, int64_t n, float* lo, float* hi) {
+  float l = std::numeric_limits<float>::max(), h = std::numeric_limits<float>::lowest();
+  for (int64_t i = 0; i < n; ++i) {
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
+  }
+  *lo = l;
+  *hi = h;
+}
+
+// y = saturate(round_half_even(x / scale) + zero_point) to u8 (ONNX QuantizeLinear).
+__attribute__((target_clones("avx2", "default"))) void QuantizeU8(const float* x, int64_t n, float scale,
+                                                                   float zero_point, uint8_t* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    float v = __builtin_roundevenf(x[i] / scale) + zero_point;
+    v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
+    y[i] = static_cast<uint8_t>(static_cast<int32_t>(v));
+  }
+}
+
+// ONNX DynamicQuantizeLinear on a plain float32 tensor: DNNL_ARG_SRC (n floats) -> DNNL_ARG_DST (n u8),
+// DNNL_ARG_DST_1 (the scale, one f32), DNNL_ARG_DST_2 (the zero point, one s32). The range includes 0;
+// scale = (max - min) / 255, zero point = saturate(round_half_even(-min / scale)). An all-zero tensor (max ==
+// min) takes scale 1, as onnxruntime does (ONNX's formula divides by 0 there).
+class DynamicQuantize : public Kernel {
+ public:
+  explicit DynamicQuantize(int64_t count) : count_(count) {}
+  const char* Name() const override { return "dynamic_quantize"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    uint8_t* y = Data<uint8_t>(args, DNNL_ARG_DST);
+    float lo = 0.0f, hi = 0.0f;
+#pragma omp parallel
+    {
+      int64_t parts = omp_get_num_threads(), part = omp_get_thread_num();
+      int64_t i0 = count_ * part / parts, i1 = count_ * (part + 1) / parts;
+      float l = 0.0f, h = 0.0f;
+      if (i1 > i0) MinMax(x + i0, i1 - i0, &l, &h);
+#pragma omp critical
+      {
+        if (i1 > i0) {
+          lo = std::min(lo, l);
+          hi = std::max(hi, h);
+        }
+      }
+    }
+    lo = std::min(lo, 0.0f);
+    hi = std::max(hi, 0.0f);
+    float scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    float zero_point = std::min(255.0f, std::max(0.0f, __builtin_roundevenf(0.0f - lo / scale)));
+    *Data<float>(args, DNNL_ARG_DST_1) = scale;
+    *Data<int32_t>(args, DNNL_ARG_DST_2) = static_cast<int32_t>(zero_point);
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) { QuantizeU8(x + i0, i1 - i0, scale, zero_point, y + i0); });
+  }
+
+ private:
+  int64_t count_;
+};
+
+}  // namespace
+
+// x [..., K] (float32) x w [K, N] (a constant holding s8 values) [+ bias [N]] -> y [..., N] float32, as the rows
+// [rows, K] x [K, N]: y = (x_q - zp) w * (x_scale * w_scale) + bias, where x_q, x_scale and zp are
+// DynamicQuantizeLinear(x), computed once per x for all the ops that read it.
+size_t Builder::DynamicInt8Matmul(size_t k, const Attrs& a) {
+  const BodyOp& op = g_.ops()[k];
+  if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
+  int x = op.inputs[0], w = op.inputs[1];
+  if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+  const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+  if (xs.size() < 2 || ws.size() != 2 || xs.back() != ws[0] || ys.back() != ws[1] || ys.size() != xs.size())
+    Fail(op.where + ": shapes " + ShapeStr(xs) + " x " + ShapeStr(ws) + " -> " + ShapeStr(ys) + " do not match");
+  int64_t depth = ws[0], columns = ws[1], rows = g_.tensor(x).numel / depth;
+  if (op.inputs.size() == 3 && g_.tensor(op.inputs[2]).numel != columns)
+    Fail(op.where + ": the bias must hold one value per output column (" + std::to_string(columns) + ")");
+  std::vector<double> w_scale = a.Floats("w_scale");
+  if (w_scale.size() != 1 && static_cast<int64_t>(w_scale.size()) != columns)
+    Fail(op.where + ": " + std::to_string(w_scale.size()) + " weight scales for " + std::to_string(columns) + " columns");
+
+  auto found = dynamic_quantized_.find(x);
+  if (found == dynamic_quantized_.end()) {
+    Desc values = Plain(xs, memory::data_type::u8), scale = Plain({1}), zero_point = Plain({1}, memory::data_type::s32);
+    DynamicQuantized q{NewTemp(values), NewTemp(scale), NewTemp(zero_point)};
+    AddStep(dnnl::primitive(),
+            {{DNNL_ARG_SRC, As(x, Plain(xs)), Plain(xs)}, {DNNL_ARG_DST, q.values, values},
+             {DNNL_ARG_DST_1, q.scale, scale}, {DNNL_ARG_DST_2, q.zero_point, zero_point}},
+            Desc(), std::make_shared<DynamicQuantize>(g_.tensor(x).numel));
+    found = dynamic_quantized_.emplace(x, q).first;
+  }
+  const DynamicQuantized& q = found->second;
+
+  primitive_attr attr = UserScratchpad();
+  std::vector<Arg> args;
+  attr.set_scales_mask(DNNL_ARG_SRC, 0);
+  args.push_back({DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q.scale, Plain({1})});
+  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+  args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q.zero_point, Plain({1}, memory::data_type::s32)});
+  Scales(&attr, &args, DNNL_ARG_WEIGHTS, w_scale, 2);  // per output column
+  Desc src({rows, depth}, memory::data_type::u8, memory::format_tag::ab);
+  Desc dst({rows, columns}, memory::data_type::f32, memory::format_tag::ab);
+  Desc bias({1, columns}, memory::data_type::f32, memory::format_tag::ab);
+  Desc w_any({depth, columns}, memory::data_type::s8, memory::format_tag::any);
+  auto pd = op.inputs.size() == 3 ? dnnl::matmul::primitive_desc(Engine(), src, w_any, bias, dst, attr)
+                                  : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
+  args.push_back({DNNL_ARG_SRC, q.values, src});
+  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(values_.ConstView(values_.of(w), Plain(ws)), pd.weights_desc(), {}, 0),
+                  pd.weights_desc()});
+  if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
+  args.push_back({DNNL_ARG_DST, Define(op.output, Plain(ys)), dst});
+  AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
+  return k + 1;
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
