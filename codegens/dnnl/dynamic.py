@@ -10,7 +10,8 @@ scale and zero point per call as ONNX defines DynamicQuantizeLinear, quantizes x
 such op of the partition that reads the same x: Q, K and V), and runs one oneDNN u8 x s8 matmul with the
 source scale and zero point as run-time arguments, the weight scales, and the bias.
 
-The weight travels as float32 holding its int8 values (exact), reordered to s8 once at load.
+The weight travels at 8 bits: its int8 bytes viewed as a float32 constant of a quarter of the elements
+(``packed_bytes``; ``w_shape`` gives its [K, N]), which the runtime reads back as s8 and packs once at load.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def dynamic_matmuls_fused(graph: PartitionGraph) -> PartitionGraph:
     return replace(graph, ops=ops)
 
 
+def packed_bytes(values: np.ndarray) -> np.ndarray:
+    """The bytes of an int8 array (row-major), zero-padded to a multiple of 4, viewed as float32: the graph carries
+    float32 constants, and an int8 weight so travels at 8 bits (its float32 values took 4x the bytes). The runtime
+    reads the same bytes as s8; nothing computes on them as floats (copies keep the bits)."""
+    raw = np.ascontiguousarray(values, dtype=np.int8).reshape(-1)
+    padded = np.zeros(-(-raw.size // 4) * 4, np.int8)
+    padded[:raw.size] = raw
+    return padded.view(np.float32)
+
+
 def _fused(calls: list[OpCall]) -> OpCall:
     first, last = calls[0], calls[-1]
     where = f"{first.rule} (group {first.group})"
@@ -59,9 +70,10 @@ def _fused(calls: list[OpCall]) -> OpCall:
     if scale_product is None:
         raise CodegenError(f"{where}: no constant weight scale")
     w_scale = next(t for t in scale_product.inputs if t.kind == "const").data
-    w = Tensor(weight.id, weight.shape, "float32", "const", data=np.asarray(weight.data, np.float32))
+    w = Tensor(weight.id, (-(-weight.size // 4),), "float32", "const", data=packed_bytes(weight.data))
     inputs = [x, w]
     if last.op == "relax.add":
         inputs.append(next(t for t in last.inputs if t.kind == "const"))
-    attrs = {"w_scale": [float(s) for s in np.asarray(w_scale, np.float32).reshape(-1)]}
+    attrs = {"w_scale": [float(s) for s in np.asarray(w_scale, np.float32).reshape(-1)],
+             "w_shape": [int(d) for d in weight.shape]}
     return OpCall(DYNAMIC_MATMUL, inputs, last.output, attrs, first.rule, first.group)

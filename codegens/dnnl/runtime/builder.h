@@ -249,7 +249,8 @@ class Builder {
   // dynamic.cc: quantize_dynamic's matmuls: x quantized per call as ONNX's DynamicQuantizeLinear, a u8 x s8 matmul
   size_t DynamicInt8Matmul(size_t k, const Attrs& a);
   struct DynamicQuantized;
-  bool DynamicRowsAsConv(const BodyOp& op, const DynamicQuantized& q, const std::vector<double>& w_scale);
+  bool DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws, const DynamicQuantized& q,
+                         const std::vector<double>& w_scale);
 
   // byte_tables.cc: 8-bit element-wise units run as 256-entry byte tables, composed and chained
   std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
