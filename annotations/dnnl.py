@@ -39,6 +39,7 @@ static to be taken.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
                                 per_channel_bias, pool_layout_nchw, scalar, static_shapes)
@@ -643,8 +644,9 @@ def _dynamic_matmul_pattern(bias: bool):
 
 
 def _dynamic_matmul(match: Match):
-    """float32 x of rank >= 2 quantized to u8 as ONNX's DynamicQuantizeLinear; a constant 2-D int8 weight with
-    zero point 0; a weight scale per tensor or per output column; a float32 bias per output column."""
+    """float32 x of rank >= 2 quantized to u8 as ONNX defines it; constant 2-D s8 weights, zero point 0.
+
+    Weight scales per tensor or per output column; a float32 bias per output column."""
     x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
     if x.dtype != "float32" or len(x.shape or ()) < 2:
         return f"dynamic int8 matmul of a {x.dtype} tensor of rank {len(x.shape or ())} (float32, rank >= 2)"
@@ -672,8 +674,18 @@ def _dynamic_matmul(match: Match):
     return SUPPORTED
 
 
+@dataclass(frozen=True)
+class _DynamicMatmulRule(PatternRule):
+    """A dynamic int8 matmul rule; its op-table line names the ONNX chain (the pattern spells out every form)."""
+
+    def describe(self) -> str:
+        bias = " -> Add(const bias)" if self.name.endswith("_bias") else ""
+        return ("dynamic int8 unit: DynamicQuantizeLinear(*) -> MatMulInteger(x_q, const s8) -> Cast -> "
+                f"Mul(x_scale * w_scale){bias}")
+
+
 def _dynamic_matmul_rules():
-    return [PatternRule("dynamic_int8_matmul" + "_bias" * bias, _dynamic_matmul_pattern(bias),
+    return [_DynamicMatmulRule("dynamic_int8_matmul" + "_bias" * bias, _dynamic_matmul_pattern(bias),
                         all_of(known_ranks(MAX_RANK), _non_empty, _dynamic_matmul)) for bias in (True, False)]
 
 
