@@ -41,6 +41,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
                                 per_channel_bias, pool_layout_nchw, scalar, static_shapes)
 from byoc.codegens.dnnl import DnnlCodegen
@@ -606,7 +608,7 @@ def _int8_limits(match: Match):
 
 
 # -- dynamic int8 matmuls (onnxruntime's quantize_dynamic) ----------------------------------
-def _dynamic_matmul_pattern(bias: bool):
+def _dynamic_matmul_pattern(bias: bool, core: str = "matmul"):
     """``DynamicQuantizeLinear(x) -> MatMulInteger(x_q, w) -> Cast -> Mul(x_scale * w_scale) [-> Add(bias)]`` as
     TVM imports it: the scale and zero point of x computed from its min and max (with 0), ``relax.quantize``, the
     zero points subtracted in int32, an int32 matmul, its cast to float32 times the product of the scales."""
@@ -627,20 +629,60 @@ def _dynamic_matmul_pattern(bias: bool):
         zero_point = is_op("relax.astype")(is_op("relax.round")(clipped))
         quantize = is_op("relax.quantize")(x, scale, zero_point)
         centred = is_op("relax.subtract")(is_op("relax.astype")(quantize), is_op("relax.astype")(zero_point))
-        w, w_zp = is_const(), is_const()
-        w_int = is_op("relax.astype")(w)
-        w_centred = is_op("relax.subtract")(w_int, is_op("relax.astype")(w_zp) | w_zp) | w_int
-        matmul = is_op("relax.matmul")(centred, w_centred)
-        w_scale = is_const()
-        out = either("relax.multiply", is_op("relax.astype")(matmul), either("relax.multiply", scale, w_scale))
-        annotations = {"x": x, "w": w, "w_zp": w_zp, "w_scale": w_scale, "matmul": matmul, "quantize": quantize,
-                       "clip": clipped, **c}
+        w, w_zp, w_scale = is_const(), is_const(), is_const()
+        annotations = {"x": x, "w": w, "w_scale": w_scale, "quantize": quantize, "clip": clipped, **c}
+        if core == "conv2d":  # ConvInteger as preparation writes it: float32 sums of the integers (exact)
+            product = annotations["conv"] = is_op("relax.nn.conv2d")(centred, w)
+        else:
+            w_int = is_op("relax.astype")(w)
+            w_centred = is_op("relax.subtract")(w_int, is_op("relax.astype")(w_zp) | w_zp) | w_int
+            annotations["matmul"] = is_op("relax.matmul")(centred, w_centred)
+            annotations["w_zp"] = w_zp
+            product = is_op("relax.astype")(annotations["matmul"])
+        out = either("relax.multiply", product, either("relax.multiply", scale, w_scale))
         if bias:
             annotations["bias"] = is_const()
             out = either("relax.add", out, annotations["bias"])
         return out, annotations
 
     return build
+
+
+def _dynamic_conv(match: Match):
+    """float32 NCHW x quantized to u8 as ONNX defines it; a constant OIHW weight of int8 values, zero point 0.
+
+    One weight scale; groups 1; a bias of one value per output channel."""
+    x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
+    reason = _dynamic_quantization(match)
+    if reason:
+        return reason
+    conv = match.call("conv")
+    a = conv.attrs
+    if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != ("NCHW", "OIHW", "NCHW") or int(a["groups"]) != 1:
+        return f"a dynamic int8 conv of layout {a['data_layout']}/{a['kernel_layout']}, groups {a['groups']} " \
+               "(NCHW/OIHW, groups 1)"
+    if x.dtype != "float32" or w.data is None or np.any(w.data != np.round(w.data)) or np.abs(w.data).max() > 127:
+        return "a dynamic int8 conv whose weight is not int8 values (preparation writes ConvInteger's so)"
+    if w_scale.data is None or w_scale.data.size != 1:
+        return f"a dynamic int8 conv with weight scales of shape {w_scale.shape} (one per tensor)"
+    if "bias" in match.names:
+        bias = match.tensor("bias")
+        channels = w.shape[0]
+        if bias.dtype != "float32" or bias.size != channels or (len(bias.shape) >= 3 and bias.shape[-3] != channels):
+            return f"a bias of shape {bias.shape} (one float32 per output channel: {channels})"
+    return SUPPORTED
+
+
+def _dynamic_quantization(match: Match):
+    """The scale and zero point of x computed as ONNX's DynamicQuantizeLinear does, or why not."""
+    for name, want in (("dq_zero_hi", 0.0), ("dq_zero_lo", 0.0), ("dq_255", 255.0), ("dq_zero", 0.0)):
+        if scalar(match.tensor(name)) != want:
+            return f"a scale or zero point computed otherwise than ONNX's DynamicQuantizeLinear ({name})"
+    clip = match.call("clip")
+    if clip is None or (_number(clip.attrs.get("min")), _number(clip.attrs.get("max"))) != (0.0, 255.0) \
+            or match.call("quantize").output.dtype != "uint8":
+        return "a dynamic quantization to another range than uint8's (ONNX's DynamicQuantizeLinear: 0..255)"
+    return None
 
 
 def _dynamic_matmul(match: Match):
@@ -650,13 +692,9 @@ def _dynamic_matmul(match: Match):
     x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
     if x.dtype != "float32" or len(x.shape or ()) < 2:
         return f"dynamic int8 matmul of a {x.dtype} tensor of rank {len(x.shape or ())} (float32, rank >= 2)"
-    for name, want in (("dq_zero_hi", 0.0), ("dq_zero_lo", 0.0), ("dq_255", 255.0), ("dq_zero", 0.0)):
-        if scalar(match.tensor(name)) != want:
-            return f"a scale or zero point computed otherwise than ONNX's DynamicQuantizeLinear ({name})"
-    clip = match.call("clip")
-    if clip is None or (_number(clip.attrs.get("min")), _number(clip.attrs.get("max"))) != (0.0, 255.0) \
-            or match.call("quantize").output.dtype != "uint8":
-        return "a dynamic quantization to another range than uint8's (ONNX's DynamicQuantizeLinear: 0..255)"
+    reason = _dynamic_quantization(match)
+    if reason:
+        return reason
     if w.dtype != "int8":
         return f"{w.dtype} weights of a dynamic int8 matmul (oneDNN int8 weights are s8)"
     if len(w.shape) != 2:
@@ -680,13 +718,15 @@ class _DynamicMatmulRule(PatternRule):
 
     def describe(self) -> str:
         bias = " -> Add(const bias)" if self.name.endswith("_bias") else ""
-        return ("dynamic int8 unit: DynamicQuantizeLinear(*) -> MatMulInteger(x_q, const s8) -> Cast -> "
+        core = "ConvInteger" if "conv" in self.name else "MatMulInteger"
+        return (f"dynamic int8 unit: DynamicQuantizeLinear(*) -> {core}(x_q, const s8) -> Cast -> "
                 f"Mul(x_scale * w_scale){bias}")
 
 
 def _dynamic_matmul_rules():
-    return [_DynamicMatmulRule("dynamic_int8_matmul" + "_bias" * bias, _dynamic_matmul_pattern(bias),
-                        all_of(known_ranks(MAX_RANK), _non_empty, _dynamic_matmul)) for bias in (True, False)]
+    return [_DynamicMatmulRule(f"dynamic_int8_{core}" + "_bias" * bias, _dynamic_matmul_pattern(bias, core),
+                               all_of(known_ranks(MAX_RANK), _non_empty, check))
+            for core, check in (("matmul", _dynamic_matmul), ("conv2d", _dynamic_conv)) for bias in (True, False)]
 
 
 _RULES = (

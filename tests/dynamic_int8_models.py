@@ -92,8 +92,22 @@ def encoder(layers=1, hidden=64, heads=4, ffn=128, seed=0) -> onnx.ModelProto:
     return _model(nodes, inits, hidden, name="encoder")
 
 
-def quantize_dynamic(m: onnx.ModelProto, per_channel=False, weight_type="QInt8") -> onnx.ModelProto:
-    """``m`` quantized by onnxruntime's quantize_dynamic (MatMul only, as hubs' model_quantized.onnx)."""
+def small_conv(channels=4, out=8, size=16, seed=0) -> onnx.ModelProto:
+    """Conv 3x3 (pad 1) + bias -> Relu over [batch, channels, size, size]."""
+    rng = np.random.default_rng(seed)
+    inits = {"w": _w(rng, out, channels, 3, 3, scale=0.2), "b": _w(rng, out)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", channels, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", out, size, size])
+    graph = helper.make_graph(nodes, "conv", [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def quantize_dynamic(m: onnx.ModelProto, per_channel=False, weight_type="QInt8", op_types=("MatMul",)) -> onnx.ModelProto:
+    """``m`` quantized by onnxruntime's quantize_dynamic (MatMul only by default, as hubs' model_quantized.onnx)."""
     import logging
 
     from onnxruntime.quantization import QuantType
@@ -104,5 +118,5 @@ def quantize_dynamic(m: onnx.ModelProto, per_channel=False, weight_type="QInt8")
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         onnx.save(m, src)
         ort_quantize_dynamic(src, dst, per_channel=per_channel, weight_type=getattr(QuantType, weight_type),
-                             op_types_to_quantize=["MatMul"])
+                             op_types_to_quantize=list(op_types))
         return onnx.load(dst)

@@ -16,6 +16,8 @@ The weight travels at 8 bits: its int8 bytes viewed as a float32 constant of a q
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -24,7 +26,9 @@ from byoc.errors import CodegenError
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
 DYNAMIC_MATMUL = "byoc.dynamic_int8_matmul"
-_RULES = ("dnnl.dynamic_int8_matmul", "dnnl.dynamic_int8_matmul_bias")
+DYNAMIC_CONV = "byoc.dynamic_int8_conv2d"
+_RULES = ("dnnl.dynamic_int8_matmul", "dnnl.dynamic_int8_matmul_bias", "dnnl.dynamic_int8_conv2d",
+          "dnnl.dynamic_int8_conv2d_bias")
 
 
 def dynamic_matmuls_fused(graph: PartitionGraph) -> PartitionGraph:
@@ -37,12 +41,13 @@ def dynamic_matmuls_fused(graph: PartitionGraph) -> PartitionGraph:
             groups.setdefault(call.group, []).append(call)
     ops: list[OpCall] = []
     done: set[int] = set()
+    fresh = itertools.count(graph.unused_id())  # ids of the tensors a rewrite adds
     for call in graph.ops:
         if call.rule not in _RULES:
             ops.append(call)
         elif call.group not in done:
             done.add(call.group)
-            ops.append(_fused(groups[call.group]))
+            ops.append(_fused(groups[call.group], fresh))
     return replace(graph, ops=ops)
 
 
@@ -56,20 +61,19 @@ def packed_bytes(values: np.ndarray) -> np.ndarray:
     return padded.view(np.float32)
 
 
-def _fused(calls: list[OpCall]) -> OpCall:
+def _fused(calls: list[OpCall], fresh: Iterator[int]) -> OpCall:
     first, last = calls[0], calls[-1]
     where = f"{first.rule} (group {first.group})"
     x = next((c.inputs[0] for c in calls if c.op == "relax.quantize"), None)
+    conv = next((c for c in calls if c.op == "relax.nn.conv2d"), None)
+    if conv is not None and x is not None:
+        return _fused_conv(calls, x, conv, where, next(fresh))
     matmul = next((c for c in calls if c.op == "relax.matmul"), None)
     weight = next((t for c in calls if c.op == "relax.astype" for t in c.inputs
                    if t.kind == "const" and t.dtype == "int8" and len(t.shape) == 2), None)
     if x is None or matmul is None or weight is None or weight.data is None:
         raise CodegenError(f"{where}: not the form of a dynamic int8 matmul (the rule's pattern)")
-    scale_product = next((c for c in calls if c.op == "relax.multiply" and any(
-        t.kind == "const" for t in c.inputs) and all(len(t.shape) <= 1 for t in c.inputs)), None)
-    if scale_product is None:
-        raise CodegenError(f"{where}: no constant weight scale")
-    w_scale = next(t for t in scale_product.inputs if t.kind == "const").data
+    w_scale = _weight_scale(calls, where)
     w = Tensor(weight.id, (-(-weight.size // 4),), "float32", "const", data=packed_bytes(weight.data))
     inputs = [x, w]
     if last.op == "relax.add":
@@ -77,3 +81,27 @@ def _fused(calls: list[OpCall]) -> OpCall:
     attrs = {"w_scale": [float(s) for s in np.asarray(w_scale, np.float32).reshape(-1)],
              "w_shape": [int(d) for d in weight.shape]}
     return OpCall(DYNAMIC_MATMUL, inputs, last.output, attrs, first.rule, first.group)
+
+
+def _weight_scale(calls: list[OpCall], where: str) -> np.ndarray:
+    """The weight scales: the constant of ``x_scale * w_scale`` (the one multiply of tensors of rank <= 1)."""
+    scale_product = next((c for c in calls if c.op == "relax.multiply" and any(
+        t.kind == "const" for t in c.inputs) and all(len(t.shape) <= 1 for t in c.inputs)), None)
+    if scale_product is None:
+        raise CodegenError(f"{where}: no constant weight scale")
+    return next(t for t in scale_product.inputs if t.kind == "const").data
+
+
+def _fused_conv(calls: list[OpCall], x: Tensor, conv: OpCall, where: str, bias_id: int) -> OpCall:
+    """``byoc.dynamic_int8_conv2d(x, w[, bias])``: the conv's attributes and the weight scale; the weight is the
+    float32 constant of int8 values preparation wrote, the bias one value per output channel."""
+    first, last = calls[0], calls[-1]
+    inputs = [x, conv.inputs[1]]
+    if last.op == "relax.add":
+        bias = next(t for t in last.inputs if t.kind == "const")
+        channels = int(conv.inputs[1].shape[0])
+        inputs.append(Tensor(bias_id, (channels,), "float32", "const",
+                             data=np.asarray(bias.data, np.float32).reshape(channels)))
+    attrs = dict(conv.attrs)
+    attrs["w_scale"] = [float(s) for s in np.asarray(_weight_scale(calls, where), np.float32).reshape(-1)]
+    return OpCall(DYNAMIC_CONV, inputs, last.output, attrs, first.rule, first.group)

@@ -97,7 +97,7 @@ double Builder::WorkUs(const BodyOp& op) const {
   };
   double out = numel(op.output), macs = 0, elements = out;
   bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
-              op.kernel == "qnn.conv1d";
+              op.kernel == "qnn.conv1d" || op.kernel == "byoc.dynamic_int8_conv2d";
   if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
     const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
     double per = 1;
@@ -133,6 +133,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"qnn.conv1d", Fusing<&Builder::QuantizedConv>},
       {"qnn.matmul", Fusing<&Builder::QuantizedMatmul>},
       {"byoc.dynamic_int8_matmul", Fusing<&Builder::DynamicInt8Matmul>},
+      {"byoc.dynamic_int8_conv2d", Fusing<&Builder::DynamicInt8Conv2d>},
       {"qnn.add", Alone<&Builder::QuantizedAdd>},
       {"relax.quantize", Alone<&Builder::Quantize>},
       {"relax.dequantize", Alone<&Builder::Dequantize>},

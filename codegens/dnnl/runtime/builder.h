@@ -248,6 +248,9 @@ class Builder {
   bool RowsAsConv(const BodyOp& op, const Attrs& a);
   // dynamic.cc: quantize_dynamic's matmuls: x quantized per call as ONNX's DynamicQuantizeLinear, a u8 x s8 matmul
   size_t DynamicInt8Matmul(size_t k, const Attrs& a);
+  size_t DynamicInt8Conv2d(size_t k, const Attrs& a);
+  struct DynamicQuantized;
+  const DynamicQuantized& DynamicallyQuantized(int x, const Desc& layout);
   struct DynamicQuantized;
   bool DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws, const DynamicQuantized& q,
                          const std::vector<double>& w_scale);
@@ -316,12 +319,12 @@ class Builder {
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
   bool winograd_;  // the graph's option "winograd" (default on)
-  // graph tensor -> its u8 values, scale (f32) and zero point (s32), quantized per call (DynamicInt8Matmul), once
-  // for every dynamic int8 matmul that reads it
+  // (graph tensor, layout) -> its u8 values in that layout, scale (f32) and zero point (s32), quantized per call
+  // (DynamicInt8Matmul, DynamicInt8Conv2d), once for every dynamic int8 op that reads it so
   struct DynamicQuantized {
     int values, scale, zero_point;
   };
-  std::map<int, DynamicQuantized> dynamic_quantized_;
+  std::map<std::pair<int, std::string>, DynamicQuantized> dynamic_quantized_;
 };
 
 }  // namespace dnnl_runtime

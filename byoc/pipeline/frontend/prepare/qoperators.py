@@ -47,6 +47,7 @@ class _Unit:
         self.node, self.constants = node, constants
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        self.retyped: set[str] = set()  # outputs of another type than the node's (their value_info is dropped)
 
     def input(self, index: int) -> str:
         """The node's input ``index``, or '' when it is absent."""
@@ -111,8 +112,35 @@ def _qlinear_matmul(u: _Unit) -> None:
     u.quantize(y, u.input(6), u.input(7), u.node.output[0])
 
 
+#: float32 holds every integer up to 2**24 exactly
+_FLOAT32_EXACT = 2 ** 24
+
+
+def _exact_in_float32(u: _Unit) -> bool:
+    """Whether a ConvInteger of a u8 activation by a constant int8 weight of zero point 0 sums only integers float32
+    holds exactly: ``K * 255 * max|w| <= 2**24`` bounds every partial sum (K: the weight's elements per output)."""
+    weight = u.constants.get(u.input(1))
+    zero_point = u.constants.get(u.input(3)) if u.input(3) else np.zeros(1, np.int8)
+    if weight is None or weight.dtype != np.int8 or zero_point is None or np.any(zero_point):
+        return False
+    per_output = int(np.prod(weight.shape[1:]))
+    return per_output * 255 * int(np.abs(weight.astype(np.int64)).max(initial=0)) <= _FLOAT32_EXACT
+
+
 def _conv_integer(u: _Unit) -> None:
-    """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly."""
+    """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly, or in
+    float32 where that holds it exactly too (u8 x s8, weight zero point 0, small enough sums): the form a vendor
+    takes as an int8 conv (quantize_dynamic's ``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``)."""
+    if _exact_in_float32(u):
+        x = u.add("Cast", [u.input(0)], "x_f32", to=TensorProto.FLOAT)
+        if u.input(2):
+            x = u.add("Sub", [x, u.add("Cast", [u.input(2)], "x_zp_f32", to=TensorProto.FLOAT)], "x_centred")
+        w = u.const("w_f32", u.constants[u.input(1)].astype(np.float32))
+        # The integer sums as float32 under the node's output name: the Cast to float32 that reads them passes them
+        # on (a Cast to int32 between imports as a wrap-around a vendor's pattern would have to spell out).
+        u.add("Conv", [x, w], "conv", output=u.node.output[0], **u.plain_attrs())
+        u.retyped.add(u.node.output[0])
+        return
     x = u.add("Cast", [u.input(0)], "x_f64", to=TensorProto.DOUBLE)
     w = u.add("Cast", [u.input(1)], "w_f64", to=TensorProto.DOUBLE)
     if u.input(2):  # a scalar
@@ -221,7 +249,7 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     out = onnx.ModelProto()
     out.CopyFrom(model)
     constants = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
-    nodes, made_from, initializers = [], {}, []
+    nodes, made_from, initializers, retyped = [], {}, [], set()
     for node in out.graph.node:
         rewrite = QOPERATOR_OPS.get(_key(node))
         if rewrite is None:
@@ -231,10 +259,15 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
         rewrite(unit)
         nodes.extend(unit.nodes)
         initializers.extend(unit.initializers)
+        retyped |= unit.retyped
         made_from.update({n.name: node.name for n in unit.nodes})
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(initializers)
+    if retyped:
+        kept = [vi for vi in out.graph.value_info if vi.name not in retyped]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept)
     _drop_unused_ms_opset(out)
     return out, made_from
 
