@@ -43,8 +43,10 @@ MS_DOMAIN = "com.microsoft"
 class _Unit:
     """Builds the QDQ nodes that replace one QOperator node; names derive from the node's."""
 
-    def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray]):
+    def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray], cast_to_float: bool = False):
         self.node, self.constants = node, constants
+        #: whether the node's one result is read only by Casts to float32 (and is no graph output)
+        self.cast_to_float = cast_to_float
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self.retyped: set[str] = set()  # outputs of another type than the node's (their value_info is dropped)
@@ -131,7 +133,7 @@ def _conv_integer(u: _Unit) -> None:
     """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly, or in
     float32 where that holds it exactly too (u8 x s8, weight zero point 0, small enough sums): the form a vendor
     takes as an int8 conv (quantize_dynamic's ``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``)."""
-    if _exact_in_float32(u):
+    if u.cast_to_float and _exact_in_float32(u):
         x = u.add("Cast", [u.input(0)], "x_f32", to=TensorProto.FLOAT)
         if u.input(2):
             x = u.add("Sub", [x, u.add("Cast", [u.input(2)], "x_zp_f32", to=TensorProto.FLOAT)], "x_centred")
@@ -250,12 +252,24 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     out.CopyFrom(model)
     constants = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
     nodes, made_from, initializers, retyped = [], {}, [], set()
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in out.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in out.graph.output}
+
+    def cast_to_float(node: onnx.NodeProto) -> bool:
+        found = readers.get(node.output[0], [])
+        return bool(found) and node.output[0] not in outputs and all(
+            r.op_type == "Cast" and len(r.attribute) == 1 and r.attribute[0].name == "to"
+            and helper.get_attribute_value(r.attribute[0]) == TensorProto.FLOAT for r in found)
+
     for node in out.graph.node:
         rewrite = QOPERATOR_OPS.get(_key(node))
         if rewrite is None:
             nodes.append(node)
             continue
-        unit = _Unit(node, constants)
+        unit = _Unit(node, constants, cast_to_float(node))
         rewrite(unit)
         nodes.extend(unit.nodes)
         initializers.extend(unit.initializers)
