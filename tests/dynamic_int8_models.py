@@ -106,6 +106,23 @@ def small_conv(channels=4, out=8, size=16, seed=0) -> onnx.ModelProto:
     return m
 
 
+def two_branch_conv(channels=64, out=16, size=8, seed=1) -> onnx.ModelProto:
+    """A residual block's two branches reading one input (a 3x3 conv, 576 terms a sum, and a 1x1 shortcut),
+    added: quantize_dynamic gives them one DynamicQuantizeLinear."""
+    rng = np.random.default_rng(seed)
+    inits = {"wa": _w(rng, out, channels, 3, 3), "ba": _w(rng, out), "wb": _w(rng, out, channels, 1, 1),
+             "bb": _w(rng, out)}
+    nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+             helper.make_node("Conv", ["x", "wb", "bb"], ["b"], name="conv_b"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", channels, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", out, size, size])
+    graph = helper.make_graph(nodes, "branches", [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
 def quantize_dynamic(m: onnx.ModelProto, per_channel=False, weight_type="QInt8", op_types=("MatMul",)) -> onnx.ModelProto:
     """``m`` quantized by onnxruntime's quantize_dynamic (MatMul only by default, as hubs' model_quantized.onnx)."""
     import logging

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import byoc
-from dynamic_int8_models import encoder, mlp, quantize_dynamic, small_conv
+from dynamic_int8_models import encoder, mlp, quantize_dynamic, small_conv, two_branch_conv
 
 MODELS = {"mlp": lambda: mlp(), "encoder": lambda: encoder(layers=2)}
 SIZES = [(1, 5), (2, 13)]
@@ -76,18 +76,22 @@ def test_uint8_weights_stay_on_the_host_with_the_reason():
     np.testing.assert_allclose(artifact.run([x])[0], reference, rtol=1e-5, atol=1e-5)
 
 
-def test_conv_integer_is_one_partition_and_matches_onnxruntime():
+@pytest.mark.parametrize("make", [small_conv, two_branch_conv], ids=["conv", "two_branches"])
+def test_conv_integer_is_one_partition_and_matches_onnxruntime(make):
     """quantize_dynamic of a Conv: DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul -> Add(bias), one dnnl unit
-    (an int8 convolution with VNNI; without it a float32 convolution of the integers, exact for such sums)."""
-    float_model = small_conv()
+    (an int8 convolution with VNNI; without it a float32 convolution of the integers). Two branches reading one
+    activation (a residual block's shortcut) share its DynamicQuantizeLinear, copied per ConvInteger; the 3x3 conv
+    over 64 channels sums 576 products, past float32's exact integers at full-range weights."""
+    float_model = make()
     m = quantize_dynamic(float_model, op_types=("Conv",))
     assert "ConvInteger" in {n.op_type for n in m.graph.node}
     artifact = byoc.compile(m, vendors=["dnnl"])
     assert len(byoc.partition(float_model, vendors=["dnnl"]).partitions) == 1
     assert len(artifact.plan.partitions) == 1 and _host_ops(artifact.plan) == []
     assert "dnnl.dynamic_int8_conv2d_bias" in {d.rule for d in artifact.plan.decisions.values()}
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim[1:]]
     for seed, batch in enumerate((1, 3)):
-        x = np.random.default_rng(seed).standard_normal((batch, 4, 16, 16)).astype(np.float32)
+        x = np.random.default_rng(seed).standard_normal((batch, *shape)).astype(np.float32)
         reference = _ort(m, x, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         optimized = _ort(m, x, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         margin = 2 * np.finfo(np.float32).eps * float(np.abs(reference).max())

@@ -199,9 +199,10 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   if (w_scale.size() != 1) Fail(op.where + ": " + std::to_string(w_scale.size()) + " weight scales (one only)");
   if (!HasVnni()) {
     // Without VNNI oneDNN's int8 convolution sums u8 x s8 pairs in int16, which saturates where onnxruntime's
-    // ConvInteger does not (measured: 0.64 off in one channel of a 4 -> 8 3x3 conv). Preparation sends only
-    // convs whose integer sums float32 holds exactly (qoperators.py), so a float32 convolution of the integers
-    // computes them exactly; the scale product and the bias follow as post-ops, in ONNX's order.
+    // ConvInteger does not (measured: 0.64 off in one channel of a 4 -> 8 3x3 conv). A float32 convolution of
+    // the integers computes the sums exactly while they stay below 2**24, and within float32's rounding beyond
+    // (what the host computes for this form too: qoperators.py); the scale product and the bias follow as
+    // post-ops, in ONNX's order.
     Desc centred = ChannelsLast(xs, memory::data_type::f32), product = Plain({1});
     int values = NewTemp(centred), scaled = NewTemp(product);
     AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, As(x, centred), centred}, {DNNL_ARG_DST, values, centred},

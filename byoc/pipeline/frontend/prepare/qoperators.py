@@ -114,26 +114,21 @@ def _qlinear_matmul(u: _Unit) -> None:
     u.quantize(y, u.input(6), u.input(7), u.node.output[0])
 
 
-#: float32 holds every integer up to 2**24 exactly
-_FLOAT32_EXACT = 2 ** 24
-
-
-def _exact_in_float32(u: _Unit) -> bool:
-    """Whether a ConvInteger of a u8 activation by a constant int8 weight of zero point 0 sums only integers float32
-    holds exactly: ``K * 255 * max|w| <= 2**24`` bounds every partial sum (K: the weight's elements per output)."""
+def _in_float32(u: _Unit) -> bool:
+    """Whether a ConvInteger, which only Casts to float32 read, of a constant int8 weight with zero point 0 may sum in
+    float32: exact while every partial sum is below 2**24 (K * 255 * max|w|, K the weight's elements per output),
+    and beyond that rounded within float32's precision, as the Cast to float32 after it rounds the sum anyway."""
     weight = u.constants.get(u.input(1))
     zero_point = u.constants.get(u.input(3)) if u.input(3) else np.zeros(1, np.int8)
-    if weight is None or weight.dtype != np.int8 or zero_point is None or np.any(zero_point):
-        return False
-    per_output = int(np.prod(weight.shape[1:]))
-    return per_output * 255 * int(np.abs(weight.astype(np.int64)).max(initial=0)) <= _FLOAT32_EXACT
+    return u.cast_to_float and weight is not None and weight.dtype == np.int8 and zero_point is not None \
+        and not np.any(zero_point)
 
 
 def _conv_integer(u: _Unit) -> None:
     """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly, or in
-    float32 where that holds it exactly too (u8 x s8, weight zero point 0, small enough sums): the form a vendor
-    takes as an int8 conv (quantize_dynamic's ``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``)."""
-    if u.cast_to_float and _exact_in_float32(u):
+    float32 where a Cast to float32 alone reads it (``_in_float32``): the form a vendor takes as an int8 conv
+    (quantize_dynamic's ``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``)."""
+    if _in_float32(u):
         x = u.add("Cast", [u.input(0)], "x_f32", to=TensorProto.FLOAT)
         if u.input(2):
             x = u.add("Sub", [x, u.add("Cast", [u.input(2)], "x_zp_f32", to=TensorProto.FLOAT)], "x_centred")
