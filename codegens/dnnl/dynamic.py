@@ -93,15 +93,22 @@ def _weight_scale(calls: list[OpCall], where: str) -> np.ndarray:
 
 
 def _fused_conv(calls: list[OpCall], x: Tensor, conv: OpCall, where: str, bias_id: int) -> OpCall:
-    """``byoc.dynamic_int8_conv2d(x, w[, bias])``: the conv's attributes and the weight scale; the weight is the
-    float32 constant of int8 values preparation wrote, the bias one value per output channel."""
+    """``byoc.dynamic_int8_conv2d(x, w[, bias])``: the conv's attributes, the weight scale and ``w_shape``; the
+    weight (the float32 constant of int8 values preparation wrote) travels packed at 8 bits as a matmul's does, the
+    bias one value per output channel."""
     first, last = calls[0], calls[-1]
-    inputs = [x, conv.inputs[1]]
+    weight = conv.inputs[1]
+    if weight.data is None:
+        raise CodegenError(f"{where}: the conv's weight is not a constant")
+    packed = Tensor(weight.id, (-(-weight.size // 4),), "float32", "const",
+                    data=packed_bytes(np.asarray(weight.data).astype(np.int8)))
+    inputs = [x, packed]
     if last.op == "relax.add":
         bias = next(t for t in last.inputs if t.kind == "const")
         channels = int(conv.inputs[1].shape[0])
         inputs.append(Tensor(bias_id, (channels,), "float32", "const",
                              data=np.asarray(bias.data, np.float32).reshape(channels)))
     attrs = dict(conv.attrs)
+    attrs["w_shape"] = [int(d) for d in weight.shape]
     attrs["w_scale"] = [float(s) for s in np.asarray(_weight_scale(calls, where), np.float32).reshape(-1)]
     return OpCall(DYNAMIC_CONV, inputs, last.output, attrs, first.rule, first.group)

@@ -191,7 +191,20 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
   int x = op.inputs[0], w = op.inputs[1];
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
-  const ConvDims c = ConvShape(op, a);
+  // the weight's int8 bytes, sent as a float32 constant of a quarter of the elements (codegens/dnnl/dynamic.py)
+  const std::vector<int64_t> ws = a.Ints("w_shape");
+  int64_t weight_elements = 1;
+  for (int64_t d : ws) weight_elements *= d;
+  if (g_.tensor(w).kind != Kind::kConst || ws.size() != 4 || g_.tensor(w).numel * 4 < weight_elements)
+    Fail(op.where + ": the weight must be a constant holding the bytes of " + ShapeStr(ws) + " int8 values");
+  ConvGeometry g = CheckConv(a, xs, ws, ys, 2, op.where);
+  ConvDims c{g.groups, Dims(ws.begin(), ws.end()), Dims(g.strides.begin(), g.strides.end()), {}, {}, {}};
+  for (size_t d = 0; d < 2; ++d) {
+    c.dilation.push_back(g.dilation[d] - 1);
+    c.pad_l.push_back(g.padding[d]);
+    c.pad_r.push_back(g.padding[2 + d]);
+  }
+  int weights = values_.ConstView(values_.of(w), Plain(ws, memory::data_type::s8));
   if (c.groups != 1) Fail(op.where + ": groups " + std::to_string(c.groups) + " (1 only)");
   if (op.inputs.size() == 3 && g_.tensor(op.inputs[2]).numel != ys[1])
     Fail(op.where + ": the bias must hold one value per output channel (" + std::to_string(ys[1]) + ")");
@@ -216,7 +229,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
     primitive_attr attr = UserScratchpad(post);
     auto pd = ConvPd(c, centred, Any(c.weights), nullptr, Any(DimsOf(ys), memory::data_type::f32), attr);
     std::vector<Arg> args{{DNNL_ARG_SRC, values, centred},
-                          {DNNL_ARG_WEIGHTS, values_.ReorderConst(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc()),
+                          {DNNL_ARG_WEIGHTS, values_.ReorderConst(weights, pd.weights_desc()),
                            pd.weights_desc()},
                           {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, scaled, one}};
     if (op.inputs.size() == 3)
@@ -237,7 +250,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   auto pd = ConvPd(c, src, Any(c.weights, memory::data_type::s8), op.inputs.size() == 3 ? &bias : nullptr,
                    Any(DimsOf(ys), memory::data_type::f32), attr);
   args.push_back({DNNL_ARG_SRC, q.values, src});
-  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc(), {}, 0),
+  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(weights, pd.weights_desc(), {}, 0),
                   pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
