@@ -39,6 +39,9 @@ static to be taken, in an int8 QDQ unit as in a float op.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
+
+import numpy as np
 
 from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
                                 per_channel_bias, pool_layout_nchw, scalar)
@@ -604,11 +607,135 @@ def _int8_limits(match: Match):
     return SUPPORTED
 
 
+# -- dynamic int8 matmuls (onnxruntime's quantize_dynamic) ----------------------------------
+def _dynamic_matmul_pattern(bias: bool, core: str = "matmul"):
+    """``DynamicQuantizeLinear(x) -> MatMulInteger(x_q, w) -> Cast -> Mul(x_scale * w_scale) [-> Add(bias)]`` as
+    TVM imports it: the scale and zero point of x computed from its min and max (with 0), ``relax.quantize``, the
+    zero points subtracted in int32, an int32 matmul, its cast to float32 times the product of the scales."""
+
+    def build():
+        from tvm.relax.dpl import is_const, is_op, wildcard
+
+        def either(op, a, b):
+            return is_op(op)(a, b) | is_op(op)(b, a)
+
+        x = wildcard()
+        c = {"dq_zero_hi": is_const(), "dq_zero_lo": is_const(), "dq_255": is_const(), "dq_zero": is_const()}
+        hi = is_op("relax.maximum")(c["dq_zero_hi"], is_op("relax.max")(x))
+        lo = is_op("relax.minimum")(c["dq_zero_lo"], is_op("relax.min")(x))
+        scale = is_op("relax.divide")(is_op("relax.subtract")(hi, lo), c["dq_255"])
+        clipped = is_op("relax.clip")(is_op("relax.subtract")(c["dq_zero"], is_op("relax.divide")(lo, scale)),
+                                      wildcard(), wildcard())
+        zero_point = is_op("relax.astype")(is_op("relax.round")(clipped))
+        quantize = is_op("relax.quantize")(x, scale, zero_point)
+        centred = is_op("relax.subtract")(is_op("relax.astype")(quantize), is_op("relax.astype")(zero_point))
+        w, w_zp, w_scale = is_const(), is_const(), is_const()
+        annotations = {"x": x, "w": w, "w_scale": w_scale, "quantize": quantize, "clip": clipped, **c}
+        if core == "conv2d":  # ConvInteger as preparation writes it: float32 sums of the integers (exact)
+            product = annotations["conv"] = is_op("relax.nn.conv2d")(centred, w)
+        else:
+            w_int = is_op("relax.astype")(w)
+            w_centred = is_op("relax.subtract")(w_int, is_op("relax.astype")(w_zp) | w_zp) | w_int
+            annotations["matmul"] = is_op("relax.matmul")(centred, w_centred)
+            annotations["w_zp"] = w_zp
+            product = is_op("relax.astype")(annotations["matmul"])
+        out = either("relax.multiply", product, either("relax.multiply", scale, w_scale))
+        if bias:
+            annotations["bias"] = is_const()
+            out = either("relax.add", out, annotations["bias"])
+        return out, annotations
+
+    return build
+
+
+def _dynamic_conv(match: Match):
+    """float32 NCHW x quantized to u8 as ONNX defines it; a constant OIHW weight of int8 values, zero point 0.
+
+    One weight scale; groups 1; a bias of one value per output channel."""
+    x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
+    reason = _dynamic_quantization(match)
+    if reason:
+        return reason
+    conv = match.call("conv")
+    a = conv.attrs
+    if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != ("NCHW", "OIHW", "NCHW") or int(a["groups"]) != 1:
+        return f"a dynamic int8 conv of layout {a['data_layout']}/{a['kernel_layout']}, groups {a['groups']} " \
+               "(NCHW/OIHW, groups 1)"
+    if x.dtype != "float32" or w.data is None or np.any(w.data != np.round(w.data)) or np.abs(w.data).max() > 127:
+        return "a dynamic int8 conv whose weight is not int8 values (preparation writes ConvInteger's so)"
+    if w_scale.data is None or w_scale.data.size != 1:
+        return f"a dynamic int8 conv with weight scales of shape {w_scale.shape} (one per tensor)"
+    if "bias" in match.names:
+        bias = match.tensor("bias")
+        channels = w.shape[0]
+        if bias.dtype != "float32" or bias.size != channels or (len(bias.shape) >= 3 and bias.shape[-3] != channels):
+            return f"a bias of shape {bias.shape} (one float32 per output channel: {channels})"
+    return SUPPORTED
+
+
+def _dynamic_quantization(match: Match):
+    """The scale and zero point of x computed as ONNX's DynamicQuantizeLinear does, or why not."""
+    for name, want in (("dq_zero_hi", 0.0), ("dq_zero_lo", 0.0), ("dq_255", 255.0), ("dq_zero", 0.0)):
+        if scalar(match.tensor(name)) != want:
+            return f"a scale or zero point computed otherwise than ONNX's DynamicQuantizeLinear ({name})"
+    clip = match.call("clip")
+    if clip is None or (_number(clip.attrs.get("min")), _number(clip.attrs.get("max"))) != (0.0, 255.0) \
+            or match.call("quantize").output.dtype != "uint8":
+        return "a dynamic quantization to another range than uint8's (ONNX's DynamicQuantizeLinear: 0..255)"
+    return None
+
+
+def _dynamic_matmul(match: Match):
+    """float32 x of rank >= 2 quantized to u8 as ONNX defines it; constant 2-D s8 weights, zero point 0.
+
+    Weight scales per tensor or per output column; a float32 bias per output column."""
+    x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
+    if x.dtype != "float32" or len(x.shape or ()) < 2:
+        return f"dynamic int8 matmul of a {x.dtype} tensor of rank {len(x.shape or ())} (float32, rank >= 2)"
+    reason = _dynamic_quantization(match)
+    if reason:
+        return reason
+    if w.dtype != "int8":
+        return f"{w.dtype} weights of a dynamic int8 matmul (oneDNN int8 weights are s8)"
+    if len(w.shape) != 2:
+        return f"a dynamic int8 matmul weight of rank {len(w.shape)} (2-D only)"
+    if "w_zp" in match.names and match.tensor("w_zp").data is not None and match.tensor("w_zp").data.any():
+        return "a weight zero point other than 0 (oneDNN int8 weights are symmetric)"
+    columns = w.shape[1]
+    if w_scale.data is None or w_scale.data.size not in (1, columns) or (w_scale.data.size > 1 and (
+            len(w_scale.shape) != 1)):
+        return f"weight scales of shape {w_scale.shape} (per tensor, or one per output column: {columns})"
+    if "bias" in match.names:
+        bias = match.tensor("bias")
+        if bias.dtype != "float32" or tuple(bias.shape)[-1:] != (columns,) or bias.size != columns:
+            return f"a bias of shape {bias.shape} (one float32 per output column: {columns})"
+    return SUPPORTED
+
+
+@dataclass(frozen=True)
+class _DynamicMatmulRule(PatternRule):
+    """A dynamic int8 matmul rule; its op-table line names the ONNX chain (the pattern spells out every form)."""
+
+    def describe(self) -> str:
+        bias = " -> Add(const bias)" if self.name.endswith("_bias") else ""
+        core = "ConvInteger" if "conv" in self.name else "MatMulInteger"
+        return (f"dynamic int8 unit: DynamicQuantizeLinear(*) -> {core}(x_q, const s8) -> Cast -> "
+                f"Mul(x_scale * w_scale){bias}")
+
+
+def _dynamic_matmul_rules():
+    return [_DynamicMatmulRule(f"dynamic_int8_{core}" + "_bias" * bias, _dynamic_matmul_pattern(bias, core),
+                               all_of(known_ranks(MAX_RANK), _non_empty, check))
+            for core, check in (("matmul", _dynamic_matmul), ("conv2d", _dynamic_conv)) for bias in (True, False)]
+
+
 _RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize; symbolic dims as in the float rules.
     *qdq_rules(all_of(qdq_supported, known_ranks(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
                             avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
+    # quantize_dynamic's matmuls: the activation quantized per call, one oneDNN u8 x s8 matmul
+    *_dynamic_matmul_rules(),
     *_conv_rules("conv2d"),
     *_conv_rules("conv1d"),
     *_matmul_rules(),

@@ -135,6 +135,22 @@ def linear(rows_shape, k, n, bias=True):
     return build
 
 
+def dynamic_linear(rows_shape, k, n, per_channel=False):
+    """A Linear quantized by onnxruntime's quantize_dynamic (s8 weights): DynamicQuantizeLinear -> MatMulInteger ->
+    Cast -> Mul(x_scale * w_scale) -> bias Add, as in hubs' model_quantized.onnx."""
+    def build():
+        import logging
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx.save(linear(rows_shape, k, n)(), f"{tmp}/f.onnx")
+            quantize_dynamic(f"{tmp}/f.onnx", f"{tmp}/q.onnx", per_channel=per_channel, weight_type=QuantType.QInt8)
+            return onnx.load(f"{tmp}/q.onnx")
+    return build
+
+
 def attention(heads, tokens, head_dim, mask):
     """softmax(Q Kt * scale + mask) V with Q, K, V [1, heads, T, d] and a [1, 1, 1, T] additive mask."""
     def build():
@@ -223,6 +239,11 @@ CASES = [
     ("matmul", "Linear dynamo 4-D [1,14,14,1536]x[1536,384]+b", linear([1, 14, 14], 1536, 384)),
     ("matmul", "Linear [1,64,768]x[768,3072]+b", linear([1, 64], 768, 3072)),
     ("matmul", "LM head [1,64,768]x[768,50257]", linear([1, 64], 768, 50257, bias=False)),
+    # quantize_dynamic's int8 Linear (BERT-base at 128 tokens: QKV/out, FFN up, FFN down)
+    ("matmul_dynamic_int8", "Linear [1,128,768]x[768,768]+b", dynamic_linear([1, 128], 768, 768)),
+    ("matmul_dynamic_int8", "Linear [1,128,768]x[768,3072]+b", dynamic_linear([1, 128], 768, 3072)),
+    ("matmul_dynamic_int8", "Linear [1,128,3072]x[3072,768]+b", dynamic_linear([1, 128], 3072, 768)),
+    ("matmul_dynamic_int8", "Linear [1,1,768]x[768,768]+b (one token)", dynamic_linear([1, 1], 768, 768)),
     ("attention", "12 heads 128x64, mask", attention(12, 128, 64, mask=True)),
     ("attention", "12 heads 197x64 (ViT)", attention(12, 197, 64, mask=False)),
     ("attention", "2 heads 64x64, mask", attention(2, 64, 64, mask=True)),

@@ -97,13 +97,14 @@ double Builder::WorkUs(const BodyOp& op) const {
   };
   double out = numel(op.output), macs = 0, elements = out;
   bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
-              op.kernel == "qnn.conv1d";
+              op.kernel == "qnn.conv1d" || op.kernel == "byoc.dynamic_int8_conv2d";
   if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
     const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
     double per = 1;
     for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
     macs = (conv ? out : numel(op.inputs[0])) * per;
-  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul") && !op.inputs.empty() &&
+  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul" || op.kernel == "byoc.dynamic_int8_matmul") &&
+             !op.inputs.empty() &&
              !g_.Shape(op.inputs[0]).empty()) {
     macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
   }
@@ -131,6 +132,8 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"qnn.conv2d", Fusing<&Builder::QuantizedConv>},
       {"qnn.conv1d", Fusing<&Builder::QuantizedConv>},
       {"qnn.matmul", Fusing<&Builder::QuantizedMatmul>},
+      {"byoc.dynamic_int8_matmul", Fusing<&Builder::DynamicInt8Matmul>},
+      {"byoc.dynamic_int8_conv2d", Fusing<&Builder::DynamicInt8Conv2d>},
       {"qnn.add", Alone<&Builder::QuantizedAdd>},
       {"relax.quantize", Alone<&Builder::Quantize>},
       {"relax.dequantize", Alone<&Builder::Dequantize>},

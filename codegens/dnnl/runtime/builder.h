@@ -246,6 +246,14 @@ class Builder {
   bool WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c);
   size_t QuantizedMatmul(size_t k, const Attrs& a);
   bool RowsAsConv(const BodyOp& op, const Attrs& a);
+  // dynamic.cc: quantize_dynamic's matmuls: x quantized per call as ONNX's DynamicQuantizeLinear, a u8 x s8 matmul
+  size_t DynamicInt8Matmul(size_t k, const Attrs& a);
+  size_t DynamicInt8Conv2d(size_t k, const Attrs& a);
+  struct DynamicQuantized;
+  const DynamicQuantized& DynamicallyQuantized(int x, const Desc& layout);
+  struct DynamicQuantized;
+  bool DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws, const DynamicQuantized& q,
+                         const std::vector<double>& w_scale);
 
   // byte_tables.cc: 8-bit element-wise units run as 256-entry byte tables, composed and chained
   std::vector<uint8_t> LookupTableOf(const Fused& f, const Desc& src, const Desc& dst,
@@ -311,6 +319,12 @@ class Builder {
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
   bool winograd_;  // the graph's option "winograd" (default on)
+  // (graph tensor, layout) -> its u8 values in that layout, scale (f32) and zero point (s32), quantized per call
+  // (DynamicInt8Matmul, DynamicInt8Conv2d), once for every dynamic int8 op that reads it so
+  struct DynamicQuantized {
+    int values, scale, zero_point;
+  };
+  std::map<std::pair<int, std::string>, DynamicQuantized> dynamic_quantized_;
 };
 
 }  // namespace dnnl_runtime

@@ -76,6 +76,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
         held_integer_constants,
         restore_held,
         unshared_dequantize,
+        unshared_dynamic_quantize,
         untransposed_gemm_weights,
     )
     from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
@@ -113,6 +114,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             failure = failure or err
             continue
         prepared, copies = unshared_dequantize(prepared)
+        prepared, dynamic_copies = unshared_dynamic_quantize(prepared)
+        copies.update(dynamic_copies)
         prepared = dequantized_constants_outside_units(untransposed_gemm_weights(prepared))
         origin.update({copy: origin.get(original, original) for copy, original in copies.items()})
         present = {n.name for n in prepared.graph.node}

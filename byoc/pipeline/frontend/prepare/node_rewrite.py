@@ -34,14 +34,17 @@ class NodeRewrite:
     """Builds the standard nodes that replace one node; names derive from the node's."""
 
     def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray], opset: int,
-                 shapes: Optional[dict[str, list]] = None, read: frozenset[str] = frozenset()):
+                 shapes: Optional[dict[str, list]] = None, readers: Optional[dict[str, list]] = None):
         self.node, self.constants, self.opset = node, constants, opset
         #: tensor name -> its dims (an int, or None where symbolic), where the model says them (inputs, inferred
         #: value_info) or a rewrite made the tensor; shared by the rewrites of one model
         self.shapes = shapes if shapes is not None else {}
-        self._read = read
+        #: tensor name -> the nodes that read it; a graph output is read by ``None``
+        self._readers = readers if readers is not None else {}
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        #: outputs the replacement writes in another type than the node did (their value_info is dropped)
+        self.retyped: set[str] = set()
         self._names: set[str] = set()
 
     # -- reading the node ------------------------------------------------------------------------
@@ -56,7 +59,14 @@ class NodeRewrite:
     def read(self, index: int) -> str:
         """The node's output ``index`` when a node or the graph's outputs read it, else ''."""
         name = self.output(index)
-        return name if name in self._read else ""
+        return name if self._readers.get(name) else ""
+
+    def read_only_as_float(self, index: int) -> bool:
+        """Whether output ``index`` is read, and only by Casts to float32 (no graph output reads it)."""
+        found = self._readers.get(self.output(index), [])
+        return bool(found) and all(
+            r is not None and r.op_type == "Cast" and [(a.name, helper.get_attribute_value(a)) for a in r.attribute]
+            == [("to", TensorProto.FLOAT)] for r in found)
 
     def rank(self, name: str) -> Optional[int]:
         """The rank of tensor ``name`` when it is known before the import, else None."""
@@ -267,33 +277,42 @@ def rewrite_nodes(model: onnx.ModelProto, table: Rewrites) -> tuple[onnx.ModelPr
     opset = default_opset(out)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in (*graph.input, *graph.value_info, *graph.output) if vi.type.tensor_type.HasField("shape")}
-    read = frozenset(_read_names(out.graph))
-    nodes, made_from, initializers = [], {}, []
+    readers = _readers(out.graph)
+    nodes, made_from, initializers, retyped = [], {}, [], set()
     for node in out.graph.node:
         rewrite = table.get(node_key(node))
         if rewrite is None:
             nodes.append(node)
             continue
-        unit = NodeRewrite(node, constants, opset, shapes, read)
+        unit = NodeRewrite(node, constants, opset, shapes, readers)
         rewrite(unit)
         nodes.extend(unit.nodes)
         initializers.extend(unit.initializers)
+        retyped |= unit.retyped
         made_from.update({n.name: node.name for n in unit.nodes})
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(initializers)
+    if retyped:
+        kept = [vi for vi in out.graph.value_info if vi.name not in retyped]
+        del out.graph.value_info[:]
+        out.graph.value_info.extend(kept)
     _drop_unused_domains(out)
     return out, made_from
 
 
-def _read_names(graph: onnx.GraphProto) -> set[str]:
-    """Every name a node of ``graph`` (or of a graph it holds) reads, and the graph's outputs."""
-    names = {o.name for o in graph.output}
+def _readers(graph: onnx.GraphProto) -> dict[str, list]:
+    """Tensor name -> the nodes of ``graph`` that read it (a node holding a subgraph that reads it among them), and
+    ``None`` for a graph output."""
+    readers: dict[str, list] = {o.name: [None] for o in graph.output}
+
+    def read_in(sub: onnx.GraphProto) -> set[str]:
+        return {x for n in sub.node for x in n.input if x} | {x for n in sub.node for g in subgraphs(n) for x in read_in(g)}
+
     for node in graph.node:
-        names.update(x for x in node.input if x)
-        for sub in subgraphs(node):
-            names.update(_read_names(sub))
-    return names
+        for name in {x for x in node.input if x} | {x for g in subgraphs(node) for x in read_in(g)}:
+            readers.setdefault(name, []).append(node)
+    return readers
 
 
 def _drop_unused_domains(model: onnx.ModelProto) -> None:

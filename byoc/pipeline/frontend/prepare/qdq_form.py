@@ -19,6 +19,8 @@ Neither step changes what the model computes.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -54,6 +56,12 @@ def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
              if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input
              and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES
              and read_at_run_time(n)}
+    # The 8-bit weight of a MatMulInteger (quantize_dynamic's matmuls): folded, TVM's import widens it to an
+    # int32 constant (4x its bytes), and a vendor's dynamic int8 unit needs it as the integer it is.
+    names |= {n.input[1] for n in model.graph.node
+              if n.op_type == "MatMulInteger" and n.domain in ("", "ai.onnx") and len(n.input) > 1
+              and n.input[1] in initializers and initializers[n.input[1]].data_type in _INTEGER_TYPES
+              and n.input[0] in runtime}
     if not names:
         return model, {}
     out = onnx.ModelProto()
@@ -132,6 +140,93 @@ def unshared_dequantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
             reader.input[index] = name
             nodes.append(copy)
             copies[name] = node.name
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out, copies
+
+
+def unshared_dynamic_quantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """Give every MatMulInteger a DynamicQuantizeLinear of its own (quantize_dynamic's Q, K and V read one).
+
+    A dynamic int8 unit (``DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(x_scale * w_scale)``) is
+    one match, and matches do not overlap: a shared DynamicQuantizeLinear would give one unit to the first
+    matmul and leave the others' integer ops on the host. Each reader after the first gets a copy, and the
+    ``Mul(x_scale, w_scale)`` of its own scale product reads the copy's scale. A runtime may compute the copies'
+    quantization once (they are one function of one tensor). Returns ``(model, copies)`` as
+    :func:`unshared_dequantize` does; a reader whose chain is not that form keeps the shared node.
+    """
+    graph = model.graph
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    by_name = {n.name: n for n in graph.node}
+
+    def starts(node: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """The readers of a DynamicQuantizeLinear's x_q that start a unit: a MatMulInteger, or the Cast to float32
+        that a ConvInteger's rewrite starts with (``<node>/x_f32``, qoperators.py)."""
+        return [r for r in readers.get(node.output[0], ()) if r.op_type == "MatMulInteger"
+                or (r.op_type == "Cast" and r.name.endswith("/x_f32") and f"{r.name[:-6]}/conv" in by_name)]
+
+    shared = [n for n in graph.node if n.op_type == "DynamicQuantizeLinear" and n.domain in ("", "ai.onnx")
+              and len(n.output) == 3 and len(starts(n)) > 1]
+    if not shared:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    readers = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    by_name = {n.name: n for n in graph.node}
+    copies: dict[str, str] = {}
+    added: dict[str, list[onnx.NodeProto]] = {}
+
+    def only_reader(name: str, op_type: str):
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and found[0].op_type == op_type else None
+
+    def zero_point_readers(start: onnx.NodeProto, x_q: str, x_zp: str) -> Optional[list[tuple[onnx.NodeProto, int]]]:
+        """(node, input index) where the unit starting at ``start`` reads x_zp; None if it is not the form."""
+        if start.op_type == "MatMulInteger":
+            if start.input[0] != x_q or x_q in start.input[1:2] or (len(start.input) > 2 and start.input[2] not in ("", x_zp)):
+                return None
+            return [(start, 2)] if len(start.input) > 2 and start.input[2] else []
+        zp_cast = by_name.get(f"{start.name[:-6]}/x_zp_f32")
+        return [(zp_cast, 0)] if zp_cast is not None and list(zp_cast.input) == [x_zp] else []
+
+    for original in shared:
+        node = by_name[original.name]
+        x_q, x_scale, x_zp = node.output
+        for k, mm in enumerate(starts(node)[1:], start=1):
+            zp_readers = zero_point_readers(mm, x_q, x_zp)
+            if zp_readers is None:
+                continue
+            result = mm.output[0] if mm.op_type == "MatMulInteger" else by_name[f"{mm.name[:-6]}/conv"].output[0]
+            cast = only_reader(result, "Cast")  # gone where the simplifier dropped a Cast of float32 to float32
+            as_float = cast.output[0] if cast is not None else result
+            scaled = only_reader(as_float, "Mul")
+            product = None
+            if scaled is not None:
+                other = scaled.input[1] if scaled.input[0] == as_float else scaled.input[0]
+                product = next((n for n in readers.get(x_scale, []) if n.op_type == "Mul" and other in n.output
+                                and len(readers.get(other, [])) == 1), None)
+            if product is None:
+                continue
+            name = f"{node.name}/for_{mm.name}_{k}"
+            outputs = [f"{name}:{i}" for i in range(3)]
+            copy = helper.make_node("DynamicQuantizeLinear", list(node.input), outputs, name=name)
+            mm.input[0] = outputs[0]
+            for reader, index in zp_readers:
+                reader.input[index] = outputs[2]
+            product.input[list(product.input).index(x_scale)] = outputs[1]
+            added.setdefault(node.name, []).append(copy)
+            copies[name] = node.name
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        nodes.extend(added.get(node.name, ()))
     del graph.node[:]
     graph.node.extend(nodes)
     return out, copies

@@ -81,8 +81,30 @@ def _qlinear_matmul(u: NodeRewrite) -> None:
     _quantize(u, y, u.input(6), u.input(7), u.node.output[0])
 
 
+def _in_float32(u: NodeRewrite) -> bool:
+    """Whether a ConvInteger, which only Casts to float32 read, of a constant int8 weight with zero point 0 may sum in
+    float32: exact while every partial sum is below 2**24 (K * 255 * max|w|, K the weight's elements per output),
+    and beyond that rounded within float32's precision, as the Cast to float32 after it rounds the sum anyway."""
+    weight = u.constants.get(u.input(1))
+    zero_point = u.constants.get(u.input(3)) if u.input(3) else np.zeros(1, np.int8)
+    return u.read_only_as_float(0) and weight is not None and weight.dtype == np.int8 and zero_point is not None \
+        and not np.any(zero_point)
+
+
 def _conv_integer(u: NodeRewrite) -> None:
-    """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly."""
+    """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly, or in
+    float32 where a Cast to float32 alone reads it (``_in_float32``): the form a vendor takes as an int8 conv
+    (quantize_dynamic's ``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul``)."""
+    if _in_float32(u):
+        x = u.add("Cast", [u.input(0)], "x_f32", to=TensorProto.FLOAT)
+        if u.input(2):
+            x = u.add("Sub", [x, u.add("Cast", [u.input(2)], "x_zp_f32", to=TensorProto.FLOAT)], "x_centred")
+        w = u.const("w_f32", u.constants[u.input(1)].astype(np.float32))
+        # The integer sums as float32 under the node's output name: the Cast to float32 that reads them passes them
+        # on (a Cast to int32 between imports as a wrap-around a vendor's pattern would have to spell out).
+        u.add("Conv", [x, w], "conv", output=u.node.output[0], **u.plain_attrs())
+        u.retyped.add(u.node.output[0])
+        return
     x = u.add("Cast", [u.input(0)], "x_f64", to=TensorProto.DOUBLE)
     w = u.add("Cast", [u.input(1)], "w_f64", to=TensorProto.DOUBLE)
     if u.input(2):  # a scalar
