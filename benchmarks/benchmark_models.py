@@ -171,109 +171,103 @@ def tiny_mlp() -> onnx.ModelProto:
     return small_mlp()
 
 
-def resnet18() -> onnx.ModelProto:
-    """A ResNet-18-shaped model at 224x224, as an exporter leaves one with BatchNorm folded: every Conv
-    has a bias, ReLU and residual Add are their own nodes, GlobalAveragePool -> Flatten -> Gemm. He-scaled
-    seeded random weights keep the activations in range through the 17 convs."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
+class _ResNetWriter:
+    """What :func:`resnet18` and :func:`resnet50_helper` share, as an exporter leaves a ResNet with BatchNorm folded:
+    every Conv has a bias, ReLU and residual Add are their own nodes, GlobalAveragePool -> Flatten -> Gemm. He-scaled
+    seeded random weights keep the activations in range."""
 
-    rng = np.random.default_rng(SEED)
-    nodes, inits = [], []
+    def __init__(self):
+        import numpy as np
 
-    def const(name, array):
-        inits.append(numpy_helper.from_array(array.astype(np.float32), name))
+        self.rng = np.random.default_rng(SEED)
+        self.nodes: list = []
+        self.inits: list = []
+
+    def const(self, name, array):
+        import numpy as np
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(array.astype(np.float32), name))
         return name
 
-    def conv(x, cin, cout, k, stride, name, relu=True):
-        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))
-        b = rng.uniform(-0.1, 0.1, cout)
+    def conv(self, x, cin, cout, k, stride, name, relu=True, gain=2.0):
+        import numpy as np
+        from onnx import helper
+
+        w = self.rng.standard_normal((cout, cin, k, k)) * np.sqrt(gain / (cin * k * k))
+        b = self.rng.uniform(-0.1, 0.1, cout)
         out = f"{name}_out"
-        nodes.append(helper.make_node("Conv", [x, const(f"{name}_w", w), const(f"{name}_b", b)], [out], name=name,
-                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        self.nodes.append(helper.make_node("Conv", [x, self.const(f"{name}_w", w), self.const(f"{name}_b", b)], [out],
+                                           name=name, kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
         if not relu:
             return out
-        nodes.append(helper.make_node("Relu", [out], [f"{name}_relu"], name=f"{name}_relu"))
+        self.nodes.append(helper.make_node("Relu", [out], [f"{name}_relu"], name=f"{name}_relu"))
         return f"{name}_relu"
 
-    x = conv("input", 3, 64, 7, 2, "conv1")
-    nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2],
-                                  pads=[1, 1, 1, 1]))
-    x, cin = "pool1", 64
+    def stem(self) -> str:
+        """conv1 (7x7, stride 2) and the 3x3 max pool."""
+        from onnx import helper
+
+        x = self.conv("input", 3, 64, 7, 2, "conv1")
+        self.nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3],
+                                           strides=[2, 2], pads=[1, 1, 1, 1]))
+        return "pool1"
+
+    def residual(self, y: str, short: str, name: str) -> str:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node("Add", [y, short], [f"{name}.add"], name=f"{name}.add"))
+        self.nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"], name=f"{name}.relu"))
+        return f"{name}.out"
+
+    def model(self, x: str, width: int, name: str) -> onnx.ModelProto:
+        """The head on ``x`` (``width`` channels): pool, flatten, a 1000-way Gemm; the whole model."""
+        import numpy as np
+        from onnx import TensorProto, helper
+
+        self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+        self.nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
+        w, b = self.rng.standard_normal((1000, width)) / np.sqrt(width), self.rng.uniform(-0.1, 0.1, 1000)
+        self.nodes.append(helper.make_node("Gemm", ["flat", self.const("fc_w", w), self.const("fc_b", b)], ["output"],
+                                           name="fc", transB=1))
+        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                   [1, 3, 224, 224])],
+                                  [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1000])], self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model.ir_version = IR_VERSION
+        return model
+
+
+def resnet18() -> onnx.ModelProto:
+    """A ResNet-18-shaped model at 224x224 (:class:`_ResNetWriter`): basic blocks of two 3x3 convs, 17 convs."""
+    r = _ResNetWriter()
+    x, cin = r.stem(), 64
     for stage, cout in enumerate((64, 128, 256, 512)):
         for block in range(2):
             stride = 2 if stage > 0 and block == 0 else 1
             name = f"layer{stage + 1}.{block}"
-            y = conv(conv(x, cin, cout, 3, stride, f"{name}.conv1"), cout, cout, 3, 1, f"{name}.conv2", relu=False)
-            short = conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if stride != 1 or cin != cout else x
-            nodes.append(helper.make_node("Add", [y, short], [f"{name}.add"], name=f"{name}.add"))
-            nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"], name=f"{name}.relu"))
-            x, cin = f"{name}.out", cout
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
-    w, b = rng.standard_normal((1000, 512)) / np.sqrt(512), rng.uniform(-0.1, 0.1, 1000)
-    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", w), const("fc_b", b)], ["output"], name="fc",
-                                  transB=1))
-    graph = helper.make_graph(nodes, "resnet18", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                                [1, 3, 224, 224])],
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1000])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
-    return model
+            y = r.conv(r.conv(x, cin, cout, 3, stride, f"{name}.conv1"), cout, cout, 3, 1, f"{name}.conv2", relu=False)
+            short = r.conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if stride != 1 or cin != cout else x
+            x, cin = r.residual(y, short, name), cout
+    return r.model(x, 512, "resnet18")
 
 
 def resnet50_helper() -> onnx.ModelProto:
     """A ResNet-50-shaped model at 224x224 (torchvision's v1.5: bottleneck blocks of 3, 4, 6, 3, the stride on the
-    3x3 conv, a 1x1 downsampling conv at each stage's first block), written like :func:`resnet18`: BatchNorm folded
-    into conv biases, ReLU and residual Add as their own nodes, GlobalAveragePool -> Flatten -> Gemm. For the
+    3x3 conv, a 1x1 downsampling conv at each stage's first block), written like :func:`resnet18`. For the
     figures that need a ResNet-50 without torch (``resnet50`` is torch's export)."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(SEED)
-    nodes, inits = [], []
-
-    def const(name, array):
-        inits.append(numpy_helper.from_array(array.astype(np.float32), name))
-        return name
-
-    def conv(x, cin, cout, k, stride, name, relu=True, gain=2.0):
-        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(gain / (cin * k * k))
-        b = rng.uniform(-0.1, 0.1, cout)
-        out = f"{name}_out"
-        nodes.append(helper.make_node("Conv", [x, const(f"{name}_w", w), const(f"{name}_b", b)], [out], name=name,
-                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
-        if not relu:
-            return out
-        nodes.append(helper.make_node("Relu", [out], [f"{name}_relu"], name=f"{name}_relu"))
-        return f"{name}_relu"
-
-    x = conv("input", 3, 64, 7, 2, "conv1")
-    nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2],
-                                  pads=[1, 1, 1, 1]))
-    x, cin = "pool1", 64
+    r = _ResNetWriter()
+    x, cin = r.stem(), 64
     for stage, (width, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             name, cout = f"layer{stage + 1}.{block}", width * 4
-            y = conv(x, cin, width, 1, 1, f"{name}.conv1")
-            y = conv(y, width, width, 3, stride, f"{name}.conv2")
-            y = conv(y, width, cout, 1, 1, f"{name}.conv3", relu=False, gain=0.5)  # residual branches stay in range
-            short = conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if block == 0 else x
-            nodes.append(helper.make_node("Add", [y, short], [f"{name}.add"], name=f"{name}.add"))
-            nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"], name=f"{name}.relu"))
-            x, cin = f"{name}.out", cout
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
-    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
-    w, b = rng.standard_normal((1000, 2048)) / np.sqrt(2048), rng.uniform(-0.1, 0.1, 1000)
-    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", w), const("fc_b", b)], ["output"], name="fc",
-                                  transB=1))
-    graph = helper.make_graph(nodes, "resnet50_helper", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                                       [1, 3, 224, 224])],
-                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1000])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-    model.ir_version = IR_VERSION
-    return model
+            y = r.conv(x, cin, width, 1, 1, f"{name}.conv1")
+            y = r.conv(y, width, width, 3, stride, f"{name}.conv2")
+            y = r.conv(y, width, cout, 1, 1, f"{name}.conv3", relu=False, gain=0.5)  # residual branches stay in range
+            short = r.conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if block == 0 else x
+            x, cin = r.residual(y, short, name), cout
+    return r.model(x, 2048, "resnet50_helper")
 
 
 #: Models written with onnx.helper: no torch needed.

@@ -98,12 +98,7 @@ def small_conv(channels=4, out=8, size=16, seed=0) -> onnx.ModelProto:
     inits = {"w": _w(rng, out, channels, 3, 3, scale=0.2), "b": _w(rng, out)}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", channels, size, size])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", out, size, size])
-    graph = helper.make_graph(nodes, "conv", [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return _image_model(nodes, inits, channels, out, size, "conv")
 
 
 def two_branch_conv(channels=64, out=16, size=8, seed=1) -> onnx.ModelProto:
@@ -115,9 +110,14 @@ def two_branch_conv(channels=64, out=16, size=8, seed=1) -> onnx.ModelProto:
     nodes = [helper.make_node("Conv", ["x", "wa", "ba"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
              helper.make_node("Conv", ["x", "wb", "bb"], ["b"], name="conv_b"),
              helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    return _image_model(nodes, inits, channels, out, size, "branches")
+
+
+def _image_model(nodes, inits: dict, channels: int, out: int, size: int, name: str) -> onnx.ModelProto:
+    """``x [batch, channels, size, size] -> y [batch, out, size, size]`` through ``nodes``."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", channels, size, size])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", out, size, size])
-    graph = helper.make_graph(nodes, "branches", [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    graph = helper.make_graph(nodes, name, [x], [y], [numpy_helper.from_array(a, n) for n, a in inits.items()])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     return m

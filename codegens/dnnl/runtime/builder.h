@@ -251,7 +251,6 @@ class Builder {
   size_t DynamicInt8Conv2d(size_t k, const Attrs& a);
   struct DynamicQuantized;
   const DynamicQuantized& DynamicallyQuantized(int x, const Desc& layout);
-  struct DynamicQuantized;
   bool DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws, const DynamicQuantized& q,
                          const std::vector<double>& w_scale);
 

@@ -165,6 +165,15 @@ bool HasVnni() {  // as DnnlExecutor::CpuFeatures (module.cc): oneDNN's effectiv
   return static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni;
 }
 
+// The source's scale and zero point as run-time arguments (one each, per tensor): the values a
+// DynamicallyQuantized step writes on every call.
+void RunTimeSourceQuantization(primitive_attr* attr, std::vector<Arg>* args, int scale, int zero_point) {
+  attr->set_scales_mask(DNNL_ARG_SRC, 0);
+  args->push_back({DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, scale, Plain({1})});
+  attr->set_zero_points_mask(DNNL_ARG_SRC, 0);
+  args->push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point, Plain({1}, memory::data_type::s32)});
+}
+
 }  // namespace
 
 // x quantized to u8 in layout `layout` (plain, or channels last for a conv), with its scale and zero point: one
@@ -241,10 +250,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   const DynamicQuantized& q = DynamicallyQuantized(x, ChannelsLast(xs, memory::data_type::f32));
   primitive_attr attr = UserScratchpad();
   std::vector<Arg> args;
-  attr.set_scales_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q.scale, Plain({1})});
-  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q.zero_point, Plain({1}, memory::data_type::s32)});
+  RunTimeSourceQuantization(&attr, &args, q.scale, q.zero_point);
   Scales(&attr, &args, DNNL_ARG_WEIGHTS, w_scale, 0);
   Desc src = ChannelsLast(xs, memory::data_type::u8), bias = Plain({ys[1]});
   auto pd = ConvPd(c, src, Any(c.weights, memory::data_type::s8), op.inputs.size() == 3 ? &bias : nullptr,
@@ -284,10 +290,7 @@ size_t Builder::DynamicInt8Matmul(size_t k, const Attrs& a) {
 
   primitive_attr attr = UserScratchpad();
   std::vector<Arg> args;
-  attr.set_scales_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q.scale, Plain({1})});
-  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q.zero_point, Plain({1}, memory::data_type::s32)});
+  RunTimeSourceQuantization(&attr, &args, q.scale, q.zero_point);
   Scales(&attr, &args, DNNL_ARG_WEIGHTS, w_scale, 2);  // per output column
   if (DynamicRowsAsConv(op, ws, q, w_scale)) return k + 1;
   Desc src({rows, depth}, memory::data_type::u8, memory::format_tag::ab);
@@ -322,10 +325,7 @@ bool Builder::DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws
   ConvDims c{1, {columns, depth, 1, 1}, {1, 1}, {0, 0}, {0, 0}, {0, 0}};
   primitive_attr attr = UserScratchpad();
   std::vector<Arg> args;
-  attr.set_scales_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC, q.scale, Plain({1})});
-  attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
-  args.push_back({DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, q.zero_point, Plain({1}, memory::data_type::s32)});
+  RunTimeSourceQuantization(&attr, &args, q.scale, q.zero_point);
   Scales(&attr, &args, DNNL_ARG_WEIGHTS, w_scale, 1);
   auto pd = ConvPd(c, src, Any(c.weights, memory::data_type::s8), op.inputs.size() == 3 ? &bias : nullptr, dst,
                     attr);
