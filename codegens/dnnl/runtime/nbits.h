@@ -1,0 +1,178 @@
+// nbits.h -- the loops of weight-only int4/int8 matmuls (onnxruntime's MatMulNBits) on the packed weight:
+// y[m, n] = sum_k x[m, k] * (code[n, k] - zero[n, k / block]) * scale[n, k / block] (+ bias[n]).
+//
+// B stays packed as the model has it: row n of B^T is `blocks` blocks of `block` codes, `bits` bits each, low
+// bits first (4 bits: two codes a byte). Two loops:
+// - Dot (one row of x: a decoder's token, memory-bound): each block's codes are widened to floats in
+//   registers and multiplied into x, sum_j code_j * x_j per block, then scaled; the zero point's share,
+//   zero * scale * sum_j x_j, is taken off once per block with the block sums of x (BlockSums), so the
+//   inner loop is a load, a widening and an FMA per 8 codes. AVX2 + FMA, or AVX-512 (16 codes a step), or
+//   plain C++, chosen when the library loads by what the CPU has.
+// - Dequantize (many rows): a panel of B^T's rows as floats, (code - zero) * scale, for a float GEMM.
+// Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded), Dequantize
+// writes them where the GEMM does not read (ld is K rounded up to a block).
+#ifndef BYOC_DNNL_NBITS_H_
+#define BYOC_DNNL_NBITS_H_
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace byoc {
+namespace dnnl_runtime {
+namespace nbits {
+
+struct Geometry {
+  int64_t k, n, bits, block, blocks;
+  int64_t bytes_per_block() const { return block * bits / 8; }
+  int64_t padded_k() const { return blocks * block; }
+};
+
+// The zero point of block b of row n: one value, a byte per block, or a float per block.
+struct Zeros {
+  float uniform = 0.0f;
+  const uint8_t* bytes = nullptr;
+  const float* floats = nullptr;
+  float at(int64_t i) const { return bytes ? static_cast<float>(bytes[i]) : floats ? floats[i] : uniform; }
+};
+
+// The sum of each block of the (padded) row x.
+inline void BlockSums(const Geometry& g, const float* x, float* sums) {
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < g.block; ++j) s += x[b * g.block + j];
+    sums[b] = s;
+  }
+}
+
+// -- plain C++ --------------------------------------------------------------------------------
+inline float BlockDotScalar(const uint8_t* codes, const float* x, int64_t block, int64_t bits) {
+  float s = 0.0f;
+  if (bits == 4) {
+    for (int64_t j = 0; j < block / 2; ++j)
+      s += static_cast<float>(codes[j] & 15) * x[2 * j] + static_cast<float>(codes[j] >> 4) * x[2 * j + 1];
+  } else {
+    for (int64_t j = 0; j < block; ++j) s += static_cast<float>(codes[j]) * x[j];
+  }
+  return s;
+}
+
+// -- AVX2 + FMA ---------------------------------------------------------------------------------
+// 16 codes (8 bytes of 4-bit codes, or 16 bytes of 8-bit ones) as 16 bytes in order.
+__attribute__((target("avx2,fma"))) inline __m128i Codes16(const uint8_t* p, int64_t bits) {
+  if (bits == 8) return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  __m128i low = _mm_and_si128(packed, _mm_set1_epi8(15));
+  __m128i high = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(15));
+  return _mm_unpacklo_epi8(low, high);
+}
+
+__attribute__((target("avx2,fma"))) inline float BlockDotAvx2(const uint8_t* codes, const float* x, int64_t block,
+                                                              int64_t bits) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const int64_t step_bytes = 16 * bits / 8;
+  for (int64_t j = 0; j < block; j += 16, codes += step_bytes) {
+    __m128i c = Codes16(codes, bits);
+    __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c));
+    __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8)));
+    acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + j), acc0);
+    acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + j + 8), acc1);
+  }
+  __m256 acc = _mm256_add_ps(acc0, acc1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// -- AVX-512 ------------------------------------------------------------------------------------
+__attribute__((target("avx512f,avx512bw,avx2,fma"))) inline float BlockDotAvx512(const uint8_t* codes, const float* x,
+                                                                                int64_t block, int64_t bits) {
+  __m512 acc = _mm512_setzero_ps();
+  const int64_t step_bytes = 16 * bits / 8;
+  for (int64_t j = 0; j < block; j += 16, codes += step_bytes) {
+    __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Codes16(codes, bits)));
+    acc = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + j), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+using BlockDot = float (*)(const uint8_t*, const float*, int64_t, int64_t);
+
+inline BlockDot ChooseBlockDot() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return BlockDotAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BlockDotAvx2;
+  return BlockDotScalar;
+}
+
+// y[n] for n in [n0, n1) of one (padded) row x whose block sums are `sums`.
+inline void Dot(const Geometry& g, BlockDot dot, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                const float* bias, const float* x, const float* sums, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block();
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* codes = packed + n * row_bytes;
+    const float* scale = scales + n * g.blocks;
+    float total = 0.0f;
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      float d = dot(codes + b * g.bytes_per_block(), x + b * g.block, g.block, g.bits);
+      total += scale[b] * (d - zeros.at(n * g.blocks + b) * sums[b]);
+    }
+    y[n] = bias ? total + bias[n] : total;
+  }
+}
+
+// Rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= padded_k).
+__attribute__((target("avx2,fma"))) inline void DequantizeAvx2(const Geometry& g, const uint8_t* packed,
+                                                              const float* scales, const Zeros& zeros, float* w,
+                                                              int64_t ld, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block(), step_bytes = 16 * g.bits / 8;
+  for (int64_t n = n0; n < n1; ++n) {
+    float* out = w + (n - n0) * ld;
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      const uint8_t* codes = packed + n * row_bytes + b * g.bytes_per_block();
+      float s = scales[n * g.blocks + b], z = zeros.at(n * g.blocks + b);
+      __m256 scale = _mm256_set1_ps(s);
+      for (int64_t j = 0; j < g.block; j += 16, codes += step_bytes) {
+        __m128i c = Codes16(codes, g.bits);
+        // (code - zero) * scale as ONNX computes it, not code * scale - zero * scale (one rounding fewer)
+        __m256 w0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), _mm256_set1_ps(z));
+        __m256 w1 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8))), _mm256_set1_ps(z));
+        _mm256_storeu_ps(out + b * g.block + j, _mm256_mul_ps(w0, scale));
+        _mm256_storeu_ps(out + b * g.block + j + 8, _mm256_mul_ps(w1, scale));
+      }
+    }
+  }
+}
+
+inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                             float* w, int64_t ld, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block();
+  for (int64_t n = n0; n < n1; ++n) {
+    float* out = w + (n - n0) * ld;
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      const uint8_t* codes = packed + n * row_bytes + b * g.bytes_per_block();
+      float s = scales[n * g.blocks + b], z = zeros.at(n * g.blocks + b);
+      for (int64_t j = 0; j < g.block; ++j) {
+        int code = g.bits == 4 ? (codes[j / 2] >> (4 * (j % 2))) & 15 : codes[j];
+        out[b * g.block + j] = (static_cast<float>(code) - z) * s;
+      }
+    }
+  }
+}
+
+using DequantizeRows = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, float*, int64_t, int64_t,
+                                int64_t);
+
+inline DequantizeRows ChooseDequantize() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DequantizeAvx2;
+  return DequantizeScalar;
+}
+
+}  // namespace nbits
+}  // namespace dnnl_runtime
+}  // namespace byoc
+
+#endif  // BYOC_DNNL_NBITS_H_
