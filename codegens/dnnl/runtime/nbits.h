@@ -6,8 +6,8 @@
 // - Dot (one row of x: a decoder's token, memory-bound): each block's codes are widened to floats in
 //   registers and multiplied into x, sum_j code_j * x_j per block, then scaled; the zero point's share,
 //   zero * scale * sum_j x_j, is taken off once per block with the block sums of x (BlockSums), so the
-//   inner loop is a load, a widening and an FMA per 8 codes. AVX2 + FMA, or AVX-512 (16 codes a step), or
-//   plain C++, chosen when the library loads by what the CPU has.
+//   inner loop is a load, a widening and an FMA per 8 codes, four rows of B^T at a time. AVX2 + FMA, or plain
+//   C++, chosen by what the CPU has (an AVX-512 form is left for a machine to measure it on).
 // - Dequantize (many rows): a panel of B^T's rows as floats, (code - zero) * scale, for a float GEMM.
 // Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded), Dequantize
 // writes them where the GEMM does not read (ld is K rounded up to a block).
@@ -86,29 +86,61 @@ __attribute__((target("avx2,fma"))) inline float BlockDotAvx2(const uint8_t* cod
   return _mm_cvtss_f32(s);
 }
 
-// -- AVX-512 ------------------------------------------------------------------------------------
-__attribute__((target("avx512f,avx512bw,avx2,fma"))) inline float BlockDotAvx512(const uint8_t* codes, const float* x,
-                                                                                int64_t block, int64_t bits) {
-  __m512 acc = _mm512_setzero_ps();
-  const int64_t step_bytes = 16 * bits / 8;
-  for (int64_t j = 0; j < block; j += 16, codes += step_bytes) {
-    __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(Codes16(codes, bits)));
-    acc = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + j), acc);
+// y[n] for n in [n0, n1) of one (padded) row x whose block sums are `sums`, four rows of B^T at a time: each
+// x vector loaded once for four, each block's sum of code * x scaled into a vector total (one horizontal sum
+// per output), the zero points' share taken off in scalars.
+__attribute__((target("avx2,fma"))) inline void DotAvx2(const Geometry& g, const uint8_t* packed, const float* scales,
+                                                       const Zeros& zeros, const float* bias, const float* x,
+                                                       const float* sums, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block(), step_bytes = 16 * g.bits / 8;
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    __m256 total[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float shift[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      const uint8_t* codes[4];
+      __m256 acc[4];
+      for (int c = 0; c < 4; ++c) {
+        codes[c] = packed + (n + c) * row_bytes + b * g.bytes_per_block();
+        acc[c] = _mm256_setzero_ps();
+      }
+      const float* xb = x + b * g.block;
+      for (int64_t j = 0; j < g.block; j += 16) {
+        __m256 x0 = _mm256_loadu_ps(xb + j), x1 = _mm256_loadu_ps(xb + j + 8);
+        for (int c = 0; c < 4; ++c) {
+          __m128i q = Codes16(codes[c], g.bits);
+          codes[c] += step_bytes;
+          acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), x0, acc[c]);
+          acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), x1, acc[c]);
+        }
+      }
+      for (int c = 0; c < 4; ++c) {
+        int64_t i = (n + c) * g.blocks + b;
+        total[c] = _mm256_fmadd_ps(acc[c], _mm256_set1_ps(scales[i]), total[c]);
+        shift[c] += scales[i] * zeros.at(i) * sums[b];
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[c]), _mm256_extractf128_ps(total[c], 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      float v = _mm_cvtss_f32(s) - shift[c];
+      y[n + c] = bias ? v + bias[n + c] : v;
+    }
   }
-  return _mm512_reduce_add_ps(acc);
+  for (; n < n1; ++n) {
+    float total = 0.0f;
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      int64_t i = n * g.blocks + b;
+      float d = BlockDotAvx2(packed + n * row_bytes + b * g.bytes_per_block(), x + b * g.block, g.block, g.bits);
+      total += scales[i] * (d - zeros.at(i) * sums[b]);
+    }
+    y[n] = bias ? total + bias[n] : total;
+  }
 }
 
-using BlockDot = float (*)(const uint8_t*, const float*, int64_t, int64_t);
-
-inline BlockDot ChooseBlockDot() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return BlockDotAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BlockDotAvx2;
-  return BlockDotScalar;
-}
-
-// y[n] for n in [n0, n1) of one (padded) row x whose block sums are `sums`.
-inline void Dot(const Geometry& g, BlockDot dot, const uint8_t* packed, const float* scales, const Zeros& zeros,
+// As DotAvx2, in plain C++.
+inline void DotScalar(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
                 const float* bias, const float* x, const float* sums, float* y, int64_t n0, int64_t n1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block();
   for (int64_t n = n0; n < n1; ++n) {
@@ -116,11 +148,20 @@ inline void Dot(const Geometry& g, BlockDot dot, const uint8_t* packed, const fl
     const float* scale = scales + n * g.blocks;
     float total = 0.0f;
     for (int64_t b = 0; b < g.blocks; ++b) {
-      float d = dot(codes + b * g.bytes_per_block(), x + b * g.block, g.block, g.bits);
+      float d = BlockDotScalar(codes + b * g.bytes_per_block(), x + b * g.block, g.block, g.bits);
       total += scale[b] * (d - zeros.at(n * g.blocks + b) * sums[b]);
     }
     y[n] = bias ? total + bias[n] : total;
   }
+}
+
+using DotRows = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, const float*, const float*,
+                        const float*, float*, int64_t, int64_t);
+
+inline DotRows ChooseDot() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;
+  return DotScalar;
 }
 
 // Rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= padded_k).
