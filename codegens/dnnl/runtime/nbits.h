@@ -86,9 +86,31 @@ __attribute__((target("avx2,fma"))) inline float BlockDotAvx2(const uint8_t* cod
   return _mm_cvtss_f32(s);
 }
 
+// sum_b scale[b] * zero[b] * sums[b] over the blocks of row n: the zero points' share of y[n].
+__attribute__((target("avx2,fma"))) inline float ShiftAvx2(const Geometry& g, const float* scales, const Zeros& zeros,
+                                                          const float* sums, int64_t n) {
+  const float* s = scales + n * g.blocks;
+  const int64_t base = n * g.blocks;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= g.blocks; b += 8) {
+    __m256 z = zeros.bytes    ? _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                                    _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros.bytes + base + b))))
+               : zeros.floats ? _mm256_loadu_ps(zeros.floats + base + b)
+                              : _mm256_set1_ps(zeros.uniform);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(s + b), z), _mm256_loadu_ps(sums + b), acc);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float total = _mm_cvtss_f32(h);
+  for (; b < g.blocks; ++b) total += s[b] * zeros.at(base + b) * sums[b];
+  return total;
+}
+
 // y[n] for n in [n0, n1) of one (padded) row x whose block sums are `sums`, four rows of B^T at a time: each
 // x vector loaded once for four, each block's sum of code * x scaled into a vector total (one horizontal sum
-// per output), the zero points' share taken off in scalars.
+// per output), the zero points' share taken off once per output (ShiftAvx2).
 __attribute__((target("avx2,fma"))) inline void DotAvx2(const Geometry& g, const uint8_t* packed, const float* scales,
                                                        const Zeros& zeros, const float* bias, const float* x,
                                                        const float* sums, float* y, int64_t n0, int64_t n1) {
@@ -96,7 +118,6 @@ __attribute__((target("avx2,fma"))) inline void DotAvx2(const Geometry& g, const
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4) {
     __m256 total[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    float shift[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t b = 0; b < g.blocks; ++b) {
       const uint8_t* codes[4];
       __m256 acc[4];
@@ -114,17 +135,14 @@ __attribute__((target("avx2,fma"))) inline void DotAvx2(const Geometry& g, const
           acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), x1, acc[c]);
         }
       }
-      for (int c = 0; c < 4; ++c) {
-        int64_t i = (n + c) * g.blocks + b;
-        total[c] = _mm256_fmadd_ps(acc[c], _mm256_set1_ps(scales[i]), total[c]);
-        shift[c] += scales[i] * zeros.at(i) * sums[b];
-      }
+      for (int c = 0; c < 4; ++c)
+        total[c] = _mm256_fmadd_ps(acc[c], _mm256_broadcast_ss(scales + (n + c) * g.blocks + b), total[c]);
     }
     for (int c = 0; c < 4; ++c) {
       __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[c]), _mm256_extractf128_ps(total[c], 1));
       s = _mm_add_ps(s, _mm_movehl_ps(s, s));
       s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      float v = _mm_cvtss_f32(s) - shift[c];
+      float v = _mm_cvtss_f32(s) - ShiftAvx2(g, scales, zeros, sums, n + c);
       y[n + c] = bias ? v + bias[n + c] : v;
     }
   }
