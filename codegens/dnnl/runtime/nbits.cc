@@ -16,8 +16,9 @@ constexpr int kScales = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS;
 // Up to this many rows, each row is a GEMV on the packed weight; above, the weight is dequantized a panel at a
 // time for oneDNN's sgemm, which pays for the panel once per kGemvRows rows or more.
 constexpr int64_t kGemvRows = 3;
-// Rows of B^T per panel: 128 x K floats per thread (2 MB at K = 4096), then an sgemm of [M, K] x [K, 128].
-constexpr int64_t kPanel = 128;
+// Rows of B^T per panel, dequantized kDepth codes of K at a time (256 x 512 floats per thread, 512 kB), each
+// chunk then an sgemm of [M, kDepth] x [kDepth, 256].
+constexpr int64_t kPanel = 256, kDepth = 512;
 // Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
 constexpr int64_t kGemvChunk = 64;
 
@@ -70,7 +71,10 @@ class MatmulNBitsKernel : public Kernel {
 
   void Gemm(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
             float* y) const {
-    const int64_t ld = g_.padded_k(), panels = (g_.n + kPanel - 1) / kPanel;
+    const int64_t panels = (g_.n + kPanel - 1) / kPanel;
+    // K in chunks of whole blocks, about kDepth codes: a panel's chunk (256 x 512 floats, 512 kB) stays in
+    // the core's L2 while oneDNN's sgemm reads it; the chunks' products are summed into y (beta 1).
+    const int64_t chunk_blocks = std::max<int64_t>(1, kDepth / g_.block), ld = chunk_blocks * g_.block;
     // One parallel region: each thread dequantizes the panels it takes and multiplies them with an sgemm of
     // its own (inside the region oneDNN's sgemm runs on the calling thread). A team-wide dequantization and a
     // team-wide sgemm per panel meet at a barrier each, and on a shared machine a barrier waits for the
@@ -82,8 +86,13 @@ class MatmulNBitsKernel : public Kernel {
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t q = 0; q < panels; ++q) {
         const int64_t n0 = q * kPanel, n1 = std::min(g_.n, n0 + kPanel);
-        dequantize_(g_, packed, scales, zeros, w.data(), ld, n0, n1);
-        dnnl_sgemm('N', 'T', rows_, n1 - n0, g_.k, 1.0f, x, g_.k, w.data(), ld, 0.0f, y + n0, g_.n);
+        for (int64_t b0 = 0; b0 < g_.blocks; b0 += chunk_blocks) {
+          const int64_t b1 = std::min(g_.blocks, b0 + chunk_blocks), k0 = b0 * g_.block;
+          const int64_t depth = std::min(g_.k, b1 * g_.block) - k0;
+          dequantize_(g_, packed, scales, zeros, w.data(), ld, n0, n1, b0, b1);
+          dnnl_sgemm('N', 'T', rows_, n1 - n0, depth, 1.0f, x + k0, g_.k, w.data(), ld, b0 == 0 ? 0.0f : 1.0f,
+                     y + n0, g_.n);
+        }
         if (bias) {
           for (int64_t m = 0; m < rows_; ++m)
             for (int64_t n = n0; n < n1; ++n) y[m * g_.n + n] += bias[n];

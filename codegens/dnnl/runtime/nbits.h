@@ -8,7 +8,7 @@
 //   zero * scale * sum_j x_j, is taken off once per block with the block sums of x (BlockSums), so the
 //   inner loop is a load, a widening and an FMA per 8 codes, four rows of B^T at a time. AVX2 + FMA, or plain
 //   C++, chosen by what the CPU has (an AVX-512 form is left for a machine to measure it on).
-// - Dequantize (many rows): a panel of B^T's rows as floats, (code - zero) * scale, for a float GEMM.
+// - Dequantize (many rows): a panel of B^T's rows and blocks as floats, (code - zero) * scale, for a float GEMM.
 // Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded), Dequantize
 // writes them where the GEMM does not read (ld is K rounded up to a block).
 #ifndef BYOC_DNNL_NBITS_H_
@@ -207,14 +207,16 @@ inline DotRows ChooseDot() {
   return DotScalar;
 }
 
-// Rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= padded_k).
+// Blocks [b0, b1) of rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= the blocks'
+// codes).
 __attribute__((target("avx2,fma"))) inline void DequantizeAvx2(const Geometry& g, const uint8_t* packed,
                                                               const float* scales, const Zeros& zeros, float* w,
-                                                              int64_t ld, int64_t n0, int64_t n1) {
+                                                              int64_t ld, int64_t n0, int64_t n1, int64_t b0,
+                                                              int64_t b1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block(), step_bytes = 16 * g.bits / 8;
   for (int64_t n = n0; n < n1; ++n) {
-    float* out = w + (n - n0) * ld;
-    for (int64_t b = 0; b < g.blocks; ++b) {
+    float* out = w + (n - n0) * ld - b0 * g.block;
+    for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* codes = packed + n * row_bytes + b * g.bytes_per_block();
       float s = scales[n * g.blocks + b], z = zeros.at(n * g.blocks + b);
       __m256 scale = _mm256_set1_ps(s);
@@ -231,11 +233,11 @@ __attribute__((target("avx2,fma"))) inline void DequantizeAvx2(const Geometry& g
 }
 
 inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
-                             float* w, int64_t ld, int64_t n0, int64_t n1) {
+                             float* w, int64_t ld, int64_t n0, int64_t n1, int64_t b0, int64_t b1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block();
   for (int64_t n = n0; n < n1; ++n) {
-    float* out = w + (n - n0) * ld;
-    for (int64_t b = 0; b < g.blocks; ++b) {
+    float* out = w + (n - n0) * ld - b0 * g.block;
+    for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* codes = packed + n * row_bytes + b * g.bytes_per_block();
       float s = scales[n * g.blocks + b], z = zeros.at(n * g.blocks + b);
       for (int64_t j = 0; j < g.block; ++j) {
@@ -247,7 +249,7 @@ inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const flo
 }
 
 using DequantizeRows = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, float*, int64_t, int64_t,
-                                int64_t);
+                                int64_t, int64_t, int64_t);
 
 inline DequantizeRows ChooseDequantize() {
   __builtin_cpu_init();
