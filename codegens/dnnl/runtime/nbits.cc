@@ -16,9 +16,9 @@ constexpr int kScales = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS;
 // Up to this many rows, each row is a GEMV on the packed weight; above, the weight is dequantized a panel at a
 // time for oneDNN's sgemm, which pays for the panel once per kGemvRows rows or more.
 constexpr int64_t kGemvRows = 3;
-// Rows of B^T per panel, dequantized kDepth codes of K at a time (256 x 512 floats per thread, 512 kB), each
-// chunk then an sgemm of [M, kDepth] x [kDepth, 256].
-constexpr int64_t kPanel = 256, kDepth = 512;
+// Rows of B^T (columns of y) per unit of work, and codes of K per chunk (AVX2: x's chunk packed, M x 256
+// floats, in L2; each 16 columns' 256 x 16 floats in L1).
+constexpr int64_t kPanel = 256, kDepth = 256;
 // Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
 constexpr int64_t kGemvChunk = 64;
 
@@ -26,7 +26,7 @@ class MatmulNBitsKernel : public Kernel {
  public:
   MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias)
       : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias),
-        dot_(nbits::ChooseDot()), dequantize_(nbits::ChooseDequantize()) {}
+        dot_(nbits::ChooseDot()), avx2_(nbits::HasAvx2()) {}
   const char* Name() const override { return rows_ <= kGemvRows ? "matmul_nbits_gemv" : "matmul_nbits_gemm"; }
 
   void Run(const std::unordered_map<int, memory>& args) const override {
@@ -72,26 +72,38 @@ class MatmulNBitsKernel : public Kernel {
   void Gemm(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
             float* y) const {
     const int64_t panels = (g_.n + kPanel - 1) / kPanel;
-    // K in chunks of whole blocks, about kDepth codes: a panel's chunk (256 x 512 floats, 512 kB) stays in
-    // the core's L2 while oneDNN's sgemm reads it; the chunks' products are summed into y (beta 1).
+    // K in chunks of whole blocks, about kDepth codes (a chunk of x and of a panel stay in the core's caches),
+    // the chunks' products summed into y.
     const int64_t chunk_blocks = std::max<int64_t>(1, kDepth / g_.block), ld = chunk_blocks * g_.block;
-    // One parallel region: each thread dequantizes the panels it takes and multiplies them with an sgemm of
-    // its own (inside the region oneDNN's sgemm runs on the calling thread). A team-wide dequantization and a
-    // team-wide sgemm per panel meet at a barrier each, and on a shared machine a barrier waits for the
-    // thread the scheduler took away (GEMM [64,2048]x[2048,2048] on 2 threads: 31 ms that way, 8 ms on 1);
-    // panels are taken as threads come free, so a thread slowed down takes fewer.
+    // One parallel region: each thread computes the panels it takes on its own (AVX2: nbits.h's microkernel
+    // on B^T dequantized 16 columns at a time; else dequantized panels and oneDNN's sgemm, which inside the
+    // region runs on the calling thread). A team-wide step per panel meets at a barrier, and on a shared
+    // machine a barrier waits for the thread the scheduler took away (GEMM [64,2048]x[2048,2048] on 2
+    // threads: 31 ms that way, 8 ms on 1); panels are taken as threads come free, so a slowed thread takes fewer.
 #pragma omp parallel
     {
-      std::vector<float> w(static_cast<size_t>(std::min(kPanel, g_.n) * ld));
+      std::vector<float> w, ap, bp, tile;
+      if (avx2_) {
+        ap.resize(static_cast<size_t>((rows_ + nbits::kMr - 1) / nbits::kMr * nbits::kMr * ld));
+        bp.resize(static_cast<size_t>(ld * nbits::kNr));
+        tile.resize(static_cast<size_t>(rows_ * nbits::kNr));
+      } else {
+        w.resize(static_cast<size_t>(std::min(kPanel, g_.n) * ld));
+      }
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t q = 0; q < panels; ++q) {
         const int64_t n0 = q * kPanel, n1 = std::min(g_.n, n0 + kPanel);
-        for (int64_t b0 = 0; b0 < g_.blocks; b0 += chunk_blocks) {
-          const int64_t b1 = std::min(g_.blocks, b0 + chunk_blocks), k0 = b0 * g_.block;
-          const int64_t depth = std::min(g_.k, b1 * g_.block) - k0;
-          dequantize_(g_, packed, scales, zeros, w.data(), ld, n0, n1, b0, b1);
-          dnnl_sgemm('N', 'T', rows_, n1 - n0, depth, 1.0f, x + k0, g_.k, w.data(), ld, b0 == 0 ? 0.0f : 1.0f,
-                     y + n0, g_.n);
+        if (avx2_) {
+          nbits::GemmAvx2(g_, packed, scales, zeros, x, rows_, y, n0, n1, chunk_blocks, ap.data(), bp.data(),
+                          tile.data());
+        } else {
+          for (int64_t b0 = 0; b0 < g_.blocks; b0 += chunk_blocks) {
+            const int64_t b1 = std::min(g_.blocks, b0 + chunk_blocks), k0 = b0 * g_.block;
+            const int64_t depth = std::min(g_.k, b1 * g_.block) - k0;
+            nbits::DequantizeScalar(g_, packed, scales, zeros, w.data(), ld, n0, n1, b0, b1);
+            dnnl_sgemm('N', 'T', rows_, n1 - n0, depth, 1.0f, x + k0, g_.k, w.data(), ld, b0 == 0 ? 0.0f : 1.0f,
+                       y + n0, g_.n);
+          }
         }
         if (bias) {
           for (int64_t m = 0; m < rows_; ++m)
@@ -107,7 +119,7 @@ class MatmulNBitsKernel : public Kernel {
   float zero_point_;
   bool bias_;
   nbits::DotRows dot_;
-  nbits::DequantizeRows dequantize_;
+  bool avx2_;
 };
 
 }  // namespace

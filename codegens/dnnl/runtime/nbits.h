@@ -5,17 +5,20 @@
 // bits first (4 bits: two codes a byte). Two loops:
 // - Dot (one row of x: a decoder's token, memory-bound): each block's codes are widened to floats in
 //   registers and multiplied into x, sum_j code_j * x_j per block, then scaled; the zero point's share,
-//   zero * scale * sum_j x_j, is taken off once per block with the block sums of x (BlockSums), so the
+//   zero * scale * sum_j x_j, is taken off once per output with the block sums of x (BlockSums), so the
 //   inner loop is a load, a widening and an FMA per 8 codes, four rows of B^T at a time. AVX2 + FMA, or plain
 //   C++, chosen by what the CPU has (an AVX-512 form is left for a machine to measure it on).
-// - Dequantize (many rows): a panel of B^T's rows and blocks as floats, (code - zero) * scale, for a float GEMM.
-// Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded), Dequantize
-// writes them where the GEMM does not read (ld is K rounded up to a block).
+// - GEMM (many rows): B^T's rows dequantized, (code - zero) * scale, 16 columns and a chunk of K at a time into
+//   a panel in L1, for a 6x16 FMA microkernel over x packed in 6-row strips (AVX2); or, in plain C++, into
+//   panels for oneDNN's sgemm.
+// Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded); the GEMM
+// dequantizes them where its products do not reach (each chunk's depth stops at K).
 #ifndef BYOC_DNNL_NBITS_H_
 #define BYOC_DNNL_NBITS_H_
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -207,31 +210,143 @@ inline DotRows ChooseDot() {
   return DotScalar;
 }
 
-// Blocks [b0, b1) of rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= the blocks'
-// codes).
-__attribute__((target("avx2,fma"))) inline void DequantizeAvx2(const Geometry& g, const uint8_t* packed,
-                                                              const float* scales, const Zeros& zeros, float* w,
-                                                              int64_t ld, int64_t n0, int64_t n1, int64_t b0,
-                                                              int64_t b1) {
+// -- GEMM on AVX2: B^T dequantized into 16-column panels, a 6x16 FMA microkernel ----------------------------
+constexpr int64_t kNr = 16;  // columns of a packed panel (two ymm)
+constexpr int64_t kMr = 6;   // rows of x per microkernel call: 12 accumulators, 2 panel loads, 1 broadcast
+
+__attribute__((target("avx2,fma"))) inline void Transpose8x8(__m256* r) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Blocks [b0, b1) of rows [n0, n0 + rows) of B^T (rows <= kNr) dequantized, (code - zero) * scale, into the panel
+// bp[k][kNr] (k from b0's first code; columns past `rows` zero): eight rows' 8 codes at a time, transposed.
+__attribute__((target("avx2,fma"))) inline void PackPanelAvx2(const Geometry& g, const uint8_t* packed,
+                                                             const float* scales, const Zeros& zeros, int64_t n0,
+                                                             int64_t rows, int64_t b0, int64_t b1, float* bp) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block(), step_bytes = 16 * g.bits / 8;
-  for (int64_t n = n0; n < n1; ++n) {
-    float* out = w + (n - n0) * ld - b0 * g.block;
+  for (int64_t half = 0; half < 2; ++half) {
     for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* codes = packed + n * row_bytes + b * g.bytes_per_block();
-      float s = scales[n * g.blocks + b], z = zeros.at(n * g.blocks + b);
-      __m256 scale = _mm256_set1_ps(s);
-      for (int64_t j = 0; j < g.block; j += 16, codes += step_bytes) {
-        __m128i c = Codes16(codes, g.bits);
-        // (code - zero) * scale as ONNX computes it, not code * scale - zero * scale (one rounding fewer)
-        __m256 w0 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), _mm256_set1_ps(z));
-        __m256 w1 = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(c, 8))), _mm256_set1_ps(z));
-        _mm256_storeu_ps(out + b * g.block + j, _mm256_mul_ps(w0, scale));
-        _mm256_storeu_ps(out + b * g.block + j + 8, _mm256_mul_ps(w1, scale));
+      __m256 scale[8], zero[8];
+      const uint8_t* codes[8];
+      for (int c = 0; c < 8; ++c) {
+        int64_t r = half * 8 + c, i = (n0 + r) * g.blocks + b;
+        bool valid = r < rows;
+        scale[c] = _mm256_set1_ps(valid ? scales[i] : 0.0f);
+        zero[c] = _mm256_set1_ps(valid ? zeros.at(i) : 0.0f);
+        codes[c] = packed + (valid ? n0 + r : n0) * row_bytes + b * g.bytes_per_block();
+      }
+      float* out = bp + (b - b0) * g.block * kNr + half * 8;
+      for (int64_t j = 0; j < g.block; j += 16) {
+        __m256 low[8], high[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) {
+          __m128i q = Codes16(codes[c] + (j / 16) * step_bytes, g.bits);
+          low[c] = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q)), zero[c]), scale[c]);
+          high[c] = _mm256_mul_ps(
+              _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(q, 8))), zero[c]), scale[c]);
+        }
+        Transpose8x8(low);
+        Transpose8x8(high);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          _mm256_storeu_ps(out + (j + i) * kNr, low[i]);
+          _mm256_storeu_ps(out + (j + 8 + i) * kNr, high[i]);
+        }
       }
     }
   }
 }
 
+// c[MR][16] (row stride ldc) = (accumulate ? c : 0) + a x bp[depth][16], a packed as [depth][kMr] (rows past MR
+// unread).
+template <int MR>
+__attribute__((target("avx2,fma"))) inline void MicroAvx2(int64_t depth, const float* a, const float* bp, float* c,
+                                                         int64_t ldc, bool accumulate) {
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < depth; ++k) {
+    __m256 w0 = _mm256_loadu_ps(bp + k * kNr), w1 = _mm256_loadu_ps(bp + k * kNr + 8);
+  #pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+      __m256 v = _mm256_broadcast_ss(a + k * kMr + i);
+      acc[i][0] = _mm256_fmadd_ps(v, w0, acc[i][0]);
+      acc[i][1] = _mm256_fmadd_ps(v, w1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline void MicroRowsAvx2(int64_t rows, int64_t depth, const float* a,
+                                                             const float* bp, float* c, int64_t ldc, bool accumulate) {
+  switch (rows) {
+    case 1: return MicroAvx2<1>(depth, a, bp, c, ldc, accumulate);
+    case 2: return MicroAvx2<2>(depth, a, bp, c, ldc, accumulate);
+    case 3: return MicroAvx2<3>(depth, a, bp, c, ldc, accumulate);
+    case 4: return MicroAvx2<4>(depth, a, bp, c, ldc, accumulate);
+    case 5: return MicroAvx2<5>(depth, a, bp, c, ldc, accumulate);
+    default: return MicroAvx2<6>(depth, a, bp, c, ldc, accumulate);
+  }
+}
+
+// y[:, n0:n1] (row stride g.n) = x [m, K] times rows [n0, n1) of B^T, K in chunks of `chunk_blocks` blocks: per
+// chunk, x's part is packed in 6-row strips (ap: [strip][k][6], m rounded up to 6 x chunk codes floats, in L2)
+// and each 16 columns once (bp: chunk codes x 16 floats, in L1), and the 6x16 microkernel runs down every strip.
+// `tile`: m x 16 floats for the last columns when fewer than 16.
+__attribute__((target("avx2,fma"))) inline void GemmAvx2(const Geometry& g, const uint8_t* packed, const float* scales,
+                                                        const Zeros& zeros, const float* x, int64_t m, float* y,
+                                                        int64_t n0, int64_t n1, int64_t chunk_blocks, float* ap,
+                                                        float* bp, float* tile) {
+  const int64_t span = chunk_blocks * g.block;
+  for (int64_t b0 = 0; b0 < g.blocks; b0 += chunk_blocks) {
+    const int64_t b1 = std::min(g.blocks, b0 + chunk_blocks), k0 = b0 * g.block;
+    const int64_t depth = std::min(g.k, b1 * g.block) - k0;
+    for (int64_t r = 0; r < m; r += kMr) {
+      float* strip = ap + (r / kMr) * span * kMr;
+      for (int64_t i = 0; i < kMr; ++i) {
+        const float* row = x + (r + i) * g.k + k0;
+        for (int64_t k = 0; k < depth; ++k) strip[k * kMr + i] = r + i < m ? row[k] : 0.0f;
+      }
+    }
+    for (int64_t n = n0; n < n1; n += kNr) {
+      const int64_t cols = std::min(kNr, n1 - n);
+      PackPanelAvx2(g, packed, scales, zeros, n, cols, b0, b1, bp);
+      float* c = cols == kNr ? y + n : tile;
+      const int64_t ldc = cols == kNr ? g.n : kNr;
+      for (int64_t r = 0; r < m; r += kMr)
+        MicroRowsAvx2(std::min(kMr, m - r), depth, ap + (r / kMr) * span * kMr, bp, c + r * ldc, ldc, b0 > 0);
+      if (cols < kNr && b1 == g.blocks) {
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = 0; j < cols; ++j) y[r * g.n + n + j] = tile[r * kNr + j];
+      }
+    }
+  }
+}
+
+// Blocks [b0, b1) of rows [n0, n1) of B^T dequantized into w (row r at w + (r - n0) * ld, ld >= the blocks'
+// codes), for oneDNN's sgemm where the CPU has no AVX2.
 inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
                              float* w, int64_t ld, int64_t n0, int64_t n1, int64_t b0, int64_t b1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block();
@@ -248,13 +363,10 @@ inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const flo
   }
 }
 
-using DequantizeRows = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, float*, int64_t, int64_t,
-                                int64_t, int64_t, int64_t);
 
-inline DequantizeRows ChooseDequantize() {
+inline bool HasAvx2() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DequantizeAvx2;
-  return DequantizeScalar;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 }  // namespace nbits
