@@ -311,32 +311,40 @@ __attribute__((target("avx2,fma"))) inline void MicroRowsAvx2(int64_t rows, int6
   }
 }
 
+// Rows [r0, r1) of x [m, K] (r0 a multiple of kMr) packed in 6-row strips, ap[strip][k][kMr] (rows past m zero):
+// what the microkernel broadcasts from.
+inline void PackRows(const Geometry& g, const float* x, int64_t m, int64_t r0, int64_t r1, float* ap) {
+  for (int64_t r = r0; r < r1; r += kMr) {
+    float* strip = ap + (r / kMr) * g.k * kMr;
+    for (int64_t i = 0; i < kMr; ++i) {
+      if (r + i >= m) {
+        for (int64_t k = 0; k < g.k; ++k) strip[k * kMr + i] = 0.0f;
+        continue;
+      }
+      const float* row = x + (r + i) * g.k;
+      for (int64_t k = 0; k < g.k; ++k) strip[k * kMr + i] = row[k];
+    }
+  }
+}
+
 // y[:, n0:n1] (row stride g.n) = x [m, K] times rows [n0, n1) of B^T, K in chunks of `chunk_blocks` blocks: per
-// chunk, x's part is packed in 6-row strips (ap: [strip][k][6], m rounded up to 6 x chunk codes floats, in L2)
-// and each 16 columns once (bp: chunk codes x 16 floats, in L1), and the 6x16 microkernel runs down every strip.
-// `tile`: m x 16 floats for the last columns when fewer than 16.
+// chunk, each 16 columns are dequantized once (bp: chunk codes x 16 floats, in L1) and the 6x16 microkernel runs
+// down every strip of x (ap: PackRows). `tile`: m x 16 floats for the last columns when fewer than 16.
 __attribute__((target("avx2,fma"))) inline void GemmAvx2(const Geometry& g, const uint8_t* packed, const float* scales,
-                                                        const Zeros& zeros, const float* x, int64_t m, float* y,
-                                                        int64_t n0, int64_t n1, int64_t chunk_blocks, float* ap,
-                                                        float* bp, float* tile) {
-  const int64_t span = chunk_blocks * g.block;
+                                                        const Zeros& zeros, const float* ap, int64_t m, float* y,
+                                                        int64_t n0, int64_t n1, int64_t chunk_blocks, float* bp,
+                                                        float* tile) {
   for (int64_t b0 = 0; b0 < g.blocks; b0 += chunk_blocks) {
     const int64_t b1 = std::min(g.blocks, b0 + chunk_blocks), k0 = b0 * g.block;
     const int64_t depth = std::min(g.k, b1 * g.block) - k0;
-    for (int64_t r = 0; r < m; r += kMr) {
-      float* strip = ap + (r / kMr) * span * kMr;
-      for (int64_t i = 0; i < kMr; ++i) {
-        const float* row = x + (r + i) * g.k + k0;
-        for (int64_t k = 0; k < depth; ++k) strip[k * kMr + i] = r + i < m ? row[k] : 0.0f;
-      }
-    }
     for (int64_t n = n0; n < n1; n += kNr) {
       const int64_t cols = std::min(kNr, n1 - n);
       PackPanelAvx2(g, packed, scales, zeros, n, cols, b0, b1, bp);
       float* c = cols == kNr ? y + n : tile;
       const int64_t ldc = cols == kNr ? g.n : kNr;
       for (int64_t r = 0; r < m; r += kMr)
-        MicroRowsAvx2(std::min(kMr, m - r), depth, ap + (r / kMr) * span * kMr, bp, c + r * ldc, ldc, b0 > 0);
+        MicroRowsAvx2(std::min(kMr, m - r), depth, ap + (r / kMr) * g.k * kMr + k0 * kMr, bp, c + r * ldc, ldc,
+                      b0 > 0);
       if (cols < kNr && b1 == g.blocks) {
         for (int64_t r = 0; r < m; ++r)
           for (int64_t j = 0; j < cols; ++j) y[r * g.n + n + j] = tile[r * kNr + j];
