@@ -170,3 +170,21 @@ def test_other_contrib_ops_still_refused():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(UnsupportedOpsError, match="FastGelu"):
         byoc.partition(m, vendors=["dnnl"])
+
+
+def test_the_rest_of_the_model_is_still_simplified():
+    """onnxsim (through onnxruntime, which runs MatMulNBits) still folds the model's other constants: the
+    contrib op byoc imports does not turn preparation off, as the ops it refuses do."""
+    m, _ = nbits_model(64, 32, 4, 32, "packed", False, a_shape=(1, 2))
+    graph = m.graph
+    graph.initializer.extend([numpy_helper.from_array(np.ones(32, np.float32), "c1"),
+                              numpy_helper.from_array(np.full(32, 2.0, np.float32), "c2")])
+    graph.node[0].output[0] = "mm"
+    graph.node.extend([helper.make_node("Add", ["c1", "c2"], ["c"], name="constant_add"),
+                       helper.make_node("Add", ["mm", "c"], ["Y"], name="output_add")])
+    imported = byoc.import_model(m)
+    assert imported.simplifier.startswith("onnxsim")
+    assert "constant_add" in imported.prepared
+    artifact = byoc.compile(m, vendors=["dnnl"])
+    feeds = _inputs((1, 2), 64)
+    _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
