@@ -1,5 +1,5 @@
 // nbits.cc -- weight-only int4/int8 matmuls (onnxruntime's MatMulNBits, codegens/dnnl/nbits.py) on the packed
-// weight: a GEMV for a few rows, a GEMM over dequantized panels for more (the loops: nbits.h).
+// weight: a GEMV for a few rows, a GEMM on B^T dequantized a panel at a time for more (the loops: nbits.h).
 #include <algorithm>
 #include <vector>
 
@@ -13,11 +13,11 @@ namespace {
 
 constexpr int kZeroPoints = DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_WEIGHTS;
 constexpr int kScales = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS;
-// Up to this many rows, each row is a GEMV on the packed weight; above, the weight is dequantized a panel at a
-// time for oneDNN's sgemm, which pays for the panel once per kGemvRows rows or more.
+// Up to this many rows, each row is a GEMV on the packed weight; above, a GEMM dequantizes the weight a panel at
+// a time, which pays for the panel once for all rows.
 constexpr int64_t kGemvRows = 3;
-// Rows of B^T (columns of y) per unit of work, and codes of K per chunk (AVX2: x's chunk packed, M x 256
-// floats, in L2; each 16 columns' 256 x 16 floats in L1).
+// Rows of B^T (columns of y) per unit of work, and codes of K per chunk (AVX2: each 16 columns' 256 x 16 floats,
+// in L1, against a chunk of x's strips, in L2).
 constexpr int64_t kPanel = 256, kDepth = 256;
 // Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
 constexpr int64_t kGemvChunk = 64;
