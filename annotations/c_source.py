@@ -1,9 +1,9 @@
 """Rules of the ``c_source`` vendor: what the reference C kernels support.
 
 float32 with any known rank (a symbolic dim is read from each call's inputs:
-one build runs every shape), NCHW/OIHW layouts; and int8 QDQ node units with
-static shapes (see :mod:`byoc.vendor.quantized`), computed with ONNX's
-integer semantics.
+one build runs every shape), NCHW/OIHW layouts; and int8 QDQ node units (see
+:mod:`byoc.vendor.quantized`), computed with ONNX's integer semantics, with
+symbolic dims too.
 Patterns come before the single-op rules they contain, so conv2d + bias +
 relu is taken whole, and a QDQ unit before the float op at its core.
 """
@@ -11,11 +11,11 @@ relu is taken whole, and a QDQ unit before the float op at its core.
 from __future__ import annotations
 
 from byoc.vendor.checks import (all_of, avg_pool_plain, conv_layout_nchw, dtypes, known_ranks, per_channel_bias,
-                                pool_layout_nchw, static_shapes)
+                                pool_layout_nchw)
 from byoc.vendor.quantized import qdq_rules, qdq_supported
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.codegens.limits import MAX_RANK
-from byoc.vendor import SUPPORTED, OpRule, PatternRule, Vendor
+from byoc.vendor import OpRule, PatternRule, Vendor
 
 NAME = "c_source"
 
@@ -43,28 +43,19 @@ def _matmul_bias_pattern():
     return is_op("relax.add")(matmul, wildcard()), {"matmul": matmul}
 
 
-def _integers_static(match) -> str:
-    """8-bit integer tensors have static shapes (the integer kernels take them compiled in)."""
-    for t in match.tensors:
-        names = t.dim_names
-        if names and t.dtype in ("int8", "uint8"):
-            return f"dim {names[0]!r} of an 8-bit integer tensor is dynamic (static shapes only for integers)"
-    return SUPPORTED
-
-
 def float_and_int8_rules() -> tuple:
     """The reference kernels' rules (json_runtime takes the float ones too; each vendor prefixes the names
-    with its own). Float ops take symbolic dims, which both runtimes read from each call; QDQ units stay
-    static."""
+    with its own). Every op takes symbolic dims, float or int8: the C reads them from each call's inputs
+    (json_runtime's runtime specializes a partition per shape)."""
     shapes = known_ranks(MAX_RANK)
     base = all_of(dtypes("float32"), shapes)
     # Ops that only pick or move values also run on the 8-bit integers a QOperator model
     # leaves between its integer ops (its MaxPool and Flatten read uint8 as they are).
-    moves = all_of(dtypes("float32", "int8", "uint8"), shapes, _integers_static)
+    moves = all_of(dtypes("float32", "int8", "uint8"), shapes)
     conv_check = all_of(base, conv_layout_nchw)
     conv_bias_check = all_of(conv_check, per_channel_bias)
     return (
-        *qdq_rules(all_of(qdq_supported, static_shapes(MAX_RANK), conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
+        *qdq_rules(all_of(qdq_supported, shapes, conv_layout_nchw, pool_layout_nchw, avg_pool_plain)),
         PatternRule("conv2d_bias_relu", _conv_pattern(True, True), conv_bias_check),
         PatternRule("conv2d_bias", _conv_pattern(True, False), conv_bias_check),
         PatternRule("conv2d_relu", _conv_pattern(False, True), conv_check),

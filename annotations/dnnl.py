@@ -21,7 +21,7 @@ first:
   activations keep oneDNN's blocked layouts.
 
 Every check enforces a limit of the runtime (``codegens/dnnl/runtime/``)
-and names it when it rejects: float32, static non-empty shapes of rank <= 8,
+and names it when it rejects: float32, non-empty shapes of rank <= 8 (dims may be symbolic),
 NCHW/OIHW or NCW/OIW (IOHW for transposed convs), constant conv weights (they are
 reordered once, at load), matmul operands of rank >= 2, the second operand of
 an element-wise op broadcastable to the first (oneDNN broadcasts one side
@@ -33,7 +33,7 @@ works even without oneDNN installed: partitioning and reports work anywhere; bui
 Checks read the plain view of their match (``match.op``, ``match.ops_of``, ``match.tensor``: the
 ``OpCall`` and ``Tensor`` objects the codegen gets), where a symbolic dim is its text ("batch"), equal only
 to itself. The runtime compiles each partition per set of sizes (graph_runtime/graph.h), so a dim need not be
-static to be taken.
+static to be taken, in an int8 QDQ unit as in a float op.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 
 from byoc.vendor.checks import (all_of, avg_pool_plain, constant_conv_weight, conv_layout_nchw, dtypes, known_ranks,
-                                per_channel_bias, pool_layout_nchw, scalar, static_shapes)
+                                per_channel_bias, pool_layout_nchw, scalar)
 from byoc.codegens.dnnl import DnnlCodegen
 # The forms the codegen rewrites as one op, with the constants that make them that form (one source).
 from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
@@ -658,8 +658,8 @@ def _int8_limits(match: Match):
 
 _RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
-    # the other units as dequantize -> float primitive -> quantize.
-    *qdq_rules(all_of(qdq_supported, static_shapes(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
+    # the other units as dequantize -> float primitive -> quantize; symbolic dims as in the float rules.
+    *qdq_rules(all_of(qdq_supported, known_ranks(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
                             avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
     # weight-only int4/int8 matmuls, before the float rules that would take their matmul alone
     *_matmul_nbits_rules(),

@@ -4,9 +4,9 @@ The large models are small torch module definitions written here (no
 torchvision: there is no CPU build of it on this machine), exported to ONNX
 with ``torch==2.13.0`` (``pip install torch==2.13.0``: the CPU wheel on
 disk) and cached as ``<build>/<name>.onnx``; they are never committed.
-The tiny models (``tiny_cnn``, ``tiny_mlp``) and ``resnet18`` (the ResNet-18 shape of
-issue 15: conv with bias, as an exporter leaves BatchNorm folded) are built with
-``onnx.helper`` and need no torch, so the smoke test runs without it. ``<model>_int8`` is
+The tiny models (``tiny_cnn``, ``tiny_mlp``), ``resnet18`` (the ResNet-18 shape of
+issue 15: conv with bias, as an exporter leaves BatchNorm folded) and ``resnet50_helper`` (the ResNet-50
+shape written the same way) are built with ``onnx.helper`` and need no torch, so the smoke test runs without it. ``<model>_int8`` is
 that model quantized by ``onnxruntime.quantization`` (QDQ, u8/s8, per tensor, reduce_range).
 
 ``python benchmarks/benchmark_models.py [--build DIR] [NAME ...]`` builds the cache.
@@ -222,14 +222,68 @@ def resnet18() -> onnx.ModelProto:
     return model
 
 
+def resnet50_helper() -> onnx.ModelProto:
+    """A ResNet-50-shaped model at 224x224 (torchvision's v1.5: bottleneck blocks of 3, 4, 6, 3, the stride on the
+    3x3 conv, a 1x1 downsampling conv at each stage's first block), written like :func:`resnet18`: BatchNorm folded
+    into conv biases, ReLU and residual Add as their own nodes, GlobalAveragePool -> Flatten -> Gemm. For the
+    figures that need a ResNet-50 without torch (``resnet50`` is torch's export)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(SEED)
+    nodes, inits = [], []
+
+    def const(name, array):
+        inits.append(numpy_helper.from_array(array.astype(np.float32), name))
+        return name
+
+    def conv(x, cin, cout, k, stride, name, relu=True, gain=2.0):
+        w = rng.standard_normal((cout, cin, k, k)) * np.sqrt(gain / (cin * k * k))
+        b = rng.uniform(-0.1, 0.1, cout)
+        out = f"{name}_out"
+        nodes.append(helper.make_node("Conv", [x, const(f"{name}_w", w), const(f"{name}_b", b)], [out], name=name,
+                                      kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4))
+        if not relu:
+            return out
+        nodes.append(helper.make_node("Relu", [out], [f"{name}_relu"], name=f"{name}_relu"))
+        return f"{name}_relu"
+
+    x = conv("input", 3, 64, 7, 2, "conv1")
+    nodes.append(helper.make_node("MaxPool", [x], ["pool1"], name="pool1", kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1]))
+    x, cin = "pool1", 64
+    for stage, (width, blocks) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            name, cout = f"layer{stage + 1}.{block}", width * 4
+            y = conv(x, cin, width, 1, 1, f"{name}.conv1")
+            y = conv(y, width, width, 3, stride, f"{name}.conv2")
+            y = conv(y, width, cout, 1, 1, f"{name}.conv3", relu=False, gain=0.5)  # residual branches stay in range
+            short = conv(x, cin, cout, 1, stride, f"{name}.down", relu=False) if block == 0 else x
+            nodes.append(helper.make_node("Add", [y, short], [f"{name}.add"], name=f"{name}.add"))
+            nodes.append(helper.make_node("Relu", [f"{name}.add"], [f"{name}.out"], name=f"{name}.relu"))
+            x, cin = f"{name}.out", cout
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"))
+    w, b = rng.standard_normal((1000, 2048)) / np.sqrt(2048), rng.uniform(-0.1, 0.1, 1000)
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc_w", w), const("fc_b", b)], ["output"], name="fc",
+                                  transB=1))
+    graph = helper.make_graph(nodes, "resnet50_helper", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                       [1, 3, 224, 224])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1000])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = IR_VERSION
+    return model
+
+
 #: Models written with onnx.helper: no torch needed.
-TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp, "resnet18": resnet18}
+TINY_MODELS = {"tiny_cnn": tiny_cnn, "tiny_mlp": tiny_mlp, "resnet18": resnet18, "resnet50_helper": resnet50_helper}
 
 # -- int8 models: a float model above quantized by onnxruntime -----------------------
 #: "<float model>_int8": QDQ format, u8 activations, s8 weights, per tensor, with 7-bit weights
 #: (``reduce_range``: what onnxruntime advises for CPUs without VNNI, whose int8 kernels saturate
 #: full-range weights), calibrated on CALIBRATION_SAMPLES random inputs.
-INT8_MODELS = ("tiny_cnn_int8", "mobilenetv2_int8", "resnet50_int8")
+INT8_MODELS = ("tiny_cnn_int8", "mobilenetv2_int8", "resnet50_int8", "resnet18_int8", "resnet50_helper_int8")
 CALIBRATION_SAMPLES = 4
 
 

@@ -78,6 +78,12 @@ class UnsupportedAttributeError(ModelLoadError):
         self.attribute = attribute
 
 
+class HalfPrecisionError(UnsupportedAttributeError):
+    """A float16/bfloat16 model holds what byoc cannot compute in float32 (a BitCast of a half tensor, a sequence
+    of half tensors at the model's edge): byoc.pipeline.frontend.prepare.half_precision. ``node`` names the node
+    (empty for a graph input or output), ``attribute`` its attribute or the tensor."""
+
+
 # -- vendors and policies -----------------------------------------------------
 class VendorError(ByocError):
     """A vendor definition or registration is invalid."""

@@ -200,6 +200,55 @@ def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 8, 16], [1, 8, 16], inits, "transformer_mlp")
 
 
+def attention_block(seed: int = 0, width: int = 16, heads: int = 2) -> onnx.ModelProto:
+    """A transformer layer on 8 tokens of width 16: Q, K, V projections, heads split by Reshape (copying the batch
+    and sequence dims: shape ``[0, 0, heads, width / heads]``) and Transpose, scaled scores, softmax, the context
+    merged back, an output projection with a residual add, then an MLP (linear, relu, linear) with a residual add.
+    Symbolic batch and sequence dims (:func:`with_symbolic_dims`) keep every shape in it symbolic."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, name, shape, 0.3) for name, shape in (
+        ("wq", (width, width)), ("bq", (width,)), ("wk", (width, width)), ("bk", (width,)), ("wv", (width, width)),
+        ("bv", (width,)), ("wo", (width, width)), ("bo", (width,)), ("w1", (width, 32)), ("b1", (32,)),
+        ("w2", (32, width)), ("b2", (width,)))]
+    inits += [numpy_helper.from_array(np.array([0, 0, heads, width // heads], np.int64), "split"),
+              numpy_helper.from_array(np.array([0, 0, width], np.int64), "merge"),
+              numpy_helper.from_array(np.array(1 / np.sqrt(width // heads), np.float32), "scale")]
+    node = helper.make_node
+    nodes = []
+    for p in "qkv":  # K is transposed to [batch, heads, d, seq]
+        nodes += [node("MatMul", ["x", f"w{p}"], [f"{p}0"], name=f"{p}_proj"),
+                  node("Add", [f"{p}0", f"b{p}"], [f"{p}1"], name=f"{p}_bias"),
+                  node("Reshape", [f"{p}1", "split"], [f"{p}2"], name=f"{p}_split"),
+                  node("Transpose", [f"{p}2"], [f"{p}3"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3],
+                       name=f"{p}_heads")]
+    nodes += [node("MatMul", ["q3", "k3"], ["s0"], name="scores"), node("Mul", ["s0", "scale"], ["s1"], name="scaled"),
+              node("Softmax", ["s1"], ["p"], axis=-1, name="softmax"),
+              node("MatMul", ["p", "v3"], ["c0"], name="context"),
+              node("Transpose", ["c0"], ["c1"], perm=[0, 2, 1, 3], name="unheads"),
+              node("Reshape", ["c1", "merge"], ["c2"], name="merge"),
+              node("MatMul", ["c2", "wo"], ["o0"], name="out_proj"), node("Add", ["o0", "bo"], ["o1"], name="out_bias"),
+              node("Add", ["o1", "x"], ["r"], name="residual"),
+              node("MatMul", ["r", "w1"], ["h0"], name="fc1"), node("Add", ["h0", "b1"], ["h1"], name="fc1_bias"),
+              node("Relu", ["h1"], ["h2"], name="relu"), node("MatMul", ["h2", "w2"], ["f0"], name="fc2"),
+              node("Add", ["f0", "b2"], ["f1"], name="fc2_bias"), node("Add", ["f1", "r"], ["y"], name="residual2")]
+    return _model(nodes, [1, 8, width], [1, 8, width], inits, "attention_block")
+
+
+def with_symbolic_dims(model: onnx.ModelProto, dims: dict) -> onnx.ModelProto:
+    """A copy of ``model`` whose input and output dims ``dims`` names (axis -> name) are symbolic, as an exporter's
+    ``dynamic_axes`` leaves them; quantize first (calibration reads the static shape)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in [*out.graph.input, *out.graph.output]:
+        shape = value.type.tensor_type.shape
+        for axis, name in dims.items():
+            if axis < len(shape.dim):
+                shape.dim[axis].ClearField("dim_value")
+                shape.dim[axis].dim_param = name
+    del out.graph.value_info[:]  # the quantizer's inferred shapes are the static ones
+    return out
+
+
 def quantize(model: onnx.ModelProto, fmt: str = "QDQ", per_channel: bool = False, reduce_range: bool = False,
              seed: int = 1, samples: int = 8, weight_type: str = "QInt8",
              activation_type: str = "QUInt8") -> onnx.ModelProto:

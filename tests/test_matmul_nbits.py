@@ -163,12 +163,14 @@ def test_scales_computed_at_run_time_refused_by_name():
     assert err.value.attribute == "scales"
 
 
-def test_other_contrib_ops_still_refused():
-    node = helper.make_node("FastGelu", ["x"], ["y"], name="g", domain="com.microsoft")
+def test_other_weight_only_contrib_ops_still_refused():
+    """MatMulBnb4 (bitsandbytes' 4-bit weights, also onnxruntime's) is not MatMulNBits: refused by name."""
+    node = helper.make_node("MatMulBnb4", ["x"], ["y"], name="g", domain="com.microsoft", K=4, N=4, block_size=16,
+                            quant_type=1)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    with pytest.raises(UnsupportedOpsError, match="FastGelu"):
+    with pytest.raises(UnsupportedOpsError, match="MatMulBnb4"):
         byoc.partition(m, vendors=["dnnl"])
 
 

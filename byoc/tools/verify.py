@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
+from onnx import TensorProto
 
 from byoc.pipeline.frontend.dims import bind_dims
 
@@ -155,9 +156,60 @@ def reference_outputs(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> 
     options.log_severity_level = 3  # onnxruntime warnings would break the one-line-per-phase output
     if is_quantized(plan.imported.model):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(plan.imported.model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, dict(inputs))
+    model = plan.imported.model
+    if not _holds(model, TensorProto.BFLOAT16):
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return session.run(None, dict(inputs))
+    reference, rounded = _bfloat16_reference(model)
+    session = ort.InferenceSession(reference.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = {name: a.astype(np.float32) if a.dtype.name == "bfloat16" else a for name, a in inputs.items()}
+    names = [vi.name for vi in reference.graph.output]
+    return [o.astype(_bfloat16_dtype()) if name in rounded else o for name, o in zip(names, session.run(None, feed))]
+
+
+BFLOAT16_REFERENCE = ("bfloat16 model: onnxruntime has no bfloat16 kernels on CPU, so it ran the model computed in "
+                      "float32 (its bfloat16 weights exactly, the inputs widened, the bfloat16 outputs rounded after), "
+                      "as its CPU provider runs float16 models")
+
+
+def _bfloat16_dtype():
+    import ml_dtypes  # onnx's own dependency
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _bfloat16_reference(model):
+    """``model`` (which holds bfloat16) computed in float32 with a float32 interface, for onnxruntime, whose CPU
+    provider has no bfloat16 kernels and whose Python API takes and gives no bfloat16 arrays; and the names of the
+    outputs to round to bfloat16 after (byoc.pipeline.frontend.prepare.half_precision)."""
+    from onnx import helper
+
+    from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
+
+    reference = compute_in_float32(model)[0]
+    graph = reference.graph
+    rounded = {vi.name for vi in graph.output if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16}
+    for vi in (*graph.input, *graph.output):
+        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    for node in graph.node:  # the Casts that write the bfloat16 outputs
+        if node.op_type == "Cast" and set(node.output) & rounded:
+            for attr in node.attribute:
+                if attr.name == "to":
+                    attr.CopyFrom(helper.make_attribute("to", TensorProto.FLOAT))
+    return reference, rounded
+
+
+def _holds(model, elem_type: int) -> bool:
+    graph = model.graph
+    return any(vi.type.tensor_type.elem_type == elem_type for vi in (*graph.input, *graph.output, *graph.value_info)) \
+        or any(t.data_type == elem_type for t in graph.initializer)
+
+
+def _half_model(model) -> bool:
+    from byoc.pipeline.frontend.prepare.half_precision import has_half_precision
+
+    return has_half_precision(model)
 
 
 def output_quanta(model) -> dict[str, float]:
@@ -187,11 +239,13 @@ def output_quanta(model) -> dict[str, float]:
 
 
 def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.ndarray],
-            quanta: Optional[Mapping[str, float]] = None) -> list[OutputCheck]:
+            quanta: Optional[Mapping[str, float]] = None, half: bool = False) -> list[OutputCheck]:
     """Per-output comparison with the per-dtype :data:`TOLERANCE` (exact for other dtypes).
 
     An output in ``quanta`` (see :func:`output_quanta`) may also be off by one
-    quantum, and its check says so.
+    quantum, and its check says so. ``half``: the model computes in float16/bfloat16, so a float32 output of it
+    (``keep_io_types=True``) is compared with float16's tolerance: onnxruntime rounds to float16 around the ops it
+    has float16 kernels for, byoc computes them in float32.
     """
     quanta = quanta or {}
     checks = []
@@ -205,7 +259,7 @@ def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.n
             checks.append(OutputCheck(name, True, 0.0))
             continue
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-        rtol, atol = TOLERANCE.get(str(a.dtype), (0.0, 0.0))
+        rtol, atol = TOLERANCE.get("float16" if half and a.dtype == np.float32 else str(a.dtype), (0.0, 0.0))
         quantum = quanta.get(name)
         note = ""
         if quantum is not None:
@@ -223,7 +277,8 @@ def _run(plan: PartitionPlan, target, inputs, want, artifact=None) -> list[Outpu
     artifact = artifact or build(plan, target=target)
     # Foreign targets run as the standalone program (under qemu); see byoc.deploy.standalone.
     got = artifact.run(inputs) if artifact.target.is_host else artifact.run_emulated(inputs)
-    return compare([s.name for s in plan.imported.outputs], got, want, output_quanta(plan.imported.model))
+    return compare([s.name for s in plan.imported.outputs], got, want, output_quanta(plan.imported.model),
+                   half=_half_model(plan.imported.model))
 
 
 def verify(
@@ -259,6 +314,8 @@ def verify(
         say(f"verify: building {len(plan.partitions)} partition(s)")
         artifact = build(plan, target=preset)
     reference = [QUANTIZED_REFERENCE] if is_quantized(plan.imported.model) else []
+    if _holds(plan.imported.model, TensorProto.BFLOAT16):
+        reference.append(BFLOAT16_REFERENCE)
     at = [run_label for run_label, _ in runs if run_label]
     for (run_label, run_inputs), want in zip(runs, wants):
         say(f"verify: running {len(plan.partitions)} partition(s){' at ' + run_label if run_label else ''}")

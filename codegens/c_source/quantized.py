@@ -38,11 +38,12 @@ def _code(tensor: Tensor) -> str:
     return _CODES[tensor.dtype]
 
 
-def _layout(params: QParams, shape) -> tuple[int, int]:
-    """(axis_len, inner) of ``params`` over a tensor of ``shape``: (1, 1) per tensor."""
+def _layout(body: Body, params: QParams, shape) -> tuple[str, str]:
+    """(axis_len, inner) of ``params`` over a tensor of ``shape``, as C (a symbolic dim is read per call):
+    (1, 1) per tensor."""
     if not params.per_channel:
-        return 1, 1
-    return shape[params.axis], int(np.prod(shape[params.axis + 1:], dtype=np.int64))
+        return "1", "1"
+    return body.dim(shape[params.axis]), body.size(shape[params.axis + 1:])
 
 
 def _params(body: Body, params: QParams) -> tuple[str, str]:
@@ -53,15 +54,15 @@ def _params(body: Body, params: QParams) -> tuple[str, str]:
 
 def _dequantize(body: Body, x: Tensor, params: QParams, y: Tensor) -> None:
     scale, zp = _params(body, params)
-    axis_len, inner = _layout(params, x.shape)
-    body.emit(f"byoc_k_dequantize({body.ref(x)}, {_code(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, "
+    axis_len, inner = _layout(body, params, x.shape)
+    body.emit(f"byoc_k_dequantize({body.ref(x)}, {_code(x)}, {body.size(x.shape)}, {scale}, {zp}, {axis_len}, {inner}, "
               f"{body.ref(y)});")
 
 
 def _quantize(body: Body, x: Tensor, params: QParams, y: Tensor, lo: int, hi: int) -> None:
     scale, zp = _params(body, params)
-    axis_len, inner = _layout(params, y.shape)
-    body.emit(f"byoc_k_quantize({body.ref(x)}, {x.size}, {scale}, {zp}, {axis_len}, {inner}, {_code(y)}, "
+    axis_len, inner = _layout(body, params, y.shape)
+    body.emit(f"byoc_k_quantize({body.ref(x)}, {body.size(x.shape)}, {scale}, {zp}, {axis_len}, {inner}, {_code(y)}, "
               f"{lo}, {hi}, {body.ref(y)});")
 
 
@@ -78,8 +79,8 @@ def _widened(body: Body, x: Tensor, params: QParams) -> Tensor:
     """``x - zero_point`` as an int32 scratch tensor."""
     out = body.scratch("int32", x.shape)
     zp = body.unit.array("int32_t", params.zero_point.astype(np.int64))
-    axis_len, inner = _layout(params, x.shape)
-    body.emit(f"byoc_k_widen({body.ref(x)}, {_code(x)}, {x.size}, {zp}, {axis_len}, {inner}, {body.ref(out)});")
+    axis_len, inner = _layout(body, params, x.shape)
+    body.emit(f"byoc_k_widen({body.ref(x)}, {_code(x)}, {body.size(x.shape)}, {zp}, {axis_len}, {inner}, {body.ref(out)});")
     return out
 
 
@@ -87,7 +88,11 @@ def _requantize(body: Body, call: OpCall, acc: Tensor, channel_axis: int) -> Non
     """Write ``call``'s output from the int32 ``acc``, per output channel along ``channel_axis``."""
     unit = call.quant
     x, w, out = unit.inputs[0], unit.inputs[1], unit.output
-    channels = call.output.shape[channel_axis]
+    channels, inner = call.output.shape[channel_axis], body.size(call.output.shape[channel_axis + 1:])
+    if not isinstance(channels, (int, np.integer)):
+        # a symbolic channel dim (a matmul of two activations: attention's scores over the sequence): no constant
+        # has that many values, so the weight's scale and the bias are one value for every channel
+        channels, inner = 1, "1"
     y_scale = np.float64(out.scale)
     mult = np.broadcast_to(np.float64(x.scale) * w.scale.astype(np.float64) / y_scale, (channels,))
     offset = np.zeros(channels)
@@ -95,9 +100,8 @@ def _requantize(body: Body, call: OpCall, acc: Tensor, channel_axis: int) -> Non
         bias = unit.inputs[2]
         values = np.broadcast_to(call.inputs[2].data.reshape(-1).astype(np.float64), (channels,))
         offset = (values - bias.zero_point.astype(np.float64)) * bias.scale.astype(np.float64) / y_scale
-    inner = int(np.prod(call.output.shape[channel_axis + 1:], dtype=np.int64))
     lo, hi = unit.output_range
-    body.emit(f"byoc_k_requantize({body.ref(acc)}, {acc.size}, {body.unit.array('double', mult)}, "
+    body.emit(f"byoc_k_requantize({body.ref(acc)}, {body.size(acc.shape)}, {body.unit.array('double', mult)}, "
               f"{body.unit.array('double', np.broadcast_to(offset, (channels,)))}, {channels}, {inner}, "
               f"{int(out.zero_point)}, {_code(call.output)}, {lo}, {hi}, {body.ref(call.output)});")
 
@@ -108,11 +112,11 @@ def _conv(body: Body, call: OpCall) -> None:
     acc = body.scratch("int32", call.output.shape)
     a = call.attrs
     if call.op == "qnn.conv1d":  # H = 1: no stride, padding or dilation along it
-        (n, c, wd), (o, _, kw), (_, _, ow) = x.shape, w.shape, acc.shape
-        h = kh = oh = 1
+        (n, c, wd), (o, _, kw), (_, _, ow) = (map(body.dim, t.shape) for t in (x, w, acc))
+        h = kh = oh = "1"
         strides, padding, dilation = (1, a["strides"][0]), (0, a["padding"][0]), (1, a["dilation"][0])
     else:
-        (n, c, h, wd), (o, _, kh, kw), (_, _, oh, ow) = x.shape, w.shape, acc.shape
+        (n, c, h, wd), (o, _, kh, kw), (_, _, oh, ow) = (map(body.dim, t.shape) for t in (x, w, acc))
         strides, padding, dilation = a["strides"], a["padding"][:2], a["dilation"]
     # The kernel reads the top/left padding; the output size implies the bottom/right one.
     body.emit(
@@ -128,7 +132,7 @@ def _matmul(body: Body, call: OpCall) -> None:
     acc = body.scratch("int32", call.output.shape)
     args = []
     for t in (a, b, acc):
-        args += [body.ref(t), body.unit.shape(t.shape), str(len(t.shape))]
+        args += [body.ref(t), body.shape(t.shape), str(len(t.shape))]
     body.emit(f"byoc_k_matmul_i32({', '.join(args)});")
     _requantize(body, call, acc, len(call.output.shape) - 1)
 

@@ -28,6 +28,7 @@ intermediates it replaces are read by nothing else.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import replace
@@ -55,8 +56,20 @@ _TANH_FORM_OPS = {"relax.multiply": np.multiply, "relax.add": np.add, "relax.sub
 
 
 def near(value: Optional[float], want: float) -> bool:
-    """Whether a float32 constant ``value`` is ``want`` (sqrt 2, 3, 0.5, ...) to float32 precision."""
-    return value is not None and abs(value - want) <= 1e-6 * abs(want) + 1e-7
+    """Whether a float32 constant ``value`` is ``want`` (sqrt 2, 3, 0.5, ...) to float32 precision, or is ``want``
+    rounded to float16 or bfloat16: the constant of a half-precision model, which byoc computes in float32
+    (byoc/pipeline/frontend/prepare/half_precision.py). Its GELU divides by 1.41406, not sqrt 2: computed as GELU,
+    it differs by 1e-4 of the erf's argument, a tenth of a float16 ulp."""
+    if value is None:
+        return False
+    return abs(value - want) <= 1e-6 * abs(want) + 1e-7 or value in _half_roundings(want)
+
+
+@functools.lru_cache(maxsize=None)
+def _half_roundings(want: float) -> frozenset:
+    import ml_dtypes  # onnx's own dependency
+
+    return frozenset({float(np.float16(want)), float(ml_dtypes.bfloat16(want))})
 
 
 def activations_fused(graph: PartitionGraph) -> PartitionGraph:
@@ -297,6 +310,19 @@ class _Forms:
 
 
 def _is_gelu_tanh(values: np.ndarray) -> bool:
+    """GELU's values at the samples, with its constants sqrt(2/pi) and 0.044715 as written, or both rounded to
+    float16 or bfloat16 (a half-precision model's, computed in float32: :func:`near`)."""
     t = np.array(_GELU_TANH_SAMPLES)
-    want = 0.5 * t * (1.0 + np.tanh(0.7978845608028654 * (t + 0.044715 * t * t * t)))
-    return bool(np.all(np.abs(values - want) <= 1e-5 * np.abs(want) + 1e-6))
+    for scale, cube in {(0.7978845608028654, 0.044715), *_gelu_tanh_half_constants()}:
+        want = 0.5 * t * (1.0 + np.tanh(scale * (t + cube * t * t * t)))
+        if np.all(np.abs(values - want) <= 1e-5 * np.abs(want) + 1e-6):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _gelu_tanh_half_constants() -> frozenset:
+    import ml_dtypes  # onnx's own dependency
+
+    return frozenset((float(kind(0.7978845608028654)), float(kind(0.044715)))
+                     for kind in (np.float16, ml_dtypes.bfloat16))

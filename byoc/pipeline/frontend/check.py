@@ -26,7 +26,16 @@ def read_as_the_writers_meant(model: onnx.ModelProto) -> None:
       points to the light zoo's opset-9 models) do not, and onnxruntime runs
       the result. Its IR version becomes 4, which reads the same graph
       without that rule.
+    - onnxruntime registers a few ops of its own in ONNX's domain, where ONNX
+      defines none at the model's opset (``SimplifiedLayerNormalization``;
+      ``LayerNormalization`` before opset 17), and its transformer optimizer
+      writes them there. onnx.checker refuses them; they are read as the
+      ``com.microsoft`` ops they are, which preparation rewrites
+      (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`).
     """
+    from byoc.pipeline.frontend.prepare.contrib_ops import ORT_DEFAULT_DOMAIN_OPS
+    from byoc.pipeline.frontend.prepare.node_rewrite import MS_DOMAIN, default_opset
+
     graph = model.graph
     for vi in [*graph.input, *graph.output, *graph.value_info]:
         for dim in vi.type.tensor_type.shape.dim:
@@ -34,6 +43,14 @@ def read_as_the_writers_meant(model: onnx.ModelProto) -> None:
                 dim.ClearField("dim_value")
     if model.ir_version < 4 and not {t.name for t in graph.initializer} <= {vi.name for vi in graph.input}:
         model.ir_version = 4
+    opset = default_opset(model)
+    moved = False
+    for node in graph.node:
+        since = ORT_DEFAULT_DOMAIN_OPS.get(node.op_type, 0)
+        if node.domain in ("", "ai.onnx") and node.op_type in ORT_DEFAULT_DOMAIN_OPS and (since is None or opset < since):
+            node.domain, moved = MS_DOMAIN, True
+    if moved and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.add(domain=MS_DOMAIN, version=1)
 
 
 def _outer_names(node: onnx.NodeProto) -> set[str]:
@@ -159,9 +176,11 @@ def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.M
 _DOMAIN_ADVICE = (
     # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
     # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
-    ("com.microsoft", "com.microsoft ops are onnxruntime's own, not ONNX: compile the float model, or quantize it "
-                      "with onnxruntime.quantization.quantize_static (QDQ format), whose int8 units byoc runs, "
-                      "instead of quantize_dynamic or onnxruntime's transformer optimizer"),
+    # onnxruntime's own ops that preparation does not rewrite (prepare/contrib_ops.py lists those it does).
+    ("com.microsoft", "they are onnxruntime's own ops, outside those byoc rewrites into standard ONNX "
+                      "(byoc.pipeline.frontend.prepare.contrib_ops.CONTRIB_OPS): compile the model as exported, "
+                      "before the tool that wrote them (onnxruntime's transformer optimizer: optimize_model with a "
+                      "FusionOptions that turns that fusion off; quantize_dynamic: quantize_static's QDQ format)"),
     ("org.pytorch.aten", "ATen ops are torch's fallback for what its exporter could not write in ONNX: export "
                          "without operator_export_type=ONNX_ATEN_FALLBACK, at a newer opset, or with dynamo=True"),
     ("pkg.onnxscript", "these are functions of torch's dynamo exporter that the file calls but does not define: "
@@ -169,6 +188,13 @@ _DOMAIN_ADVICE = (
     ("ai.onnx.ml", "ai.onnx.ml ops are classical machine learning (scikit-learn, trees), which byoc does not "
                    "compile: run that part of the pipeline apart, and compile the neural network alone"),
 )
+
+
+#: what writes the com.microsoft ops byoc does not take, and what to do instead
+_CONTRIB_ADVICE = {
+    "DynamicQuantizeLSTM": "DynamicQuantizeLSTM comes from onnxruntime.quantization.quantize_dynamic: leave LSTM out "
+                           "(op_types_to_quantize=['MatMul', 'Gemm', 'Conv']) or quantize with quantize_static",
+}
 
 
 def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -202,6 +228,7 @@ def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None
         domains = {dom for _, _, dom in missing}
         advice = next((text for prefix, text in _DOMAIN_ADVICE if any(d.startswith(prefix) for d in domains if d)),
                       "replace them in the exporter, or decompose them with onnx tools before compiling")
+        advice = "; ".join([_CONTRIB_ADVICE[k] for k in kinds if k in _CONTRIB_ADVICE] + [advice])
         raise UnsupportedOpsError(
             f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
             f"Unsupported op types: {', '.join(kinds)}; {advice}",

@@ -73,16 +73,19 @@ def import_model(
     except ModelLoadError as err:
         if not prep.simplifier:
             raise
-        # Preparation must never be the reason a model fails: try the model as given.
+        # Preparation must never be the reason a model fails: try the model as given (a float16 model
+        # computed in float32 still: prep.unfolded).
+        given = prep.unfolded.model if prep.unfolded else model
         try:
-            check_supported_ops(model.graph)
-            mod, node_of, tensor_of, absorbed = to_relax(model, inputs, dim_ranges=dim_ranges)
+            check_supported_ops(given.graph)
+            mod, node_of, tensor_of, absorbed = to_relax(given, inputs, dim_ranges=dim_ranges)
         except ModelLoadError:
             raise err from None
         warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
                       "imported the model as given, without folding", stacklevel=2)
-        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared=absorbed,
-                             prepared_model=model, tensor_of=tensor_of, dims=dim_ranges)
+        removed = prep.unfolded.fate if prep.unfolded else {}
+        return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared={**removed, **absorbed},
+                             prepared_model=given, tensor_of=tensor_of, dims=dim_ranges)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
                          prepared={**prep.fate, **absorbed}, prepared_model=prep.model, simplifier=prep.simplifier,
                          tensor_of=tensor_of, dims=dim_ranges)

@@ -24,7 +24,7 @@ def random_inputs(specs: Sequence[TensorSpec], seed: int = SEED, sizes: Mapping[
     for spec in specs:
         dtype = np.dtype(spec.dtype)
         shape = tuple(d if isinstance(d, int) else (sizes or {}).get(d, UNBOUNDED_VERIFY_SIZE) for d in spec.shape)
-        if dtype.kind == "f":
+        if dtype.kind == "f" or dtype.name == "bfloat16":  # ml_dtypes' bfloat16 is of kind "V" to numpy
             arrays[spec.name] = rng.standard_normal(shape).astype(dtype)
         elif dtype.kind in "iu":
             arrays[spec.name] = rng.integers(0, 4, size=shape).astype(dtype)

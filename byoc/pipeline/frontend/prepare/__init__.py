@@ -5,8 +5,12 @@ computations (Shape -> Gather -> Concat) feeding Reshape, opset<=12
 BatchNormalization after a Conv, ``If`` on a constant, Identity and Dropout,
 weights made by ConstantOfShape. With the static input shapes applied, all of
 that is computable at compile time. :func:`prepare` checks quantization
-parameters and rewrites QOperator nodes as QDQ units
-(:mod:`byoc.pipeline.frontend.prepare.qoperators`), folds the rest with onnx-simplifier
+parameters, rewrites a float16/bfloat16 model to compute in float32
+(:mod:`byoc.pipeline.frontend.prepare.half_precision`: no vendor takes half
+precision, and the CPUs byoc targets have no arithmetic for it), rewrites QOperator nodes as QDQ units
+(:mod:`byoc.pipeline.frontend.prepare.qoperators`) and onnxruntime's ``com.microsoft`` ops as the standard ops
+that compute the same (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`; both through
+:mod:`~byoc.pipeline.frontend.prepare.node_rewrite`), folds the rest with onnx-simplifier
 (``onnxsim``, chosen by measurement: docs/design.md, "Model preparation";
 :mod:`~byoc.pipeline.frontend.prepare.simplify`),
 then unrolls recurrent ops (:mod:`byoc.pipeline.frontend.prepare.recurrent`).
@@ -23,6 +27,7 @@ of it when it is not imported as itself), worked out by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import onnx
 from onnx import numpy_helper
@@ -44,17 +49,23 @@ class Prepared:
     node it comes from. ``fate`` maps user node names to what became of them,
     for every user node not imported as itself (folded, fused, removed,
     decomposed). ``simplifier`` names the tool and version that ran, or is
-    empty when the model was kept as given.
+    empty when the model was kept as given. ``unfolded`` is what to import
+    when ``model`` does not: the model as given, with the one rewrite it
+    cannot do without (a float16/bfloat16 model computed in float32;
+    ``fate`` then says what became of the Casts that rewrite removed), or
+    None when that is the model as given.
     """
 
     model: onnx.ModelProto
     origin: dict[str, str] = field(default_factory=dict)
     fate: dict[str, str] = field(default_factory=dict)
     simplifier: str = ""
+    unfolded: Optional["Prepared"] = None
 
 
 def prepare(model: onnx.ModelProto) -> Prepared:
-    """Rewrite QOperator nodes as QDQ, fold what is computable at compile time and unroll recurrent ops.
+    """Compute half precision in float32, rewrite QOperator nodes as QDQ, fold what is computable at compile time
+    and unroll recurrent ops.
 
     ``model`` is byoc's checked, shape-inferred copy with static input shapes.
     Returns a :class:`Prepared` whose ``model`` computes the same outputs
@@ -67,12 +78,20 @@ def prepare(model: onnx.ModelProto) -> Prepared:
         unshared_dequantize,
         untransposed_gemm_weights,
     )
-    from byoc.pipeline.frontend.prepare.qoperators import check_quantization, rewrite_qoperators
+    from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
+    from byoc.pipeline.frontend.prepare.contrib_ops import CONTRIB_OPS
+    from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
+    from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
     from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
 
     check_quantization(model)
     user = model
-    source, quantized_from = rewrite_qoperators(user)
+    # Half precision first: every later step (and the simplifier's folding) sees a float32 graph. The Casts it
+    # adds at the edges are named by it and stand for no user node; the Casts it removes get their fate here.
+    widened, widened_fate = compute_in_float32(user)
+    added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
+    # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
+    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
     foldable, held = held_integer_constants(source)
     foldable, strided = as_strided_reshapes(_dropouts_as_identity(foldable))
@@ -105,7 +124,11 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             decomposed.update(rewritten)
         for name, count in decomposed.items():
             fate[name] = f"decomposed into {count} op{'s' if count != 1 else ''}"
-        return Prepared(prepared, origin, fate, tool)
+        fate = {name: why for name, why in fate.items() if name not in added}
+        fate.update(widened_fate)
+        unfolded = None if widened is user else Prepared(widened, {n.name: n.name for n in widened.graph.node},
+                                                         widened_fate)
+        return Prepared(prepared, origin, fate, tool, unfolded)
     raise failure
 
 

@@ -32,86 +32,56 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import QuantizationError, UnsupportedAttributeError
+from byoc.pipeline.frontend.prepare.node_rewrite import MS_DOMAIN, NodeRewrite, Rewrites, rewrite_nodes
 
 __all__ = ["QOPERATOR_OPS", "QuantizationError", "check_quantization", "rewrite_qoperators"]
 
-MS_DOMAIN = "com.microsoft"
 
 
 # -- QOperator -> QDQ ------------------------------------------------------------------------
 
-class _Unit:
-    """Builds the QDQ nodes that replace one QOperator node; names derive from the node's."""
-
-    def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray]):
-        self.node, self.constants = node, constants
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-
-    def input(self, index: int) -> str:
-        """The node's input ``index``, or '' when it is absent."""
-        return self.node.input[index] if index < len(self.node.input) else ""
-
-    def attr(self, name: str, default=None):
-        for a in self.node.attribute:
-            if a.name == name:
-                return helper.get_attribute_value(a)
-        return default
-
-    def add(self, op_type: str, inputs: list[str], suffix: str, output: Optional[str] = None, **attrs) -> str:
-        out = output or f"{self.node.name}/{suffix}"
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{self.node.name}/{suffix}", **attrs))
-        return out
-
-    def const(self, suffix: str, value: np.ndarray) -> str:
-        name = f"{self.node.name}/{suffix}"
-        self.initializers.append(numpy_helper.from_array(value, name))
-        return name
-
-    def dequantize(self, x: str, scale: str, zero_point: str, suffix: str, axis: Optional[int] = None) -> str:
-        inputs = [x, scale] + ([zero_point] if zero_point else [])
-        return self.add("DequantizeLinear", inputs, suffix, **({} if axis is None else {"axis": axis}))
-
-    def quantize(self, y: str, scale: str, zero_point: str, output: str) -> str:
-        inputs = [y, scale] + ([zero_point] if zero_point else [])
-        return self.add("QuantizeLinear", inputs, "q", output=output)
-
-    def plain_attrs(self, drop: tuple = ()) -> dict:
-        return {a.name: helper.get_attribute_value(a) for a in self.node.attribute if a.name not in drop}
-
-    def product_scale(self, a: str, b: str) -> str:
-        """``a * b`` (the bias scale of QLinearConv/QGemm): a constant when both are, else a Mul node."""
-        if a in self.constants and b in self.constants:
-            return self.const("bias_scale", (self.constants[a].astype(np.float32) *
-                                             self.constants[b].astype(np.float32)).reshape(-1))
-        return self.add("Mul", [a, b], "bias_scale")
+def _dequantize(u: NodeRewrite, x: str, scale: str, zero_point: str, suffix: str, axis: Optional[int] = None) -> str:
+    inputs = [x, scale] + ([zero_point] if zero_point else [])
+    return u.add("DequantizeLinear", inputs, suffix, **({} if axis is None else {"axis": axis}))
 
 
-def _per_channel_axis(unit: _Unit, scale: str, axis: int) -> Optional[int]:
+def _quantize(u: NodeRewrite, y: str, scale: str, zero_point: str, output: str) -> str:
+    inputs = [y, scale] + ([zero_point] if zero_point else [])
+    return u.add("QuantizeLinear", inputs, "q", output=output)
+
+
+def _product_scale(u: NodeRewrite, a: str, b: str) -> str:
+    """``a * b`` (the bias scale of QLinearConv/QGemm): a constant when both are, else a Mul node."""
+    if a in u.constants and b in u.constants:
+        return u.const("bias_scale", (u.constants[a].astype(np.float32) * u.constants[b].astype(np.float32)).reshape(-1))
+    return u.add("Mul", [a, b], "bias_scale")
+
+
+def _per_channel_axis(unit: NodeRewrite, scale: str, axis: int) -> Optional[int]:
     """``axis`` when ``scale`` may hold one value per channel (a DQ axis), else None (per tensor)."""
     value = unit.constants.get(scale)
     return None if value is not None and value.size == 1 else axis
 
 
-def _qlinear_conv(u: _Unit) -> None:
-    x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
-    w = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_w", axis=_per_channel_axis(u, u.input(4), 0))
+def _qlinear_conv(u: NodeRewrite) -> None:
+    x = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_x")
+    w = _dequantize(u, u.input(3), u.input(4), u.input(5), "dq_w", axis=_per_channel_axis(u, u.input(4), 0))
     inputs = [x, w]
     if u.input(8):
-        scale = u.product_scale(u.input(1), u.input(4))
-        inputs.append(u.dequantize(u.input(8), scale, "", "dq_b", axis=0))
+        scale = _product_scale(u, u.input(1), u.input(4))
+        inputs.append(_dequantize(u, u.input(8), scale, "", "dq_b", axis=0))
     y = u.add("Conv", inputs, "conv", **u.plain_attrs())
-    u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+    _quantize(u, y, u.input(6), u.input(7), u.node.output[0])
 
 
-def _qlinear_matmul(u: _Unit) -> None:
-    a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
-    b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), -1))
+def _qlinear_matmul(u: NodeRewrite) -> None:
+    a = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_a")
+    b = _dequantize(u, u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), -1))
     y = u.add("MatMul", [a, b], "matmul")
-    u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+    _quantize(u, y, u.input(6), u.input(7), u.node.output[0])
 
 
-def _conv_integer(u: _Unit) -> None:
+def _conv_integer(u: NodeRewrite) -> None:
     """ConvInteger: the int32 ``sum((x - x_zp)(w - w_zp))``, computed in float64, which holds it exactly."""
     x = u.add("Cast", [u.input(0)], "x_f64", to=TensorProto.DOUBLE)
     w = u.add("Cast", [u.input(1)], "w_f64", to=TensorProto.DOUBLE)
@@ -129,66 +99,66 @@ def _conv_integer(u: _Unit) -> None:
     u.add("Cast", [y], "cast", output=u.node.output[0], to=TensorProto.INT32)
 
 
-def _qlinear_binary(op_type: str) -> Callable[[_Unit], None]:
-    def rewrite(u: _Unit) -> None:
-        a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
-        b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b")
+def _qlinear_binary(op_type: str) -> Callable[[NodeRewrite], None]:
+    def rewrite(u: NodeRewrite) -> None:
+        a = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_a")
+        b = _dequantize(u, u.input(3), u.input(4), u.input(5), "dq_b")
         y = u.add(op_type, [a, b], op_type.lower())
-        u.quantize(y, u.input(6), u.input(7), u.node.output[0])
+        _quantize(u, y, u.input(6), u.input(7), u.node.output[0])
 
     return rewrite
 
 
-def _qlinear_unary(op_type: str) -> Callable[[_Unit], None]:
+def _qlinear_unary(op_type: str) -> Callable[[NodeRewrite], None]:
     """X, x_scale, x_zp, y_scale, y_zp -> op_type (QLinearSigmoid, QLinearLeakyRelu, pools)."""
 
-    def rewrite(u: _Unit) -> None:
+    def rewrite(u: NodeRewrite) -> None:
         if u.attr("channels_last", 0):
             raise UnsupportedAttributeError(f"{u.node.op_type} node {u.node.name!r}: channels_last=1 is not supported; "
                                             "export the model with channels first (NCHW)")
-        x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
+        x = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_x")
         y = u.add(op_type, [x], op_type.lower(), **u.plain_attrs(drop=("channels_last",)))
-        u.quantize(y, u.input(3), u.input(4), u.node.output[0])
+        _quantize(u, y, u.input(3), u.input(4), u.node.output[0])
 
     return rewrite
 
 
-def _qlinear_softmax(u: _Unit) -> None:
+def _qlinear_softmax(u: NodeRewrite) -> None:
     """QLinearSoftmax over the last axis, where every opset's Softmax means the same."""
     if u.attr("axis", -1) != -1:
         raise UnsupportedAttributeError(f"QLinearSoftmax node {u.node.name!r}: axis={u.attr('axis')} is not supported "
                                         "(the last axis, -1, only)")
-    x = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_x")
+    x = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_x")
     y = u.add("Softmax", [x], "softmax", axis=-1)
-    u.quantize(y, u.input(3), u.input(4), u.node.output[0])
+    _quantize(u, y, u.input(3), u.input(4), u.node.output[0])
 
 
-def _qlinear_concat(u: _Unit) -> None:
+def _qlinear_concat(u: NodeRewrite) -> None:
     parts = []
     for k, first in enumerate(range(2, len(u.node.input), 3)):
-        parts.append(u.dequantize(u.input(first), u.input(first + 1), u.input(first + 2), f"dq_{k}"))
+        parts.append(_dequantize(u, u.input(first), u.input(first + 1), u.input(first + 2), f"dq_{k}"))
     y = u.add("Concat", parts, "concat", axis=u.attr("axis"))
-    u.quantize(y, u.input(0), u.input(1), u.node.output[0])
+    _quantize(u, y, u.input(0), u.input(1), u.node.output[0])
 
 
-def _qgemm(u: _Unit) -> None:
-    a = u.dequantize(u.input(0), u.input(1), u.input(2), "dq_a")
+def _qgemm(u: NodeRewrite) -> None:
+    a = _dequantize(u, u.input(0), u.input(1), u.input(2), "dq_a")
     b_axis = 0 if u.attr("transB", 0) else 1  # per output column
-    b = u.dequantize(u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), b_axis))
+    b = _dequantize(u, u.input(3), u.input(4), u.input(5), "dq_b", axis=_per_channel_axis(u, u.input(4), b_axis))
     inputs = [a, b]
     if u.input(6):
-        inputs.append(u.dequantize(u.input(6), u.product_scale(u.input(1), u.input(4)), "", "dq_c", axis=0))
+        inputs.append(_dequantize(u, u.input(6), _product_scale(u, u.input(1), u.input(4)), "", "dq_c", axis=0))
     attrs = u.plain_attrs()
     if u.input(7):
         y = u.add("Gemm", inputs, "gemm", **attrs)
-        u.quantize(y, u.input(7), u.input(8), u.node.output[0])
+        _quantize(u, y, u.input(7), u.input(8), u.node.output[0])
     else:  # no y_scale: a float output
         u.add("Gemm", inputs, "gemm", output=u.node.output[0], **attrs)
 
 
 #: (domain, op type) -> its rewrite. The default domain's QOperator ops, and the com.microsoft
 #: ones onnxruntime.quantization writes in QOperator format.
-QOPERATOR_OPS: dict[tuple[str, str], Callable[[_Unit], None]] = {
+QOPERATOR_OPS: Rewrites = {
     ("", "QLinearConv"): _qlinear_conv,
     ("", "QLinearMatMul"): _qlinear_matmul,
     ("", "ConvInteger"): _conv_integer,
@@ -204,10 +174,6 @@ QOPERATOR_OPS: dict[tuple[str, str], Callable[[_Unit], None]] = {
 }
 
 
-def _key(node: onnx.NodeProto) -> tuple[str, str]:
-    return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
-
-
 def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
     """A new model with every QOperator node of the main graph replaced by its QDQ unit.
 
@@ -215,36 +181,7 @@ def rewrite_qoperators(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     node it replaces. Output tensors keep their names. A model without
     QOperator nodes is returned as given, with ``{}``.
     """
-    graph = model.graph
-    if not any(_key(n) in QOPERATOR_OPS for n in graph.node):
-        return model, {}
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    constants = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
-    nodes, made_from, initializers = [], {}, []
-    for node in out.graph.node:
-        rewrite = QOPERATOR_OPS.get(_key(node))
-        if rewrite is None:
-            nodes.append(node)
-            continue
-        unit = _Unit(node, constants)
-        rewrite(unit)
-        nodes.extend(unit.nodes)
-        initializers.extend(unit.initializers)
-        made_from.update({n.name: node.name for n in unit.nodes})
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(initializers)
-    _drop_unused_ms_opset(out)
-    return out, made_from
-
-
-def _drop_unused_ms_opset(model: onnx.ModelProto) -> None:
-    if any(n.domain == MS_DOMAIN for n in model.graph.node):
-        return
-    kept = [o for o in model.opset_import if o.domain != MS_DOMAIN]
-    del model.opset_import[:]
-    model.opset_import.extend(kept)
+    return rewrite_nodes(model, QOPERATOR_OPS)
 
 
 # -- checking parameters ---------------------------------------------------------------------

@@ -43,6 +43,13 @@ _FUSE_BN_BELOW_OPSET = 13
 # not listed that merge nodes (onnxsim 0.8's fuse_matmul_add_bias_into_gemm_batched
 # for a MatMul on rank-3 activations, fuse_gelu) are reported as merges (_merges).
 _SKIPPED_PASSES = [
+    # onnxsim 0.8's transformer fusions write onnxruntime's com.microsoft ops (Attention, GroupQueryAttention,
+    # RotaryEmbedding, SimplifiedLayerNormalization), which byoc would then refuse or rewrite back: an attention
+    # that contrib_ops had just written out in standard ops came back as one com.microsoft Attention.
+    "fuse_attention",
+    "fuse_gqa",
+    "fuse_rms_norm",
+    "fuse_rope",
     "eliminate_common_subexpression",
     "eliminate_consecutive_idempotent_ops",
     "fuse_add_bias_into_conv",

@@ -126,7 +126,7 @@ def _extent(graph: _Index, name: str) -> Optional[Extent]:
     """A scalar size: a constant, or one dim of a graph input read through Shape (and Squeeze, Gather)."""
     value = graph.constant(name)
     if value is not None:
-        return int(value) if value.size == 1 else None
+        return int(value.reshape(-1)[0]) if value.size == 1 else None
     node = graph.producer.get(name)
     if node is None:
         return None
@@ -137,7 +137,7 @@ def _extent(graph: _Index, name: str) -> Optional[Extent]:
         source = graph.producer.get(node.input[0])
         if index is None or index.size != 1 or source is None or source.op_type != "Shape":
             return None
-        return _shape_dim(graph, source, int(index))
+        return _shape_dim(graph, source, int(index.reshape(-1)[0]))
     if node.op_type == "Shape":
         start = next((a.i for a in node.attribute if a.name == "start"), 0)
         end = next((a.i for a in node.attribute if a.name == "end"), None)
