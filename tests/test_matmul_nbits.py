@@ -69,6 +69,18 @@ def test_host_matches_onnxruntime(k, n, bits, block, zp, bias, rows):
     _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
 
 
+def test_bias_added_first():
+    """Add(bias, MatMulNBits(...)), the bias first (MatMulNBitsQuantizer leaves a model's Add as it was: ViT's)."""
+    m, _ = nbits_model(96, 40, 4, 32, "packed", False, a_shape=(1, 5))
+    m.graph.node[0].output[0] = "mm"
+    m.graph.initializer.append(numpy_helper.from_array(np.linspace(-1, 1, 40).astype(np.float32), "b"))
+    m.graph.node.append(helper.make_node("Add", ["b", "mm"], ["Y"], name="bias_first"))
+    feeds = _inputs((1, 5), 96)
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    assert not artifact.plan.host_ops
+    _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
+
+
 def test_8bit_float_zero_points_match_the_dequantized_model():
     """onnxruntime's CPU kernel refuses 8-bit weights with float zero points (the spec allows them): the
     reference is onnxruntime's float MatMul on the same weight, dequantized exactly."""

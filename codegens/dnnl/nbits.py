@@ -77,7 +77,10 @@ def unit_of(ops) -> Union[NbitsUnit, str]:
     except ValueError:
         return f"scales {scale.shape} or zero points {zero.shape} are not one per block [{n}, {blocks}, 1]"
     adds = by_op.get("relax.add", [])
-    bias = adds[0].inputs[1] if adds else None
+    # the pattern's add is commutative (Add(bias, y) matches too): the bias is its constant operand
+    bias = next((t for t in adds[0].inputs if t.kind == "const"), None) if adds else None
+    if adds and (bias is None or tuple(bias.shape)[-1:] != (n,) or bias.size != n):
+        return f"the bias is not a constant [{n}]"
     output = adds[0].output if adds else matmul.output
     return NbitsUnit(matmul.inputs[0], packed, np.ascontiguousarray(scales), np.ascontiguousarray(zeros), bias,
                      output, k, n, bits, block)
