@@ -296,6 +296,58 @@ def _matmul_rules():
     return rules
 
 
+# -- weight-only int4/int8 matmul (onnxruntime's MatMulNBits) ------------------------------
+def _matmul_nbits_pattern(bits: int, sliced: bool, bias: bool):
+    """MatMulNBits as byoc imports it (byoc.pipeline.frontend.matmul_nbits): the dequantization of a packed
+    uint8 constant, then the matmul [+ a constant bias]; one unit, computed on the packed weight."""
+    def build():
+        from tvm.relax.dpl import is_const, is_op, wildcard
+
+        annotations = {"packed": is_const(), "zero_point": is_const(), "scale": is_const()}
+        codes = annotations["packed"]
+        if bits == 4:
+            codes = is_op("relax.expand_dims")(codes)
+            codes = is_op("relax.right_shift")(codes, is_const())
+            codes = is_op("relax.bitwise_and")(codes, is_const())
+            codes = is_op("relax.reshape")(codes, wildcard())
+        w = is_op("relax.astype")(codes)
+        w = is_op("relax.subtract")(w, annotations["zero_point"])
+        w = is_op("relax.multiply")(w, annotations["scale"])
+        w = is_op("relax.reshape")(w, wildcard())
+        if sliced:
+            w = is_op("relax.strided_slice")(w, varg_default_wildcard=True)
+        w = is_op("relax.permute_dims")(w)
+        out = annotations["matmul"] = is_op("relax.matmul")(wildcard(), w)
+        if bias:
+            annotations["bias"] = is_const()
+            out = is_op("relax.add")(out, annotations["bias"])
+        return out, annotations
+
+    return build
+
+
+def _matmul_nbits(match: Match):
+    """the packed weight is uint8 [N, blocks, block*bits/8] (block a power of 2 >= 16), the activation float32."""
+    from byoc.codegens.dnnl.nbits import nbits_geometry
+
+    why = nbits_geometry(match)
+    if isinstance(why, str):
+        return why
+    x = match.op.inputs[0] if match.op.op == "relax.matmul" else match.ops_of("relax.matmul")[0].inputs[0]
+    if x.dtype != "float32" or len(x.shape or ()) < 2:
+        return f"activation {x.dtype} of rank {len(x.shape or ())} (float32, rank >= 2)"
+    return SUPPORTED
+
+
+def _matmul_nbits_rules():
+    rules = []
+    for bits, sliced, bias in itertools.product((4, 8), (False, True), (True, False)):
+        name = f"matmul_nbits{bits}" + "_sliced" * sliced + "_bias" * bias
+        checks = all_of(_non_empty, _matmul_nbits, *([_matmul_bias] if bias else []))
+        rules.append(PatternRule(name, _matmul_nbits_pattern(bits, sliced, bias), checks))
+    return rules
+
+
 # -- the rest -----------------------------------------------------------------------------
 def _layer_norm_last_axis(match: Match):
     """normalizes over the last axis of a tensor of rank >= 2."""
@@ -736,6 +788,8 @@ _RULES = (
                             avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
     # quantize_dynamic's matmuls: the activation quantized per call, one oneDNN u8 x s8 matmul
     *_dynamic_matmul_rules(),
+    # weight-only int4/int8 matmuls, before the float rules that would take their matmul alone
+    *_matmul_nbits_rules(),
     *_conv_rules("conv2d"),
     *_conv_rules("conv1d"),
     *_matmul_rules(),

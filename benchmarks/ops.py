@@ -164,6 +164,33 @@ def attention(heads, tokens, head_dim, mask):
     return build
 
 
+def matmul_nbits(rows, k, n, bits=4, block=32):
+    """onnxruntime's com.microsoft MatMulNBits (weight-only int4/int8, what LLM exporters write): x [1, rows, K]
+    by B packed [N, K/block, block*bits/8] with a scale and a packed uint8 zero point per block, as
+    MatMulNBitsQuantizer writes them (asymmetric); codes, scales and zero points seeded at random."""
+    def build():
+        g = Graph()
+        blocks = -(-k // block)
+        codes = g.rng.integers(0, 1 << bits, size=(n, blocks * block // (8 // bits), 8 // bits), dtype=np.uint8)
+        packed = np.zeros(codes.shape[:-1], np.uint8)
+        for i in range(8 // bits):
+            packed |= (codes[..., i] << (bits * i)).astype(np.uint8)
+        zero_codes = g.rng.integers(0, 1 << bits, size=(n, -(-blocks // (8 // bits)) * (8 // bits)), dtype=np.uint8)
+        zeros = np.zeros((n, zero_codes.shape[1] // (8 // bits)), np.uint8)
+        for i in range(8 // bits):
+            zeros |= (zero_codes[:, i::8 // bits] << (bits * i)).astype(np.uint8)
+        names = [f"c{len(g.consts) + i}" for i in range(3)]
+        g.consts += [numpy_helper.from_array(packed.reshape(n, blocks, block * bits // 8), names[0]),
+                     numpy_helper.from_array((g.rng.random(n * blocks) * 0.01).astype(np.float32), names[1]),
+                     numpy_helper.from_array(zeros.reshape(-1), names[2])]
+        y = g.op("MatMulNBits", [g.input("x", [1, rows, k]), *names], domain="com.microsoft", K=k, N=n, bits=bits,
+                 block_size=block)
+        model = g.model(y, [1, rows, n])
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+        return model
+    return build
+
+
 def unary(op_type, shape, opset=17, **attrs):
     def build():
         g = Graph(opset)
@@ -244,6 +271,14 @@ CASES = [
     ("matmul_dynamic_int8", "Linear [1,128,768]x[768,3072]+b", dynamic_linear([1, 128], 768, 3072)),
     ("matmul_dynamic_int8", "Linear [1,128,3072]x[3072,768]+b", dynamic_linear([1, 128], 3072, 768)),
     ("matmul_dynamic_int8", "Linear [1,1,768]x[768,768]+b (one token)", dynamic_linear([1, 1], 768, 768)),
+    # weight-only int4 (onnxruntime's MatMulNBits): an LLM's decode step (GEMV, one token) and its prefill (GEMM)
+    ("matmul_nbits", "int4 GEMV [1,2048]x[2048,2048] block 32", matmul_nbits(1, 2048, 2048)),
+    ("matmul_nbits", "int4 GEMV [1,4096]x[4096,4096] block 32", matmul_nbits(1, 4096, 4096)),
+    ("matmul_nbits", "int4 GEMV [1,4096]x[4096,4096] block 128", matmul_nbits(1, 4096, 4096, block=128)),
+    ("matmul_nbits", "int8 GEMV [1,2048]x[2048,2048] block 32", matmul_nbits(1, 2048, 2048, bits=8)),
+    ("matmul_nbits", "int4 GEMM [64,2048]x[2048,2048] block 32", matmul_nbits(64, 2048, 2048)),
+    ("matmul_nbits", "int4 GEMM [128,2048]x[2048,2048] block 32", matmul_nbits(128, 2048, 2048)),
+    ("matmul_nbits", "int4 GEMM [64,4096]x[4096,4096] block 32", matmul_nbits(64, 4096, 4096)),
     ("attention", "12 heads 128x64, mask", attention(12, 128, 64, mask=True)),
     ("attention", "12 heads 197x64 (ViT)", attention(12, 197, 64, mask=False)),
     ("attention", "2 heads 64x64, mask", attention(2, 64, 64, mask=True)),

@@ -11,6 +11,7 @@ import onnx
 from onnx import shape_inference
 
 from byoc.errors import InvalidModelError, UnsupportedOpsError, first_line
+from byoc.pipeline.frontend.matmul_nbits import IMPORTED_CONTRIB_OPS, check_matmul_nbits
 from byoc.pipeline.frontend.onnx_model import subgraphs
 
 
@@ -216,7 +217,8 @@ def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None
     missing = [
         (origin.get(n.name, n.name), n.op_type, n.domain)
         for n in graph.node
-        if n.domain not in ("", "ai.onnx") or n.op_type not in known
+        if (n.domain not in ("", "ai.onnx") or n.op_type not in known)
+        and (n.domain, n.op_type) not in IMPORTED_CONTRIB_OPS
     ]
     if missing:
         listing = ", ".join(
@@ -232,3 +234,4 @@ def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None
             f"Unsupported op types: {', '.join(kinds)}; {advice}",
             missing,
         )
+    check_matmul_nbits(graph, origin)

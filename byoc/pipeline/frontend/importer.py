@@ -17,6 +17,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
+from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.import_rewrites import BROADCASTING_BINARY, einsum_as_matmul, without_implied_broadcasts
 from byoc.pipeline.frontend.onnx_model import OnnxNode
 from byoc.vendor.values import const_array, is_tensor_const
@@ -61,6 +62,12 @@ class ProvenanceImporter(ONNXGraphImporter):
         finally:
             onnx_frontend.onnx_input = plain
 
+    def _check_for_unsupported_ops(self, graph):
+        """TVM's check, which knows no contrib op, on the graph without the contrib ops byoc converts itself."""
+        plain = onnx.GraphProto()
+        plain.node.extend(n for n in graph.node if (n.domain, n.op_type) not in matmul_nbits.IMPORTED_CONTRIB_OPS)
+        return super()._check_for_unsupported_ops(plain)
+
     def _parse_value_proto(self, value_proto):
         """Called on each node right after its inputs are gathered, before TVM refuses a symbolic shape input
         to the ops it does not list as taking one (Mul, Add, Unsqueeze ...): such inputs become
@@ -76,6 +83,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         self.current_node = node
         if op_name == "Clip":
             sym = self._convert_clip(inputs, attrs, opset)
+        elif op_name == "MatMulNBits":  # com.microsoft: TVM's importer reads no op domain (check_supported_ops)
+            sym = matmul_nbits.convert(self.bb, inputs, attrs)
         elif op_name == "InstanceNormalization":
             sym = self._convert_instance_norm(inputs, attrs)
         elif op_name == "Pad" and (sym := _constant_pad(inputs, attrs, opset)) is not None:

@@ -103,7 +103,8 @@ double Builder::WorkUs(const BodyOp& op) const {
     double per = 1;
     for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
     macs = (conv ? out : numel(op.inputs[0])) * per;
-  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul" || op.kernel == "byoc.dynamic_int8_matmul") &&
+  } else if ((op.kernel == "relax.matmul" || op.kernel == "qnn.matmul" || op.kernel == "byoc.dynamic_int8_matmul" ||
+              op.kernel == "byoc.matmul_nbits") &&
              !op.inputs.empty() &&
              !g_.Shape(op.inputs[0]).empty()) {
     macs = out * static_cast<double>(g_.Shape(op.inputs[0]).back());
@@ -135,6 +136,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"byoc.dynamic_int8_matmul", Fusing<&Builder::DynamicInt8Matmul>},
       {"byoc.dynamic_int8_conv2d", Fusing<&Builder::DynamicInt8Conv2d>},
       {"qnn.add", Alone<&Builder::QuantizedAdd>},
+      {"byoc.matmul_nbits", Alone<&Builder::MatmulNBits>},
       {"relax.quantize", Alone<&Builder::Quantize>},
       {"relax.dequantize", Alone<&Builder::Dequantize>},
       {"relax.reshape", Alone<&Builder::Reshape>},

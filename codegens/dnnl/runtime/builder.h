@@ -227,6 +227,9 @@ class Builder {
   size_t SideBySide(size_t k);
   size_t Matmul(size_t k);
 
+  // nbits.cc: weight-only int4/int8 matmuls on the packed weight (onnxruntime's MatMulNBits)
+  void MatmulNBits(const BodyOp& op, const Attrs& a);
+
   // int8.cc: int8 units: quantized convs, matmuls and adds, quantize/dequantize, and fake-quantized element-wise units
   static std::vector<double> WeightScales(const Attrs& a);
   int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask);

@@ -29,7 +29,8 @@ _INTEGER_TYPES = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, Tensor
 
 
 def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, onnx.TensorProto]]:
-    """``model`` with the integer initializers DequantizeLinear reads turned into graph inputs.
+    """``model`` with the integer initializers DequantizeLinear reads turned into graph inputs, and the packed
+    weights of MatMulNBits (:mod:`byoc.pipeline.frontend.matmul_nbits`), which folding would widen to float32.
 
     Only those a node unit may take are held: a DequantizeLinear some of whose
     readers also read a value computed from the model's inputs. One whose readers
@@ -52,7 +53,9 @@ def held_integer_constants(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
         return dq.output[0] in outputs or any(
             _has_subgraph(r) or any(name in runtime for name in r.input) for r in readers.get(dq.output[0], ()))
 
-    names = {n.input[0] for n in model.graph.node
+    from byoc.pipeline.frontend.matmul_nbits import held_weights
+
+    names = held_weights(model) | {n.input[0] for n in model.graph.node
              if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input
              and n.input[0] in initializers and initializers[n.input[0]].data_type in _INTEGER_TYPES
              and read_at_run_time(n)}

@@ -123,9 +123,13 @@ def candidates(model: onnx.ModelProto):
     every result is checked the same way before it is offered. Falling back to
     the model as given after a simplifier failed is warned about.
     """
-    if any(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+    from byoc.pipeline.frontend.matmul_nbits import IMPORTED_CONTRIB_OPS
+
+    if any(n.domain not in ("", "ai.onnx") and (n.domain, n.op_type) not in IMPORTED_CONTRIB_OPS
+           for n in model.graph.node):
         # Custom-domain ops cannot be evaluated by the simplifiers, and TVM's importer
-        # rejects them anyway (frontend._check_supported_ops names them).
+        # rejects them anyway (frontend._check_supported_ops names them). onnxruntime's
+        # MatMulNBits, which byoc imports, onnxruntime (onnxsim's evaluator) runs.
         yield None, ""
         return
     problems = []

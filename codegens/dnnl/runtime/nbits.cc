@@ -1,0 +1,191 @@
+// nbits.cc -- weight-only int4/int8 matmuls (onnxruntime's MatMulNBits, codegens/dnnl/nbits.py) on the packed
+// weight: a GEMV for a few rows, a GEMM on B^T dequantized a panel at a time for more (the loops: nbits.h).
+#include <algorithm>
+#include <vector>
+
+#include "builder.h"
+#include "kernels.h"
+#include "nbits.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+namespace {
+
+constexpr int kZeroPoints = DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_WEIGHTS;
+constexpr int kScales = DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS;
+// Up to this many rows, each row is a GEMV on the packed weight; above, a GEMM dequantizes the weight a panel at
+// a time, which pays for the panel once for all rows.
+constexpr int64_t kGemvRows = 3;
+// Rows of B^T (columns of y) per unit of work, and codes of K per chunk (AVX2: each 16 columns' 256 x 16 floats,
+// in L1, against a chunk of x's strips, in L2).
+constexpr int64_t kPanel = 256, kDepth = 256;
+// Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
+constexpr int64_t kGemvChunk = 64;
+
+class MatmulNBitsKernel : public Kernel {
+ public:
+  MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias)
+      : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias),
+        dot_(nbits::ChooseDot()), avx2_(nbits::HasAvx2()) {}
+  const char* Name() const override { return rows_ <= kGemvRows ? "matmul_nbits_gemv" : "matmul_nbits_gemm"; }
+
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    const uint8_t* packed = Data<const uint8_t>(args, DNNL_ARG_WEIGHTS);
+    const float* scales = Data<const float>(args, kScales);
+    nbits::Zeros zeros;
+    zeros.uniform = zero_point_;
+    if (zero_kind_ == 1) zeros.bytes = Data<const uint8_t>(args, kZeroPoints);
+    if (zero_kind_ == 2) zeros.floats = Data<const float>(args, kZeroPoints);
+    const float* bias = bias_ ? Data<const float>(args, DNNL_ARG_BIAS) : nullptr;
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    if (rows_ <= kGemvRows) {
+      Gemv(x, packed, scales, zeros, bias, y);
+    } else {
+      Gemm(x, packed, scales, zeros, bias, y);
+    }
+  }
+
+ private:
+  void Gemv(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
+            float* y) const {
+    const int64_t padded = g_.padded_k();
+    for (int64_t m = 0; m < rows_; ++m) {
+      const float* row = x + m * g_.k;
+      std::vector<float> copy;
+      if (padded != g_.k) {  // the last block's codes past K meet zeros
+        copy.assign(static_cast<size_t>(padded), 0.0f);
+        std::copy(row, row + g_.k, copy.begin());
+        row = copy.data();
+      }
+      std::vector<float> sums(static_cast<size_t>(g_.blocks));
+      nbits::BlockSums(g_, row, sums.data());
+      float* out = y + m * g_.n;
+      // Chunks of rows of B^T taken as threads come free (a thread the machine slows down takes fewer).
+      const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        dot_(g_, packed, scales, zeros, bias, row, sums.data(), out, c * kGemvChunk, std::min(g_.n, (c + 1) * kGemvChunk));
+    }
+  }
+
+  void Gemm(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
+            float* y) const {
+    const int64_t panels = (g_.n + kPanel - 1) / kPanel;
+    // K in chunks of whole blocks, about kDepth codes (a chunk of x and of a panel stay in the core's caches),
+    // the chunks' products summed into y.
+    const int64_t chunk_blocks = std::max<int64_t>(1, kDepth / g_.block), ld = chunk_blocks * g_.block;
+    // One parallel region: each thread computes the panels it takes on its own (AVX2: nbits.h's microkernel
+    // on B^T dequantized 16 columns at a time; else dequantized panels and oneDNN's sgemm, which inside the
+    // region runs on the calling thread). A team-wide step per panel meets at a barrier, and on a shared
+    // machine a barrier waits for the thread the scheduler took away (GEMM [64,2048]x[2048,2048] on 2
+    // threads: 31 ms that way, 8 ms on 1); panels are taken as threads come free, so a slowed thread takes fewer.
+    const int64_t strips = (rows_ + nbits::kMr - 1) / nbits::kMr;
+#pragma omp parallel
+    {
+      // x packed in 6-row strips once per call by each thread for itself (AVX2; 512 kB at [64, 2048]): packed
+      // once by the team it would wait at a barrier, packed per panel it cost as much as the products
+      // (1.1-1.25x onnxruntime on one thread, 1.04x packed once)
+      std::vector<float> ap;
+      bool packed_x = false;
+      std::vector<float> w, bp, tile;
+      if (avx2_) {
+        bp.resize(static_cast<size_t>(ld * nbits::kNr));
+        tile.resize(static_cast<size_t>(rows_ * nbits::kNr));
+      } else {
+        w.resize(static_cast<size_t>(std::min(kPanel, g_.n) * ld));
+      }
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t q = 0; q < panels; ++q) {
+        const int64_t n0 = q * kPanel, n1 = std::min(g_.n, n0 + kPanel);
+        if (avx2_) {
+          if (!packed_x) {
+            ap.resize(static_cast<size_t>(strips * nbits::kMr * g_.k));
+            nbits::PackRows(g_, x, rows_, 0, strips * nbits::kMr, ap.data());
+            packed_x = true;
+          }
+          nbits::GemmAvx2(g_, packed, scales, zeros, ap.data(), rows_, y, n0, n1, chunk_blocks, bp.data(),
+                          tile.data());
+        } else {
+          for (int64_t b0 = 0; b0 < g_.blocks; b0 += chunk_blocks) {
+            const int64_t b1 = std::min(g_.blocks, b0 + chunk_blocks), k0 = b0 * g_.block;
+            const int64_t depth = std::min(g_.k, b1 * g_.block) - k0;
+            nbits::DequantizeScalar(g_, packed, scales, zeros, w.data(), ld, n0, n1, b0, b1);
+            dnnl_sgemm('N', 'T', rows_, n1 - n0, depth, 1.0f, x + k0, g_.k, w.data(), ld, b0 == 0 ? 0.0f : 1.0f,
+                       y + n0, g_.n);
+          }
+        }
+        if (bias) {
+          for (int64_t m = 0; m < rows_; ++m)
+            for (int64_t n = n0; n < n1; ++n) y[m * g_.n + n] += bias[n];
+        }
+      }
+    }
+  }
+
+  nbits::Geometry g_;
+  int64_t rows_;
+  int zero_kind_;  // 0 one value, 1 a byte per block, 2 a float per block
+  float zero_point_;
+  bool bias_;
+  nbits::DotRows dot_;
+  bool avx2_;
+};
+
+}  // namespace
+
+// x [..., K] times the packed weight (inputs: x, B's bytes, scales, [zero points], [bias]; codegens/dnnl/nbits.py).
+void Builder::MatmulNBits(const BodyOp& op, const Attrs& a) {
+  nbits::Geometry g{a.Int("k"), a.Int("n"), a.Int("bits"), a.Int("block_size"), 0};
+  if ((g.bits != 4 && g.bits != 8) || g.block < 16 || (g.block & (g.block - 1)) || g.k <= 0 || g.n <= 0)
+    Fail(op.where + ": bits " + std::to_string(g.bits) + ", block " + std::to_string(g.block) + " (4 or 8 bits, "
+         "blocks a power of 2 >= 16)");
+  g.blocks = (g.k + g.block - 1) / g.block;
+  std::string kind = a.Str("zero_points");
+  int zero_kind = kind == "uniform" ? 0 : kind == "u8" ? 1 : kind == "f32" ? 2 : -1;
+  if (zero_kind < 0) Fail(op.where + ": zero points \"" + kind + "\" (uniform, u8 or f32)");
+  bool bias = a.Bool("bias");
+  Arity(op, 3 + (zero_kind != 0) + bias);
+  const std::vector<int64_t>& xs = g_.Shape(op.inputs[0]);
+  const std::vector<int64_t>& ys = g_.Shape(op.output);
+  if (xs.empty() || xs.back() != g.k || ys.empty() || ys.back() != g.n)
+    Fail(op.where + ": " + ShapeStr(xs) + " x [" + std::to_string(g.k) + ", " + std::to_string(g.n) + "] is not " +
+         ShapeStr(ys));
+  auto bytes_of = [&](int id) { return static_cast<int64_t>(g_.tensor(id).numel) * 4; };
+  int64_t packed_bytes = g.n * g.blocks * g.block * g.bits / 8;
+  if (bytes_of(op.inputs[1]) < packed_bytes || g_.tensor(op.inputs[2]).numel != g.n * g.blocks)
+    Fail(op.where + ": the packed weight or the scales do not have the size of [N, blocks, block]");
+  int64_t rows = g_.tensor(op.inputs[0]).numel / g.k;
+  auto constant = [&](int id) {
+    int v = values_.of(id);
+    return Arg{0, v, values_[v].desc};
+  };
+  std::vector<Arg> args;
+  args.push_back({DNNL_ARG_SRC, As(op.inputs[0], Plain(xs)), Plain(xs)});
+  Arg w = constant(op.inputs[1]);
+  w.key = DNNL_ARG_WEIGHTS;
+  args.push_back(w);
+  Arg s = constant(op.inputs[2]);
+  s.key = kScales;
+  args.push_back(s);
+  size_t next = 3;
+  if (zero_kind != 0) {
+    int64_t need = zero_kind == 1 ? g.n * g.blocks : g.n * g.blocks * 4;
+    if (bytes_of(op.inputs[next]) < need) Fail(op.where + ": the zero points are not one per block");
+    Arg z = constant(op.inputs[next++]);
+    z.key = kZeroPoints;
+    args.push_back(z);
+  }
+  if (bias) {
+    if (g_.tensor(op.inputs[next]).numel != g.n) Fail(op.where + ": the bias is not [N]");
+    args.push_back({DNNL_ARG_BIAS, As(op.inputs[next], Plain({g.n})), Plain({g.n})});
+  }
+  int dst = Define(op.output, Plain(ys));
+  args.push_back({DNNL_ARG_DST, dst, Plain(ys)});
+  float zero_point = zero_kind == 0 ? static_cast<float>(a.Float("zero_point")) : 0.0f;
+  AddStep(dnnl::primitive(), std::move(args), Desc(),
+          std::make_shared<MatmulNBitsKernel>(g, rows, zero_kind, zero_point, bias));
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
