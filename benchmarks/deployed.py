@@ -107,13 +107,6 @@ def _work_build(task: dict) -> dict:
 WORKERS = {"build": _work_build}
 
 
-def _worker_main(task_file: str) -> int:
-    task = json.loads(Path(task_file).read_text())
-    result = WORKERS[task["kind"]](task)
-    Path(task["result"]).write_text(json.dumps(result))
-    return 0
-
-
 def judge(row: dict) -> bool:
     """Issue 45's rule: byoc's error against the definition within onnxruntime's own fused run's, give or take
     float32 rounding (``FLOAT_FLOOR`` of the output's magnitude: a fused run that happens to round the same way
@@ -301,7 +294,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        return _worker_main(argv[1])
+        return bench.worker_main(argv[1], WORKERS)
     args = parse_args(argv)
     if args.report:
         print_report(json.loads(args.report.read_text()))

@@ -112,25 +112,12 @@ _ONNX_NUMPY = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64
                onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64"}
 
 
-def concrete(dims: list, binding: dict) -> list:
-    """An input's ``dims`` with every symbolic dim bound by ``binding``; ValueError when one has no size."""
-    shape = []
-    for d in dims:
-        if isinstance(d, int):
-            shape.append(d)
-        elif d in binding:
-            shape.append(int(binding[d]))
-        else:
-            raise ValueError(f"dim {d!r} has no size in test shape {binding}")
-    return shape
-
-
 def feeds(inputs: list, binding: dict, seed: int = SEED) -> dict:
     """Seeded inputs for a catalog entry's ``inputs`` at ``binding`` (see the module docstring)."""
     rng = np.random.default_rng(seed)
     out = {}
     for spec in inputs:
-        shape, dtype = concrete(spec["dims"], binding), np.dtype(spec["dtype"])
+        shape, dtype = dyn.concrete(spec["dims"], binding), np.dtype(spec["dtype"])
         name = spec["name"]
         if name == "attention_mask":
             mask = np.ones(shape, dtype=dtype)

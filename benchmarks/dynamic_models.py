@@ -493,7 +493,8 @@ def _graph_inputs(model: onnx.ModelProto) -> list:
     return [vi for vi in model.graph.input if vi.name not in initializers]
 
 
-def _concrete(dims: list, binding: dict) -> list:
+def concrete(dims: list, binding: dict) -> list:
+    """An input's ``dims`` with every symbolic dim bound by ``binding``; ValueError when one has no size."""
     shape = []
     for d in dims:
         if isinstance(d, int):
@@ -540,7 +541,7 @@ def verify(model: DynModel, path: Path, module=None) -> list[str]:
     rng = np.random.default_rng(SEED)
     for binding in model.test_dims:
         try:
-            shapes = {name: _concrete(dims, binding) for name, (dims, _) in inputs.items()}
+            shapes = {name: concrete(dims, binding) for name, (dims, _) in inputs.items()}
             feeds = _feeds(shapes, {name: dtype for name, (_, dtype) in inputs.items()}, rng)
             outs = session.run(None, feeds)
         except Exception as err:  # noqa: BLE001

@@ -209,13 +209,6 @@ def _work_build(task: dict) -> dict:
 WORKERS = {"build": _work_build}
 
 
-def _worker_main(task_file: str) -> int:
-    task = json.loads(Path(task_file).read_text())
-    result = WORKERS[task["kind"]](task)
-    Path(task["result"]).write_text(json.dumps(result))
-    return 0
-
-
 # -- one model ---------------------------------------------------------------------------
 def _config_key(vendor_set: str) -> str:
     return f"byoc[{vendor_set}]"
@@ -371,7 +364,7 @@ def parse_args(argv):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        return _worker_main(argv[1])
+        return bench.worker_main(argv[1], WORKERS)
     args = parse_args(argv)
     if args.list:
         for m in MODELS.values():

@@ -250,9 +250,11 @@ WORKERS = {"plain_tvm": _work_plain_tvm, "byoc": _work_byoc, "scaling": _work_sc
            "in_process": _work_in_process}
 
 
-def _worker_main(task_file: str) -> int:
+def worker_main(task_file: str, workers: dict | None = None) -> int:
+    """The ``--worker TASK.json`` side of :func:`run_worker`: run the task by its ``kind`` with ``workers`` (default
+    this script's ``WORKERS``) and write its result where the task says."""
     task = json.loads(Path(task_file).read_text())
-    result = WORKERS[task["kind"]](task)
+    result = (workers or WORKERS)[task["kind"]](task)
     Path(task["result"]).write_text(json.dumps(result))
     return 0
 
@@ -473,7 +475,7 @@ def skipped_pairs(p: argparse.ArgumentParser, values: list) -> dict:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        return _worker_main(argv[1])
+        return worker_main(argv[1])
     args = parse_args(argv)
     import onnxruntime
     import tvm
