@@ -58,16 +58,20 @@ std::string DescKey(const Desc& d) {
 // (one per shape of a graph with symbolic dims) share a graph constant's reorders through `shared_`.
 int ValueTable::ReorderConst(int v, const Desc& desc, const std::vector<double>& scales, int mask) {
   if (values_[v].desc == desc && scales.empty()) return v;
+  // a graph constant, or one made from graph constants alone for every program (KeepShared: a weight
+  // dequantized at load), is the same in every program of the module
+  auto made_shared = shared_keys_.find(Root(v));
+  bool shared = Root(v) < given_ || made_shared != shared_keys_.end();
   std::ostringstream key;
-  key << Root(v) << '/' << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
+  key << (made_shared != shared_keys_.end() ? made_shared->second : std::to_string(Root(v))) << '/'
+      << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
   for (double s : scales) key << ',' << s;
   auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
   if (fresh) {
     auto reorder = [&] {
       return Reordered(memory(values_[v].desc, Engine(), ConstData(values_[Root(v)].slot)), desc, scales, mask);
     };
-    // a graph constant is the same in every program of the module
-    kept->second = Root(v) < given_ ? KeepShared(key.str(), reorder) : KeepConst(reorder());
+    kept->second = shared ? KeepShared(key.str(), reorder) : KeepConst(reorder());
   }
   return kept->second;
 }
