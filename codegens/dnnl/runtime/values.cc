@@ -96,6 +96,15 @@ memory ValueTable::Reordered(memory source, const Desc& desc, const std::vector<
   return converted;
 }
 
+void ValueTable::ReleaseUnread(const std::set<int>& read) {
+  for (const auto& [v, held] : shared_of_) {
+    if (read.count(v) || !shared_held_[held.first]) continue;
+    if (held.second) owned_const_bytes_ -= values_[v].desc.get_size();
+    consts_[values_[v].slot] = memory();
+    shared_held_[held.first].reset();
+  }
+}
+
 // A constant this program made (its memory is owned here, and counted in OwnedConstBytes).
 int ValueTable::KeepConst(const memory& m) {
   consts_.push_back(m);
