@@ -271,7 +271,8 @@ def test_int8_weights_travel_at_8_bits(make, shape, reduce_range):
     weight is sent once, packed at 8 bits, whether the unit runs int8 (reordered at load), both ways (full-range
     weights: the int8 op with VNNI, the float definition without, which dequantizes the same bytes at load), or as
     its float definition only (the grouped conv). Outputs within one quantum of the definition on each path; the
-    runtime holds the packed bytes and the weights as its primitives take them (s8, or float32 in float32 units)."""
+    runtime holds the packed bytes and the weights as its primitives take them (s8, or float32 in float32 units),
+    not the float32 weights the artifact carried before."""
     model = quantize(make(), reduce_range=reduce_range)
     weights = _int8_weight_bytes(model)
     assert weights > 0.8 * model.ByteSize()
@@ -282,6 +283,11 @@ def test_int8_weights_travel_at_8_bits(make, shape, reduce_range):
     with tempfile.TemporaryDirectory() as tmp:
         size = artifact.export(Path(tmp) / "model.so").stat().st_size
     assert size <= 1.2 * model.ByteSize(), (size, model.ByteSize())
+    # the module's constants: the packed bytes as given, and the weights as the primitives take them, s8 (at most
+    # 2.5x the int8 bytes; 5x before) or, for the float definition, float32 (5.5x; 8x before, for the CNN)
+    (memory,) = artifact.runtime_memory.values()
+    int8_kernels = reduce_range or ONEDNN_HAS_VNNI
+    assert memory.constant_bytes <= (2.5 if int8_kernels else 5.5) * weights, (memory.constant_bytes, weights)
     quantum = output_scale(model)
     for isa in ISA_CAPS:
         for seed, got in zip((5, 6, 7), _under_isa(isa, model, shape=shape)):
