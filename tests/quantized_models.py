@@ -171,6 +171,32 @@ def grouped_cnn(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "grouped_cnn")
 
 
+def wide_cnn(seed: int = 0) -> onnx.ModelProto:
+    """A CNN whose weights make most of its file (0.9 M of them) on a small image: convs of 64 and 256 channels, a
+    grouped conv (4 groups: run in float32), a depthwise conv, a residual add, a classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (64, 3, 3, 3)), _init(rng, "b1", (64,)), _init(rng, "w2", (256, 64, 3, 3), 0.05),
+             _init(rng, "b2", (256,)), _init(rng, "w3", (256, 256, 3, 3), 0.03), _init(rng, "b3", (256,)),
+             _init(rng, "g", (256, 64, 1, 1), 0.1), _init(rng, "gb", (256,)), _init(rng, "dw", (256, 1, 3, 3), 0.5),
+             _init(rng, "dwb", (256,)), _init(rng, "fc", (256, 10), 0.1), _init(rng, "fcb", (10,))]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1] * 4, name="conv1"),
+             node("Relu", ["c1"], ["r1"], name="relu1"),
+             node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1] * 4, strides=[2, 2], name="conv2"),
+             node("Relu", ["c2"], ["r2"], name="relu2"),
+             node("Conv", ["r2", "w3", "b3"], ["c3"], pads=[1] * 4, name="conv3"),
+             node("Relu", ["c3"], ["r3"], name="relu3"),
+             node("Conv", ["r3", "g", "gb"], ["c4"], group=4, name="grouped"),
+             node("Add", ["c4", "r2"], ["s"], name="add"),
+             node("Relu", ["s"], ["r4"], name="relu4"),
+             node("Conv", ["r4", "dw", "dwb"], ["c5"], pads=[1] * 4, group=256, name="depthwise"),
+             node("GlobalAveragePool", ["c5"], ["p"], name="gap"),
+             node("Flatten", ["p"], ["f"], name="flatten"),
+             node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             node("Add", ["m", "fcb"], ["y"], name="fc_bias")]
+    return _model(nodes, [1, 3, 16, 16], [1, 10], inits, "wide_cnn")
+
+
 def deconv_net(seed: int = 0) -> onnx.ModelProto:
     """A detector's upsampling neck (PP-OCR det's DBNet head): a conv, a stride-2 ConvTranspose with a bias, relu."""
     rng = np.random.default_rng(seed)

@@ -24,7 +24,8 @@ from onnx import numpy_helper
 import byoc
 from byoc.deploy.targets import host_cpu_features
 from quantized_helpers import _feed, _ort, _within_one_quantum
-from quantized_models import activation_cnn, deconv_net, output_scale, quantize, residual_cnn, windowed_conv
+from quantized_models import (activation_cnn, attention_block, deconv_net, output_scale, quantize, residual_cnn,
+                              wide_cnn, windowed_conv)
 
 
 #: Whether the CPU has VNNI (what onnxruntime's int8 kernels use: its ISA cannot be capped), and whether oneDNN
@@ -254,6 +255,44 @@ def test_s8_activations_run_int8_with_vnni_else_in_float_and_follow_the_definiti
     quantum = output_scale(model)
     for seed, got in zip((5, 6, 7), _under_isa(isa, model)):
         assert np.abs(got - _ort(model, _feed(seed), integer_kernels=False)).max() <= 1.001 * quantum
+
+
+def _int8_weight_bytes(model: onnx.ModelProto) -> int:
+    return sum(t.ByteSize() for t in model.graph.initializer if t.data_type in (onnx.TensorProto.INT8,
+                                                                               onnx.TensorProto.UINT8))
+
+
+@pytest.mark.parametrize("reduce_range", [False, True], ids=["full_range", "reduce_range"])
+@pytest.mark.parametrize("make,shape", [(wide_cnn, (1, 3, 16, 16)),
+                                        (lambda: attention_block(width=384, heads=4), (1, 8, 384))],
+                         ids=["cnn", "transformer_layer"])
+def test_int8_weights_travel_at_8_bits(make, shape, reduce_range):
+    """The exported library of a QDQ model whose weights make its file is at most 1.2x the ONNX file: each 8-bit
+    weight is sent once, packed at 8 bits, whether the unit runs int8 (reordered at load), both ways (full-range
+    weights: the int8 op with VNNI, the float definition without, which dequantizes the same bytes at load), or as
+    its float definition only (the grouped conv). Outputs within one quantum of the definition on each path; the
+    runtime holds the packed bytes and the weights as its primitives take them (s8, or float32 in float32 units),
+    not the float32 weights the artifact carried before."""
+    model = quantize(make(), reduce_range=reduce_range)
+    weights = _int8_weight_bytes(model)
+    assert weights > 0.8 * model.ByteSize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        artifact = byoc.compile(model, vendors=["dnnl"], strict=True)
+    assert [p.vendor for p in artifact.plan.partitions] == ["dnnl"] and not artifact.plan.host_ops
+    with tempfile.TemporaryDirectory() as tmp:
+        size = artifact.export(Path(tmp) / "model.so").stat().st_size
+    assert size <= 1.2 * model.ByteSize(), (size, model.ByteSize())
+    # the module's constants: the packed bytes as given, and the weights as the primitives take them, s8 (at most
+    # 2.5x the int8 bytes; 5x before) or, for the float definition, float32 (5.5x; 8x before, for the CNN)
+    (memory,) = artifact.runtime_memory.values()
+    int8_kernels = reduce_range or ONEDNN_HAS_VNNI
+    assert memory.constant_bytes <= (2.5 if int8_kernels else 5.5) * weights, (memory.constant_bytes, weights)
+    quantum = output_scale(model)
+    for isa in ISA_CAPS:
+        for seed, got in zip((5, 6, 7), _under_isa(isa, model, shape=shape)):
+            want = _ort(model, _feed(seed, shape), integer_kernels=False)
+            assert np.abs(got - want).max() <= 1.001 * quantum, (isa, np.abs(got - want).max())
 
 
 def test_dnnl_names_the_int8_units_it_cannot_run():

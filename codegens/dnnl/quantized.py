@@ -3,24 +3,30 @@
 - ``qnn.conv1d``, ``qnn.conv2d`` and ``qnn.matmul`` with u8 activations and weights within
   +-64 stay one op: an int8 oneDNN convolution or matmul (u8 activations, s8
   weights) with the scales and zero points as attributes. The weight travels
-  as float32 (every int8 value is exact in it) and is reordered to s8 once at
-  load; the int32 bias is sent in real units, ``(b - zero_point) * scale``,
-  which is what oneDNN adds before the output scale. A folded relu or clip
-  becomes a clip post-op in real units.
+  at 8 bits, as a dynamic int8 op's (``dynamic.packed_bytes``: its bytes in a
+  float32 constant a quarter as long, ``w_shape`` its shape), and is reordered
+  once at load; the int32 bias is sent in real units, ``(b - zero_point) *
+  scale``, which is what oneDNN adds before the output scale. A folded relu or
+  clip becomes a clip post-op in real units.
 - With larger weights, or s8 activations, the int8 kernels are exact only on
   CPUs with VNNI (see ``_SAFE_WEIGHT``: without it they saturate, or round),
   and onnxruntime's quantizer writes full-range weights unless told
   ``reduce_range``. Such a unit is sent both ways, each op marked
   ``only_if_cpu`` (``vnni`` / ``no_vnni``): the int8 op, and its definition in
   float32. The runtime that loads the artifact keeps the one its CPU runs
-  exactly; the two share the weight, sent in real units (``weight_real``: the
-  runtime quantizes it back by ``w_scale``, exactly). A ResNet-50 quantized by
+  exactly; the two share the packed weight: the float definition reads it
+  through ``byoc.dequantize_constant``, which the runtime computes at load
+  (``(q - zero_point) * scale`` in float64, rounded once to float32: the
+  constant this module computed before). A ResNet-50 quantized by
   onnxruntime's defaults ran 6x slower than onnxruntime's int8 run in float32
   (76 ms against 12.5 ms on a 2-core AVX-512 VNNI machine).
 - Grouped convs (not depthwise) and convs of one input channel run as their
   definition in float32 (``_faster_in_float``: oneDNN's int8 kernels take 4
   input channels at a time; on AVX2 they fall back to the reference kernel
-  for other groups, or run slower than float32).
+  for other groups, or run slower than float32). Their 8-bit weights travel packed
+  too and are dequantized at load, as are a deconvolution unit's.
+- So an artifact holds each 8-bit weight once, at 8 bits: a QDQ ResNet-18's
+  library 46.8 MB with the weights as float32, now the ONNX file's size.
 - An add of two 8-bit activations of one shape (a residual connection) is one
   int8 binary: scaled inputs summed in f32, then requantized by a linear
   post-op.
@@ -45,6 +51,8 @@ import numpy as np
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor, qdq_params
 from byoc.vendor.quantized import QParams
 
+from .dynamic import packed_bytes
+
 _INTEGER_CORES = ("qnn.conv1d", "qnn.conv2d", "qnn.matmul")
 # oneDNN's int8 kernels on x86 CPUs without VNNI (AVX2, AVX-512 before VNNI) add pairs of u8 x s8
 # products in int16 (vpmaddubsw), which saturates: 2 * 255 * 127 > 32767. With weights within
@@ -60,6 +68,8 @@ _VNNI, _NO_VNNI = "vnni", "no_vnni"
 #: Ops the runtime runs on 8-bit tensors as they are: they pick or move values, so with the same
 #: quantization in and out, DQ -> op -> Q is the op itself.
 _ON_INTEGERS = ("relax.nn.max_pool2d", "relax.reshape")
+#: The runtime op that computes an 8-bit constant's DequantizeLinear at load, from its packed bytes.
+DEQUANTIZE_CONSTANT = "byoc.dequantize_constant"
 
 
 def _keeps_quantization(call: OpCall) -> bool:
@@ -102,6 +112,7 @@ def _on_cpus(feature: str, ops: list[OpCall]) -> list[OpCall]:
 class _Lowering:
     def __init__(self, graph: PartitionGraph):
         self.next_id = graph.unused_id()
+        self.packed: dict[int, Tensor] = {}  # an 8-bit constant's id -> its packed bytes (one per constant)
 
     def tensor(self, shape, dtype: str = "float32", kind: str = "op", data=None) -> Tensor:
         self.next_id += 1
@@ -117,7 +128,9 @@ class _Lowering:
         unit = call.quant
         x = self.tensor(call.inputs[0].shape)
         ops = [OpCall("relax.dequantize", [call.inputs[0]], x, _qattrs(unit.inputs[0]), call.rule, call.group)]
-        weight = weight or self.dequantized_constant(call.inputs[1], unit.inputs[1])
+        if weight is None:
+            weight_ops, weight = self.dequantized_at_load(call, call.inputs[1], unit.inputs[1])
+            ops = weight_ops + ops
         result = self.tensor(call.output.shape)
         ops.append(OpCall(unit.float_ops[0], [x, weight], result, dict(call.attrs), call.rule, call.group))
         if len(call.inputs) == 3:
@@ -150,26 +163,43 @@ class _Lowering:
             return self.float_core(call)
         bias = self.dequantized_constant(call.inputs[2], unit.inputs[2]) if len(call.inputs) == 3 else None
         weight_bound = np.abs(call.inputs[1].data.astype(np.int32)).max(initial=0)
+        integer = self.integer_op(call, self.packed_constant(call.inputs[1]), bias)
         if call.inputs[0].dtype == "uint8" and weight_bound <= _SAFE_WEIGHT:  # exact on every CPU
-            weight = self.tensor(call.inputs[1].shape, kind="const", data=call.inputs[1].data.astype(np.float32))
-            return [self.integer_op(call, weight, bias, weight_real=False)]
-        weight = self.dequantized_constant(call.inputs[1], unit.inputs[1])
-        return (_on_cpus(_VNNI, [self.integer_op(call, weight, bias, weight_real=True)])
-                + _on_cpus(_NO_VNNI, self.float_core(call, weight, bias)))
+            return [integer]
+        weight_ops, weight = self.dequantized_at_load(call, call.inputs[1], unit.inputs[1])
+        return _on_cpus(_VNNI, [integer]) + _on_cpus(_NO_VNNI, weight_ops + self.float_core(call, weight, bias))
 
     @staticmethod
-    def integer_op(call: OpCall, weight: Tensor, bias: Tensor | None, weight_real: bool) -> OpCall:
-        """The unit as one int8 op; its bias in real units (oneDNN adds the bias after the input scales)."""
+    def integer_op(call: OpCall, weight: Tensor, bias: Tensor | None) -> OpCall:
+        """The unit as one int8 op: ``weight`` the s8 weight's packed bytes (its shape is ``w_shape``), the bias in
+        real units (oneDNN adds the bias after the input scales)."""
         unit = call.quant
         x, w, out = unit.inputs[0], unit.inputs[1], unit.output
         lo, hi = unit.output_range
         attrs = dict(call.attrs, x_scale=float(x.scale), x_zero_point=int(x.zero_point),
                      w_scale=[float(s) for s in np.atleast_1d(w.scale)], y_scale=float(out.scale),
-                     y_zero_point=int(out.zero_point), out_min=int(lo), out_max=int(hi))
-        if weight_real:
-            attrs["weight_real"] = True
+                     y_zero_point=int(out.zero_point), out_min=int(lo), out_max=int(hi),
+                     w_shape=[int(d) for d in call.inputs[1].shape])
         inputs = [call.inputs[0], weight] + ([bias] if bias is not None else [])
         return OpCall(call.op, inputs, call.output, attrs, call.rule, call.group)
+
+    def packed_constant(self, tensor: Tensor) -> Tensor:
+        """The 8-bit constant ``tensor`` at 8 bits: its bytes as a float32 constant a quarter as long
+        (``dynamic.packed_bytes``), made once per constant (a unit's int8 op and its float definition share it)."""
+        if tensor.id not in self.packed:
+            data = packed_bytes(np.asarray(tensor.data).view(np.int8) if tensor.dtype == "uint8" else tensor.data)
+            self.packed[tensor.id] = self.tensor(data.shape, kind="const", data=data)
+        return self.packed[tensor.id]
+
+    def dequantized_at_load(self, call: OpCall, tensor: Tensor, params: QParams) -> tuple[list[OpCall], Tensor]:
+        """DQ(``tensor``) as the runtime computes it at load from the packed 8-bit constant, the way
+        :meth:`dequantized_constant` does here (``byoc.dequantize_constant``: ``shape``, ``dtype`` and the
+        quantization); a constant of another width is computed now."""
+        if tensor.dtype not in ("int8", "uint8"):
+            return [], self.dequantized_constant(tensor, params)
+        real = self.tensor(tensor.shape)
+        attrs = dict(_qattrs(params), shape=[int(d) for d in tensor.shape], dtype=tensor.dtype)
+        return [OpCall(DEQUANTIZE_CONSTANT, [self.packed_constant(tensor)], real, attrs, call.rule, call.group)], real
 
     def dequantized_constant(self, tensor: Tensor, params: QParams) -> Tensor:
         """A float32 constant holding DQ(``tensor``), computed now (the runtime takes float32 constants only).

@@ -278,8 +278,9 @@ class ParsedGraph {
       info.kind = kind == "input" ? Kind::kInput : kind == "const" ? Kind::kConst : Kind::kOp;
       if (kind != "input" && kind != "const" && kind != "op") Fail(where + " has unknown kind " + kind);
       info.dtype = AsString(Field(t, "dtype", where), where + " dtype");
-      // Constants travel as float32 (an int8 weight's values are exact in it); an executor
-      // that has no 8-bit kernels refuses the other dtypes.
+      // Constants travel as float32 (an 8-bit weight as its bytes in a float32 constant a quarter as long, which
+      // the dnnl runtime reads back: codegens/dnnl/dynamic.py); an executor that has no 8-bit kernels refuses the
+      // other dtypes.
       if (info.dtype != "float32" && !((info.dtype == "uint8" || info.dtype == "int8") && info.kind != Kind::kConst))
         Fail(where + " has dtype " + info.dtype + " (float32, and uint8/int8 for non-constants, only)");
       info.dims = AsArray(Field(t, "shape", where), where + " shape");

@@ -88,6 +88,34 @@ int Builder::As(int id, const Desc& desc) {
   return target;
 }
 
+bool Builder::IsConstant(int id) const {
+  if (g_.tensor(id).kind == Kind::kConst) return true;
+  int v = values_.of(id);
+  return g_.tensor(id).kind == Kind::kOp && v >= 0 && values_.StorageOf(v) == Storage::kConst;
+}
+
+const float* Builder::ConstFloats(int id) const {
+  if (g_.tensor(id).kind == Kind::kConst) return g_.const_data(id).data();
+  int v = values_.of(id);
+  if (!IsConstant(id) || values_[v].desc != Plain(g_.Shape(id)))
+    Fail("tensor " + g_.tensor(id).name + " is not a plain float32 constant");
+  return static_cast<const float*>(values_.ConstData(values_[values_.Root(v)].slot));
+}
+
+std::vector<int64_t> Builder::WeightShape(const BodyOp& op) const {
+  Attrs a(op.attrs, op.where);
+  if (a.Has("w_shape")) return a.Ints("w_shape");
+  return op.inputs.size() > 1 ? g_.Shape(op.inputs[1]) : std::vector<int64_t>{};
+}
+
+int Builder::PackedConst(int w, const Desc& desc, const std::string& where) {
+  const TensorInfo& t = g_.tensor(w);
+  if (t.kind != Kind::kConst || static_cast<size_t>(t.numel) * sizeof(float) < desc.get_size())
+    Fail(where + ": the weight must be a constant holding the bytes of " + ShapeStr(std::vector<int64_t>(
+         desc.get_dims().begin(), desc.get_dims().end())) + " 8-bit values");
+  return values_.ConstView(values_.of(w), desc);
+}
+
 // Estimated single-thread time of op `op` (the head of the primitive it starts), in microseconds.
 double Builder::WorkUs(const BodyOp& op) const {
   auto numel = [this](int id) {
@@ -99,7 +127,7 @@ double Builder::WorkUs(const BodyOp& op) const {
   bool conv = op.kernel == "relax.nn.conv2d" || op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv2d" ||
               op.kernel == "qnn.conv1d" || op.kernel == "byoc.dynamic_int8_conv2d";
   if ((conv || op.kernel == "relax.nn.conv2d_transpose") && op.inputs.size() > 1) {
-    const std::vector<int64_t>& w = g_.Shape(op.inputs[1]);  // OIHW (IOHW): work per output (input) element
+    const std::vector<int64_t> w = WeightShape(op);  // OIHW (IOHW): work per output (input) element
     double per = 1;
     for (size_t i = 1; i < w.size(); ++i) per *= static_cast<double>(w[i]);
     macs = (conv ? out : numel(op.inputs[0])) * per;
@@ -139,6 +167,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"byoc.matmul_nbits", Alone<&Builder::MatmulNBits>},
       {"relax.quantize", Alone<&Builder::Quantize>},
       {"relax.dequantize", Alone<&Builder::Dequantize>},
+      {"byoc.dequantize_constant", Alone<&Builder::DequantizeConstant>},
       {"relax.reshape", Alone<&Builder::Reshape>},
       {"relax.squeeze", Alone<&Builder::Reshape>},
       {"relax.expand_dims", Alone<&Builder::Reshape>},

@@ -186,6 +186,15 @@ class Builder {
   }
   size_t CompileOp(size_t k);
   void Arity(const BodyOp& op, size_t n) const;
+  // Whether graph tensor `id` is a constant: the graph's, or one computed at load (byoc.dequantize_constant).
+  bool IsConstant(int id) const;
+  // The float32 values of constant `id` (plain, row-major), as IsConstant counts constants.
+  const float* ConstFloats(int id) const;
+  // The shape of op's weight (input 1): "w_shape" where it travels packed at 8 bits, else its tensor's.
+  std::vector<int64_t> WeightShape(const BodyOp& op) const;
+  // Constant `w`, an 8-bit weight sent packed (its bytes in a float32 constant a quarter as long:
+  // codegens/dnnl/dynamic.py packed_bytes), seen as `desc` (s8/u8, as many elements as the bytes hold).
+  int PackedConst(int w, const Desc& desc, const std::string& where);
   void SameShape(const BodyOp& op, int input) const;
 
   // fusion.cc: ops folded into a primitive: scalar operands as linear post-ops, and post-op chains
@@ -232,7 +241,9 @@ class Builder {
 
   // int8.cc: int8 units: quantized convs, matmuls and adds, quantize/dequantize, and fake-quantized element-wise units
   static std::vector<double> WeightScales(const Attrs& a);
+  int QuantizedWeightView(const BodyOp& op, const Attrs& a, const Desc& desc);
   int QuantizedWeights(int v, const Desc& desc, const Attrs& a, int mask);
+  void DequantizeConstant(const BodyOp& op, const Attrs& a);
   void Scales(primitive_attr* attr, std::vector<Arg>* args, int arg, const std::vector<double>& scales, int mask);
   void ZeroPoint(primitive_attr* attr, std::vector<Arg>* args, int arg, int64_t zero_point);
   post_ops OutputRange(const Attrs& a, memory::data_type type) const;

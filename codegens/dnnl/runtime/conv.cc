@@ -11,8 +11,8 @@ namespace dnnl_runtime {
 
 Builder::ConvDims Builder::ConvShape(const BodyOp& op, const Attrs& a) const {
   int w = op.inputs[1];
-  if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
-  const auto& ws = g_.Shape(w);
+  if (!IsConstant(w)) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+  const std::vector<int64_t> ws = WeightShape(op);
   size_t spatial = op.kernel == "relax.nn.conv1d" || op.kernel == "qnn.conv1d" ? 1 : 2;
   ConvGeometry g = CheckConv(a, g_.Shape(op.inputs[0]), ws, g_.Shape(op.output), spatial, op.where);
   Dims weights(ws.begin(), ws.end());
@@ -139,7 +139,7 @@ size_t Builder::Deconv2d(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   Arity(op, 2);
   int x = op.inputs[0], w = op.inputs[1];
-  if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
+  if (!IsConstant(w)) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
   if (a.Str("data_layout") != "NCHW" || a.Str("kernel_layout") != "IOHW" || a.Str("out_layout") != "NCHW")
     Fail(op.where + ": only NCHW/IOHW layouts are supported");
   const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);

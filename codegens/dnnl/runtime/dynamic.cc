@@ -202,10 +202,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
   // the weight's int8 bytes, sent as a float32 constant of a quarter of the elements (codegens/dnnl/dynamic.py)
   const std::vector<int64_t> ws = a.Ints("w_shape");
-  int64_t weight_elements = 1;
-  for (int64_t d : ws) weight_elements *= d;
-  if (g_.tensor(w).kind != Kind::kConst || ws.size() != 4 || g_.tensor(w).numel * 4 < weight_elements)
-    Fail(op.where + ": the weight must be a constant holding the bytes of " + ShapeStr(ws) + " int8 values");
+  if (ws.size() != 4) Fail(op.where + ": w_shape " + ShapeStr(ws) + " is not OIHW");
   ConvGeometry g = CheckConv(a, xs, ws, ys, 2, op.where);
   ConvDims c{g.groups, Dims(ws.begin(), ws.end()), Dims(g.strides.begin(), g.strides.end()), {}, {}, {}};
   for (size_t d = 0; d < 2; ++d) {
@@ -213,7 +210,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
     c.pad_l.push_back(g.padding[d]);
     c.pad_r.push_back(g.padding[2 + d]);
   }
-  int weights = values_.ConstView(values_.of(w), Plain(ws, memory::data_type::s8));
+  int weights = PackedConst(w, Plain(ws, memory::data_type::s8), op.where);
   if (c.groups != 1) Fail(op.where + ": groups " + std::to_string(c.groups) + " (1 only)");
   if (op.inputs.size() == 3 && g_.tensor(op.inputs[2]).numel != ys[1])
     Fail(op.where + ": the bias must hold one value per output channel (" + std::to_string(ys[1]) + ")");
@@ -271,12 +268,9 @@ size_t Builder::DynamicInt8Matmul(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
   int x = op.inputs[0], w = op.inputs[1];
-  if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
   // the weight's int8 bytes, sent as a float32 constant of a quarter of the elements (codegens/dnnl/dynamic.py)
   const std::vector<int64_t> ws = a.Ints("w_shape");
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
-  if (ws.size() == 2 && g_.tensor(w).numel * 4 < ws[0] * ws[1])
-    Fail(op.where + ": the weight's bytes hold fewer than " + ShapeStr(ws) + " int8 values");
   if (xs.size() < 2 || ws.size() != 2 || xs.back() != ws[0] || ys.back() != ws[1] || ys.size() != xs.size())
     Fail(op.where + ": shapes " + ShapeStr(xs) + " x " + ShapeStr(ws) + " -> " + ShapeStr(ys) + " do not match");
   int64_t depth = ws[0], columns = ws[1], rows = g_.tensor(x).numel / depth;
@@ -300,7 +294,7 @@ size_t Builder::DynamicInt8Matmul(size_t k, const Attrs& a) {
   auto pd = op.inputs.size() == 3 ? dnnl::matmul::primitive_desc(Engine(), src, w_any, bias, dst, attr)
                                   : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
   args.push_back({DNNL_ARG_SRC, q.values, src});
-  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(values_.ConstView(values_.of(w), Plain(ws, memory::data_type::s8)), pd.weights_desc(), {}, 0),
+  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(PackedConst(w, Plain(ws, memory::data_type::s8), op.where), pd.weights_desc(), {}, 0),
                   pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, Plain(ys)), dst});
@@ -332,7 +326,7 @@ bool Builder::DynamicRowsAsConv(const BodyOp& op, const std::vector<int64_t>& ws
   if (IsReference(pd)) return false;
   Desc transposed({columns, depth, 1, 1}, memory::data_type::s8, Dims{1, columns, columns * depth, columns * depth});
   args.push_back({DNNL_ARG_SRC, q.values, src});
-  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(values_.ConstView(values_.of(w), transposed), pd.weights_desc(), {}, 0),
+  args.push_back({DNNL_ARG_WEIGHTS, values_.ReorderConst(PackedConst(w, transposed, op.where), pd.weights_desc(), {}, 0),
                    pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, Plain(ys)), dst});

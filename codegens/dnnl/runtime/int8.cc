@@ -10,10 +10,66 @@
 namespace byoc {
 namespace dnnl_runtime {
 
-// What a qnn.conv*/qnn.matmul weight is quantized by on its way to s8: "w_scale" when it was sent in real units
-// ("weight_real", with the float definition's weight it shares), nothing when sent as integers in float32.
+// What a qnn.conv*/qnn.matmul weight is quantized by on its way to s8: nothing for the s8 bytes the codegen sends
+// ("w_shape"), or for an artifact built before that, "w_scale" when it was sent in real units ("weight_real").
 std::vector<double> Builder::WeightScales(const Attrs& a) {
   return a.Has("weight_real") && a.Bool("weight_real") ? a.Floats("w_scale") : std::vector<double>{};
+}
+
+// A qnn.conv*/qnn.matmul weight seen as `desc` (its dims and strides): the s8 values over the packed bytes
+// ("w_shape"), or the float32 constant an artifact built before sent.
+int Builder::QuantizedWeightView(const BodyOp& op, const Attrs& a, const Desc& desc) {
+  int w = op.inputs[1];
+  if (!a.Has("w_shape")) return values_.ConstView(values_.of(w), desc);
+  return PackedConst(w, Desc(desc.get_dims(), memory::data_type::s8, desc.get_strides()), op.where);
+}
+
+// byoc.dequantize_constant: an 8-bit constant sent packed (its bytes in a float32 constant a quarter as long:
+// codegens/dnnl/quantized.py) dequantized at load into a plain float32 constant of "shape": (q - zero_point) *
+// scale, per index of "axis" when there are several scales, in double and rounded once (the float32 the codegen
+// computed when it sent the reals, and ONNX's float32 product for 8-bit values). The weight of a unit run as its
+// float definition (without VNNI, a grouped conv, a deconvolution): the programs of the module share it, and the
+// reorders made from it.
+void Builder::DequantizeConstant(const BodyOp& op, const Attrs& a) {
+  Arity(op, 1);
+  const std::vector<int64_t> shape = a.Ints("shape");
+  if (shape != g_.Shape(op.output)) Fail(op.where + ": shape " + ShapeStr(shape) + " is not its output's");
+  std::string dtype = a.Str("dtype");
+  if (dtype != "int8" && dtype != "uint8") Fail(op.where + ": dtype " + dtype + " (int8 or uint8 only)");
+  std::vector<double> scale = a.Floats("scale");
+  std::vector<int64_t> zero_point = a.Ints("zero_point");
+  int64_t axis = a.Int("axis"), channels = 1, inner = 1;
+  if (axis < 0 || axis >= static_cast<int64_t>(shape.size())) Fail(op.where + ": axis out of range");
+  if (scale.size() > 1) {
+    channels = shape[axis];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  }
+  if (static_cast<int64_t>(scale.size()) != channels ||
+      (zero_point.size() != 1 && static_cast<int64_t>(zero_point.size()) != channels))
+    Fail(op.where + ": " + std::to_string(scale.size()) + " scales and " + std::to_string(zero_point.size()) +
+         " zero points for " + std::to_string(channels) + " channels");
+  int packed = op.inputs[0];
+  PackedConst(packed, Plain(shape, memory::data_type::s8), op.where);  // checks the bytes are there
+  int64_t count = g_.tensor(op.output).numel;
+  std::ostringstream key;
+  key << "dequantized:" << packed << '/' << dtype << '/' << axis << std::hexfloat;
+  for (double s : scale) key << ',' << s;
+  key << '/';
+  for (int64_t z : zero_point) key << z << ',';
+  int v = values_.KeepShared(key.str(), [&] {
+    memory real(Plain(shape), Engine());
+    auto* out = static_cast<float*>(real.get_data_handle());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(g_.const_data(packed).data());
+    bool is_signed = dtype == "int8";
+    for (int64_t i = 0; i < count; ++i) {
+      size_t c = channels == 1 ? 0 : static_cast<size_t>((i / inner) % channels);
+      double q = is_signed ? static_cast<int8_t>(bytes[i]) : bytes[i];
+      double z = static_cast<double>(zero_point[zero_point.size() == 1 ? 0 : c]);
+      out[i] = static_cast<float>((q - z) * scale[c]);
+    }
+    return real;
+  });
+  values_.Bind(op.output, v);
 }
 
 // The s8 weights of a qnn.conv*/qnn.matmul in layout `desc` (WeightScales along `mask`).
@@ -305,7 +361,7 @@ primitive_attr Builder::QuantizedAttr(const Attrs& a, memory::data_type out, int
 size_t Builder::QuantizedConv(size_t k, const Attrs& a) {
   const BodyOp& op = g_.ops()[k];
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
-  int x = op.inputs[0], w = op.inputs[1];
+  int x = op.inputs[0];
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
   const ConvDims c = ConvShape(op, a);
   if (WindowsAsMatmul(op, a, c)) return k + 1;
@@ -318,7 +374,7 @@ size_t Builder::QuantizedConv(size_t k, const Attrs& a) {
                    op.inputs.size() == 3 ? &bias : nullptr, Any(DimsOf(ys), out), attr);
   args.push_back({DNNL_ARG_SRC, As(x, pd.src_desc()), pd.src_desc()});
   args.push_back({DNNL_ARG_WEIGHTS,
-                  QuantizedWeights(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc(), a, weight_mask),
+                  QuantizedWeights(QuantizedWeightView(op, a, Plain(c.weights)), pd.weights_desc(), a, weight_mask),
                   pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, pd.dst_desc()), pd.dst_desc()});
@@ -333,7 +389,7 @@ size_t Builder::QuantizedConv(size_t k, const Attrs& a) {
 // (AVX-512 VNNI, 2 threads). The weight is laid out [tap][channel][K] once, at load; the matmul writes the
 // conv's output in NWC. Exact either way (int32 sums). False, adding nothing, for any other conv.
 bool Builder::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c) {
-  int x = op.inputs[0], w = op.inputs[1];
+  int x = op.inputs[0];
   const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
   // a conv2d over a W = 1 image with a kernel of width 1 is the same conv1d (Magika's Conv1D export)
   bool conv2d = op.kernel == "qnn.conv2d" && xs.size() == 4 && xs[3] == 1 && c.weights.size() == 4 && c.weights[3] == 1;
@@ -359,8 +415,8 @@ bool Builder::WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& 
   // [K, C, taps] (OIW) read as [tap][C][K] into plain s8 (quantized per K when sent in real units): the rows
   // of the matmul's weight, then packed (oneDNN has no scaled reorder into the packed layout). Only the packed
   // copy is kept.
-  Desc by_tap({taps, channels, outs}, memory::data_type::f32, Dims{1, taps, channels * taps});
-  memory staged = ValueTable::Reordered(memory(by_tap, Engine(), const_cast<float*>(g_.const_data(w).data())),
+  int by_tap = QuantizedWeightView(op, a, Desc({taps, channels, outs}, memory::data_type::f32, Dims{1, taps, channels * taps}));
+  memory staged = ValueTable::Reordered(memory(values_[by_tap].desc, Engine(), values_.ConstData(values_[values_.Root(by_tap)].slot)),
                             Plain({taps, channels, outs}, memory::data_type::s8), WeightScales(a), 1 << 2);
   memory rows_of_weight(Plain({taps * channels, outs}, memory::data_type::s8), Engine(), staged.get_data_handle());
   int packed = values_.KeepConst(ValueTable::Reordered(rows_of_weight, pd.weights_desc()));
@@ -380,7 +436,8 @@ size_t Builder::QuantizedMatmul(size_t k, const Attrs& a) {
   if (op.inputs.size() != 2 && op.inputs.size() != 3) Fail(op.where + " takes 2 or 3 inputs");
   int x = op.inputs[0], w = op.inputs[1];
   if (g_.tensor(w).kind != Kind::kConst) Fail(op.where + ": the weight must be a constant (it is reordered at load)");
-  const auto &xs = g_.Shape(x), &ws = g_.Shape(w), &ys = g_.Shape(op.output);
+  const std::vector<int64_t> ws = WeightShape(op);
+  const auto &xs = g_.Shape(x), &ys = g_.Shape(op.output);
   if (xs.size() < 2 || ws.size() < 2 || xs.back() != ws[ws.size() - 2] || ys.back() != ws.back() ||
       ys.size() != std::max(xs.size(), ws.size()))
     Fail(op.where + ": shapes " + ShapeStr(xs) + " x " + ShapeStr(ws) + " -> " + ShapeStr(ys) + " do not match");
@@ -399,7 +456,7 @@ size_t Builder::QuantizedMatmul(size_t k, const Attrs& a) {
                                   : dnnl::matmul::primitive_desc(Engine(), src, w_any, dst, attr);
   args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, DataType(g_.tensor(x)))), src});
   args.push_back({DNNL_ARG_WEIGHTS,
-                  QuantizedWeights(values_.ConstView(values_.of(w), Plain(Padded(ws, rank))), pd.weights_desc(), a, weight_mask),
+                  QuantizedWeights(QuantizedWeightView(op, a, Plain(Padded(ws, rank))), pd.weights_desc(), a, weight_mask),
                   pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, dst), dst});
@@ -412,8 +469,9 @@ size_t Builder::QuantizedMatmul(size_t k, const Attrs& a) {
 // (a classifier, a token), and no slower for many (measured on AVX2 with 2 threads: [1, 2048] x [2048, 1000]
 // 0.04 ms against 0.15 ms). False, adding nothing, when oneDNN offers only its reference kernel.
 bool Builder::RowsAsConv(const BodyOp& op, const Attrs& a) {
-  int x = op.inputs[0], w = op.inputs[1];
-  const auto &xs = g_.Shape(x), &ws = g_.Shape(w);
+  int x = op.inputs[0];
+  const auto& xs = g_.Shape(x);
+  const std::vector<int64_t> ws = WeightShape(op);
   int64_t k = ws[0], n = ws[1], rows = g_.tensor(x).numel / k;
   memory::data_type in = DataType(g_.tensor(x)), out = DataType(g_.tensor(op.output));
   std::vector<Arg> args;
@@ -426,7 +484,7 @@ bool Builder::RowsAsConv(const BodyOp& op, const Attrs& a) {
   if (IsReference(pd)) return false;
   Desc transposed({n, k, 1, 1}, memory::data_type::f32, Dims{1, n, n * k, n * k});  // the [K, N] constant as OIHW
   args.push_back({DNNL_ARG_SRC, As(x, Plain(xs, in)), src});
-  args.push_back({DNNL_ARG_WEIGHTS, QuantizedWeights(values_.ConstView(values_.of(w), transposed), pd.weights_desc(), a, 1),
+  args.push_back({DNNL_ARG_WEIGHTS, QuantizedWeights(QuantizedWeightView(op, a, transposed), pd.weights_desc(), a, 1),
                   pd.weights_desc()});
   if (op.inputs.size() == 3) args.push_back({DNNL_ARG_BIAS, values_.of(op.inputs[2]), bias});
   args.push_back({DNNL_ARG_DST, Define(op.output, Plain(g_.Shape(op.output), out)), dst});

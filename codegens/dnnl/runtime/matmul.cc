@@ -25,7 +25,7 @@ size_t Builder::SideBySide(size_t k) {
     if (o.kernel != "relax.matmul" || o.inputs.size() != 2 || o.inputs[0] != a || merged_.count(j) || !alone(j))
       return false;
     const TensorInfo& w = g_.tensor(o.inputs[1]);
-    return w.kind == Kind::kConst && w.shape.size() == 2 && DataType(w) == memory::data_type::f32 &&
+    return IsConstant(o.inputs[1]) && w.shape.size() == 2 && DataType(w) == memory::data_type::f32 &&
            DataType(g_.tensor(o.output)) == memory::data_type::f32 && g_.Shape(o.output).size() == 2;
   };
   // Siblings all read `a`: a row read once has none, and the scan of the later ops is skipped.
@@ -49,8 +49,8 @@ size_t Builder::SideBySide(size_t k) {
     int64_t column = 0;
     for (int w : parts) {
       int64_t n = g_.Shape(w)[1];
-      const std::vector<float>& data = g_.const_data(w);
-      for (int64_t r = 0; r < depth; ++r) std::copy_n(data.data() + r * n, n, out + r * width + column);
+      const float* data = ConstFloats(w);
+      for (int64_t r = 0; r < depth; ++r) std::copy_n(data + r * n, n, out + r * width + column);
       column += n;
     }
     joined->second = values_.KeepConst(ValueTable::Reordered(plain, pd.weights_desc()));
@@ -94,12 +94,12 @@ size_t Builder::Matmul(size_t k) {
   // Unless the post-ops they add have no generated matmul kernel, where the node's own post-ops alone are kept.
   Fused f = FusePostOps(k, bias_ok, true);
   if (Fused own = FusePostOps(k, bias_ok); own.next != f.next) {
-    Desc weights = g_.tensor(b).kind == Kind::kConst ? Any(Padded(bs, rank)) : Plain(Padded(bs, rank));
+    Desc weights = IsConstant(b) ? Any(Padded(bs, rank)) : Plain(Padded(bs, rank));
     dnnl::matmul::primitive_desc with_later(Engine(), Plain(Padded(as, rank)), weights, Plain(ys),
                                             UserScratchpad(BuildPostOps(f, ys, nullptr)));
     if (!IsJit(with_later)) f = own;
   }
-  bool const_weights = g_.tensor(b).kind == Kind::kConst;
+  bool const_weights = IsConstant(b);
   Dims weight_dims = Padded(bs, rank);
   // [..., M, K] x [K, N] by a constant weight, as exporters write a Linear on rank-3 and rank-4 activations (torch's
   // dynamo exporter always; the others when the batch is symbolic, which keeps onnxsim from making it a Gemm): one

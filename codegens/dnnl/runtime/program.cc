@@ -14,6 +14,7 @@ Program::Program(const ParsedGraph& graph, int max_threads, std::shared_ptr<Shar
   OmpThreads omp;
   Builder(graph, &values_, &plan_).Build(max_threads, omp);
   plan_.Finish(graph);
+  values_.ReleaseUnread(plan_.Used());  // weights dequantized at load, once reordered for their primitives
 }
 
 }  // namespace dnnl_runtime

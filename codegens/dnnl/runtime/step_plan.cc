@@ -113,6 +113,13 @@ void StepPlan::PlanArena() {
   for (const Step& s : steps_) scratch_bytes_ = std::max(scratch_bytes_, AlignUp(s.scratchpad.get_size()));
 }
 
+std::set<int> StepPlan::Used() const {
+  std::set<int> used;
+  for (const Step& s : steps_)
+    for (const Arg& arg : s.args) used.insert(values_.Root(arg.value));
+  return used;
+}
+
 std::unique_ptr<StepPlan::Workspace> StepPlan::Take() const {
   {
     std::lock_guard<std::mutex> lock(pool_mutex_);

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -58,6 +59,8 @@ class StepPlan {
   // The steps are final: the graph's outputs bound to the caller's buffers (in place where their layout is plain),
   // the arena planned, the steps' timers made.
   void Finish(const ParsedGraph& graph);
+  // The values the steps read or write, by Root.
+  std::set<int> Used() const;
 
   struct Bound {  // a memory object on a caller's buffer, set per call
     int slot;

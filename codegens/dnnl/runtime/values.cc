@@ -58,16 +58,20 @@ std::string DescKey(const Desc& d) {
 // (one per shape of a graph with symbolic dims) share a graph constant's reorders through `shared_`.
 int ValueTable::ReorderConst(int v, const Desc& desc, const std::vector<double>& scales, int mask) {
   if (values_[v].desc == desc && scales.empty()) return v;
+  // a graph constant, or one made from graph constants alone for every program (KeepShared: a weight
+  // dequantized at load), is the same in every program of the module
+  auto made_shared = shared_keys_.find(Root(v));
+  bool shared = Root(v) < given_ || made_shared != shared_keys_.end();
   std::ostringstream key;
-  key << Root(v) << '/' << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
+  key << (made_shared != shared_keys_.end() ? made_shared->second : std::to_string(Root(v))) << '/'
+      << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
   for (double s : scales) key << ',' << s;
   auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
   if (fresh) {
     auto reorder = [&] {
       return Reordered(memory(values_[v].desc, Engine(), ConstData(values_[Root(v)].slot)), desc, scales, mask);
     };
-    // a graph constant is the same in every program of the module
-    kept->second = Root(v) < given_ ? KeepShared(key.str(), reorder) : KeepConst(reorder());
+    kept->second = shared ? KeepShared(key.str(), reorder) : KeepConst(reorder());
   }
   return kept->second;
 }
@@ -90,6 +94,15 @@ memory ValueTable::Reordered(memory source, const Desc& desc, const std::vector<
   }
   stream.wait();
   return converted;
+}
+
+void ValueTable::ReleaseUnread(const std::set<int>& read) {
+  for (const auto& [v, held] : shared_of_) {
+    if (read.count(v) || !shared_held_[held.first]) continue;
+    if (held.second) owned_const_bytes_ -= values_[v].desc.get_size();
+    consts_[values_[v].slot] = memory();
+    shared_held_[held.first].reset();
+  }
 }
 
 // A constant this program made (its memory is owned here, and counted in OwnedConstBytes).

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,8 +106,15 @@ class ValueTable {
     const memory& m = *shared_held_.back();
     consts_.push_back(m);
     if (made) owned_const_bytes_ += m.get_desc().get_size();  // counted by the program that made it
-    return New(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
+    int v = New(m.get_desc(), Storage::kConst, static_cast<int>(consts_.size() - 1));
+    shared_keys_[v] = key;
+    shared_of_[v] = {shared_held_.size() - 1, made};
+    return v;
   }
+  // Lets go of the constants KeepShared made that no step reads (`read`: the values the steps read, by Root): a
+  // weight dequantized at load once its primitive's layout is reordered from it. Another program needing it
+  // again makes it again. Once the program is final.
+  void ReleaseUnread(const std::set<int>& read);
   // oneDNN's quantization: real = scale * (q - zero_point). Scales and zero points are
   // execution arguments; the module keeps them as constants.
   template <class T>
@@ -135,6 +143,8 @@ class ValueTable {
   std::map<std::string, int> const_reorders_;  // (constant, view, layout, scales) -> value
   std::shared_ptr<SharedConsts> shared_;  // the module's weights reordered once for all its programs (or null)
   std::vector<std::shared_ptr<memory>> shared_held_;  // what this program takes from shared_: alive while it is
+  std::map<int, std::string> shared_keys_;  // a value KeepShared made -> its key (what its reorders are keyed by)
+  std::map<int, std::pair<size_t, bool>> shared_of_;  // a value KeepShared made -> (its shared_held_ index, made here)
   int given_ = 0;  // values [0, given_) are the graph's inputs and constants, alike in every program
   size_t owned_const_bytes_ = 0;
 };

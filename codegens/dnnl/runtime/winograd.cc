@@ -72,7 +72,7 @@ size_t Builder::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   // most of ResNet-18's first call at a new shape).
   int u_value = values_.KeepShared("winograd:" + std::to_string(w) + "/" + DescKey(pd.weights_desc()), [&] {
     std::vector<float> u(static_cast<size_t>(winograd::kPoints * g.c * g.k));
-    winograd::TransformWeights(g_.const_data(w).data(), g.k, g.c, u.data());
+    winograd::TransformWeights(ConstFloats(w), g.k, g.c, u.data());
     memory packed(pd.weights_desc(), Engine()), given(u_plain, Engine(), u.data());
     dnnl::stream stream(Engine());
     dnnl::reorder(given, packed).execute(stream, given, packed);
