@@ -156,6 +156,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.split", Alone<&Builder::Split>},
       {"relax.nn.batch_norm", Alone<&Builder::BatchNorm>},
       {"byoc.lrn", Alone<&Builder::Lrn>},
+      {"byoc.byte_table", Alone<&Builder::ByteTableOp>},
   };
   return table;
 }

@@ -302,6 +302,7 @@ class Builder {
   void LayerNorm(const BodyOp& op, const Attrs& a);
   void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
+  void ByteTableOp(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;
