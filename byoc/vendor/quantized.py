@@ -253,7 +253,7 @@ def qdq_table_rule(check, name: str = "qtable") -> QuantizedTableRule:
 
 
 def qdq_table_supported(match: Match) -> CheckResult:
-    """Per-tensor 8-bit quantization in and out, constant parameters, scalar float constants in the chain."""
+    """8-bit QDQ, per tensor in and out, with constant parameters; scalar float32 constants in the chain."""
     for call in match.ops_of("relax.quantize", "relax.dequantize"):
         quantized = call.output if call.op == "relax.quantize" else call.inputs[0]
         if quantized.dtype not in _INT8:
