@@ -84,6 +84,9 @@ CHAINS = {
     "erf-s8": ([("Erf", None, False)], TensorProto.INT8, TensorProto.INT8, (0.03, -3), (1 / 127, 0)),
     "gelu-div-erf": ([("Div", 1.4142135, False), ("Erf", None, False)], TensorProto.UINT8, TensorProto.UINT8,
                      (0.04, 120), (1 / 127.5, 128)),
+    # one op and a relu: the matcher folds them into one qnn.erf call whose output range is the relu's
+    "erf-relu": ([("Erf", None, False), ("Relu", None, False)], TensorProto.UINT8, TensorProto.INT8, (0.05, 128),
+                 (1 / 127, 0)),
     # a chain of several ops, constants on either side, into a signed output
     "mul-tanh-add-sigmoid-sub": ([("Mul", 0.7, False), ("Tanh", None, False), ("Add", 0.25, False),
                                   ("Sigmoid", None, False), ("Sub", 1.0, True)], TensorProto.UINT8,
