@@ -788,6 +788,8 @@ _RULES = (
     OpRule("silu", "relax.nn.silu", _base),
     OpRule("sqrt", "relax.sqrt", _base),
     OpRule("exp", "relax.exp", _base),
+    # ONNX's Erf where it is no GELU and no quantized unit's (those are gelu_erf and byte tables): a byoc kernel
+    OpRule("erf", "relax.erf", _base),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
     OpRule("power", "relax.power", all_of(_base, _scalar_exponent)),

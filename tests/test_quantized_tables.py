@@ -131,3 +131,27 @@ def test_unit_table_is_the_onnx_definition():
     out = QParams(np.float32(1 / 128).reshape(()), np.uint8(0).reshape(()), None, "uint8")
     table = unit_table(source, [SimpleNamespace(op="relax.erf", inputs=[], attrs={})], out)
     np.testing.assert_array_equal(table.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "batch"])
+def test_a_float_erf_between_float_ops_runs_on_dnnl(symbolic):
+    """An Erf that is no GELU and in no quantized unit (``x -> Mul -> Erf -> Add``, float32) is dnnl's too
+    (``dnnl.erf``, the runtime's Erf kernel: std::erf per element), within 2 float32 ulps of onnxruntime."""
+    from onnx import helper, numpy_helper
+
+    node = helper.make_node
+    inits = [numpy_helper.from_array(np.array(0.8, np.float32), "a"), numpy_helper.from_array(np.array(0.5, np.float32),
+                                                                                               "b")]
+    nodes = [node("Mul", ["x", "a"], ["t"]), node("Erf", ["t"], ["e"]), node("Add", ["e", "b"], ["y"])]
+    shape: list = ["batch", 37] if symbolic else [3, 37]
+    graph = helper.make_graph(nodes, "float_erf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    artifact = _compiled(model)
+    _one_partition(artifact)
+    for batch in (3, 5) if symbolic else (3,):
+        x = np.random.default_rng(batch).standard_normal((batch, 37)).astype(np.float32) * 2
+        got = artifact.run({"x": x})[0]
+        want = _ort(model, {"x": x}, integer_kernels=False)
+        np.testing.assert_allclose(got, want, rtol=0, atol=2 * np.spacing(np.float32(1.5)))

@@ -303,6 +303,7 @@ class Builder {
   void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
   void ByteTableOp(const BodyOp& op, const Attrs& a);
+  void ErfOp(const BodyOp& op);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;
