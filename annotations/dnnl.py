@@ -50,7 +50,8 @@ from byoc.codegens.dnnl import DnnlCodegen
 from byoc.codegens.dnnl.activations import GELU_CONSTANTS, HARDSWISH_CONSTANTS, near
 from byoc.codegens.limits import MAX_RANK
 from byoc.vendor import SUPPORTED, Match, OpRule, PatternRule, Vendor
-from byoc.vendor.quantized import OPTIONAL_UNIT_OPS, UNIT_OPS, WEIGHTED, qdq_rules, qdq_supported
+from byoc.vendor.quantized import (OPTIONAL_UNIT_OPS, UNIT_OPS, WEIGHTED, QuantizedUnitRule, qdq_rules, qdq_supported,
+                                   qdq_table_rule)
 
 NAME = "dnnl"
 
@@ -781,11 +782,20 @@ def _dynamic_matmul_rules():
             for core, check in (("matmul", _dynamic_matmul), ("conv2d", _dynamic_conv)) for bias in (True, False)]
 
 
+_QDQ_RULES = qdq_rules(all_of(qdq_supported, known_ranks(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
+                               avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS)
+_QDQ_UNITS = tuple(r for r in _QDQ_RULES if isinstance(r, QuantizedUnitRule))
+_LONE_QDQ = tuple(r for r in _QDQ_RULES if not isinstance(r, QuantizedUnitRule))  # lone quantize and dequantize
+
 _RULES = (
     # int8 QDQ units (byoc.vendor.quantized), before the float rules: oneDNN int8 conv and matmul,
     # the other units as dequantize -> float primitive -> quantize; symbolic dims as in the float rules.
-    *qdq_rules(all_of(qdq_supported, known_ranks(MAX_RANK), _non_empty, conv_layout_nchw, pool_layout_nchw,
-                            avg_pool_plain, _int8_limits), ops=UNIT_OPS + OPTIONAL_UNIT_OPS),
+    *_QDQ_UNITS,
+    # element-wise QDQ units (DQ -> Div -> Erf -> Q of an erf GELU, and any chain of element-wise ops with scalar
+    # constants between a DQ and a Q) as one 256-entry byte table each, computed from the ONNX definition; before
+    # the lone Q and DQ rules, which would take their ends
+    qdq_table_rule(all_of(known_ranks(MAX_RANK), _non_empty)),
+    *_LONE_QDQ,
     # quantize_dynamic's matmuls: the activation quantized per call, one oneDNN u8 x s8 matmul
     *_dynamic_matmul_rules(),
     # weight-only int4/int8 matmuls, before the float rules that would take their matmul alone
@@ -832,6 +842,8 @@ _RULES = (
     OpRule("silu", "relax.nn.silu", _base),
     OpRule("sqrt", "relax.sqrt", _base),
     OpRule("exp", "relax.exp", _base),
+    # ONNX's Erf where it is no GELU and no quantized unit's (those are gelu_erf and byte tables): a byoc kernel
+    OpRule("erf", "relax.erf", _base),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
     OpRule("power", "relax.power", all_of(_base, _scalar_exponent)),

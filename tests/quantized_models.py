@@ -226,6 +226,48 @@ def transformer_mlp(seed: int = 0) -> onnx.ModelProto:
     return _model(nodes, [1, 8, 16], [1, 8, 16], inits, "transformer_mlp")
 
 
+def gelu_mlp(seed: int = 0) -> onnx.ModelProto:
+    """A transformer's MLP block on 8 tokens of width 16 with an erf GELU as ONNX exporters write it: linear,
+    ``x * (1 + erf(x / sqrt 2)) * 0.5`` (Div, Erf, Add, Mul, Mul), linear, a residual add. Quantized, the
+    quantizer leaves ``DQ -> Div -> Erf -> Q`` (it quantizes no Div or Erf) between the Add and Mul units."""
+    rng = np.random.default_rng(seed)
+    inits = [_init(rng, "w1", (16, 32), 0.3), _init(rng, "b1", (32,)), _init(rng, "w2", (32, 16), 0.3),
+             _init(rng, "b2", (16,)), numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    node = helper.make_node
+    nodes = [node("MatMul", ["x", "w1"], ["h"], name="fc1"), node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+             node("Div", ["hb", "sqrt2"], ["d"], name="gelu_div"), node("Erf", ["d"], ["e"], name="gelu_erf"),
+             node("Add", ["e", "one"], ["e1"], name="gelu_add"), node("Mul", ["hb", "e1"], ["m"], name="gelu_mul"),
+             node("Mul", ["m", "half"], ["a"], name="gelu_half"),
+             node("MatMul", ["a", "w2"], ["o"], name="fc2"), node("Add", ["o", "b2"], ["ob"], name="fc2_bias"),
+             node("Add", ["ob", "x"], ["y"], name="residual")]
+    return _model(nodes, [1, 8, 16], [1, 8, 16], inits, "gelu_mlp")
+
+
+def qdq_chain(ops, source_dtype: int = TensorProto.UINT8, output_dtype: int = TensorProto.UINT8,
+              source=(0.05, 128), output=(1 / 128, 0), shape=(2, 64)) -> onnx.ModelProto:
+    """``x -> Q -> DQ -> ops -> Q -> DQ -> y``, the QDQ form of a lone element-wise unit: ``ops`` are
+    ``(op_type, constant or None, constant first)``, each reading the one before, a constant a float32 scalar.
+    ``source`` and ``output`` are the (scale, zero point) of the two quantizations."""
+    node = helper.make_node
+    zero = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
+    inits = [numpy_helper.from_array(np.array(source[0], np.float32), "xs"),
+             numpy_helper.from_array(np.array(source[1], zero[source_dtype]), "xz"),
+             numpy_helper.from_array(np.array(output[0], np.float32), "ys"),
+             numpy_helper.from_array(np.array(output[1], zero[output_dtype]), "yz")]
+    nodes = [node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]), node("DequantizeLinear", ["xq", "xs", "xz"], ["t0"])]
+    for i, (op, constant, first) in enumerate(ops):
+        inputs = [f"t{i}"]
+        if constant is not None:
+            inits.append(numpy_helper.from_array(np.array(constant, np.float32), f"c{i}"))
+            inputs = [f"c{i}", f"t{i}"] if first else [f"t{i}", f"c{i}"]
+        nodes.append(node(op, inputs, [f"t{i + 1}"], name=f"{op.lower()}{i}"))
+    n = len(ops)
+    nodes += [node("QuantizeLinear", [f"t{n}", "ys", "yz"], ["yq"]), node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])]
+    return _model(nodes, list(shape), list(shape), inits, "qdq_chain")
+
+
 def attention_block(seed: int = 0, width: int = 16, heads: int = 2) -> onnx.ModelProto:
     """A transformer layer on 8 tokens of width 16: Q, K, V projections, heads split by Reshape (copying the batch
     and sequence dims: shape ``[0, 0, heads, width / heads]``) and Transpose, scaled scores, softmax, the context

@@ -24,7 +24,9 @@ the quantization axes and the output range a folded relu or clip leaves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +34,9 @@ from byoc.vendor.checks import CONVS
 from byoc.vendor.ops import QParams, QuantizedUnit
 from byoc.vendor.rules import SUPPORTED, CheckResult, Match, OpRule, PatternRule
 
-__all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "UNIT_OPS", "qdq_rules",
-           "qdq_supported", "quantized_range"]
+__all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "TABLE_BINARY", "TABLE_UNARY",
+           "UNIT_OPS", "qdq_rules", "qdq_supported", "qdq_table_rule", "qdq_table_supported", "quantized_range",
+           "unit_table"]
 
 #: Quantized unit kinds: the float op at the unit's core (Relax name).
 UNIT_OPS = (
@@ -189,3 +192,139 @@ def qdq_supported(match: Match) -> CheckResult:
         what = "the weight" if constant else ("the output" if call.op == "relax.quantize" else "the input")
         return f"per-channel scale on axis {axis} of {what}"
     return SUPPORTED
+
+
+# -- element-wise units as byte tables ---------------------------------------------------------------
+
+#: One-tensor element-wise float ops a table unit chains (clip with its bounds as attributes).
+TABLE_UNARY = ("relax.erf", "relax.tanh", "relax.sigmoid", "relax.exp", "relax.log", "relax.sqrt", "relax.negative",
+               "relax.abs", "relax.nn.relu", "relax.clip", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu")
+#: Binary element-wise float ops a table unit chains, with a scalar constant on either side.
+TABLE_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.power")
+#: The longest chain of element-wise ops one table unit takes.
+MAX_TABLE_CHAIN = 6
+
+
+def _table_pattern():
+    """``quantize(f_n(...f_1(dequantize(x))))`` for 1 <= n <= MAX_TABLE_CHAIN element-wise steps, each a
+    :data:`TABLE_UNARY` op or a :data:`TABLE_BINARY` op with a constant operand; annotations: ``source``
+    (the dequantize)."""
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    source = _dequantized()
+    x = source
+    chains = []
+    for _ in range(MAX_TABLE_CHAIN):
+        step = is_op("relax.clip")(x, wildcard(), wildcard())
+        for op in TABLE_UNARY:
+            if op != "relax.clip":
+                step = step | is_op(op)(x)
+        for op in TABLE_BINARY:
+            step = step | is_op(op)(x, is_const()) | is_op(op)(is_const(), x)
+        x = step
+        chains.append(x)
+    body = chains[0]
+    for chain in chains[1:]:
+        body = body | chain
+    return is_op("relax.quantize")(body, is_const(), is_const()), {"source": source}
+
+
+@dataclass(frozen=True)
+class QuantizedTableRule(PatternRule):
+    """A :class:`PatternRule` that takes an element-wise QDQ unit computed as a 256-entry byte table."""
+
+    unit: str = "table"
+
+    def describe(self) -> str:
+        """The unit in one line, for the op table."""
+        return ("QDQ unit: DQ(*) -> 1-6 element-wise ops (" + ", ".join(o.rsplit(".", 1)[1] for o in TABLE_UNARY)
+                + "; " + ", ".join(o.rsplit(".", 1)[1] for o in TABLE_BINARY)
+                + " with a scalar constant) -> Q, as a byte table")
+
+
+def qdq_table_rule(check, name: str = "qtable") -> QuantizedTableRule:
+    """The rule that takes ``DQ(x) -> element-wise ops -> Q`` with 8-bit ``x`` and output as one unit whose
+    output is a function of x's 256 codes (:func:`unit_table`), under ``check`` and
+    :func:`qdq_table_supported`. List it after :func:`qdq_rules` (a lone relu or sigmoid unit is theirs) and
+    before the vendor's float rules. Its codegen computes the table with :func:`unit_table`."""
+    from byoc.vendor.checks import all_of
+
+    return QuantizedTableRule(name, _table_pattern, all_of(qdq_table_supported, check))
+
+
+def qdq_table_supported(match: Match) -> CheckResult:
+    """8-bit QDQ, per tensor in and out, with constant parameters; scalar float32 constants in the chain."""
+    for call in match.ops_of("relax.quantize", "relax.dequantize"):
+        quantized = call.output if call.op == "relax.quantize" else call.inputs[0]
+        if quantized.dtype not in _INT8:
+            return f"{quantized.dtype} QDQ (int8 and uint8 only)"
+        for param in call.inputs[1:3]:
+            if param.kind != "const" or param.data is None:
+                return "a scale or zero point that is not a constant"
+            if param.data.size != 1:
+                return "a per-channel quantization (a byte table is per tensor)"
+    for call in match.ops_of(*TABLE_BINARY):
+        for t in call.inputs:
+            if t.kind == "const" and (t.data is None or t.data.size != 1 or t.dtype != "float32"):
+                return f"a {call.op.rsplit('.', 1)[1]} by a constant that is not one float32 value"
+    for call in match.ops:
+        if call.op not in ("relax.quantize", "relax.dequantize") and call.output.dtype != "float32":
+            return f"{call.output.dtype} {call.op} (float32 only)"
+    return SUPPORTED
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.array([math.erf(float(v)) for v in np.asarray(x, np.float64).reshape(-1)]).reshape(np.shape(x))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+#: Each table op in float64, its result rounded to float32 (the ops' ONNX definitions).
+_UNARY_F64: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "relax.erf": _erf, "relax.tanh": np.tanh, "relax.sigmoid": _sigmoid, "relax.exp": np.exp, "relax.log": np.log,
+    "relax.sqrt": np.sqrt, "relax.negative": np.negative, "relax.abs": np.abs,
+    "relax.nn.relu": lambda x: np.maximum(x, 0.0),
+    "relax.nn.gelu": lambda x: 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0))),
+    "relax.nn.gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3))),
+    "relax.nn.silu": lambda x: x * _sigmoid(x),
+}
+_BINARY_F32: dict[str, Callable[[Any, Any], np.ndarray]] = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply": np.multiply,
+               "relax.divide": np.divide, "relax.power": np.power}
+
+
+def unit_table(source: QParams, steps, output: QParams) -> np.ndarray:
+    """The 256 output bytes of ``quantize(steps(dequantize(b)))`` for the bytes ``b`` 0..255 (an int8 byte ``b``
+    is the code ``int8(b)``; an int8 output code is stored as its byte), as ONNX defines each op.
+
+    ``steps`` are :class:`~byoc.vendor.ops.OpCall` objects of :data:`TABLE_UNARY` and :data:`TABLE_BINARY` in
+    order, each reading the one before (a binary's other operand a scalar constant). DequantizeLinear is
+    ``(code - zero point) * scale`` in float32; each op's result is float32 (a transcendental computed in
+    float64 and rounded once; a binary op in float32, as ONNX runtimes compute it); QuantizeLinear divides
+    by the scale in float32, rounds half to even, adds the zero point and saturates. A NaN quantizes to the
+    zero point.
+    """
+    codes = np.arange(256, dtype=np.uint8).view(source.dtype).astype(np.int32)
+    scale = np.float32(source.scale)
+    x = ((codes - int(source.zero_point)).astype(np.float32) * scale).astype(np.float32)
+    with np.errstate(all="ignore"):
+        for call in steps:
+            if call.op in _BINARY_F32:
+                first = call.inputs[0].kind != "const"  # the chain's tensor comes first: x op c
+                const = call.inputs[1] if first else call.inputs[0]
+                c = np.float32(np.asarray(const.data, np.float32).reshape(()))
+                x = _BINARY_F32[call.op](x, c) if first else _BINARY_F32[call.op](c, x)
+            elif call.op == "relax.clip":
+                x = np.clip(x, np.float32(call.attrs["min"]), np.float32(call.attrs["max"]))
+            elif call.op in _UNARY_F64:
+                x = _UNARY_F64[call.op](x.astype(np.float64))
+            else:
+                raise ValueError(f"{call.op} is not an element-wise op of a byte table")
+            x = np.asarray(x).astype(np.float32)
+        info = np.iinfo(output.dtype)
+        q = np.rint(x / np.float32(output.scale)).astype(np.float64) + int(output.zero_point)
+    q = np.where(np.isnan(q), int(output.zero_point), np.clip(q, info.min, info.max))
+    return q.astype(output.dtype).view(np.uint8)

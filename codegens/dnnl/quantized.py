@@ -271,6 +271,8 @@ def lowered_for_dnnl(graph: PartitionGraph) -> PartitionGraph:
             computed[call.output.id] = lowering.dequantized_constant(call.inputs[0], qdq_params(call))
         elif call.op in ("relax.quantize", "relax.dequantize"):
             ops += lowering.lone(call)
+        elif call.op == "byoc.byte_table":  # an element-wise unit already computed (tables.py)
+            ops.append(call)
         elif call.quant is None and call.output.dtype != "float32":
             ops += lowering.integer_as_float(call)
         elif call.quant is None:

@@ -187,6 +187,8 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.split", Alone<&Builder::Split>},
       {"relax.nn.batch_norm", Alone<&Builder::BatchNorm>},
       {"byoc.lrn", Alone<&Builder::Lrn>},
+      {"byoc.byte_table", Alone<&Builder::ByteTableOp>},
+      {"relax.erf", Alone<&Builder::ErfOp>},
   };
   return table;
 }

@@ -315,6 +315,8 @@ class Builder {
   void LayerNorm(const BodyOp& op, const Attrs& a);
   void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
+  void ByteTableOp(const BodyOp& op, const Attrs& a);
+  void ErfOp(const BodyOp& op);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;

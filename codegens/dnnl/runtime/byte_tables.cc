@@ -99,5 +99,33 @@ std::optional<ByteTable> Builder::TakeLastTable(int id) {
   return taken;
 }
 
+// byoc.byte_table: an 8-bit element-wise unit whose 256-entry table the codegen computed from the unit's ONNX
+// definition (codegens/dnnl/quantized.py: dequantize, element-wise float ops oneDNN may not have, such as Erf,
+// quantize). The source is read in a dense plain layout; a source that is itself a byte table read by nothing
+// else is composed into this one.
+void Builder::ByteTableOp(const BodyOp& op, const Attrs& a) {
+  Arity(op, 1);
+  SameShape(op, op.inputs[0]);
+  std::vector<int64_t> entries = a.Ints("table");
+  if (entries.size() != 256) Fail(op.where + ": a byte table of " + std::to_string(entries.size()) + " entries, not 256");
+  std::vector<uint8_t> table(256);
+  for (int b = 0; b < 256; ++b) table[b] = static_cast<uint8_t>(entries[b] & 0xff);
+  int source = op.inputs[0];
+  if (std::optional<ByteTable> upstream = TakeLastTable(source)) {
+    std::vector<uint8_t> composed(256);
+    for (int b = 0; b < 256; ++b) composed[b] = table[upstream->table[b]];
+    table = std::move(composed);
+    source = upstream->source;
+  }
+  const std::vector<int64_t>& shape = g_.Shape(source);
+  Desc src = Plain(shape, DataType(g_.tensor(source)));
+  Desc dst = Plain(shape, DataType(g_.tensor(op.output)));
+  int from = As(source, src);
+  int64_t count = static_cast<int64_t>(src.get_size());
+  byte_tables_[op.output] = {source, table, plan_.size()};
+  AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, src}, {DNNL_ARG_DST, Define(op.output, dst), dst}}, Desc(),
+          std::make_shared<LookupTable>(std::move(table), count));
+}
+
 }  // namespace dnnl_runtime
 }  // namespace byoc

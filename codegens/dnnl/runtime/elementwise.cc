@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "builder.h"
+#include "kernels.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -19,6 +20,16 @@ void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
   int dst = Define(output, pd.dst_desc());
   AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
           pd.scratchpad_desc());
+}
+
+// relax.erf: the byoc Erf kernel over the source in a dense plain layout.
+void Builder::ErfOp(const BodyOp& op) {
+  Arity(op, 1);
+  SameShape(op, op.inputs[0]);
+  Desc desc = Plain(g_.Shape(op.inputs[0]));
+  int from = As(op.inputs[0], desc);
+  AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, desc}, {DNNL_ARG_DST, Define(op.output, desc), desc}}, Desc(),
+          std::make_shared<Erf>(static_cast<int64_t>(desc.get_size() / sizeof(float))));
 }
 
 // A one-input element-wise op (or a power with a scalar constant exponent) as a oneDNN

@@ -1,9 +1,10 @@
 // kernels.h -- steps byoc computes itself between oneDNN primitives: the Winograd transforms, byte tables,
-// the windows of a conv1d and a pad's fill (their loops: winograd.h, byte_table.h).
+// ONNX's Erf, the windows of a conv1d and a pad's fill (their loops: winograd.h, byte_table.h).
 #ifndef BYOC_DNNL_KERNELS_H_
 #define BYOC_DNNL_KERNELS_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "byte_table.h"
@@ -90,6 +91,24 @@ class LookupTable : public Kernel {
 
  private:
   std::vector<uint8_t> table_;
+  int64_t count_;
+};
+
+// ONNX's Erf over a dense float32 tensor (oneDNN has no erf eltwise; its gelu_erf is 0.5 x (1 + erf(x / sqrt 2))):
+// std::erf per element, for an Erf between float ops (the GELU spelled as ops is one gelu_erf op instead).
+class Erf : public Kernel {
+ public:
+  explicit Erf(int64_t count) : count_(count) {}
+  const char* Name() const override { return "erf"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) y[i] = std::erf(x[i]);
+    });
+  }
+
+ private:
   int64_t count_;
 };
 
