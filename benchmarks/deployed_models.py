@@ -384,14 +384,10 @@ def make(arch: Arch, form: str, out: Path, force: bool) -> Path:
 
 # -- checks and the catalog ----------------------------------------------------------------
 def ort_outputs(path: Path, inputs: dict, disable_all: bool = False) -> list:
-    import onnxruntime as ort
+    """onnxruntime's outputs (CPU, 2 threads); ``disable_all``: with graph optimizations off, the definition."""
+    from real_models_catalog import onnxruntime_outputs
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    if disable_all:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return [np.asarray(o) for o in session.run(None, inputs)]
+    return onnxruntime_outputs(path, inputs, definition=disable_all)
 
 
 def max_abs_err(outputs: list, reference: list) -> float:
