@@ -21,7 +21,10 @@ For each file of ``<cache>/deployed/catalog.jsonl`` (``--models-dir``), at its o
   and the contrib op's reference kernel define it), onnxruntime's own fused run's error against it, and byoc's.
   Issue 45 counts a quantized result correct when byoc's error against the definition is within onnxruntime's
   own fused run's (the ``within ort`` column; both rounded, the fused kernels requantize differently), give or
-  take float32 rounding: ``FLOAT_FLOOR`` (1e-5) times the largest output magnitude.
+  take float32 rounding: ``FLOAT_FLOOR`` (1e-5) times the largest output magnitude. Where the float export the
+  form was made from is cached (``<arch>_float.onnx``), both sides' error against its outputs too (``ort vs
+  float``, ``byoc vs float``): what the deployed form costs in accuracy, which float rounding between units cannot
+  hide the way it flips a code against the definition.
 * **latency**: byoc's exported artifact and onnxruntime on the file (``intra_op_num_threads=2``; the artifact
   uses byoc's default, every core: 2 here), each in its own long-lived process, timed one process at a time
   round by round (``time_interleaved`` of benchmarks/timing_processes.py): the median over ``--runs`` rounds of
@@ -114,6 +117,18 @@ def judge(row: dict) -> bool:
     return bool(row["byoc_vs_definition"] <= row["ort_fused_vs_definition"] + FLOAT_FLOOR * row["ort_scale"])
 
 
+def _float_model_outputs(path: Path, entry: dict, inputs: dict):
+    """onnxruntime's outputs of the float export a deployed form was made from (its accuracy: what quantizing or
+    halving the model cost), or None for the float form itself or when the float file is not there."""
+    float_path = path.with_name(f"{entry['arch']}_float.onnx")
+    if entry["form"] not in JUDGED or not float_path.exists():
+        return None
+    try:
+        return catalog.ort_outputs(float_path, inputs)
+    except Exception:  # noqa: BLE001 - a float model that takes other inputs has no comparison
+        return None
+
+
 # -- one file -------------------------------------------------------------------------------
 def bench_file(entry: dict, args, tmp: Path) -> dict:
     """Build (own process), errors against onnxruntime and its definition, then time: one row."""
@@ -132,6 +147,9 @@ def bench_file(entry: dict, args, tmp: Path) -> dict:
     row["ort_scale"] = max(float(np.abs(r).max(initial=0)) for r in reference)
     if definition is not None:
         row["ort_fused_vs_definition"] = catalog.max_abs_err(reference, definition)
+    float_reference = _float_model_outputs(path, entry, inputs)
+    if float_reference is not None:
+        row["ort_vs_float"] = catalog.max_abs_err(reference, float_reference)
     input_file = tmp / f"{name}-inputs.npz"
     np.savez(input_file, *inputs.values())
     lib = tmp / f"{name}.so"
@@ -156,6 +174,8 @@ def bench_file(entry: dict, args, tmp: Path) -> dict:
     if definition is not None:
         row["byoc_vs_definition"] = catalog.max_abs_err(outputs, definition)
         row["within_ort"] = judge(row)
+    if float_reference is not None:
+        row["byoc_vs_float"] = catalog.max_abs_err(outputs, float_reference)
     if row["status"] == "ok" and args.runs > 0:
         measured = timing.time_interleaved({"onnxruntime": ("onnxruntime", path), "byoc": ("byoc", lib)}, inputs,
                                            args, tmp, args.runs, args.warmup, calls=args.calls,
@@ -187,9 +207,9 @@ def _ops(counts: dict) -> str:
 def table(rows: list) -> list[str]:
     """The Markdown table: one line per file, failures included (their status says where and why)."""
     lines = ["| model | form | contrib ops in the file | byoc builds | partitions | host op types | "
-             "max abs err vs ort | ort fused vs def | byoc vs def | within ort | byoc ms | ort ms | byoc/ort | "
-             "artifact / onnx |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "max abs err vs ort | ort fused vs def | byoc vs def | within ort | ort vs float | byoc vs float | "
+             "byoc ms | ort ms | byoc/ort | artifact / onnx |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         status = row.get("status", "?")
         if status == "ok":
@@ -206,7 +226,8 @@ def table(rows: list) -> list[str]:
             f"| {row['arch']} | {row['form']} | {_ops(row.get('contrib_ops', {}))} | {builds} | "
             f"{row.get('partitions', '-')} | {', '.join(row.get('host_op_types', [])) or '-'} | "
             f"{_num(row.get('max_abs_err'))} | {_num(row.get('ort_fused_vs_definition'))} | "
-            f"{_num(row.get('byoc_vs_definition'))} | {within} | {_num(row.get('byoc_ms'), '.1f')} | "
+            f"{_num(row.get('byoc_vs_definition'))} | {within} | {_num(row.get('ort_vs_float'))} | "
+            f"{_num(row.get('byoc_vs_float'))} | {_num(row.get('byoc_ms'), '.1f')} | "
             f"{_num(row.get('onnxruntime_ms'), '.1f')} | {_num(row.get('vs_onnxruntime'), '.2f')} | {size} |")
     return lines
 
