@@ -151,6 +151,40 @@ def dynamic_linear(rows_shape, k, n, per_channel=False):
     return build
 
 
+def qdq_conv(c_in, c_out, size, k=3, batch=2):
+    """A conv + relu quantized by onnxruntime's quantize_static with its defaults (QDQ, s8 activations and
+    full-range s8 weights, per tensor), exported with a symbolic batch: compiled once, timed at ``batch``."""
+    def build():
+        import logging
+
+        from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+        g = Graph()
+        x = g.input("x", ["batch", c_in, size, size])
+        pad = (k - 1) // 2
+        y = g.op("Relu", [g.op("Conv", [x, g.const([c_out, c_in, k, k], 1 / math.sqrt(c_in * k * k)), g.const([c_out])],
+                               kernel_shape=[k, k], pads=[pad] * 4)])
+        float_model = g.model(y, ["batch", c_out, size, size])
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                rng = np.random.default_rng(RNG_SEED)
+                self.feeds = iter([{"x": rng.standard_normal((1, c_in, size, size)).astype(np.float32)}
+                                   for _ in range(4)])
+
+            def get_next(self):
+                return next(self.feeds, None)
+
+        logging.getLogger().setLevel(logging.ERROR)  # the quantizer's advice to pre-process
+        with tempfile.TemporaryDirectory() as tmp:
+            onnx.save(float_model, f"{tmp}/f.onnx")
+            quantize_static(f"{tmp}/f.onnx", f"{tmp}/q.onnx", Reader())
+            model = onnx.load(f"{tmp}/q.onnx")
+        onnx.helper.set_model_props(model, {timing.TEST_DIMS_KEY: json.dumps({"batch": batch})})
+        return model
+    return build
+
+
 def attention(heads, tokens, head_dim, mask):
     """softmax(Q Kt * scale + mask) V with Q, K, V [1, heads, T, d] and a [1, 1, 1, T] additive mask."""
     def build():
@@ -272,6 +306,9 @@ CASES = [
     ("matmul_dynamic_int8", "Linear [1,128,3072]x[3072,768]+b", dynamic_linear([1, 128], 3072, 768)),
     ("matmul_dynamic_int8", "Linear [1,1,768]x[768,768]+b (one token)", dynamic_linear([1, 1], 768, 768)),
     # weight-only int4 (onnxruntime's MatMulNBits): an LLM's decode step (GEMV, one token) and its prefill (GEMM)
+    # quantize_static's int8 conv, compiled with a symbolic batch (one artifact for every batch), timed at batch 2
+    ("conv_int8", "QDQ 3x3 64->64 56x56, batch symbolic (2)", qdq_conv(64, 64, 56)),
+    ("conv_int8", "QDQ 1x1 256->64 56x56, batch symbolic (2)", qdq_conv(256, 64, 56, k=1)),
     ("matmul_nbits", "int4 GEMV [1,2048]x[2048,2048] block 32", matmul_nbits(1, 2048, 2048)),
     ("matmul_nbits", "int4 GEMV [1,4096]x[4096,4096] block 32", matmul_nbits(1, 4096, 4096)),
     ("matmul_nbits", "int4 GEMV [1,4096]x[4096,4096] block 128", matmul_nbits(1, 4096, 4096, block=128)),

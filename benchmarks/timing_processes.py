@@ -61,17 +61,25 @@ def machine_class() -> str:
 
 
 # -- timing processes: one long-lived subprocess per configuration ---------------------
+#: the model metadata key whose JSON gives a size to each symbolic input dim (``{"batch": 2}``), for a benchmark
+#: model compiled with symbolic dims and timed at one shape (benchmarks/ops.py's int8 conv with a symbolic batch)
+TEST_DIMS_KEY = "byoc.benchmark.test_dims"
+
+
 def random_inputs(path: Path) -> dict:
-    """Seeded random arrays for the ONNX model's inputs, by name, in graph order."""
+    """Seeded random arrays for the ONNX model's inputs, by name, in graph order; a symbolic dim takes its size
+    from the model's ``TEST_DIMS_KEY`` metadata, else 1."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
     rng = np.random.default_rng(1)
     initializers = {i.name for i in model.graph.initializer}
+    test_dims = json.loads(next((p.value for p in model.metadata_props if p.key == TEST_DIMS_KEY), "{}"))
     inputs = {}
     for vi in model.graph.input:
         if vi.name not in initializers:
-            shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            shape = [d.dim_value if d.HasField("dim_value") else int(test_dims.get(d.dim_param, 1))
+                     for d in vi.type.tensor_type.shape.dim]
             dtype = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
             inputs[vi.name] = rng.standard_normal(shape).astype(dtype)
     return inputs
