@@ -287,3 +287,32 @@ def test_a_quantized_constant_computation_is_folded_not_offloaded():
     assert {d.node.name for d in artifact.plan.decisions.values()} == {"scale_x", "boxes"}
     x = np.random.default_rng(3).standard_normal((4, 4)).astype(np.float32)
     np.testing.assert_array_equal(artifact.run({"x": x})[0], _ort(model, {"x": x}, integer_kernels=False))
+
+
+def test_an_embedding_lookup_gathers_8_bit_rows_then_dequantizes_them():
+    """quantize_static's embedding, Gather(DQ(table), ids), is Gather then DQ of the rows: the same values, without
+    dequantizing the whole table on every call (GPT-2's token embedding was a partition of its own)."""
+    from onnx import TensorProto, helper
+
+    from byoc.pipeline.frontend.prepare import prepare
+    from models import onnxruntime_outputs
+
+    r = np.random.default_rng(5)
+    table = r.integers(-128, 128, (50, 16)).astype(np.int8)
+    nodes = [helper.make_node("DequantizeLinear", ["table", "s", "zp"], ["table_f"], name="dq_table"),
+             helper.make_node("Gather", ["table_f", "ids"], ["rows"], name="embed"),
+             helper.make_node("Relu", ["rows"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 7, 16])],
+                              [numpy_helper.from_array(table, "table"),
+                               numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+                               numpy_helper.from_array(np.array(3, np.int8), "zp")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    prepared = prepare(m)
+    gathers = [n for n in prepared.model.graph.node if n.op_type == "Gather"]
+    assert [n.input[0] for n in gathers] == ["table"]  # the int8 table itself, no float copy of it
+    assert prepared.origin[gathers[0].name] == "embed"
+    artifact = byoc.compile(m, vendors=["dnnl"])
+    for batch in (1, 3):
+        ids = r.integers(0, 50, (batch, 7)).astype(np.int64)
+        np.testing.assert_array_equal(artifact.run({"ids": ids})[0], onnxruntime_outputs(m, {"ids": ids})[0])

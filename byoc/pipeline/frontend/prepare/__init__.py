@@ -73,6 +73,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     """
     from byoc.pipeline.frontend.prepare.qdq_form import (
         dequantized_constants_outside_units,
+        gathered_before_dequantize,
         held_integer_constants,
         restore_held,
         unshared_dequantize,
@@ -93,6 +94,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
     # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
     source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
+    source, gathered_from = gathered_before_dequantize(source)
+    quantized_from.update({name: quantized_from.get(node, node) for name, node in gathered_from.items()})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
     foldable, held = held_integer_constants(source)
     foldable, strided = as_strided_reshapes(_dropouts_as_identity(foldable))

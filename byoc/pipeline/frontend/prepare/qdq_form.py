@@ -14,7 +14,8 @@ would lose them:
   its DequantizeLinear nodes. :func:`unshared_dequantize` gives each consumer
   its own copy, as onnxruntime's ``EnsureUniqueDQForNodeUnit`` does.
 
-Neither step changes what the model computes.
+Neither step changes what the model computes. A third, :func:`gathered_before_dequantize`, moves an embedding
+lookup in front of its table's dequantization, which computes the same too.
 """
 
 from __future__ import annotations
@@ -385,3 +386,66 @@ def dequantized_constants_outside_units(model: onnx.ModelProto) -> onnx.ModelPro
     out.graph.node.extend(kept)
     _drop_unread_initializers(out.graph, outputs)
     return out
+
+
+def gathered_before_dequantize(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``Gather(DQ(table), ids)`` as ``DQ(Gather(table, ids))``, for a constant 8-bit table with one scale and zero
+    point: the same values (dequantizing is element-wise), but a call gathers the rows it needs at 8 bits and
+    dequantizes those, where the quantizer's form dequantizes the whole table on every call (GPT-2's 50257 x 768
+    token embedding: a partition of its own, 154 MB of float32 written per token) or folds it into a float copy.
+
+    Returns the model (``model`` itself when nothing qualifies) and a map from each new node's name to the node it
+    stands for: the Gather, or the DequantizeLinear when no other node read it (it is dropped, and the row
+    dequantization is its).
+    """
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+
+    def dequantized_table(gather: onnx.NodeProto) -> Optional[onnx.NodeProto]:
+        dq = producer.get(gather.input[0]) if gather.input else None
+        if gather.op_type != "Gather" or gather.domain not in ("", "ai.onnx") or dq is None \
+                or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx"):
+            return None
+        table, params = dq.input[0], [x for x in dq.input[1:] if x]
+        if table not in initializers or initializers[table].data_type not in (TensorProto.INT8, TensorProto.UINT8) \
+                or not all(x in initializers and np.prod(initializers[x].dims, dtype=np.int64) == 1 for x in params):
+            return None
+        return dq
+
+    pairs = [(node, dq) for node in graph.node if (dq := dequantized_table(node)) is not None]
+    if not pairs:
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    made_from: dict[str, str] = {}
+    replaced = {gather.name: dq for gather, dq in pairs}
+    tables = {dq.name: dq.output[0] for _, dq in pairs}  # each dequantized table, by its DequantizeLinear
+    dropped = {name for name, table in tables.items()
+               if table not in outputs and all(r.name in replaced for r in readers[table])}
+    nodes = []
+    for node in out.graph.node:
+        if node.name in dropped:
+            continue
+        dq = replaced.get(node.name)
+        if dq is None:
+            nodes.append(node)
+            continue
+        rows = f"{node.name}/rows"
+        nodes.append(helper.make_node("Gather", [dq.input[0], *node.input[1:]], [rows], name=rows,
+                                      **{a.name: helper.get_attribute_value(a) for a in node.attribute}))
+        nodes.append(helper.make_node("DequantizeLinear", [rows, *dq.input[1:]], list(node.output),
+                                      name=f"{node.name}/dequantize"))
+        made_from.update({rows: node.name, f"{node.name}/dequantize": dq.name if dq.name in dropped else node.name})
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    gone = {tables[name] for name in dropped}
+    kept = [vi for vi in out.graph.value_info if vi.name not in gone]
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(kept)
+    return out, made_from
