@@ -34,7 +34,8 @@ def read_as_the_writers_meant(model: onnx.ModelProto) -> None:
       (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`).
     """
     from byoc.pipeline.frontend.prepare.contrib_ops import ORT_DEFAULT_DOMAIN_OPS
-    from byoc.pipeline.frontend.prepare.node_rewrite import MS_DOMAIN, default_opset
+    from byoc.pipeline.frontend.onnx_model import default_opset
+    from byoc.pipeline.frontend.prepare.node_rewrite import MS_DOMAIN
 
     graph = model.graph
     for vi in [*graph.input, *graph.output, *graph.value_info]:

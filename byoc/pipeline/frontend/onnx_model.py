@@ -149,3 +149,8 @@ def index_inputs(model: Optional[onnx.ModelProto]) -> dict[str, tuple[int, str]]
         if node.input[1] not in found or extent < found[node.input[1]][0]:
             found[node.input[1]] = (extent, node.name)
     return found
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The version of ONNX's own domain the model is written in (1 when it imports none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)

@@ -27,7 +27,7 @@ from byoc.pipeline.frontend.check import (
 )
 from byoc.pipeline.frontend.dims import DimSetting, split_dim_settings
 from byoc.pipeline.frontend.load import ModelSource, load_model
-from byoc.pipeline.frontend.onnx_model import DimRange, ImportedModel, OnnxNode, TensorSpec, name_nodes
+from byoc.pipeline.frontend.onnx_model import DimRange, ImportedModel, OnnxNode, TensorSpec, default_opset, name_nodes
 from byoc.pipeline.frontend.prepare import prepare
 from byoc.pipeline.frontend.prepare.simplify import QUIET_LOCK
 from byoc.pipeline.frontend.shapes import apply_input_shapes, model_inputs, name_dims
@@ -145,9 +145,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     from byoc.pipeline.frontend.prepare.qdq_form import held_integer_constants
 
     quiet_in_range_take()  # the constant folding below legalizes takes
-    opset = next(
-        (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1
-    )
+    opset = default_opset(model)
     # FoldConstant would compute DQ(integer weight) into a float constant: the weights
     # are parameters while it runs, and bound as constants after.
     model, held = held_integer_constants(model)

@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import UnsupportedAttributeError
-from byoc.pipeline.frontend.onnx_model import subgraphs
+from byoc.pipeline.frontend.onnx_model import default_opset, subgraphs
 
 __all__ = ["MS_DOMAIN", "NodeRewrite", "Rewrites", "node_key", "rewrite_nodes"]
 
@@ -181,11 +181,6 @@ class NodeRewrite:
             return self.add_multi("Split", [x, self.ints(f"{suffix}_sizes", sizes)], suffix, len(sizes), axis=axis)
         return self.add_multi("Split", [x], suffix, len(sizes), axis=axis, split=list(sizes))
 
-    def slice_last(self, x: str, start: int, end: int, suffix: str) -> str:
-        """``x[..., start:end]``."""
-        return self.add("Slice", [x, self.ints(f"{suffix}_starts", [start]), self.ints(f"{suffix}_ends", [end]),
-                                  self.ints(f"{suffix}_axes", [-1])], suffix)
-
     def dims_of(self, x: str, start: int, end: int, suffix: str) -> str:
         """``x.shape[start:end]`` as an int64 tensor (Shape, Slice), for a Reshape whose target holds symbolic
         dims the importer cannot work out from a -1 (a product of sums: ``S * (P + S) / (P + S)``)."""
@@ -249,10 +244,6 @@ Rewrites = dict[tuple[str, str], Callable[[NodeRewrite], None]]
 def node_key(node: onnx.NodeProto) -> tuple[str, str]:
     """A node's (domain, op type), with ONNX's own domain as ''."""
     return ("" if node.domain in ("", "ai.onnx") else node.domain, node.op_type)
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 def rewrite_nodes(model: onnx.ModelProto, table: Rewrites) -> tuple[onnx.ModelProto, dict[str, str]]:

@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
-from byoc.pipeline.frontend.onnx_model import subgraphs
+from byoc.pipeline.frontend.onnx_model import default_opset, subgraphs
 
 __all__ = ["RECURRENT_OPS", "decompose_recurrent"]
 
@@ -128,7 +128,7 @@ class _Context:
     """What the builders need to know about the whole model: opset, shapes, constants, names."""
 
     def __init__(self, model: onnx.ModelProto, graphs: list):
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self.opset = default_opset(model)
         self.graphs = graphs
         self._model = model
         self._inferred = None

@@ -19,6 +19,7 @@ import onnx
 from onnx import shape_inference
 
 from byoc.errors import first_line
+from byoc.pipeline.frontend.onnx_model import default_opset
 
 #: The distribution that folds the model (see docs/design.md for the measurement).
 SIMPLIFIER = "onnxsim"
@@ -109,10 +110,6 @@ def _loosened(model: onnx.ModelProto, output_shapes: bool = True) -> onnx.ModelP
     return out
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-
-
 def candidates(model: onnx.ModelProto):
     """``(simplified model, tool)`` to try in order, last ``(None, "")``: the model as given.
 
@@ -201,7 +198,7 @@ def _onnxsim_pass(onnxsim, model: onnx.ModelProto, optimize: bool) -> onnx.Model
         _loosened(model),
         check_n=0,  # byoc.tools.verify compares the build with onnxruntime on the user's model
         perform_optimization=optimize,
-        skip_fuse_bn=_opset(model) >= _FUSE_BN_BELOW_OPSET,
+        skip_fuse_bn=default_opset(model) >= _FUSE_BN_BELOW_OPSET,
         skipped_optimizers=list(_SKIPPED_PASSES) + (_SKIPPED_WHEN_SYMBOLIC if _has_symbolic_inputs(model) else []),
         include_subgraph=True,
         certify=False,
