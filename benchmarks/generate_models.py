@@ -27,7 +27,8 @@ makes it again)::
     DIR/catalog.jsonl         one JSON line per model (also printed to stdout)
 
 The architectures (seeded random weights from transformers configs, ``initializer_range`` 0.05 so the logits are
-not flat; no hub access), each with the same tokenizer: a ``tokenizers`` WordLevel tokenizer over ``<unk> <s>
+not flat, then every bias N(0, 0.02) and every norm weight 1 + N(0, 0.1), where transformers' init leaves 0 and 1
+that an exporter could drop unseen; no hub access), each with the same tokenizer: a ``tokenizers`` WordLevel tokenizer over ``<unk> <s>
 </s> <pad> w0 .. w2043`` (ids 0-3 special, vocab 2048), split on whitespace, saved through transformers'
 PreTrainedTokenizerFast (the builder copies it; nothing here tokenizes text):
 
@@ -36,7 +37,8 @@ PreTrainedTokenizerFast (the builder copies it; nothing here tokenizes text):
 * ``qwen2``: Qwen2ForCausalLM, 2 layers, hidden 512, 8 heads, 2 kv heads, head_dim 64, FFN 1408, q/k/v biases,
   RoPE theta 1e6, lm_head tied to the embedding.
 * ``gpt2``: GPT2LMHeadModel, 4 layers, hidden 256, 4 heads (MHA), head_dim 64, learned positions, LayerNorm,
-  GELU, tied lm_head.
+  GELU, lm_head untied (GPT-2 ties it, but at random weights the tied head predicts the token it was fed: the
+  greedy loop drew one token 17 times, which checks no KV cache).
 
 All take 512 positions. The forms:
 
@@ -59,13 +61,16 @@ past: 17 generated tokens, with no stop at the end-of-sequence id. The catalog e
      "kv_heads", "head_dim", "hidden", "intermediate", "vocab", "max_positions"},
      "inputs": [{"name", "dtype", "dims"}], "outputs": [{"name", "dtype", "dims"}], "past_inputs",
      "present_outputs", "position_ids", "mask_dims", "past_length_zero", "opset", "op_counts", "contrib_ops",
-     "bytes", "weight_bytes", "prompt", "steps", "ort_tokens", "torch_tokens", "torch_agrees", "genai_tokens",
-     "genai_agrees", "genai_note", "verified", "problems"}
+     "bytes", "weight_bytes", "genai_config", "prompt", "steps", "ort_tokens", "torch_tokens", "torch_agrees",
+     "genai_tokens", "genai_agrees", "genai_note", "versions", "verified", "problems"}
 
 ``dims`` is a shape as written (an int, or the ``dim_param`` string of a symbolic dim); ``past_inputs[i]`` is fed
 from ``present_outputs[i]`` of the step before; ``op_counts`` counts every op type by ``domain:op_type`` (the ONNX
 domain as ``""``), ``contrib_ops`` only those outside it; ``weight_bytes`` sums the initializers' bytes (packed
-int4 counted as stored); ``bytes`` is the size of the files (``.onnx`` and its external data). ``torch_tokens``
+int4 counted as stored); ``bytes`` is the size of the files (``.onnx`` and its external data); ``genai_config``
+(genai forms, else null) is the builder's decoder input/output name patterns, ``context_length``,
+``past_present_share_buffer`` (true: og.Generator keeps one past buffer of ``max_length``; ``greedy`` grows the
+past by concatenation instead, which GroupQueryAttention also takes) and ``eos_token_id``. ``torch_tokens``
 is transformers' own greedy loop (KV cache, same prompt) on the HF model, made when the model is;
 ``genai_tokens`` is onnxruntime-genai's ``og.Generator`` greedy (``do_sample`` False, ``max_length`` prompt +
 17) on the genai folder, which stops early if it draws the end-of-sequence id (``genai_note`` says).
@@ -81,7 +86,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -156,8 +160,8 @@ ARCHS = {a.name: a for a in (
               tie_word_embeddings=True, use_sliding_window=False),
          "Qwen2ForCausalLM 2x512, 8 heads, 2 kv heads, head_dim 64, FFN 1408, qkv bias, tied lm_head, vocab 2048"),
     Arch("gpt2", "GPT2LMHeadModel",
-         dict(_TOKENS, n_embd=256, n_layer=4, n_head=4, n_positions=MAX_POSITIONS, tie_word_embeddings=True),
-         "GPT2LMHeadModel 4x256, 4 heads, head_dim 64, learned positions, tied lm_head, vocab 2048",
+         dict(_TOKENS, n_embd=256, n_layer=4, n_head=4, n_positions=MAX_POSITIONS, tie_word_embeddings=False),
+         "GPT2LMHeadModel 4x256, 4 heads, head_dim 64, learned positions, untied lm_head, vocab 2048",
          genai=False),
 )}
 
@@ -274,7 +278,20 @@ def describe(arch: Arch, form: str, path: Path, hf_folder: Path) -> dict:
             "opset": {(o.domain or ""): o.version for o in model.opset_import},
             "op_counts": dict(sorted(ops.items())),
             "contrib_ops": {k: v for k, v in sorted(ops.items()) if not k.startswith(":")},
-            "bytes": sum(p.stat().st_size for p in dict.fromkeys(files)), "weight_bytes": _weight_bytes(model)}
+            "bytes": sum(p.stat().st_size for p in dict.fromkeys(files)), "weight_bytes": _weight_bytes(model),
+            "genai_config": _genai_config(path.parent / "genai_config.json")}
+
+
+def _genai_config(path: Path) -> dict | None:
+    """The parts of a builder's genai_config.json a runner needs (None for the hf form)."""
+    if not path.exists():
+        return None
+    config = json.loads(path.read_text())
+    decoder = config["model"]["decoder"]
+    return {"path": str(path), "inputs": decoder["inputs"], "outputs": decoder["outputs"],
+            "context_length": config["model"]["context_length"],
+            "past_present_share_buffer": config["search"].get("past_present_share_buffer"),
+            "eos_token_id": config["model"].get("eos_token_id")}
 
 
 def form_description(arch: Arch, form: str) -> str:
@@ -330,6 +347,12 @@ def make_hf_model(arch: str, folder: str, prompt: list, steps: int) -> dict:
     spec = ARCHS[arch]
     cls = getattr(transformers, spec.model_class)
     model = cls(cls.config_class(**spec.config)).eval()
+    with torch.no_grad():  # transformers' init leaves biases at 0 and norm weights at 1: exporters may drop them
+        for name, param in model.named_parameters():
+            if name.endswith("bias"):
+                param.normal_(0.0, 0.02)
+            elif param.dim() == 1:  # RMSNorm / LayerNorm weights
+                param.copy_(1.0 + 0.1 * torch.randn_like(param))
     model.save_pretrained(folder)
     write_tokenizer(folder)
     tokens = []
@@ -408,7 +431,11 @@ def verify(entry: dict, pythons: dict, hf_folder: Path) -> dict:
         entry["past_length_zero"] = True
     except Exception as err:  # noqa: BLE001 - a failure is the finding
         problems.append(f"onnxruntime greedy from past length 0: {type(err).__name__}: {str(err)[:500]}")
+    import onnxruntime
+
     reference = json.loads((hf_folder / "reference.json").read_text())
+    entry["versions"] = {"onnxruntime": onnxruntime.__version__, "transformers": reference["transformers"],
+                         "torch": reference["torch"]}
     entry["torch_tokens"] = reference["torch_tokens"]
     entry["torch_agrees"] = entry["ort_tokens"] == entry["torch_tokens"]
     if entry["form"] == "hf" and entry["ort_tokens"] is not None and not entry["torch_agrees"]:
@@ -416,9 +443,9 @@ def verify(entry: dict, pythons: dict, hf_folder: Path) -> dict:
     if entry["form"].startswith("genai"):
         entry.update(genai_tokens=None, genai_agrees=False, genai_note="")
         try:
-            tokens = _child(pythons["genai"], "genai_greedy", folder=entry["folder"], prompt=prompt,
-                            steps=STEPS)["genai_tokens"]
-            entry["genai_tokens"] = tokens
+            result = _child(pythons["genai"], "genai_greedy", folder=entry["folder"], prompt=prompt, steps=STEPS)
+            tokens = entry["genai_tokens"] = result["genai_tokens"]
+            entry["versions"]["onnxruntime_genai"] = result["onnxruntime_genai"]
             ort = entry["ort_tokens"] or []
             if len(tokens) < STEPS + 1:
                 entry["genai_note"] = f"og.Generator stopped after {len(tokens)} tokens (end-of-sequence id {EOS})"
