@@ -28,16 +28,16 @@ makes it again)::
 
 The architectures (seeded random weights from transformers configs, ``initializer_range`` 0.05 so the logits are
 not flat, then every bias N(0, 0.02) and every norm weight 1 + N(0, 0.1), where transformers' init leaves 0 and 1
-that an exporter could drop unseen; no hub access), each with the same tokenizer: a ``tokenizers`` WordLevel tokenizer over ``<unk> <s>
-</s> <pad> w0 .. w2043`` (ids 0-3 special, vocab 2048), split on whitespace, saved through transformers'
-PreTrainedTokenizerFast (the builder copies it; nothing here tokenizes text):
+that an exporter could drop unseen; no hub access), each with the same tokenizer: a ``tokenizers`` WordLevel
+tokenizer over ``<unk> <s> </s> <pad> w0 .. w2043`` (ids 0-3 special, vocab 2048), split on whitespace, saved
+through transformers' PreTrainedTokenizerFast (the builder copies it; nothing here tokenizes text):
 
 * ``llama``: LlamaForCausalLM, 4 layers, hidden 384, 6 heads, 2 kv heads (GQA), head_dim 64, FFN 1024 (SwiGLU),
   RMSNorm, RoPE theta 1e4, untied lm_head.
 * ``qwen2``: Qwen2ForCausalLM, 2 layers, hidden 512, 8 heads, 2 kv heads, head_dim 64, FFN 1408, q/k/v biases,
   RoPE theta 1e6, lm_head tied to the embedding.
 * ``gpt2``: GPT2LMHeadModel, 4 layers, hidden 256, 4 heads (MHA), head_dim 64, learned positions, LayerNorm,
-  GELU, lm_head untied (GPT-2 ties it, but at random weights the tied head predicts the token it was fed: the
+  GELU (tanh), lm_head untied (GPT-2 ties it, but at random weights the tied head predicts the token it was fed: the
   greedy loop drew one token 17 times, which checks no KV cache).
 
 All take 512 positions. The forms:
@@ -46,12 +46,15 @@ All take 512 positions. The forms:
   TorchScript exporter): the one decoder file optimum writes, ``model.onnx``, plain ONNX ops. Inputs
   ``input_ids``, ``attention_mask`` ``[batch_size, past_sequence_length + sequence_length]``, ``position_ids``,
   ``past_key_values.N.key/value`` ``[batch_size, kv_heads, past_sequence_length, head_dim]``; outputs ``logits``
-  and ``present.N.key/value``. Past length 0 (empty past arrays) is the prefill.
+  and ``present.N.key/value``. Past length 0 (empty past arrays) is the prefill. The input order varies
+  (GPT-2's file puts the past before ``attention_mask`` and ``position_ids``): feed by name.
 * ``genai_fp32``, ``genai_int4``: ``python -m onnxruntime_genai.models.builder -p fp32|int4 -e cpu``
   (onnxruntime-genai 0.18.0): com.microsoft GroupQueryAttention (rotary inside), SkipSimplifiedLayerNormalization,
-  MatMulNBits (int4, block 32), external data, ``genai_config.json``. Inputs ``input_ids``, ``attention_mask``
-  ``[batch_size, total_sequence_length]`` (GQA reads sequence lengths from its row sums), past key/values; no
-  ``position_ids``. The builder has no GPT-2 (a ``SKIP`` line).
+  MatMulNBits (int4: 4 bits, block 32, no zero points, ``accuracy_level`` 4, lm_head too; Qwen2's tied
+  embedding becomes a GatherBlockQuantized on lm_head's int4 weight), external data, ``genai_config.json``.
+  Inputs ``input_ids``, ``attention_mask`` ``[batch_size, total_sequence_length]`` (GQA reads sequence lengths
+  from its row sums), ``past_key_values.N.key/value`` ``[batch_size, kv_heads, past_sequence_length,
+  kv_cache_dim]`` (all keys, then all values); no ``position_ids``. The builder has no GPT-2 (a ``SKIP`` line).
 
 Each run verifies every model with onnxruntime (``greedy``, below; no torch): a fixed prompt of 8 token ids
 (seeded, from 4 up), prefill at past length 0, then 16 decode steps of one token feeding ``present`` back as the
@@ -62,7 +65,8 @@ past: 17 generated tokens, with no stop at the end-of-sequence id. The catalog e
      "inputs": [{"name", "dtype", "dims"}], "outputs": [{"name", "dtype", "dims"}], "past_inputs",
      "present_outputs", "position_ids", "mask_dims", "past_length_zero", "opset", "op_counts", "contrib_ops",
      "bytes", "weight_bytes", "genai_config", "prompt", "steps", "ort_tokens", "torch_tokens", "torch_agrees",
-     "genai_tokens", "genai_agrees", "genai_note", "versions", "verified", "problems"}
+     "top2_gaps", "min_top2_gap", "genai_tokens", "genai_agrees", "genai_note", "versions", "verified",
+     "problems"}
 
 ``dims`` is a shape as written (an int, or the ``dim_param`` string of a symbolic dim); ``past_inputs[i]`` is fed
 from ``present_outputs[i]`` of the step before; ``op_counts`` counts every op type by ``domain:op_type`` (the ONNX
@@ -72,6 +76,8 @@ int4 counted as stored); ``bytes`` is the size of the files (``.onnx`` and its e
 ``past_present_share_buffer`` (true: og.Generator keeps one past buffer of ``max_length``; ``greedy`` grows the
 past by concatenation instead, which GroupQueryAttention also takes) and ``eos_token_id``. ``torch_tokens``
 is transformers' own greedy loop (KV cache, same prompt) on the HF model, made when the model is;
+``top2_gaps`` are, per step of the loop, the logit of the drawn token minus the runner-up's: a runtime whose
+logits differ from onnxruntime's by less than half the smallest (``min_top2_gap``) draws the same tokens.
 ``genai_tokens`` is onnxruntime-genai's ``og.Generator`` greedy (``do_sample`` False, ``max_length`` prompt +
 17) on the genai folder, which stops early if it draws the end-of-sequence id (``genai_note`` says).
 ``verified``: the loop ran from past length 0, and its tokens equal onnxruntime-genai's (genai forms) or
@@ -427,8 +433,11 @@ def verify(entry: dict, pythons: dict, hf_folder: Path) -> dict:
     entry.update(prompt=prompt, steps=STEPS, ort_tokens=None, past_length_zero=False)
     try:
         run = ort_runner(Path(entry["path"]))
-        entry["ort_tokens"], _ = greedy(run, entry, prompt, STEPS)
+        entry["ort_tokens"], logits = greedy(run, entry, prompt, STEPS)
         entry["past_length_zero"] = True
+        gaps = [float(np.diff(np.sort(step)[-2:])[0]) for step in logits]
+        entry["top2_gaps"] = [round(g, 6) for g in gaps]
+        entry["min_top2_gap"] = round(min(gaps), 6)
     except Exception as err:  # noqa: BLE001 - a failure is the finding
         problems.append(f"onnxruntime greedy from past length 0: {type(err).__name__}: {str(err)[:500]}")
     import onnxruntime
