@@ -21,7 +21,7 @@ from byoc.vendor.quantized import WEIGHTED, QParams, QuantizedUnit, qparams, qua
 from byoc.vendor.ops import PER_RESULT as _PER_RESULT
 from byoc.vendor.ops import OpCall, Tensor, attrs_dict
 from byoc.vendor.ops import python_value as _python_value
-from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, is_tensor_const, tree_names
+from byoc.vendor.values import Dim, const_array, dim_text, dim_tree, is_prim_value, shape_values, is_tensor_const, tree_names
 
 
 @dataclass
@@ -76,9 +76,10 @@ class _Builder:
         self.dims: dict[str, Any] = {}
 
     def shape(self, ty) -> tuple[Dim, ...]:
-        if ty.shape is None:
-            raise UnsupportedConstruct("a tensor of unknown rank")
-        return self.dims_of(ty.shape.values)
+        values = shape_values(ty.shape)
+        if values is None:
+            raise UnsupportedConstruct("a tensor whose dims are unknown before the run")
+        return self.dims_of(values)
 
     def dims_of(self, values) -> tuple[Dim, ...]:
         dims = []

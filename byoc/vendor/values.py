@@ -44,15 +44,27 @@ def const_nbytes(expr) -> int:
     return count * np.dtype(str(value.dtype)).itemsize
 
 
+def shape_values(shape) -> Optional[list]:
+    """The dims of a Relax shape as TIR expressions: a ``ShapeExpr``'s values, or those a shape variable's type
+    spells (a composite's shape parameter, as in ``R.broadcast_to(x, param_0)``); None where they are unknown."""
+    if shape is None:
+        return None
+    values = getattr(shape, "values", None)
+    if values is None:
+        values = getattr(getattr(shape, "ty", None), "values", None)
+    return None if values is None else list(values)
+
+
 def static_dims(shape) -> Optional[tuple[int, ...]]:
     """The dims of a Relax shape (a ``ShapeExpr``, or a tensor type's ``shape``) as ints.
 
     None when the shape is unknown (``None``, a tensor of unknown rank) or any dim is symbolic.
     """
-    if shape is None:
+    values = shape_values(shape)
+    if values is None:
         return None
     dims = []
-    for d in shape.values:
+    for d in values:
         value = getattr(d, "value", None)
         if not isinstance(value, int):
             return None
@@ -118,16 +130,15 @@ def dim_text(expr) -> Dim:
 
 def shape_dims(shape) -> Optional[tuple[Dim, ...]]:
     """The dims of a Relax shape, each an int or its symbolic text (:func:`dim_text`); None for unknown rank."""
-    if shape is None:
-        return None
-    return tuple(dim_text(d) for d in shape.values)
+    values = shape_values(shape)
+    return None if values is None else tuple(dim_text(d) for d in values)
 
 
 def dim_names(shape) -> list[str]:
     """The symbolic dims a Relax shape depends on, by name, in order of first use (in any expression, also
     one :func:`dim_tree` cannot write)."""
     names: list[str] = []
-    for d in [] if shape is None else shape.values:
+    for d in shape_values(shape) or []:
         _collect_vars(d, names)
     return names
 

@@ -100,7 +100,7 @@ void Builder::BlockedAttention(size_t j) {
   auto rows = [&](const Desc& full, int64_t n) {  // the first n rows of `full`, in its strides
     Dims dims = full.get_dims();
     dims[rows_axis] = n;
-    return Desc(dims, full.get_data_type(), full.get_strides());
+    return Strided(dims, full.get_data_type(), full.get_strides());
   };
   auto row_bytes = [&](const Desc& full) { return static_cast<size_t>(full.get_strides()[rows_axis]) * 4; };
   Dims block_dims(ss.begin(), ss.end());

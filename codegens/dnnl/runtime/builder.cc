@@ -66,7 +66,7 @@ Desc Builder::TransposedDst(int id, const Dims& dims) const {
     strides[perm[i]] = stride;
     stride *= ys[i];
   }
-  return Desc(dims, type, strides);
+  return Strided(dims, type, strides);
 }
 
 // The value holding graph tensor `id` in layout `desc`, reordering once if needed.

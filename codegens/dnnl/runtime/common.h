@@ -137,6 +137,16 @@ inline Desc Plain(const std::vector<int64_t>& shape, memory::data_type type = me
   return Desc(dims, type, strides);
 }
 
+// A strided layout whose dims of size 1 have the stride a plain tensor gives them. Such a dim is never stepped
+// over, so its stride is free; left as a permutation or a slice made it, oneDNN's jit binary kernels computed
+// garbage over a view whose bytes were plain ((1, 1, 2, 32) permuted to (1, 2, 1, 32), strides (64, 32, 64, 1):
+// one token's heads in a decoder), and equal layouts compared unequal.
+inline Desc Strided(const Dims& dims, memory::data_type type, Dims strides) {
+  for (size_t i = dims.size(); i-- > 0;)
+    if (dims[i] == 1) strides[i] = i + 1 < dims.size() ? strides[i + 1] * dims[i + 1] : 1;
+  return Desc(dims, type, strides);
+}
+
 // The oneDNN type of a graph tensor (8-bit ones are the int8 units' activations).
 inline memory::data_type DataType(const TensorInfo& t) {
   return t.dtype == "uint8" ? memory::data_type::u8 : t.dtype == "int8" ? memory::data_type::s8 : memory::data_type::f32;

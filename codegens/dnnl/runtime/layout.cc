@@ -68,7 +68,7 @@ void Builder::Transpose(const BodyOp& op, const Attrs& a) {
     dims[i] = xs[perm[i]];
     strides[i] = source.get_strides()[perm[i]];
   }
-  Desc view(dims, type, strides);
+  Desc view = Strided(dims, type, strides);
   if (g_.tensor(op.inputs[0]).kind == Kind::kConst) {  // a transposed weight: transposed once, at load
     values_.Bind(op.output, values_.ReorderConst(values_.ConstView(v, view), Plain(ys)));
     return;
@@ -346,7 +346,7 @@ void Builder::Pad(const BodyOp& op, const Attrs& a) {
   int dst = Define(op.output, out);
   AddStep(dnnl::primitive(), {{DNNL_ARG_DST, dst, out}}, Desc(),
           std::make_shared<Fill>(g_.tensor(op.output).numel, static_cast<float>(a.Float("pad_value"))));
-  Desc middle(DimsOf(xs), memory::data_type::f32, strides);
+  Desc middle = Strided(DimsOf(xs), memory::data_type::f32, strides);
   int src = As(op.inputs[0], Plain(xs));
   dnnl::reorder::primitive_desc pd(Engine(), Plain(xs), Engine(), middle, UserScratchpad());
   AddStep(dnnl::reorder(pd), {{DNNL_ARG_FROM, src, Plain(xs)}, {DNNL_ARG_TO, dst, middle, offset}}, pd.scratchpad_desc());
@@ -394,7 +394,7 @@ void Builder::CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step) 
     offset += static_cast<size_t>(offsets[d] * strides[d]) * sizeof(float);
     strides[d] *= step[d];
   }
-  Desc view(DimsOf(ys), memory::data_type::f32, strides);
+  Desc view = Strided(DimsOf(ys), memory::data_type::f32, strides);
   int src = As(op.inputs[0], plain);
   if (view == Plain(ys) && values_.StorageOf(src) != Storage::kConst) {
     // A contiguous part (the rows of one step of an unrolled LSTM's input projection): those bytes, no copy.
