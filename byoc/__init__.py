@@ -10,7 +10,8 @@ TVM's LLVM target builds the rest.
     print(artifact.plan.partitions)
 
 Public API: :func:`compile`, :func:`partition`, :func:`annotate`,
-:func:`build`, :func:`load`, :func:`import_model`, :func:`report`, the vendor registry
+:func:`build`, :func:`load`, :func:`import_model`, :func:`report`, :class:`Generator` (generation with a
+decoder's KV cache), the vendor registry
 (:func:`register_vendor`, :func:`list_vendors`, :func:`get_vendor`), and
 what a vendor writes (:class:`Vendor`, :class:`OpRule`, :class:`PatternRule`,
 :class:`Codegen`, :class:`VendorOption`).
@@ -35,6 +36,7 @@ from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan
 from byoc.pipeline.artifact.artifact import Artifact, load
 from byoc.pipeline.build.builder import build, compile  # noqa: A004
 from byoc.tools.report import report
+from byoc.generation import Generator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see of the callable module: the function it calls
@@ -46,7 +48,7 @@ from byoc import _moved
 _moved.install()
 
 __all__ = [
-    "Annotation", "Artifact", "Codegen", "Decision", "ImportedModel", "Match", "OpRule", "Partition",
+    "Annotation", "Artifact", "Codegen", "Decision", "Generator", "ImportedModel", "Match", "OpRule", "Partition",
     "PartitionPlan", "PatternRule", "SUPPORTED", "TensorSpec", "Vendor", "VendorOption", "annotate", "build",
     "compile", "get_vendor", "import_model", "list_vendors", "load", "load_model", "partition",
     "register_vendor", "report", "unregister_vendor",

@@ -168,6 +168,12 @@ class InputDtypeError(InputError, TypeError):
         self.input = input
 
 
+class GenerationError(ByocError, ValueError):
+    """A model cannot generate as :class:`byoc.generation.Generator` runs it (no token input, no cache pairs
+    of past inputs and present outputs), or a generation cannot go on (a prompt or length past the model's
+    maximum positions)."""
+
+
 class ArtifactLoadError(ByocError):
     """An exported artifact could not be loaded."""
 

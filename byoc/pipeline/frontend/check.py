@@ -32,16 +32,23 @@ def read_as_the_writers_meant(model: onnx.ModelProto) -> None:
       writes them there. onnx.checker refuses them; they are read as the
       ``com.microsoft`` ops they are, which preparation rewrites
       (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`).
+    - onnxruntime-genai's builder names the head size of a GroupQueryAttention's
+      cache as a dim of its own (``kv_cache_dim``), which the op fixes: it
+      becomes that size (:func:`~byoc.pipeline.frontend.prepare.contrib_attention.cache_head_dims`).
     """
+    from byoc.pipeline.frontend.prepare.contrib_attention import cache_head_dims
     from byoc.pipeline.frontend.prepare.contrib_ops import ORT_DEFAULT_DOMAIN_OPS
     from byoc.pipeline.frontend.onnx_model import default_opset
     from byoc.pipeline.frontend.prepare.node_rewrite import MS_DOMAIN
 
     graph = model.graph
+    fixed = cache_head_dims(model)
     for vi in [*graph.input, *graph.output, *graph.value_info]:
         for dim in vi.type.tensor_type.shape.dim:
             if dim.HasField("dim_value") and dim.dim_value < 0:
                 dim.ClearField("dim_value")
+            elif dim.dim_param in fixed:
+                dim.dim_value = fixed[dim.dim_param]
     if model.ir_version < 4 and not {t.name for t in graph.initializer} <= {vi.name for vi in graph.input}:
         model.ir_version = 4
     opset = default_opset(model)
@@ -146,6 +153,18 @@ def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.M
         return shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # noqa: BLE001 - onnx raises several private error types here
         strict_error = first_line(err)
+    if model.graph.value_info and "existing shape differ" in strict_error:
+        # The shapes a writer declares for intermediate tensors are hints that onnxruntime checks against
+        # nothing (onnxruntime-genai's builder declares its 1-element constants as scalars): inferred afresh.
+        hinted = strict_error
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        del model.graph.value_info[:]
+        try:
+            return shape_inference.infer_shapes(model, strict_mode=True)
+        except Exception as err:  # noqa: BLE001 - as above
+            strict_error = first_line(err)
+        if strict_error == hinted:
+            raise InvalidModelError(f"ONNX shape inference failed: {strict_error}")
     if strict_error.count("Inference error(s)") < 2:
         # An error on a node of the user's graph (declared and inferred shapes differ, an
         # attribute no shape fits): the model is wrong, and TVM would build nonsense from it.

@@ -113,12 +113,49 @@ def name_dims(model: onnx.ModelProto, fixed: Mapping[str, int], ranges: Mapping)
         )
 
 
+#: The inputs of ops that append to them along an axis, by (domain, op type): input index -> that axis (None:
+#: a Concat's own; True: every input, any axis, as Shape reads only the dims). An input read only so may be empty
+#: along the axis: a decoder's cache before the first token. (onnxruntime's GroupQueryAttention and
+#: MultiHeadAttention take ``past_key``/``past_value`` ``[B, N, P, H]``.)
+_APPENDED_TO = {("", "Concat"): None, ("", "Shape"): True, ("com.microsoft", "GroupQueryAttention"): {3: 2, 4: 2},
+                ("com.microsoft", "MultiHeadAttention"): {6: 2, 7: 2}}
+
+
+def _appends_along(node: onnx.NodeProto, index: int, axis: int, rank: int) -> bool:
+    appended = _APPENDED_TO.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type), False)
+    if appended is None:
+        concat_axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+        return concat_axis is not None and concat_axis % rank == axis and len([x for x in node.input if x]) > 1
+    return appended is True or (bool(appended) and appended.get(index) == axis)
+
+
+def dims_that_may_be_empty(model: onnx.ModelProto) -> set[str]:
+    """The symbolic input dims whose size may be 0 by default: those every input naming them is appended to
+    along, and read no other way (a cache's ``past_sequence_length``). Every other dim starts at 1."""
+    readers: dict[str, list] = {}
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+    outputs = {vi.name for vi in model.graph.output}
+    verdict: dict[str, bool] = {}
+    for vi in graph_inputs(model.graph):
+        declared = _declared_dims(vi) or []
+        for axis, d in enumerate(declared):
+            if isinstance(d, str):
+                reads = readers.get(vi.name, [])
+                verdict[d] = verdict.get(d, True) and bool(reads) and vi.name not in outputs and all(
+                    _appends_along(node, index, axis, len(declared)) for node, index in reads)
+    return {d for d, empty in verdict.items() if empty}
+
+
 def model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tuple[list[TensorSpec], dict]:
     """The model's inputs, each dim a size or a symbolic dim's name, and the range of each symbolic dim.
 
-    Only an input of unknown rank has no shape byoc can compile for.
+    A dim ``ranges`` does not give ranges from 1 up, or from 0 where the model appends to every input that
+    names it (:func:`dims_that_may_be_empty`). Only an input of unknown rank has no shape byoc can compile for.
     """
     specs, unknown_rank, dims = [], {}, {}
+    may_be_empty = dims_that_may_be_empty(model)
     for vi in graph_inputs(model.graph):
         declared = _declared_dims(vi)
         if declared is None:
@@ -126,7 +163,7 @@ def model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tupl
             continue
         for d in declared:
             if isinstance(d, str):
-                dims.setdefault(d, ranges.get(d, DimRange(d)))
+                dims.setdefault(d, ranges.get(d, DimRange(d, 0 if d in may_be_empty else 1)))
         dtype = str(onnx.helper.tensor_dtype_to_np_dtype(_tensor_type(vi).elem_type))
         specs.append(TensorSpec(vi.name, tuple(declared), dtype))
     if unknown_rank:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 from byoc.pipeline.frontend.prepare.node_rewrite import NodeRewrite
 
-__all__ = ["attention", "group_query_attention", "multi_head_attention", "rotary_embedding"]
+__all__ = ["attention", "cache_head_dims", "group_query_attention", "multi_head_attention", "rotary_embedding"]
 
 #: what onnxruntime adds to a masked attention score by default (the ``mask_filter_value`` attribute)
 _MASK_FILTER_VALUE = -10000.0
@@ -224,6 +225,26 @@ def rotary_embedding(u: NodeRewrite) -> None:
         u.add("Identity", [rotated], "identity", output=u.output(0))
 
 
+def _inserted_order(u: NodeRewrite, past: str, past_lengths: str, sequence: str) -> str:
+    """Where each slot of the present cache comes from in ``Concat(past, new)`` (``[B, 1, P + S, 1]``, for
+    GatherElements along axis 2): row b's new keys go right after its ``past_lengths[b]`` cached ones, and the
+    cache slots after those move S on. The past may be longer than the tokens cached in it (onnxruntime-genai
+    passes one buffer of the model's maximum length as every call's past): onnxruntime writes the new keys at
+    ``past_lengths``, so each key sits at its position. With ``past_lengths = P`` this is the Concat itself."""
+    slots_before = u.squeeze(u.add("Gather", [u.add("Shape", [past], "past_dims"), u.ints("past_axis", [2])],
+                                   "past_slots"), [0], "past_length")  # P
+    slots = u.add("Range", [u.int_scalar("slot_zero", 0), u.add("Add", [slots_before, sequence], "slot_count"),
+                            u.int_scalar("slot_one", 1)], "slots")  # [P + S]
+    row = u.unsqueeze(slots, [0], "slot_row")  # [1, P + S]
+    cached = u.unsqueeze(past_lengths, [1], "cached")  # [B, 1]
+    from_new = u.add("Add", [u.add("Sub", [row, cached], "new_index"), slots_before], "from_new")
+    moved = u.add("Sub", [row, sequence], "moved_on")
+    is_new = u.add("Less", [row, u.add("Add", [cached, sequence], "cached_and_new")], "is_new")
+    order = u.add("Where", [u.add("Less", [row, cached], "is_cached"), row,
+                            u.add("Where", [is_new, from_new, moved], "new_or_moved")], "order")  # [B, P + S]
+    return u.unsqueeze(order, [1, 3], "order_heads")
+
+
 def group_query_attention(u: NodeRewrite) -> None:
     """GroupQueryAttention (onnxruntime-genai's decoders): ``query [B, S, N*H]`` and ``key``/``value``
     ``[B, S, kvN*H]`` (or one packed query), the cache ``past_key``/``past_value`` ``[B, kvN, P, H]`` that the new
@@ -274,8 +295,13 @@ def group_query_attention(u: NodeRewrite) -> None:
         interleaved = bool(u.attr("rotary_interleaved", 0))
         q = _rotate(u, q, rotary_positions, u.input(7), u.input(8), half, interleaved, "q_rope")
         k = _rotate(u, k, rotary_positions, u.input(7), u.input(8), half, interleaved, "k_rope")
+    order = _inserted_order(u, u.input(3), past_lengths, sequence) if u.input(3) else None
     for index, new, name in ((3, k, "key"), (4, v, "value")):
-        total = u.add("Concat", [u.input(index), new], f"present_{name}", axis=2) if u.input(index) else new
+        total = new
+        if u.input(index):
+            joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
+            total = u.add("GatherElements", [joined, u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")],
+                                                            f"{name}_order")], f"present_{name}", axis=2)
         if u.read(index - 2):
             u.add("Identity", [total], f"present_{name}_out", output=u.output(index - 2))
         if name == "key":
@@ -313,3 +339,21 @@ def group_query_attention(u: NodeRewrite) -> None:
     context = u.add("Reshape", [u.add("MatMul", [grouped_p, v], "context"),
                                 u.ints("context_shape", [0, num_heads, -1, head_size])], "head_context")
     _merge_heads(u, context, u.output(0))
+
+
+def cache_head_dims(model: onnx.ModelProto) -> dict[str, int]:
+    """The symbolic dims of a model's inputs that its GroupQueryAttention nodes fix: the head size of a past cache
+    (onnxruntime-genai's builder names it ``kv_cache_dim``; the op computes it as the rotary cache's width times 2).
+    Left symbolic, the head size of the keys appended to the cache is unknown, and every shape after it."""
+    inputs = {vi.name: vi for vi in model.graph.input}
+    initializers = {t.name: t for t in model.graph.initializer}
+    fixed: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type != "GroupQueryAttention" or len(node.input) < 8 or node.input[7] not in initializers:
+            continue
+        head_size = 2 * int(initializers[node.input[7]].dims[-1])
+        for name in node.input[3:5]:
+            dims = inputs[name].type.tensor_type.shape.dim if name in inputs else []
+            if len(dims) == 4 and dims[3].dim_param:
+                fixed[dims[3].dim_param] = head_size
+    return fixed
