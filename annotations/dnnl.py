@@ -71,7 +71,16 @@ def _non_empty(match: Match):
 _base = all_of(dtypes("float32"), known_ranks(MAX_RANK), _non_empty)
 # Ops that only pick or move values also take the 8-bit integers a QOperator model leaves
 # between its integer ops (codegens/dnnl/quantized.py runs them on the values as floats).
-_moves = all_of(dtypes("float32", "uint8", "int8"), known_ranks(MAX_RANK), _non_empty)
+def _float_constants(match: Match):
+    """constants float32 (8-bit tensors move through the runtime as activations only)."""
+    for call in match.ops:
+        for t in call.inputs:
+            if t is not None and t.kind == "const" and t.dtype != "float32":
+                return f"a {t.dtype} constant: the dnnl runtime holds float32 constants"
+    return SUPPORTED
+
+
+_moves = all_of(dtypes("float32", "uint8", "int8"), known_ranks(MAX_RANK), _non_empty, _float_constants)
 
 
 def _number(value):

@@ -434,3 +434,36 @@ def test_a_contrib_op_byoc_does_not_rewrite_names_the_tool_and_what_to_do():
     with pytest.raises(UnsupportedOpsError, match=r"dmmha \(DecoderMaskedMultiHeadAttention in domain com.microsoft\).*"
                                                   r"outside those byoc rewrites.*before the tool that wrote them"):
         byoc.import_model(m)
+
+
+@pytest.mark.parametrize("seq,cached", [(1, 4), (3, 0)])
+def test_group_query_attention_on_a_shared_buffer_longer_than_its_tokens(seq, cached):
+    """onnxruntime-genai passes one cache buffer of the model's maximum length as every call's past: the keys
+    cached are the first ``seqlens_k + 1 - seq``, and the new ones go right after them, not after the buffer."""
+    m, feeds = _gqa_model(1, seq, 9, heads=4, kv_heads=2, head_size=8)
+    feeds["seqlens_k"] = np.array([cached + seq - 1], np.int32)
+    feeds["total_len"] = np.array(cached + seq, np.int32)
+    got = byoc.compile(m, vendors=["dnnl"]).run(feeds)
+    want = _ort(m, feeds)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    for g, w in zip(got[1:], want[1:]):  # onnxruntime leaves the slots after the tokens unspecified
+        np.testing.assert_allclose(g[:, :, :cached + seq], w[:, :, :cached + seq], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits,zero_points", [(4, False), (4, True), (8, False), (8, True)])
+def test_gather_block_quantized(bits, zero_points):
+    """onnxruntime-genai's int4 embedding (GatherBlockQuantized): rows gathered, then dequantized per block."""
+    r = rng(5)
+    rows, width, block = 10, 64, 32
+    per_byte = 8 // bits
+    inits = [const("data", r.integers(0, 256, (rows, width // per_byte)).astype(np.uint8)),
+             const("scales", r.random((rows, width // block)).astype(np.float32))]
+    inputs = ["data", "ids", "scales"]
+    if zero_points:
+        inits.append(const("zeros", r.integers(0, 256, (rows, -(-width // block // per_byte))).astype(np.uint8)))
+        inputs.append("zeros")
+    node = helper.make_node("GatherBlockQuantized", inputs, ["y"], domain=MS, bits=bits, block_size=block,
+                            gather_axis=0, quantize_axis=1)
+    m = _model([node], [tensor("ids", ["batch", "sequence"], TensorProto.INT64)],
+               [tensor("y", ["batch", "sequence", width])], inits, opset=21)
+    _matches(m, {"ids": np.array([[3, 0, 9], [1, 1, 2]], np.int64)}, rtol=0, atol=0, host_ops=None)

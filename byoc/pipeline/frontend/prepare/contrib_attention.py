@@ -295,19 +295,24 @@ def group_query_attention(u: NodeRewrite) -> None:
         interleaved = bool(u.attr("rotary_interleaved", 0))
         q = _rotate(u, q, rotary_positions, u.input(7), u.input(8), half, interleaved, "q_rope")
         k = _rotate(u, k, rotary_positions, u.input(7), u.input(8), half, interleaved, "k_rope")
+    # The keys attended to are Concat(past, new), whose slots P.. hold the new keys; the present outputs put them
+    # right after the cached ones, as onnxruntime does (they differ where the past is longer than its tokens).
+    # The present is an output alone, so a vendor's chain through the attention does not wait for the reorder.
+    # An attention bias is laid out by position: the keys are then the present itself.
+    in_order = bool(u.input(10))
     order = _inserted_order(u, u.input(3), past_lengths, sequence) if u.input(3) else None
     for index, new, name in ((3, k, "key"), (4, v, "value")):
-        total = new
-        if u.input(index):
+        joined = present = new
+        if order is not None:
             joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
-            total = u.add("GatherElements", [joined, u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")],
-                                                            f"{name}_order")], f"present_{name}", axis=2)
+            present = u.add("GatherElements", [joined, u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")],
+                                                              f"{name}_order")], f"present_{name}", axis=2)
         if u.read(index - 2):
-            u.add("Identity", [total], f"present_{name}_out", output=u.output(index - 2))
+            u.add("Identity", [present], f"present_{name}_out", output=u.output(index - 2))
         if name == "key":
-            k = total
+            k = present if in_order else joined
         else:
-            v = total
+            v = present if in_order else joined
     grouped_q = u.add("Reshape", [q, u.ints("grouped_shape", [0, kv_heads, -1, head_size])], "grouped_q")
     scores = u.add("MatMul", [grouped_q, u.add("Transpose", [k], "k_transposed", perm=[0, 1, 3, 2])], "qk")
     scores = u.add("Mul", [scores, u.scalar("scale", u.attr("scale", 0.0) or 1.0 / math.sqrt(head_size))], "scaled")
@@ -319,9 +324,23 @@ def group_query_attention(u: NodeRewrite) -> None:
     scores_shape = u.add("Concat", [u.dims_of(q, 0, 3, "q_dims"), u.dims_of(k, 2, 3, "total_dims")], "scores_shape",
                          axis=0)
     scores = u.add("Reshape", [scores, scores_shape], "head_scores")
-    columns = u.unsqueeze(_sequence_positions(u, k, 2, "key_positions"), [0, 1], "key_row")  # [1, 1, T]
+    slots = u.unsqueeze(_sequence_positions(u, k, 2, "key_slots"), [0], "slot_row")  # [1, T]
     rows = u.unsqueeze(positions, [2], "query_column")  # [B, S, 1]
+    columns, valid = slots, None
+    if order is not None and not in_order:  # slot j < P: cached if j < past_lengths; slot P + i: position past + i
+        past_slots = u.squeeze(u.add("Gather", [u.add("Shape", [u.input(3)], "cache_dims"), u.ints("cache_axis", [2])],
+                                     "cache_slots"), [0], "cache_length")
+        cached = u.unsqueeze(past_lengths, [1], "cached_count")  # [B, 1]
+        from_past = u.add("Less", [slots, past_slots], "from_past")
+        columns = u.add("Where", [from_past, slots, u.add("Add", [cached, u.add("Sub", [slots, past_slots], "new_slot")],
+                                                             "new_position")], "key_position")  # [B, T]
+        valid = u.add("Or", [u.add("Less", [slots, cached], "is_cached"), u.add("Not", [from_past], "is_new")],
+                      "key_valid")
+        valid = u.unsqueeze(valid, [1], "valid_rows")  # [B, 1, T]
+    columns = u.unsqueeze(columns, [1], "key_row")  # [B or 1, 1, T]
     keep = u.add("LessOrEqual", [columns, rows], "causal_keep")
+    if valid is not None:
+        keep = u.add("And", [keep, valid], "valid_keep")
     window = int(u.attr("local_window_size", -1))
     if window > 0:
         inside = u.add("Greater", [columns, u.add("Sub", [rows, u.int_scalar("window", window)], "window_start")],

@@ -271,6 +271,57 @@ def _matmul_integer_to_float(u: NodeRewrite) -> None:
     _integer_product_to_float(u, u.input(0), u.input(4), scale, 1, 5, 6)
 
 
+def _nibbles(u: NodeRewrite, packed: str, name: str) -> str:
+    """Bytes of two 4-bit codes each (low bits first) as int32 codes, the last axis twice as long."""
+    wide = u.cast(packed, TensorProto.INT32, f"{name}_wide")
+    high = u.add("Div", [wide, u.int_scalar(f"{name}_sixteen", 16, np.int32)], f"{name}_high")
+    low = u.add("Sub", [wide, u.add("Mul", [high, u.int_scalar(f"{name}_sixteen_again", 16, np.int32)],
+                                    f"{name}_high_bits")], f"{name}_low")
+    pairs = u.add("Concat", [u.unsqueeze(low, [-1], f"{name}_low_last"), u.unsqueeze(high, [-1], f"{name}_high_last")],
+                  f"{name}_pairs", axis=-1)
+    shape = u.add("Concat", [u.add("Slice", [u.add("Shape", [pairs], f"{name}_pair_dims"), u.ints(f"{name}_start", [0]),
+                                             u.ints(f"{name}_end", [-2])], f"{name}_outer"),
+                             u.ints(f"{name}_rest", [-1])], f"{name}_shape", axis=0)
+    return u.add("Reshape", [pairs, shape], f"{name}_codes")
+
+
+def _gather_block_quantized(u: NodeRewrite) -> None:
+    """GatherBlockQuantized(data, indices, scales, zero_points?) (onnxruntime-genai's int4 embedding, which
+    reads the int4 LM head's weight when the two are tied): the rows of ``data`` that ``indices`` picks,
+    dequantized per block of ``block_size`` along the last axis, ``(code - zero) * scale``. The rows are
+    gathered while packed, so only they are widened. 4-bit codes come two to a byte, low bits first; without
+    zero points, unsigned codes are centred on ``2^(bits - 1)``, as onnxruntime's kernel has it."""
+    bits, block = int(u.attr("bits", 4)), int(u.attr("block_size", 128))
+    if int(u.attr("gather_axis", 0)) != 0:
+        raise u.refuse_attr("gather_axis", "gather_axis=0")
+    if int(u.attr("quantize_axis", 1)) not in (1, -1):
+        raise u.refuse_attr("quantize_axis", "quantize_axis=1 (the last axis of a 2-D table)")
+    if bits not in (4, 8):
+        raise u.refuse_attr("bits", "bits=4 or 8")
+    if u.rank(u.input(0)) not in (None, 2):
+        raise u.refuse(f"a {u.rank(u.input(0))}-D table", "byoc gathers rows of a 2-D table")
+    blocks = u.last_dim(u.input(2))
+    if not blocks:
+        raise u.refuse("scales whose block count is not known before the import", "give the scales a static shape")
+    rows = u.add("Gather", [u.input(0), u.input(1)], "rows", axis=0)
+    codes = _nibbles(u, rows, "codes") if bits == 4 else u.cast(rows, TensorProto.INT32, "codes")
+    index_dims = u.add("Shape", [u.input(1)], "index_dims")
+    blocked = u.add("Reshape", [codes, u.add("Concat", [index_dims, u.ints("block_dims", [blocks, block])],
+                                             "blocked_shape", axis=0)], "blocked")  # [..., blocks, block]
+    if u.input(3):
+        zero_rows = u.add("Gather", [u.input(3), u.input(1)], "zero_rows", axis=0)
+        zeros = _nibbles(u, zero_rows, "zeros") if bits == 4 else u.cast(zero_rows, TensorProto.INT32, "zeros")
+        zeros = u.add("Slice", [zeros, u.ints("zero_start", [0]), u.ints("zero_end", [blocks]),
+                                u.ints("zero_axis", [-1])], "zero_blocks")  # 4-bit zero points pad to a byte
+        centred = u.add("Sub", [blocked, u.unsqueeze(zeros, [-1], "zero_last")], "centred")
+    else:
+        centred = u.add("Sub", [blocked, u.int_scalar("zero", 1 << (bits - 1), np.int32)], "centred")
+    scales = u.unsqueeze(u.add("Gather", [u.input(2), u.input(1)], "scale_rows", axis=0), [-1], "scale_last")
+    values = u.add("Mul", [u.float_of(centred, "centred_float"), scales], "dequantized")
+    u.add("Reshape", [values, u.add("Concat", [index_dims, u.ints("row_width", [-1])], "row_shape", axis=0)],
+          "rows_out", output=u.output(0))
+
+
 #: (domain, op type) -> its rewrite into standard ONNX ops
 CONTRIB_OPS: Rewrites = {
     (MS_DOMAIN, "Attention"): attention,
@@ -293,6 +344,7 @@ CONTRIB_OPS: Rewrites = {
     (MS_DOMAIN, "FusedMatMul"): _fused_matmul,
     (MS_DOMAIN, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
     (MS_DOMAIN, "MatMulIntegerToFloat"): _matmul_integer_to_float,
+    (MS_DOMAIN, "GatherBlockQuantized"): _gather_block_quantized,
 }
 
 #: ops onnxruntime registers in ONNX's own domain where ONNX has none: (op type, the first opset at which ONNX
