@@ -51,7 +51,9 @@ difference| over the steps before the first differing token (later steps are fed
 float forms the issue asks < 1e-3; the int4 forms differ by more, because onnxruntime's MatMulNBits with
 ``accuracy_level`` 4 quantizes the activations to int8 before its int4 GEMM, and byoc need not: the difference is
 reported as measured, next to the catalog's smallest top-2 logit gap (a runtime whose logits differ by less than
-half of it draws the same tokens). og.Generator's tokens are compared with onnxruntime's too (it stops early at the
+half of it draws the same tokens). For the int4 forms the onnxruntime process also runs the check generation on
+a copy of the file with ``accuracy_level`` 0 (float activations), and both byoc and onnxruntime's own
+``accuracy_level`` 4 run are compared with it. og.Generator's tokens are compared with onnxruntime's too (it stops early at the
 end-of-sequence id; then its prefix is compared).
 
 The tables name the CPU and its ISA class (``timing_processes.machine_class``). ``--out FILE.md`` writes the
@@ -65,6 +67,7 @@ import datetime
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -214,6 +217,26 @@ def _work_byoc(task: dict) -> dict:
     return result
 
 
+def exact_int4_copy(entry: dict, folder: Path) -> dict:
+    """The entry with its file rewritten to ``folder`` with every MatMulNBits' ``accuracy_level`` 0 (onnxruntime's
+    int4 GEMM on float activations, not int8-quantized ones), the external data copied."""
+    import onnx
+
+    path = Path(entry["path"])
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            for attribute in node.attribute:
+                if attribute.name == "accuracy_level":
+                    attribute.i = 0
+    folder.mkdir(parents=True, exist_ok=True)
+    for data in path.parent.iterdir():
+        if data != path and data.name.startswith(path.name) and not (folder / data.name).exists():
+            shutil.copyfile(data, folder / data.name)  # onnxruntime refuses a link out of the model's folder
+    onnx.save(model, str(folder / path.name))
+    return dict(entry, path=str(folder / path.name))
+
+
 def _work_ort(task: dict) -> dict:
     import onnxruntime
 
@@ -221,6 +244,11 @@ def _work_ort(task: dict) -> dict:
     loop = OrtLoop(task["entry"], task["threads"])
     result = {"load_s": time.perf_counter() - start, **copy_bandwidth(), "version": onnxruntime.__version__}
     result.update(_measure(loop, task))
+    if "com.microsoft:MatMulNBits" in task["entry"].get("contrib_ops", {}):
+        exact = OrtLoop(exact_int4_copy(task["entry"], Path(task["logits"] + ".exact")), task["threads"])
+        check = _generation(exact, task["prompt"], task["steps"], keep_logits=True)
+        np.save(task["logits"] + ".exact.npy", np.stack(check["logits"]))
+        result["exact_check_tokens"] = check["tokens"]
     return result
 
 
@@ -307,6 +335,8 @@ def run_worker(task: dict, python: str, timeout: float, tmp: Path) -> dict:
                 "stderr": err[-3000:]}
     result = json.loads(Path(task["result"]).read_text())
     result["logits"] = np.load(task["logits"])
+    if Path(task["logits"] + ".exact.npy").exists():
+        result["exact_logits"] = np.load(task["logits"] + ".exact.npy")
     return dict(result, status="ok")
 
 
@@ -391,6 +421,11 @@ def bench_model(entry: dict, args, tmp: Path) -> dict:
                                          ort["logits"])
             row[kind]["timed_tokens_equal"] = raw[kind]["timed_tokens"] == ort["timed_tokens"][
                 :len(raw[kind]["timed_tokens"])]
+    if ort is not None and "exact_logits" in ort and "byoc" in raw:
+        row["byoc"]["check_accuracy_level_0"] = compare(raw["byoc"]["check_tokens"], raw["byoc"]["logits"],
+                                                        ort["exact_check_tokens"], ort["exact_logits"])
+        row["ort_vs_accuracy_level_0"] = compare(ort["check_tokens"], ort["logits"], ort["exact_check_tokens"],
+                                                 ort["exact_logits"])
     if ort is not None:
         row["ort_agrees_with_catalog"] = ort["check_tokens"][:len(entry["ort_tokens"])] == entry["ort_tokens"]
     b, o, g = (row.get(k, {}) for k in ("byoc", "onnxruntime", "genai"))
@@ -429,7 +464,7 @@ def report(result: dict) -> list[str]:
              f"fresh processes per side, interleaved, the best round's figures, each the median of "
              f"{meta['repeat']} repetitions; decode over {meta['steps']} steps after a {LONG_PROMPT}-token prompt; onnxruntime "
              f"{meta.get('onnxruntime', '?')}, onnxruntime-genai {meta.get('onnxruntime_genai', '?')}.",
-             f"Command: `{meta['command']}`", ""]
+             f"Command: `{meta['command']}`; byoc at {meta.get('git', '?')}.", ""]
     if meta.get("note"):
         lines += [meta["note"], ""]
     lines += ["| model | form | byoc prefill ms | ort prefill ms | ratio | byoc decode ms/tok | ort decode ms/tok | "
@@ -480,6 +515,17 @@ def report(result: dict) -> list[str]:
                 f"{_f(s['last8_ms'], '.3f')} | {_f(s['decode_ms'], '.3f')} | {_f(s['tokens_per_s'], '.0f')} | "
                 f"{_f(s['copy_gbs'], '.1f')} | {_f(s['bound_ms'], '.3f')} | {_f(100 * s['bw_share'], '.0f')}% | "
                 f"{equal} | {_f(check.get('max_logit_diff'), '.2g')} | {_f(check.get('first_difference'), 'd')} |")
+    exact = [r for r in rows if r.get("ort_vs_accuracy_level_0")]
+    if exact:
+        lines += ["", "int4 forms against onnxruntime with MatMulNBits' `accuracy_level` set to 0 (float activations, "
+                  "no int8 quantization of them; the same file otherwise), check generation:", ""]
+        for r in exact:
+            b, o = (r.get("byoc") or {}).get("check_accuracy_level_0") or {}, r["ort_vs_accuracy_level_0"]
+            lines.append(f"- {r['name']}: byoc tokens equal {b.get('tokens_equal')}, max logit diff "
+                         f"{_f(b.get('max_logit_diff'), '.2g')} (first difference at step "
+                         f"{b.get('first_difference')}); onnxruntime's accuracy_level 4 against it: tokens equal "
+                         f"{o['tokens_equal']}, max logit diff {_f(o.get('max_logit_diff'), '.2g')} (first difference "
+                         f"at step {o.get('first_difference')})")
     lines += ["", "Weight bytes (catalog, as stored; int4 packed) and the catalog's smallest top-2 logit gap "
               "(onnxruntime's 17-token loop):", ""]
     lines += [f"- {r['name']}: {r['weight_bytes'] / 1e6:.1f} MB, min top-2 gap {_f(r.get('min_top2_gap'), '.3g')}"
@@ -488,6 +534,16 @@ def report(result: dict) -> list[str]:
                  f"{r['byoc'].get('padded')}" if (r.get('byoc') or {}).get('status') == 'ok' else "")
               for r in rows]
     return lines
+
+
+def _git_state() -> str:
+    """The commit byoc ran from, and the files of byoc/ changed but not committed (the install is editable)."""
+    def git(*args) -> str:
+        done = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "byoc").splitlines()]
+    return git("rev-parse", "--short", "HEAD") + (f" (uncommitted in byoc/: {', '.join(dirty)})" if dirty else "")
 
 
 def _cpu_slug() -> str:
@@ -536,7 +592,7 @@ def main(argv=None) -> int:
     out = args.out or HERE / "results" / f"generate-{today}-{_cpu_slug()}.md"
     if not out.is_absolute() and not out.parent.exists() and (HERE / out).parent.exists():
         out = HERE / out
-    meta = {"date": today, "machine": machine_class(), "threads": args.threads, "repeat": args.repeat,
+    meta = {"date": today, "git": _git_state(), "machine": machine_class(), "threads": args.threads, "repeat": args.repeat,
             "steps": args.steps, "rounds": args.rounds, "command": "python benchmarks/generate.py " + " ".join(argv), "note": args.note}
     result = {"meta": meta, "rows": []}
     machine = f"Machine: {meta['machine']}"
