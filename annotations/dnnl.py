@@ -631,6 +631,23 @@ def _doubled_gelu_pattern():
     return _gelu(wildcard(), half=False)
 
 
+def _nan_guard_pattern():
+    from tvm.relax.dpl import is_const, is_op, wildcard
+
+    x = wildcard()
+    return is_op("relax.where")(is_op("relax.isnan")(x), is_const(), x)
+
+
+def _nan_guard(match: Match):
+    """float32, and NaN becomes one float32 constant."""
+    _, value, x = match.ops_of("relax.where")[0].inputs
+    if x.dtype != "float32":
+        return f"NaNs of a {x.dtype} tensor (float32 only)"
+    if value.dtype != "float32" or value.data is None or value.data.size != 1:
+        return "NaNs become no single float32 constant"
+    return SUPPORTED
+
+
 def _gelu_pattern():
     from tvm.relax.dpl import wildcard
 
@@ -853,6 +870,8 @@ _RULES = (
     OpRule("exp", "relax.exp", _base),
     # ONNX's Erf where it is no GELU and no quantized unit's (those are gelu_erf and byte tables): a byoc kernel
     OpRule("erf", "relax.erf", _base),
+    # where(isnan(x), c, x), the guard transformers' exports write after each softmax: one byoc kernel (nan_guard.py)
+    PatternRule("nan_to", _nan_guard_pattern, all_of(known_ranks(MAX_RANK), _non_empty, _nan_guard)),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
     OpRule("power", "relax.power", all_of(_base, _scalar_exponent)),

@@ -277,3 +277,18 @@ def test_a_broadcast_over_symbolic_dims_reads_them_by_name(target, refused):
         x = np.random.default_rng(batch).standard_normal((batch, 1, 6, 8)).astype(np.float32)
         like = np.zeros([batch] + target[1:], np.float32)
         np.testing.assert_allclose(artifact.run({"x": x, "like": like})[0], np.maximum(np.broadcast_to(x, like.shape), 0))
+
+
+@pytest.mark.parametrize("value", [0.0, -1.5])
+def test_a_nan_guard_is_one_kernel(value):
+    """Where(IsNaN(x), c, x), which transformers' exports put after every attention's softmax: dnnl takes it (its
+    boolean mask never leaves the pattern), so a decoder layer is not cut in two around it."""
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], name="softmax", axis=-1),
+             helper.make_node("IsNaN", ["p"], ["nan"], name="isnan"),
+             helper.make_node("Where", ["nan", "c", "p"], ["y"], name="where")]
+    m = model(nodes, [tensor("x", [2, 3, 7])], [tensor("y", [2, 3, 7])], [const("c", np.array(value, np.float32))])
+    x = _f(2, 3, 7, seed=4)
+    x[0, 1, :] = -np.inf  # a row with every key masked: the softmax is NaN there, the guard makes it c
+    artifact = _compile(m, inputs={"x": x})
+    assert _rules(artifact) == {"dnnl.softmax", "dnnl.nan_to"}
+    assert (artifact.run({"x": x})[0][0, 1] == value).all()

@@ -369,3 +369,13 @@ def test_a_gather_at_constant_indices_of_one_slice_is_that_slice(index):
     m = model(nodes, [tensor("x", data_shape)], [tensor("y", out)], [const("i", index)])
     artifact = _compile(m)
     assert len(artifact.plan.partitions) == 1 and {"gather"} <= set(artifact.plan.partitions[0].onnx_nodes)
+
+
+def test_one_tokens_heads_permuted_then_multiplied_by_a_broadcast_table():
+    """[1, 1, 2, 32] -> [1, 2, 1, 32] (a decoder step's heads, the sequence 1) times a [1, 1, 1, 32] rotary table:
+    the permuted view's bytes are plain, and its dims of size 1 get plain strides (with the strides the permutation
+    gave them, oneDNN's binary kernel computed garbage)."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], name="heads", perm=[0, 2, 1, 3]),
+             helper.make_node("Mul", ["t", "cos"], ["y"], name="rotate")]
+    m = model(nodes, [tensor("x", [1, 1, 2, 32]), tensor("cos", [1, 1, 1, 32])], [tensor("y", [1, 2, 1, 32])])
+    _compile(m)

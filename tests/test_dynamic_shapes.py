@@ -21,6 +21,8 @@ from byoc.errors import DynamicShapeError, InputDtypeError, InputShapeError, Ven
 from byoc.pipeline.frontend.dims import parse_dim_setting
 from byoc.pipeline.frontend.onnx_model import DimRange
 
+from models import const, model, tensor
+
 SHAPES = [(1, 4), (3, 7), (2, 16)]  # (batch, seq), called round-robin and back
 
 
@@ -550,3 +552,23 @@ def test_a_dim_that_may_broadcast_at_run_time_is_not_cast():
     model.ir_version = 8
     with pytest.raises(byoc.errors.ModelLoadError, match="relu"):
         byoc.compile(model, ["dnnl"])
+
+
+def test_a_range_from_a_symbolic_dim_builds_fused_and_reports_its_memory(tmp_path):
+    """Range(past, past + seq), a decoder's positions: legalized, the start is a parameter of the arange's PrimFunc,
+    the same TIR variable as the dim among the shapes, which TVM 0.27's FuseTIR defined twice (the memory report
+    failed, the host build fell back to TVM's unfused pipeline). Such PrimFuncs stay out of fusion."""
+    from byoc.tools.memory import estimate_memory
+
+    nodes = [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "one"], ["past"]),
+             helper.make_node("Shape", ["y"], ["ys"]), helper.make_node("Gather", ["ys", "one"], ["seq"]),
+             helper.make_node("Add", ["past", "seq"], ["end"]), helper.make_node("Range", ["past", "end", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["positions"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["positions", "y"], ["z"])]
+    m = model(nodes, [tensor("x", [1, "past"]), tensor("y", [1, "seq"])], [tensor("z", [1, "seq"])],
+              [const("one", np.array(1, np.int64))])
+    plan = byoc.partition(m, ["dnnl"])
+    assert estimate_memory(plan).planned_bytes
+    artifact = byoc.build(plan)
+    y = np.arange(2, dtype=np.float32)[None]
+    np.testing.assert_array_equal(artifact.run({"x": np.zeros((1, 3), np.float32), "y": y})[0], y + [[3, 4]])

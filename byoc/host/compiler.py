@@ -135,7 +135,6 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
     """
     import tvm
     from tvm import relax
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     @tvm.transform.module_pass(opt_level=0, name="ByocHostLowering")
     def lowering(mod, _ctx):
@@ -149,7 +148,7 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
         calls = []
         has_main = any(g.name_hint == "main" and isinstance(f, relax.Function) for g, f in mod.functions.items())
         with target:
-            for step in cpu.legalize_passes(target):
+            for step in legalize_passes(target):
                 if step.info.name == "FuseOps" and has_main:
                     mod["main"] = _NameCalls().visit_expr(mod["main"])
                 mod = step(mod)
@@ -167,6 +166,34 @@ def HostLowering(target):  # noqa: N802 - a pass, named like TVM's
         return mod
 
     return lowering
+
+
+def legalize_passes(target) -> list:
+    """TVM's CPU ``legalize_passes`` (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR), with
+    :func:`UnfusedScalarParams` before FuseOps."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    passes = list(cpu.legalize_passes(target))
+    at = next(i for i, p in enumerate(passes) if p.info.name == "FuseOps")
+    return passes[:at] + [UnfusedScalarParams()] + passes[at:]
+
+
+def UnfusedScalarParams():  # noqa: N802 - a pass, named like TVM's
+    """Keep PrimFuncs that take a scalar parameter out of fusion. A legalized op over a symbolic dim given as a
+    value (``R.arange(past, past + seq)``, a decoder's positions; ``R.shape_to_tensor``) takes that dim as a
+    parameter, the same TIR variable as the dim of the shapes beside it, and TVM 0.27's FuseTIR defines it twice
+    (``RenewDefs``: "VarRemapGet(source) == nullptr"): the host build fell back to TVM's unfused pipeline, and
+    the memory report failed."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="ByocUnfusedScalarParams")
+    def unfused(mod, _ctx):
+        for gv, func in list(mod.functions.items()):
+            if isinstance(func, tvm.tirx.PrimFunc) and any(isinstance(p.ty, tvm.ir.PrimType) for p in func.params):
+                mod[gv] = func.with_attr("op_pattern", _OPAQUE_PATTERN)
+        return mod
+
+    return unfused
 
 
 def _no_op():

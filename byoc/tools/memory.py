@@ -136,10 +136,12 @@ def _lowered(mod, tvm_target):
     import tvm
     from tvm.relax.backend.cpu_generic import pipeline
 
+    from byoc.host.compiler import legalize_passes
+
     with tvm_target:
         return tvm.transform.Sequential(
             pipeline.library_dispatch_passes(tvm_target)
-            + pipeline.legalize_passes(tvm_target)
+            + legalize_passes(tvm_target)
             + pipeline.dataflow_lower_passes(tvm_target)
         )(mod)
 

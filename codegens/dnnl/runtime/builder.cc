@@ -189,6 +189,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"byoc.lrn", Alone<&Builder::Lrn>},
       {"byoc.byte_table", Alone<&Builder::ByteTableOp>},
       {"relax.erf", Alone<&Builder::ErfOp>},
+      {"byoc.nan_to", Alone<&Builder::NanToOp>},
   };
   return table;
 }

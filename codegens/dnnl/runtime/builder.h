@@ -317,6 +317,7 @@ class Builder {
   void Lrn(const BodyOp& op, const Attrs& a);
   void ByteTableOp(const BodyOp& op, const Attrs& a);
   void ErfOp(const BodyOp& op);
+  void NanToOp(const BodyOp& op);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;

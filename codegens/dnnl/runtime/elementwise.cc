@@ -32,6 +32,17 @@ void Builder::ErfOp(const BodyOp& op) {
           std::make_shared<Erf>(static_cast<int64_t>(desc.get_size() / sizeof(float))));
 }
 
+// byoc.nan_to {value}: the byoc NanTo kernel over the source in a dense plain layout.
+void Builder::NanToOp(const BodyOp& op) {
+  Arity(op, 1);
+  SameShape(op, op.inputs[0]);
+  Desc desc = Plain(g_.Shape(op.inputs[0]));
+  int from = As(op.inputs[0], desc);
+  float value = static_cast<float>(Attrs(op.attrs, op.where).Float("value"));
+  AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, desc}, {DNNL_ARG_DST, Define(op.output, desc), desc}}, Desc(),
+          std::make_shared<NanTo>(static_cast<int64_t>(desc.get_size() / sizeof(float)), value));
+}
+
 // A one-input element-wise op (or a power with a scalar constant exponent) as a oneDNN
 // eltwise algorithm in `p`; false for any other op.
 bool Builder::EltwiseOf(const BodyOp& op, PostOp* p) const {

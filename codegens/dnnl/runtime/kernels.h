@@ -112,6 +112,24 @@ class Erf : public Kernel {
   int64_t count_;
 };
 
+// NaNs replaced by a value (byoc.nan_to: ONNX's Where(IsNaN(x), c, x), the guard after a transformer's softmax).
+class NanTo : public Kernel {
+ public:
+  NanTo(int64_t count, float value) : count_(count), value_(value) {}
+  const char* Name() const override { return "nan_to"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) y[i] = std::isnan(x[i]) ? value_ : x[i];
+    });
+  }
+
+ private:
+  int64_t count_;
+  float value_;
+};
+
 // The windows of a stride-1 unpadded conv1d over a batch-1 NWC source, as the rows of a matrix: row t is the
 // bytes of x[t .. t + kernel) (contiguous in NWC), so the conv is one matmul of these rows (Builder::WindowsAsMatmul).
 class Windows : public Kernel {
