@@ -388,7 +388,7 @@ def compare(tokens: list, logits: np.ndarray, ref_tokens: list, ref_logits: np.n
 def bench_model(entry: dict, args, tmp: Path) -> dict:
     from generate_models import prompt_ids
 
-    row = {"name": entry["name"], "arch": entry["arch"], "form": entry["form"],
+    row = {"name": entry["name"], "arch": entry["arch"], "form": entry["form"], "loadavg_before": os.getloadavg()[0],
            "weight_bytes": entry["weight_bytes"], "min_top2_gap": entry.get("min_top2_gap")}
     task = {"entry": entry, "threads": args.threads, "repeat": args.repeat, "steps": args.steps,
             "prompt": entry.get("prompt") or prompt_ids(), "long_prompt": prompt_ids(LONG_PROMPT)}
@@ -414,6 +414,7 @@ def bench_model(entry: dict, args, tmp: Path) -> dict:
                 f"ms, decode {last['decode_ms']:.3f} ms/token")
     for kind in raw:
         row[kind] = dict(best_of_rounds(rounds[kind]), status="ok")
+    row["loadavg_after"] = os.getloadavg()[0]
     ort = raw.get("onnxruntime")
     for kind in ("byoc", "genai"):
         if kind in raw and ort is not None:
@@ -528,7 +529,8 @@ def report(result: dict) -> list[str]:
                          f"at step {o.get('first_difference')})")
     lines += ["", "Weight bytes (catalog, as stored; int4 packed) and the catalog's smallest top-2 logit gap "
               "(onnxruntime's 17-token loop):", ""]
-    lines += [f"- {r['name']}: {r['weight_bytes'] / 1e6:.1f} MB, min top-2 gap {_f(r.get('min_top2_gap'), '.3g')}"
+    lines += [f"- {r['name']}: {r['weight_bytes'] / 1e6:.1f} MB, min top-2 gap {_f(r.get('min_top2_gap'), '.3g')}, "
+              f"1-minute load average {_f(r.get('loadavg_before'))} before, {_f(r.get('loadavg_after'))} after"
               + (f"; byoc partitions {r['byoc'].get('partitions')}, host ops "
                  f"{', '.join(r['byoc'].get('host_op_types') or []) or 'none'}, cache padded "
                  f"{r['byoc'].get('padded')}" if (r.get('byoc') or {}).get('status') == 'ok' else "")
