@@ -572,3 +572,23 @@ def test_a_range_from_a_symbolic_dim_builds_fused_and_reports_its_memory(tmp_pat
     artifact = byoc.build(plan)
     y = np.arange(2, dtype=np.float32)[None]
     np.testing.assert_array_equal(artifact.run({"x": np.zeros((1, 3), np.float32), "y": y})[0], y + [[3, 4]])
+
+
+def test_a_dim_named_by_an_expression_of_other_dims_is_that_expression():
+    """optimum names a decoder's attention_mask [batch, "past_sequence_length + sequence_length"]: the dim is that
+    sum, so a mask of another length is refused by name before the run (it ran, and read past the mask)."""
+    nodes = [helper.make_node("Concat", ["past", "x"], ["joined"], name="cache", axis=1),
+             helper.make_node("Mul", ["joined", "mask"], ["y"], name="masked")]
+    m = model(nodes, [tensor("x", [1, "seq"]), tensor("past", [1, "past_len"]),
+                      tensor("mask", [1, "past_len + seq"])], [tensor("y", [1, "past_len + seq"])])
+    artifact = byoc.compile(m, vendors=["dnnl"])
+    assert artifact.inputs[2].shape == (1, "past_len + seq")
+    assert artifact.dims["past_len"].min == 0  # a cache, appended to: empty before the first token
+    x, past = np.ones((1, 2), np.float32), np.full((1, 3), 2.0, np.float32)
+    np.testing.assert_array_equal(artifact.run({"x": x, "past": past, "mask": np.ones((1, 5), np.float32)})[0],
+                                  [[2, 2, 2, 1, 1]])
+    with pytest.raises(InputShapeError, match="'past_len \\+ seq' = 5") as caught:
+        artifact.run({"x": x, "past": past, "mask": np.ones((1, 4), np.float32)})
+    assert (caught.value.input, caught.value.dim) == ("mask", "past_len + seq")
+    fixed = byoc.compile(m, vendors=["dnnl"], dims={"past_len": 3})
+    assert fixed.inputs[2].shape == (1, "3 + seq")

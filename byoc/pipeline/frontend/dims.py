@@ -13,10 +13,16 @@ the model leaves unnamed is named ``<input>_dim<axis>``. ``dims=`` (the CLI's
 A bound is a promise about every call: :meth:`Artifact.run` refuses a call
 outside it, vendors may use it (:func:`byoc.vendor.checks.dim_bound`), and the
 host plans its memory for the largest sizes.
+
+A dim the model names by an expression of other dims (optimum writes a decoder's
+``attention_mask`` as ``[batch_size, "past_sequence_length + sequence_length"]``)
+is that expression (:func:`dim_expression`): each call is checked against it.
 """
 
 from __future__ import annotations
 
+import ast
+import operator
 import re
 from typing import Mapping, Optional, Sequence, Union
 
@@ -80,6 +86,7 @@ def bind_dims(specs: Sequence[TensorSpec], shapes: Sequence[tuple], ranges: Mapp
     inputs and lie in its range.
     """
     bound: dict[str, tuple[int, str]] = {}  # dim -> (size, the input that set it)
+    expressions: list[tuple] = []
     for spec, shape in zip(specs, shapes):
         if len(shape) != len(spec.shape):
             raise InputShapeError(
@@ -97,14 +104,25 @@ def bind_dims(specs: Sequence[TensorSpec], shapes: Sequence[tuple], ranges: Mapp
                 raise InputShapeError(
                     f"input {spec.name!r} has {want!r} = {got} (dim {axis} of shape {tuple(shape)}), but input "
                     f"{seen[1]!r} has {want!r} = {seen[0]}: one dim has one size in a call", spec.name, want)
-            bound[want] = (int(got), spec.name)
+            if not want.isidentifier():  # an expression of other dims: checked once they are all bound
+                expressions.append((spec, axis, want, int(got), tuple(shape)))
+                continue
+            bound.setdefault(want, (int(got), spec.name))
             rng = ranges.get(want, DimRange(want))
             if not rng.holds(int(got)):
                 raise InputShapeError(
                     f"input {spec.name!r} has {want!r} = {got} (dim {axis} of shape {tuple(shape)}), outside its "
                     f"range {rng.describe()}; the artifact was compiled for that range: compile again with a wider "
                     f"one (dims={{{want!r}: ...}})", spec.name, want)
-    return {name: size for name, (size, _) in bound.items()}
+    sizes = {name: size for name, (size, _) in bound.items()}
+    for spec, axis, want, got, shape in expressions:
+        expected = evaluate_dim(want, sizes)
+        if got != expected:
+            reads = ", ".join(f"{n} = {bound[n][0]} (from {bound[n][1]!r})" for n in dim_expression(want)[1])  # type: ignore[index]
+            raise InputShapeError(
+                f"input {spec.name!r} has {got} at dim {axis} (shape {shape}), which the model names {want!r} = "
+                f"{expected} with {reads}: one of these inputs has the wrong length", spec.name, want)
+    return sizes
 
 
 def sizes_problem(sizes: Mapping[str, object], dims: Sequence[str]) -> Optional[str]:
@@ -115,3 +133,38 @@ def sizes_problem(sizes: Mapping[str, object], dims: Sequence[str]) -> Optional[
         return f"missing {', '.join(missing)}"
     unknown = [d for d in sizes if d not in dims]
     return f"unknown {', '.join(unknown)}" if unknown else None
+
+
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def dim_expression(text: str) -> Optional[tuple[str, list[str]]]:
+    """A dim name that is integer arithmetic (``+ - * //``) on other dims' names and ints, as its normal
+    spelling and the names it reads; None for anything else (a plain name included)."""
+    if text.isidentifier():
+        return None
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names += [node.id] if node.id not in names else []
+        elif isinstance(node, ast.BinOp):
+            if type(node.op) not in _ARITHMETIC:
+                return None
+        elif not (isinstance(node, ast.Constant) and type(node.value) is int) \
+                and not isinstance(node, (ast.operator, ast.expr_context)):
+            return None
+    return (ast.unparse(tree), names) if names else None
+
+
+def evaluate_dim(text: str, sizes: Mapping[str, int]) -> int:
+    """The size of the dim expression ``text`` (:func:`dim_expression`) at ``sizes``."""
+    def value(node) -> int:
+        if isinstance(node, ast.BinOp):
+            return _ARITHMETIC[type(node.op)](value(node.left), value(node.right))
+        return int(sizes[node.id]) if isinstance(node, ast.Name) else int(node.value)
+
+    return value(ast.parse(text, mode="eval").body)

@@ -34,15 +34,33 @@ class ProvenanceImporter(ONNXGraphImporter):
         # 0 (Trilu, reshape and broadcast_to treat it as "copy this dimension").
         shape_dict = {name: shape for name, shape in shape_dict.items() if 0 not in list(shape)}
         # A symbolic dim is one int64 TIR variable per name, whichever inputs name it.
-        self.dim_vars = {d: tirx.Var(d, "int64") for shape in shape_dict.values() for d in shape if isinstance(d, str)}
+        self.dim_vars = {d: tirx.Var(d, "int64") for shape in shape_dict.values() for d in shape
+                         if isinstance(d, str) and d.isidentifier()}
         self.dim_ranges = dict(dim_ranges or {})
-        shape_dict = {name: [self.dim_vars.get(d, d) if isinstance(d, str) else d for d in shape]
+        shape_dict = {name: [self._dim(d) if isinstance(d, str) else d for d in shape]
                       for name, shape in shape_dict.items()}
         super().__init__(shape_dict, dtype_dict, keep_params_in_input=False, sanitize=True)
         self._owner: dict[object, OnnxNode] = {}
         self.current_node: OnnxNode | None = None
         #: ONNX node name -> why the import made nothing of it (:mod:`byoc.pipeline.frontend.import_rewrites`)
         self.absorbed: dict[str, str] = {}
+
+    def _dim(self, text: str):
+        """A symbolic dim's TIR variable, or the expression of them a dim named by one is (shapes.name_dims)."""
+        import ast
+
+        from tvm import tirx
+
+        if text.isidentifier():
+            return self.dim_vars[text]
+        arithmetic = {ast.Add: tirx.Add, ast.Sub: tirx.Sub, ast.Mult: tirx.Mul, ast.FloorDiv: tirx.floordiv}
+
+        def expr(node):
+            if isinstance(node, ast.BinOp):
+                return arithmetic[type(node.op)](expr(node.left), expr(node.right))
+            return self.dim_vars[node.id] if isinstance(node, ast.Name) else tirx.IntImm("int64", node.value)
+
+        return expr(ast.parse(text, mode="eval").body)
 
     def from_onnx(self, graph, opset):
         """TVM's import, with each node's input list reachable from :meth:`_parse_value_proto` (see there)."""

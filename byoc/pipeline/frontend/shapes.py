@@ -82,11 +82,17 @@ def _declared_dims(vi: onnx.ValueInfoProto) -> Optional[list]:
 def name_dims(model: onnx.ModelProto, fixed: Mapping[str, int], ranges: Mapping) -> None:
     """Give every symbolic input dim a name and apply the fixed sizes of ``dims=``, in place.
 
-    An unnamed dim (or one whose name is an expression, which byoc does not
-    solve) becomes ``<input>_dim<axis>``; a name in ``fixed`` becomes its
-    size. Names in ``dims=`` that no input has are refused.
+    An unnamed dim becomes ``<input>_dim<axis>``, and so does one whose name is
+    an expression, unless it is arithmetic on the names of other inputs' dims
+    (:func:`~byoc.pipeline.frontend.dims.dim_expression`), which it stays (with
+    the sizes of ``fixed`` put in). A name in ``fixed`` becomes its size. Names
+    in ``dims=`` that no input has are refused.
     """
+    from byoc.pipeline.frontend.dims import dim_expression, evaluate_dim
+
     seen: set[str] = set()
+    plain = {d.dim_param for vi in graph_inputs(model.graph) if _tensor_type(vi).HasField("shape")
+             for d in _tensor_type(vi).shape.dim if d.dim_param.isidentifier()}
     for vi in graph_inputs(model.graph):
         ttype = _tensor_type(vi)
         if not ttype.HasField("shape"):
@@ -95,6 +101,18 @@ def name_dims(model: onnx.ModelProto, fixed: Mapping[str, int], ranges: Mapping)
             if dim.HasField("dim_value") and dim.dim_value >= 0:
                 continue
             name = dim.dim_param
+            expression = dim_expression(name)
+            if expression and set(expression[1]) <= plain:
+                text, names = expression
+                if all(n in fixed for n in names):
+                    dim.Clear()
+                    dim.dim_value = evaluate_dim(text, fixed)
+                else:
+                    for n in names:
+                        text = re.sub(rf"\b{n}\b", str(fixed[n]), text) if n in fixed else text
+                    dim.Clear()
+                    dim.dim_param = text
+                continue
             if not name.isidentifier():
                 name = re.sub(r"\W", "_", f"{vi.name}_dim{axis}")
                 name = name if name[0].isalpha() or name[0] == "_" else f"d_{name}"
@@ -141,7 +159,7 @@ def dims_that_may_be_empty(model: onnx.ModelProto) -> set[str]:
     for vi in graph_inputs(model.graph):
         declared = _declared_dims(vi) or []
         for axis, d in enumerate(declared):
-            if isinstance(d, str):
+            if isinstance(d, str) and d.isidentifier():
                 reads = readers.get(vi.name, [])
                 verdict[d] = verdict.get(d, True) and bool(reads) and vi.name not in outputs and all(
                     _appends_along(node, index, axis, len(declared)) for node, index in reads)
@@ -162,7 +180,7 @@ def model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tupl
             unknown_rank[vi.name] = None
             continue
         for d in declared:
-            if isinstance(d, str):
+            if isinstance(d, str) and d.isidentifier():  # not an expression of dims (name_dims)
                 dims.setdefault(d, ranges.get(d, DimRange(d, 0 if d in may_be_empty else 1)))
         dtype = str(onnx.helper.tensor_dtype_to_np_dtype(_tensor_type(vi).elem_type))
         specs.append(TensorSpec(vi.name, tuple(declared), dtype))
