@@ -870,6 +870,9 @@ _RULES = (
     OpRule("exp", "relax.exp", _base),
     # ONNX's Erf where it is no GELU and no quantized unit's (those are gelu_erf and byte tables): a byoc kernel
     OpRule("erf", "relax.erf", _base),
+    # Sin and Cos (a decoder's rotary tables): byoc kernels too
+    OpRule("sin", "relax.sin", _base),
+    OpRule("cos", "relax.cos", _base),
     # where(isnan(x), c, x), the guard transformers' exports write after each softmax: one byoc kernel (nan_guard.py)
     PatternRule("nan_to", _nan_guard_pattern, all_of(known_ranks(MAX_RANK), _non_empty, _nan_guard)),
     OpRule("negative", "relax.negative", _base),

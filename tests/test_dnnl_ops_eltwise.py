@@ -20,6 +20,7 @@ from models import const, model, random_inputs, single_op, tensor
 # -- element-wise ops real models add -----------------------------------------------------------
 @pytest.mark.parametrize("op,attrs,positive", [
     ("Sqrt", {}, True), ("Exp", {}, False), ("LeakyRelu", {"alpha": 0.1}, False),
+    ("Sin", {}, False), ("Cos", {}, False),  # byoc kernels: a decoder's rotary tables
 ])
 def test_unary_eltwise(op, attrs, positive):
     m = single_op(op, {"x": [2, 3, 5]}, [2, 3, 5], attrs)

@@ -188,7 +188,9 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.nn.batch_norm", Alone<&Builder::BatchNorm>},
       {"byoc.lrn", Alone<&Builder::Lrn>},
       {"byoc.byte_table", Alone<&Builder::ByteTableOp>},
-      {"relax.erf", Alone<&Builder::ErfOp>},
+      {"relax.erf", Alone<&Builder::PerElementOp>},
+      {"relax.sin", Alone<&Builder::PerElementOp>},
+      {"relax.cos", Alone<&Builder::PerElementOp>},
       {"byoc.nan_to", Alone<&Builder::NanToOp>},
   };
   return table;

@@ -316,7 +316,7 @@ class Builder {
   void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
   void ByteTableOp(const BodyOp& op, const Attrs& a);
-  void ErfOp(const BodyOp& op);
+  void PerElementOp(const BodyOp& op);
   void NanToOp(const BodyOp& op);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "builder.h"
@@ -22,14 +23,25 @@ void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
           pd.scratchpad_desc());
 }
 
-// relax.erf: the byoc Erf kernel over the source in a dense plain layout.
-void Builder::ErfOp(const BodyOp& op) {
+// relax.erf, relax.sin, relax.cos: the byoc PerElement kernel over the source in a dense plain layout.
+void Builder::PerElementOp(const BodyOp& op) {
+  struct Function {
+    float (*f)(float);
+    const char* name;
+  };
+  static const std::map<std::string, Function> functions = {
+      {"relax.erf", {[](float x) { return std::erf(x); }, "erf"}},
+      {"relax.sin", {[](float x) { return std::sin(x); }, "sin"}},
+      {"relax.cos", {[](float x) { return std::cos(x); }, "cos"}}};
   Arity(op, 1);
   SameShape(op, op.inputs[0]);
+  auto found = functions.find(op.kernel);
+  if (found == functions.end()) Fail(op.where + ": no per-element kernel for " + op.kernel);
   Desc desc = Plain(g_.Shape(op.inputs[0]));
   int from = As(op.inputs[0], desc);
   AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, desc}, {DNNL_ARG_DST, Define(op.output, desc), desc}}, Desc(),
-          std::make_shared<Erf>(static_cast<int64_t>(desc.get_size() / sizeof(float))));
+          std::make_shared<PerElement>(static_cast<int64_t>(desc.get_size() / sizeof(float)), found->second.f,
+                                       found->second.name));
 }
 
 // byoc.nan_to {value}: the byoc NanTo kernel over the source in a dense plain layout.

@@ -1,5 +1,5 @@
 // kernels.h -- steps byoc computes itself between oneDNN primitives: the Winograd transforms, byte tables,
-// ONNX's Erf, the windows of a conv1d and a pad's fill (their loops: winograd.h, byte_table.h).
+// ONNX's Erf, Sin and Cos, NaN guards, the windows of a conv1d and a pad's fill (their loops: winograd.h, byte_table.h).
 #ifndef BYOC_DNNL_KERNELS_H_
 #define BYOC_DNNL_KERNELS_H_
 
@@ -94,22 +94,25 @@ class LookupTable : public Kernel {
   int64_t count_;
 };
 
-// ONNX's Erf over a dense float32 tensor (oneDNN has no erf eltwise; its gelu_erf is 0.5 x (1 + erf(x / sqrt 2))):
-// std::erf per element, for an Erf between float ops (the GELU spelled as ops is one gelu_erf op instead).
-class Erf : public Kernel {
+// A float function per element over a dense float32 tensor, for ops oneDNN has no eltwise algorithm for: ONNX's Erf
+// (its gelu_erf is 0.5 x (1 + erf(x / sqrt 2)); the GELU spelled as ops is one gelu_erf op instead), Sin and Cos (a
+// decoder's rotary tables, computed per call from the positions).
+class PerElement : public Kernel {
  public:
-  explicit Erf(int64_t count) : count_(count) {}
-  const char* Name() const override { return "erf"; }
+  PerElement(int64_t count, float (*f)(float), const char* name) : count_(count), f_(f), name_(name) {}
+  const char* Name() const override { return name_; }
   void Run(const std::unordered_map<int, memory>& args) const override {
     const float* x = Data<const float>(args, DNNL_ARG_SRC);
     float* y = Data<float>(args, DNNL_ARG_DST);
     SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) y[i] = std::erf(x[i]);
+      for (int64_t i = i0; i < i1; ++i) y[i] = f_(x[i]);
     });
   }
 
  private:
   int64_t count_;
+  float (*f_)(float);
+  const char* name_;
 };
 
 // NaNs replaced by a value (byoc.nan_to: ONNX's Where(IsNaN(x), c, x), the guard after a transformer's softmax).
