@@ -67,6 +67,7 @@ import datetime
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -595,7 +596,7 @@ def main(argv=None) -> int:
     if not out.is_absolute() and not out.parent.exists() and (HERE / out).parent.exists():
         out = HERE / out
     meta = {"date": today, "git": _git_state(), "machine": machine_class(), "threads": args.threads, "repeat": args.repeat,
-            "steps": args.steps, "rounds": args.rounds, "command": "python benchmarks/generate.py " + " ".join(argv), "note": args.note}
+            "steps": args.steps, "rounds": args.rounds, "command": "python benchmarks/generate.py " + shlex.join(argv), "note": args.note}
     result = {"meta": meta, "rows": []}
     machine = f"Machine: {meta['machine']}"
     log(machine)
