@@ -42,6 +42,7 @@ from byoc import optable
 REPO = Path(__file__).resolve().parent.parent
 TUTORIAL_1 = REPO / "tutorials" / "01_new_vendor"
 TUTORIAL_2 = REPO / "tutorials" / "02_deploy_s390x"
+TUTORIAL_3 = REPO / "tutorials" / "03_generate"
 TOY_PACKAGE = TUTORIAL_1 / "toy_npu"
 TOY_SOURCES = TOY_PACKAGE / "src" / "toy_npu"
 TOY_DIST = "byoc-toy-npu"
@@ -250,6 +251,22 @@ def test_tutorial_02_runs_as_written_and_again_over_its_own_files(s390x_toolchai
     run_tutorial(readme, workdir, TUTORIAL_2_SH)  # again, over its own files
 
 
+# -- tutorial 3: generation with a KV cache ----------------------------------------------------
+TUTORIAL_3_SH = {"rm -f decoder.onnx"}
+TUTORIAL_3_AGAIN = {"python -m byoc.examples decoder.onnx --model small_decoder":
+                    "decoder.onnx already holds small_decoder\n"}
+
+
+def test_tutorial_03_runs_as_written_and_again_over_its_own_files(tmp_path):
+    readme = TUTORIAL_3 / "README.md"
+    workdir = workdir_of(readme, tutorials_copy(tmp_path))
+    run_tutorial(readme, workdir, TUTORIAL_3_SH)
+    assert (workdir / "decoder.onnx").is_file()
+    run_tutorial(readme, workdir, TUTORIAL_3_SH, again=TUTORIAL_3_AGAIN)
+    for printed in TUTORIAL_3_AGAIN.values():
+        assert f"`{printed.strip()}`" in readme.read_text(), "the README says what a second run prints"
+
+
 def _git(root: Path, *args: str) -> str:
     done = subprocess.run(["git", "-c", "user.name=byoc", "-c", "user.email=byoc@example.invalid", "-C", str(root),
                            *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
@@ -260,13 +277,15 @@ def _git(root: Path, *args: str) -> str:
 @pytest.mark.parametrize("tutorial, fixture, sh, outputs", [
     (TUTORIAL_1, "toy_npu", TUTORIAL_1_SH, ["small_cnn.onnx", "small_cnn_toy_npu.so"]),
     (TUTORIAL_2, "s390x_toolchain", TUTORIAL_2_SH, ["small_cnn.onnx", "small_cnn_s390x/model"]),
-], ids=["01_new_vendor", "02_deploy_s390x"])
+    (TUTORIAL_3, None, TUTORIAL_3_SH, ["decoder.onnx"]),
+], ids=["01_new_vendor", "02_deploy_s390x", "03_generate"])
 def test_a_tutorial_run_as_its_readme_says_leaves_git_status_clean(tutorial, fixture, sh, outputs, request, tmp_path):
     """Run where the README says, in a repository holding the tutorials: git sees nothing new; its clean-up
     deletes every file it wrote."""
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    request.getfixturevalue(fixture)
+    if fixture:
+        request.getfixturevalue(fixture)
     root = tutorials_copy(tmp_path / "clone")
     for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "tutorials"]):
         _git(root, *args)
