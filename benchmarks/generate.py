@@ -7,6 +7,7 @@ catalog (its docstring says how; it needs torch and two venvs)::
     python benchmarks/generate.py                                  # every cataloged model
     python benchmarks/generate.py --models llama_hf,qwen2_genai_int4 --threads 2 --repeat 3 --steps 64
     python benchmarks/generate.py --out results/generate-2026-11-27-amd-epyc.md   # also writes the .json
+    python benchmarks/generate.py --report results/generate-2026-11-27-amd-epyc.json   # the tables of a run
 
 For each model of the catalog (``<cache>/generate/catalog.jsonl``), one fresh process per side, one side at a
 time (a process never times two runtimes: their thread pools would fight for the cores):
@@ -543,10 +544,10 @@ def _git_state() -> str:
     """The commit byoc ran from, and the files of byoc/ changed but not committed (the install is editable)."""
     def git(*args) -> str:
         done = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
-        return done.stdout.strip() if done.returncode == 0 else ""
+        return done.stdout.rstrip() if done.returncode == 0 else ""
 
-    dirty = [line[3:] for line in git("status", "--porcelain", "--", "byoc").splitlines()]
-    return git("rev-parse", "--short", "HEAD") + (f" (uncommitted in byoc/: {', '.join(dirty)})" if dirty else "")
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "byoc").splitlines() if line.strip()]
+    return git("rev-parse", "--short", "HEAD").strip() + (f" (uncommitted in byoc/: {', '.join(dirty)})" if dirty else "")
 
 
 def _cpu_slug() -> str:
@@ -571,6 +572,7 @@ def parse_args(argv):
     parser.add_argument("--genai-python", default=GENAI_PYTHON, help="a Python with onnxruntime-genai")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per worker")
     parser.add_argument("--note", default="", help="a line for the Markdown header")
+    parser.add_argument("--report", type=Path, default=None, help="print the tables of a run's JSON and stop")
     return parser.parse_args(argv)
 
 
@@ -579,6 +581,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["--worker"]:
         return worker_main(argv[1])
     args = parse_args(argv)
+    if args.report:
+        print("\n".join(report(json.loads(args.report.read_text()))))
+        return 0
     import generate_models
     from timing_processes import machine_class
 
