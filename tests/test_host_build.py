@@ -257,3 +257,22 @@ def test_kernels_vectorization_would_break_match_the_onnx_expected_outputs(name)
     case = next(c for c in collect_cases() if c[0] == name)
     result = run_case(case, vendors=[])
     assert result.plain and result.byoc, result.byoc_error
+
+
+def test_a_parallel_loop_over_symbolic_extents_runs_serially_when_small():
+    """TVM's launch of a parallel loop reads the CPU count from sysfs each time: over a symbolic extent the host
+    kernel takes its parallel loop only at run time, when the iterations are many (a decoder step's mask glue,
+    one position at a time, spent 1.5 ms a token on those reads)."""
+    import tvm_ffi
+    from tvm import tirx
+
+    m = model([helper.make_node("Sigmoid", ["x"], ["y"], name="sigmoid")], [tensor("x", ["rows", 64])],
+              [tensor("y", ["rows", 64])])
+    (func,) = [f for name, f in _lowered(m).items() if "sigmoid" in name]
+    gates, kinds = [], []
+    tvm_ffi.structural_walk(func, [(tirx.IfThenElse, gates.append), (tirx.For, lambda loop: kinds.append(loop.kind))])
+    assert len(gates) == 1 and tirx.ForKind.PARALLEL in kinds and tirx.ForKind.SERIAL in kinds
+    artifact = byoc.compile(m, vendors=[])
+    for rows in (1, 4096):  # the serial loop, then the parallel one
+        x = np.linspace(-3, 3, rows * 64, dtype=np.float32).reshape(rows, 64)
+        np.testing.assert_allclose(artifact.run({"x": x})[0], 1 / (1 + np.exp(-x)), rtol=1e-5)

@@ -330,7 +330,42 @@ def _schedule_func(func, vector: _Vector):
     except Exception as err:  # noqa: BLE001 - a primitive refused this function: build it unscheduled
         _log.debug("host schedule skipped a PrimFunc: %s", str(err).strip().splitlines()[-1:] or err)
         return None
-    return sch.mod["main"].with_attr(_SCHEDULED, True)
+    return _parallel_when_worth_it(sch.mod["main"]).with_attr(_SCHEDULED, True)
+
+
+def _parallel_when_worth_it(func):
+    """``func`` whose parallel loops over symbolic extents run serially below :data:`_PARALLEL_MIN_WORK`
+    iterations (their nest's extents multiplied, at run time). TVM's launch of a parallel loop asks the OS how
+    many CPUs there are (``MaxConcurrency``: ``std::thread::hardware_concurrency``, a sysfs read): a decoder step's
+    mask glue, dozens of tiny host functions over ``past + 1`` positions, spent 1.5 ms a token on those reads."""
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer
+
+    def nest_work(loop):
+        extents = [loop.extent]
+        tvm_ffi.structural_walk(loop.body, [(tirx.For, lambda inner: extents.append(inner.extent))])
+        work = extents[0]
+        for extent in extents[1:]:
+            work = work * extent
+        return work
+
+    def gate(loop, mutator):
+        if loop.kind != tirx.ForKind.PARALLEL:
+            return mutator.default_mutate(loop)
+        work = Analyzer().simplify(nest_work(loop))
+        if isinstance(work, tirx.IntImm):
+            return loop
+        serial = tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body,
+                          annotations=loop.annotations)
+        return tirx.IfThenElse(work >= tirx.IntImm(str(work.ty), _PARALLEL_MIN_WORK), loop, serial)
+
+    gated = tvm_ffi.structural_mutate(func, [(tirx.For, gate)])
+    if gated.same_as(func):
+        return func
+    # The serial copy defines the loop's variables a second time: each definition gets a variable of its own.
+    return tvm.tirx.transform.ConvertSSA()(tvm.IRModule({"main": gated}))["main"]
 
 
 # -- the schedule -------------------------------------------------------------------------
