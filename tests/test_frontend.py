@@ -376,3 +376,29 @@ def test_an_op_of_an_exporters_own_domain_is_named_with_what_to_do(domain, op, a
                           ir_version=8)
     with pytest.raises(UnsupportedOpsError, match=f"the_node \\({op} in domain {domain}\\).*{advice}"):
         byoc.import_model(m)
+
+
+def test_one_computation_where_layers_repeat_it():
+    """Two layers that compute the same positions from the same symbolic dim (reading it off different tensors,
+    as a decoder's glue does per layer) share one binding; the report says what the second node became."""
+    from onnx import TensorProto
+
+    one = const("one", np.array(1, np.int64))
+    zero = const("zero", np.array(0, np.int64))
+    nodes = []
+    for layer, x in ((0, "a"), (1, "b")):
+        nodes += [helper.make_node("Shape", [x], [f"s{layer}"], name=f"shape{layer}"),
+                  helper.make_node("Gather", [f"s{layer}", "one"], [f"n{layer}"], name=f"length{layer}"),
+                  helper.make_node("Range", ["zero", f"n{layer}", "one"], [f"r{layer}"], name=f"range{layer}"),
+                  helper.make_node("Cast", [f"r{layer}"], [f"p{layer}"], name=f"cast{layer}", to=TensorProto.FLOAT),
+                  helper.make_node("Add", [x, f"p{layer}"], [f"y{layer}"], name=f"add{layer}")]
+    m = model(nodes, [tensor("a", [1, "n"]), tensor("b", [1, "n"])], [tensor("y0", [1, "n"]), tensor("y1", [1, "n"])],
+              [one, zero])
+    imported = byoc.import_model(m)
+    text = str(imported.mod["main"])
+    assert text.count("R.arange") == 1, text
+    assert "computes what" in imported.prepared["range1"] or "computes what" in imported.prepared["cast1"]
+    a, b = np.zeros((1, 5), np.float32), np.ones((1, 5), np.float32)
+    y0, y1 = byoc.compile(m, vendors=[]).run({"a": a, "b": b})
+    np.testing.assert_array_equal(y0, np.arange(5, dtype=np.float32)[None])
+    np.testing.assert_array_equal(y1, 1 + np.arange(5, dtype=np.float32)[None])

@@ -141,6 +141,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
 
     from tvm import relax
 
+    from byoc.pipeline.frontend.common_subexpressions import merged_common_subexpressions
     from byoc.pipeline.frontend.importer import ProvenanceImporter, bind_trailing_params, unique_binding_names
     from byoc.pipeline.frontend.prepare.qdq_form import held_integer_constants
 
@@ -166,7 +167,8 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
             mod = _fold_constants(mod)
             if held:
                 mod = bind_trailing_params(mod, [onnx.numpy_helper.to_array(t) for t in held.values()])
-            main, renamed = unique_binding_names(mod["main"])
+            main, merged = merged_common_subexpressions(mod["main"])
+            main, renamed = unique_binding_names(main)
             mod.update_func(mod.get_global_var("main"), main)
     except ModelLoadError:
         raise
@@ -198,6 +200,11 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     computed = {n.name for n in node_of.values()}  # an Expand another op still reads is computed after all
     absorbed = {user: why for name, why in importer.absorbed.items()
                 if (user := (origin or {}).get(name, name)) not in computed}
+    for var, into in merged.items():  # a node whose every computation repeats another node's
+        user, same = (origin or {}).get(owners[var].name, owners[var].name) if var in owners else None, owners.get(into)
+        if user and user not in computed and user not in absorbed:
+            other = (origin or {}).get(same.name, same.name) if same else "an earlier node"
+            absorbed[user] = f"computes what {other} computes (one computation serves both)"
     return mod, node_of, tensor_of, absorbed
 
 

@@ -1,0 +1,48 @@
+"""One binding per computation in an imported ``main``: a pure op call on the same arguments as an earlier one is
+that earlier binding. Importers write the same glue once per layer: a decoder's attention masks and positions
+from the same symbolic dims (onnxruntime-genai's GroupQueryAttention, rewritten per layer; optimum's exports
+slice the same mask in every layer), which ran on the host once per layer, dozens of tiny kernels a token.
+(TVM 0.27's EliminateCommonSubexpr merged none of them.)"""
+
+from __future__ import annotations
+
+__all__ = ["merged_common_subexpressions"]
+
+
+def merged_common_subexpressions(func):
+    """``func`` with each pure op call that repeats an earlier binding's value (structurally, after the merges
+    before it) replaced by that binding; and the merged vars, each mapped to the var it became."""
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    @mutator
+    class _Merge(PyExprMutator):
+        def __init__(self):
+            super().__init__()
+            self.seen: dict[int, list] = {}
+            self.merged: dict = {}
+
+        def visit_var_binding_(self, binding):
+            value = self.visit_expr(binding.value)
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and _pure(value.op):
+                key = tvm_ffi.structural_hash(value)
+                for earlier, var in self.seen.get(key, []):
+                    if tvm_ffi.structural_equal(value, earlier):
+                        self.set_var_remap(binding.var, var)
+                        self.merged[binding.var] = var
+                        return
+                self.seen.setdefault(key, []).append((value, binding.var))
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+
+    merge = _Merge()
+    result = merge.visit_expr(func)
+    return result, merge.merged
+
+
+def _pure(op) -> bool:
+    try:
+        return bool(op.get_attr("FPurity"))
+    except Exception:  # noqa: BLE001 - an op without the attribute is taken to have effects
+        return False
