@@ -138,3 +138,49 @@ def test_the_two_llama_forms_of_one_seed_are_one_model(decoder_model):
     genai_tokens, genai_logits = dm.greedy(genai, dm.ort_runner(genai))
     assert hf_tokens == genai_tokens
     np.testing.assert_allclose(np.stack(hf_logits), np.stack(genai_logits), rtol=0, atol=1e-4)
+
+
+# -- byoc.Generator ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form,where", [("hf_llama", "end"), ("hf_gpt2", "end"), ("genai_fp32", "length")])
+@pytest.mark.parametrize("bucket", [64, 3])
+def test_the_generator_gives_onnxruntimes_tokens_from_padded_buffers(compiled, form, where, bucket):
+    """Generator.generate equals onnxruntime's greedy loop, with the cache in buffers padded to buckets (3 tokens:
+    the buffers grow several times in one generation). The padding was checked on the model at the first step:
+    Concat caches put a call's new entries after the whole past, GroupQueryAttention after the cached tokens."""
+    model, artifact, ort = compiled(form)
+    want, _ = dm.greedy(model, ort, steps=dm.STEPS)
+    generator = byoc.Generator(artifact, bucket=bucket)
+    assert generator.generate(dm.PROMPT, dm.STEPS + 1)[0].tolist() == want
+    assert generator.padded and generator.new_entries == where
+    heads, head_dim = dm.cache_shape(model)
+    assert generator.length == len(dm.PROMPT) + dm.STEPS
+    # the model's own cache (keys and values of every layer) at a capacity of whole buckets, at most a bucket spare
+    slots, spare = divmod(generator.cache_bytes, len(dm.past_names(model)) * heads * head_dim * 4)
+    assert spare == 0 and slots % bucket == 0 and generator.length <= slots <= generator.length + bucket
+
+
+def test_the_generator_without_padding_feeds_each_present_back(compiled):
+    model, artifact, ort = compiled("hf_llama")
+    want, want_logits = dm.greedy(model, ort, steps=3)
+    generator = byoc.Generator(artifact, pad_cache=False)
+    logits = [generator.prefill(dm.PROMPT)[0]]
+    tokens = [int(logits[-1].argmax())]
+    for _ in range(3):
+        logits.append(generator.step([tokens[-1]])[0])
+        tokens.append(int(logits[-1].argmax()))
+    assert tokens == want and generator.padded is False
+    np.testing.assert_allclose(np.stack(logits), np.stack(want_logits), atol=ATOL)
+
+
+def test_generation_refuses_what_it_cannot_run(compiled):
+    from byoc.errors import GenerationError
+    from models import single_op
+
+    _, artifact, _ = compiled("hf_gpt2")
+    generator = byoc.Generator(artifact)
+    with pytest.raises(GenerationError, match="before prefill"):
+        generator.step([1])
+    with pytest.raises(GenerationError, match="positions"):  # GPT-2's learned positions: 128 of them here
+        generator.generate(np.ones((1, generator.max_length + 1), np.int64), 1)
+    with pytest.raises(GenerationError, match="no token input"):
+        byoc.Generator(byoc.compile(single_op("Relu", {"x": [1, 4]}, [1, 4]), vendors=[]))

@@ -9,11 +9,12 @@ after each call the new tokens' keys and values, the last ``sequence`` entries o
 copied into their slots. The buffers are the caller's arrays, passed without a copy
 (:mod:`byoc.host.run_io`).
 
-That a masked slot changes nothing holds for Hugging Face's exports, whose attention reads the mask, and is
-checked on the model itself: the first step after a prefill runs both ways, on the prefill's own cache and on
-the buffer, and keeps the buffer only if the logits agree. A model whose attention does not read the mask that
-way (onnxruntime's GroupQueryAttention places new keys by the mask's row sums) is generated without padding:
-each call's past is the previous call's present, with no copy, and a new shape every call.
+That a masked slot changes nothing is checked on the model itself, not assumed: the first step after a prefill
+runs both ways, on the prefill's own cache and on the buffer, and keeps the buffer only if the logits agree. That
+check also finds where a padded call put the new entries: after the whole past (Hugging Face's exports, whose
+Concat appends them) or after the cached tokens (onnxruntime-genai's GroupQueryAttention, which counts them from
+the mask). A model whose attention does not leave masked slots out is generated without padding: each call's
+past is the previous call's present, with no copy, and a new shape every call.
 """
 
 from __future__ import annotations
@@ -71,6 +72,13 @@ class Generator:
     def padded(self) -> Optional[bool]:
         """Whether the cache is kept in padded buffers (None before the first step decides it)."""
         return self._mode
+
+    @property
+    def new_entries(self) -> Optional[str]:
+        """Where a padded call's present outputs hold the tokens it was fed: ``"end"``, after the whole past (a
+        Concat's cache), or ``"length"``, after the cached tokens (GroupQueryAttention); None before the first
+        step decides it, or without padding."""
+        return self._new_at
 
     @property
     def cache_bytes(self) -> int:
