@@ -457,18 +457,31 @@ def check_float_against_torch(arch: Arch, path: Path) -> list[str]:
     return problems
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def catalog_parser(description: str, folder: str, archs, forms) -> argparse.ArgumentParser:
+    """The options of a script that makes a cache folder of models (this one, generate_models.py): ``--out``,
+    ``--archs``, ``--forms`` and ``--force``."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, default=None,
-                        help="cache folder (default $BYOC_MODEL_CACHE/deployed, else ~/.cache/byoc-models/deployed)")
-    parser.add_argument("--archs", default=",".join(ARCHS), help=f"comma-separated, from {', '.join(ARCHS)}")
-    parser.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated, from {', '.join(FORMS)}")
-    parser.add_argument("--force", action="store_true", help="write the files again even when cached")
-    args = parser.parse_args(argv)
-    archs, forms = args.archs.split(","), args.forms.split(",")
-    bad = [a for a in archs if a not in ARCHS] + [f for f in forms if f not in FORMS]
+                        help=f"cache folder (default $BYOC_MODEL_CACHE/{folder}, else ~/.cache/byoc-models/{folder})")
+    parser.add_argument("--archs", default=",".join(archs), help=f"comma-separated, from {', '.join(archs)}")
+    parser.add_argument("--forms", default=",".join(forms), help=f"comma-separated, from {', '.join(forms)}")
+    parser.add_argument("--force", action="store_true", help="make the files again even when cached")
+    return parser
+
+
+def chosen(parser: argparse.ArgumentParser, args, archs, forms) -> tuple[list, list]:
+    """The architectures and forms ``args`` names, or the parser's error for one it does not know."""
+    picked_archs, picked_forms = args.archs.split(","), args.forms.split(",")
+    bad = [a for a in picked_archs if a not in archs] + [f for f in picked_forms if f not in forms]
     if bad:
         parser.error(f"unknown: {', '.join(bad)}")
+    return picked_archs, picked_forms
+
+
+def main(argv=None) -> int:
+    parser = catalog_parser(__doc__.splitlines()[0], "deployed", ARCHS, FORMS)
+    args = parser.parse_args(argv)
+    archs, forms = chosen(parser, args, ARCHS, FORMS)
     missing = [m for m in ("torch", "transformers", "onnxconverter_common") if importlib.util.find_spec(m) is None]
     if missing:
         parser.error(f"{', '.join(missing)} not installed in {sys.executable}: run this script with the torch venv "
@@ -503,15 +516,21 @@ def main(argv=None) -> int:
                 problems = check_float_against_torch(arch, path)
                 entry["problems"] += problems
                 entry["verified"] = entry["verified"] and not problems
-            for problem in entry["problems"]:
-                log(f"FAIL {name}: {problem}")
-            failed += not entry["verified"]
-            kept[name] = entry
-            print(json.dumps(entry), flush=True)
-            log(f"{name}: {'verified' if entry['verified'] else 'FAILED'}, {entry['bytes'] / 1e6:.1f} MB, "
-                f"contrib ops {entry['contrib_ops'] or 'none'}, ort err vs float {entry.get('ort_err_vs_float')}")
-            (out / "catalog.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept.values()))
+            failed += not record(out, kept, name, entry, f"ort err vs float {entry.get('ort_err_vs_float')}")
     return 1 if failed else 0
+
+
+def record(out: Path, kept: dict, name: str, entry: dict, detail: str) -> bool:
+    """Log ``entry``'s problems and a line on it (ending in ``detail``), print it, and write the catalog with it
+    among the ``kept`` entries; returns whether it was verified."""
+    for problem in entry["problems"]:
+        log(f"FAIL {name}: {problem}")
+    kept[name] = entry
+    print(json.dumps(entry), flush=True)
+    log(f"{name}: {'verified' if entry['verified'] else 'FAILED'}, {entry['bytes'] / 1e6:.1f} MB, "
+        f"contrib ops {entry['contrib_ops'] or 'none'}, {detail}")
+    (out / "catalog.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept.values()))
+    return bool(entry["verified"])
 
 
 if __name__ == "__main__":

@@ -89,7 +89,6 @@ Reuse ``greedy(run, entry, prompt, steps)`` with any runner: ``run(feeds) -> {ou
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import shutil
@@ -109,6 +108,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import deployed_models as deployed  # noqa: E402 - the options of a model-making script
+import dynamic_models as dyn  # noqa: E402 - the declared dims of an input
 from real_models_catalog import default_cache  # noqa: E402
 
 SEED = 20261127
@@ -229,17 +230,9 @@ def ort_runner(path: Path, threads: int = 0) -> Callable:
 
 
 # -- the catalog entry's description of a file ---------------------------------------------
-def _dims(value_info) -> list:
-    out = []
-    for d in value_info.type.tensor_type.shape.dim:
-        kind = d.WhichOneof("value")
-        out.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" else None)
-    return out
-
-
 def _spec(value_info) -> dict:
     return {"name": value_info.name, "dtype": _ONNX_NUMPY.get(value_info.type.tensor_type.elem_type, "?"),
-            "dims": _dims(value_info)}
+            "dims": dyn._dims(value_info)}
 
 
 def _weight_bytes(model: onnx.ModelProto) -> int:
@@ -479,21 +472,13 @@ def read_catalog(folder: Path) -> list:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None,
-                        help="cache folder (default $BYOC_MODEL_CACHE/generate, else ~/.cache/byoc-models/generate)")
-    parser.add_argument("--archs", default=",".join(ARCHS), help=f"comma-separated, from {', '.join(ARCHS)}")
-    parser.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated, from {', '.join(FORMS)}")
-    parser.add_argument("--force", action="store_true", help="make the models again even when cached")
+    parser = deployed.catalog_parser(__doc__.splitlines()[0], "generate", ARCHS, FORMS)
     parser.add_argument("--optimum-python", default=OPTIMUM_PYTHON,
                         help=f"the venv with optimum-onnx and torch (default {OPTIMUM_PYTHON})")
     parser.add_argument("--genai-python", default=GENAI_PYTHON,
                         help=f"the venv with onnxruntime-genai and torch (default {GENAI_PYTHON})")
     args = parser.parse_args(argv)
-    archs, forms = args.archs.split(","), args.forms.split(",")
-    bad = [a for a in archs if a not in ARCHS] + [f for f in forms if f not in FORMS]
-    if bad:
-        parser.error(f"unknown: {', '.join(bad)}")
+    archs, forms = deployed.chosen(parser, args, ARCHS, FORMS)
     pythons = {"optimum": args.optimum_python, "genai": args.genai_python}
     out = (args.out or default_out()).expanduser()
     out.mkdir(parents=True, exist_ok=True)
@@ -514,15 +499,9 @@ def main(argv=None) -> int:
                 failed += 1
                 continue
             entry = verify(entry, pythons, out / "hf_models" / arch_name)
-            for problem in entry["problems"]:
-                log(f"FAIL {name}: {problem}")
-            failed += not entry["verified"]
-            kept[name] = entry
-            print(json.dumps(entry), flush=True)
-            log(f"{name}: {'verified' if entry['verified'] else 'FAILED'}, {entry['bytes'] / 1e6:.1f} MB, "
-                f"contrib ops {entry['contrib_ops'] or 'none'}, ort {entry['ort_tokens']}, "
-                f"torch agrees {entry['torch_agrees']}, genai agrees {entry.get('genai_agrees')}")
-            (out / "catalog.jsonl").write_text("".join(json.dumps(e) + "\n" for e in kept.values()))
+            failed += not deployed.record(out, kept, name, entry,
+                                          f"ort {entry['ort_tokens']}, torch agrees {entry['torch_agrees']}, "
+                                          f"genai agrees {entry.get('genai_agrees')}")
     return 1 if failed else 0
 
 
