@@ -1,5 +1,5 @@
-"""One binding per computation in an imported ``main``: a pure op call on the same arguments as an earlier one is
-that earlier binding. Importers write the same glue once per layer: a decoder's attention masks and positions
+"""One binding per index computation over symbolic dims (int64, int32, boolean) in an imported ``main``: a pure op call on the same arguments as
+an earlier one is that earlier binding. Importers write the same glue once per layer: a decoder's attention masks and positions
 from the same symbolic dims (onnxruntime-genai's GroupQueryAttention, rewritten per layer; optimum's exports
 slice the same mask in every layer), which ran on the host once per layer, dozens of tiny kernels a token.
 (TVM 0.27's EliminateCommonSubexpr merged none of them.)"""
@@ -10,8 +10,9 @@ __all__ = ["merged_common_subexpressions"]
 
 
 def merged_common_subexpressions(func):
-    """``func`` with each pure op call that repeats an earlier binding's value (structurally, after the merges
-    before it) replaced by that binding; and the merged vars, each mapped to the var it became."""
+    """``func`` with each pure op call of an index result (:func:`_glue`) that repeats an earlier binding's value
+    (structurally, after the merges before it) replaced by that binding; and the merged vars, each mapped to the
+    var it became."""
     import tvm
     import tvm_ffi
     from tvm import relax
@@ -26,7 +27,8 @@ def merged_common_subexpressions(func):
 
         def visit_var_binding_(self, binding):
             value = self.visit_expr(binding.value)
-            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and _pure(value.op):
+            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and _pure(value.op) \
+                    and _glue(binding.var, value):
                 key = tvm_ffi.structural_hash(value)
                 for earlier, var in self.seen.get(key, []):
                     if tvm_ffi.structural_equal(value, earlier):
@@ -39,6 +41,22 @@ def merged_common_subexpressions(func):
     merge = _Merge()
     result = merge.visit_expr(func)
     return result, merge.merged
+
+
+def _glue(var, value) -> bool:
+    """An index computation over symbolic dims: an int64, int32 or boolean result (positions, masks, gather
+    indices) whose shape or arguments hold a symbolic dim. Float, 8-bit and static computations are left as
+    written: the preparation copies some on purpose (a quantized activation per int8 unit reading it, each
+    unit's own DQ and zero point), and vendors match units on those copies."""
+    import tvm_ffi
+    from tvm import relax, tirx
+
+    ty = var.ty
+    if not isinstance(ty, relax.TensorType) or str(ty.dtype) not in ("int64", "int32", "bool") or ty.shape is None:
+        return False
+    found: list = []  # a symbolic dim in the result's shape or an argument's (a ShapeExpr, a prim value)
+    tvm_ffi.structural_walk([ty.shape, *value.args], [(tirx.Var, found.append)])
+    return bool(found)
 
 
 def _pure(op) -> bool:
