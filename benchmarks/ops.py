@@ -198,10 +198,11 @@ def attention(heads, tokens, head_dim, mask):
     return build
 
 
-def matmul_nbits(rows, k, n, bits=4, block=32):
+def matmul_nbits(rows, k, n, bits=4, block=32, accuracy_level=0):
     """onnxruntime's com.microsoft MatMulNBits (weight-only int4/int8, what LLM exporters write): x [1, rows, K]
     by B packed [N, K/block, block*bits/8] with a scale and a packed uint8 zero point per block, as
-    MatMulNBitsQuantizer writes them (asymmetric); codes, scales and zero points seeded at random."""
+    MatMulNBitsQuantizer writes them (asymmetric); codes, scales and zero points seeded at random.
+    ``accuracy_level`` 4: x quantized to int8 per block on both sides (onnxruntime-genai's int4 exports)."""
     def build():
         g = Graph()
         blocks = -(-k // block)
@@ -217,8 +218,9 @@ def matmul_nbits(rows, k, n, bits=4, block=32):
         g.consts += [numpy_helper.from_array(packed.reshape(n, blocks, block * bits // 8), names[0]),
                      numpy_helper.from_array((g.rng.random(n * blocks) * 0.01).astype(np.float32), names[1]),
                      numpy_helper.from_array(zeros.reshape(-1), names[2])]
+        levels = {"accuracy_level": accuracy_level} if accuracy_level else {}
         y = g.op("MatMulNBits", [g.input("x", [1, rows, k]), *names], domain="com.microsoft", K=k, N=n, bits=bits,
-                 block_size=block)
+                 block_size=block, **levels)
         model = g.model(y, [1, rows, n])
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
         return model
@@ -316,6 +318,12 @@ CASES = [
     ("matmul_nbits", "int4 GEMM [64,2048]x[2048,2048] block 32", matmul_nbits(64, 2048, 2048)),
     ("matmul_nbits", "int4 GEMM [128,2048]x[2048,2048] block 32", matmul_nbits(128, 2048, 2048)),
     ("matmul_nbits", "int4 GEMM [64,4096]x[4096,4096] block 32", matmul_nbits(64, 4096, 4096)),
+    # accuracy_level 4 (int8 activations): a small decoder's step (genai's int4 Llama: K 384) and the larger ones
+    ("matmul_nbits", "int4 GEMV [1,384]x[384,640] block 32 level 4", matmul_nbits(1, 384, 640, accuracy_level=4)),
+    ("matmul_nbits", "int4 GEMV [1,2048]x[2048,2048] block 32 level 4", matmul_nbits(1, 2048, 2048, accuracy_level=4)),
+    ("matmul_nbits", "int8 GEMV [1,2048]x[2048,2048] block 32 level 4",
+     matmul_nbits(1, 2048, 2048, bits=8, accuracy_level=4)),
+    ("matmul_nbits", "int4 GEMM [64,2048]x[2048,2048] block 32 level 4", matmul_nbits(64, 2048, 2048, accuracy_level=4)),
     ("attention", "12 heads 128x64, mask", attention(12, 128, 64, mask=True)),
     ("attention", "12 heads 197x64 (ViT)", attention(12, 197, 64, mask=False)),
     ("attention", "2 heads 64x64, mask", attention(2, 64, 64, mask=True)),

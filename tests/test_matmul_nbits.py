@@ -6,6 +6,11 @@ Tolerance: both sides dequantize exactly ((code - zero_point) * scale, the same 
 only in the order of the float32 sums (the GEMV sums a block's code * x first, then scales it; oneDNN's sgemm
 and MLAS block K their own ways): within a few ulps of the sum of |w * x| over K, below 1e-4 of the outputs
 at these sizes (K <= 1024).
+
+accuracy_level 4 (onnxruntime quantizes A to int8 per block, MLAS's CompInt8): the runtime quantizes as MLAS does
+(the same int8 values and scales, the same integer block sums), so the two differ again only in the order of
+the float32 sums: within INT8_RTOL (1e-5) of the largest output; against the float computation they differ by
+the activations' quantization (about 1e-3 to 1e-2 of the outputs), which the tests check they do.
 """
 
 from __future__ import annotations
@@ -21,11 +26,23 @@ from byoc.errors import UnsupportedAttributeError, UnsupportedOpsError
 from matmul_nbits_models import nbits_model, run_onnxruntime
 
 RTOL = 1e-4
+INT8_RTOL = 1e-5
 
 
 def _close(got, want):
     got = np.asarray(got)
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * max(1.0, float(np.abs(want).max())))
+
+
+def _with_level(model, level):
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend([*kept, helper.make_attribute("accuracy_level", level)])
+    return out
 
 
 def _inputs(shape, k, seed=1):
@@ -59,6 +76,68 @@ def test_dnnl_matches_onnxruntime(k, n, bits, block, zp, bias, rows):
     kernels = {impl for impls in artifact.implementations().values() for impl in impls}
     assert kernels == {f"kernel byoc:matmul_nbits_{'gemv' if rows <= 3 else 'gemm'}"}
     _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
+
+
+@pytest.mark.parametrize("k,n,bits,block,zp,bias,rows", [c for c in CASES if c[4] != "float"] + [
+    (2048, 64, 4, 32, "packed", True, 1),  # a decoder's K
+    (384, 40, 4, 64, "none", False, 3),  # the GEMV's most rows
+    (200, 24, 8, 64, "packed", False, 1),  # K not a multiple of the block, 8-bit
+    (512, 36, 4, 256, "packed", False, 1),  # a block the kernels know no constant for
+])
+def test_int8_activations_match_onnxruntime(k, n, bits, block, zp, bias, rows):
+    """accuracy_level 4: A quantized to int8 per block, as onnxruntime does (GEMV: integer block sums; GEMM: the
+    dequantized int8 values into the float GEMM)."""
+    m = _with_level(nbits_model(k, n, bits, block, zp, bias, a_shape=(1, rows))[0], 4)
+    feeds = _inputs((1, rows), k)
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    assert not artifact.plan.host_ops
+    got, want = _run(artifact, feeds), run_onnxruntime(m, feeds)
+    scale = float(np.abs(want).max())
+    np.testing.assert_allclose(got, want, rtol=0, atol=INT8_RTOL * scale)
+    float_result = run_onnxruntime(_with_level(m, 0), feeds)
+    assert np.abs(got - float_result).max() > 10 * INT8_RTOL * scale  # the int8 path ran, not the float one
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_other_accuracy_levels_compute_in_float(level):
+    m = _with_level(nbits_model(128, 64, 4, 32, "packed", True, a_shape=(1, 1))[0], level)
+    feeds = _inputs((1, 1), 128)
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
+    _close(_run(artifact, feeds), run_onnxruntime(_with_level(m, 0), feeds))
+
+
+@pytest.mark.parametrize("rows", [1, 64])
+def test_int8_activations_float_zero_points_stay_float(rows):
+    """onnxruntime computes float zero points in float32 at accuracy_level 4 (CompInt8 takes uint8 ones): so does
+    byoc."""
+    m = _with_level(nbits_model(256, 48, 4, 64, "float", True, a_shape=(1, rows))[0], 4)
+    feeds = _inputs((1, rows), 256)
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    _close(_run(artifact, feeds), run_onnxruntime(m, feeds))
+
+
+def test_int8_activations_on_the_host_compute_in_float():
+    """Without the dnnl vendor the level is read by no one: the host computes the float matmul."""
+    m = _with_level(nbits_model(100, 48, 4, 32, "packed", True, a_shape=(1, 1))[0], 4)
+    feeds = _inputs((1, 1), 100)
+    _close(_run(byoc.compile(m, vendors=[]), feeds), run_onnxruntime(_with_level(m, 0), feeds))
+
+
+def test_int8_activations_zero_and_tied_inputs():
+    """A block of zeros (scale 0: q all 0) and values on a rounding tie (x * 127 / max|x| = k + 0.5) quantize as
+    onnxruntime's do."""
+    k = 128
+    m = _with_level(nbits_model(k, 32, 4, 32, "packed", False, a_shape=(1, 1))[0], 4)
+    x = np.zeros((1, 1, k), np.float32)
+    x[0, 0, 32:64] = np.arange(32) - 16  # block 1: max 16, x * 127/16 never a tie; block 2: ties
+    x[0, 0, 64:96] = (np.arange(32) % 8 + 0.5) * np.float32(127 / 127)
+    x[0, 0, 64] = 127.0
+    x[0, 0, 96:] = np.random.default_rng(3).standard_normal(32)
+    feeds = {"A": x}
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    want = run_onnxruntime(m, feeds)
+    np.testing.assert_allclose(_run(artifact, feeds), want, rtol=0, atol=INT8_RTOL * float(np.abs(want).max()))
 
 
 @pytest.mark.parametrize("k,n,bits,block,zp,bias,rows", [CASES[1], CASES[3], CASES[6]])

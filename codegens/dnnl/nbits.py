@@ -6,7 +6,8 @@ Here each match becomes one ``byoc.matmul_nbits`` op whose inputs are
 
     x (float32 [..., K]), B (the packed bytes), scales (float32 [N * blocks]), [zero points], [bias (float32 [N])]
 
-and whose attributes are ``k``, ``n``, ``bits``, ``block_size`` and ``zero_points``: ``"uniform"`` (one
+and whose attributes are ``k``, ``n``, ``bits``, ``block_size``, ``accuracy_level`` (4: x quantized to int8 per
+block, as onnxruntime computes MatMulNBits' accuracy_level 4; else 0, float32) and ``zero_points``: ``"uniform"`` (one
 value for every block, attribute ``zero_point``: onnxruntime's default 2^(bits-1)), ``"u8"`` (one byte per
 block: every zero point an integer in [0, 255], as onnxruntime's quantizer writes them) or ``"f32"``.
 
@@ -22,6 +23,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from byoc.pipeline.frontend.matmul_nbits import INT8_ACTIVATIONS_LEVEL, int8_activations
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
 #: the runtime's kernel
@@ -40,6 +42,7 @@ class NbitsUnit:
     n: int
     bits: int
     block: int
+    accuracy_level: int = 0
 
 
 def unit_of(ops) -> Union[NbitsUnit, str]:
@@ -82,8 +85,9 @@ def unit_of(ops) -> Union[NbitsUnit, str]:
     if adds and (bias is None or tuple(bias.shape)[-1:] != (n,) or bias.size != n):
         return f"the bias is not a constant [{n}]"
     output = adds[0].output if adds else matmul.output
+    level = INT8_ACTIVATIONS_LEVEL if int8_activations(matmul.attrs) else 0
     return NbitsUnit(matmul.inputs[0], packed, np.ascontiguousarray(scales), np.ascontiguousarray(zeros), bias,
-                     output, k, n, bits, block)
+                     output, k, n, bits, block, level)
 
 
 def nbits_geometry(match) -> Union[NbitsUnit, str]:
@@ -100,7 +104,8 @@ def as_words(data: np.ndarray) -> np.ndarray:
 
 
 def _lowered(unit: NbitsUnit, new_tensor, rule: str, group: int) -> OpCall:
-    attrs: dict = {"k": unit.k, "n": unit.n, "bits": unit.bits, "block_size": unit.block}
+    attrs: dict = {"k": unit.k, "n": unit.n, "bits": unit.bits, "block_size": unit.block,
+                   "accuracy_level": unit.accuracy_level}
     inputs = [unit.x, new_tensor(as_words(unit.packed.data))]
     inputs.append(new_tensor(unit.scale.reshape(-1)))
     zeros = unit.zero_point

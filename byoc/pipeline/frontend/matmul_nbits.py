@@ -13,6 +13,12 @@ host can compute it, and one pattern (:data:`DEQUANTIZE_OPS`) names it for a ven
     w = (astype(codes, float32) - zero_point[N, n_blocks, 1]) * scale[N, n_blocks, 1]
     w = reshape(w, [N, n_blocks*block]) [-> strided_slice to K] -> permute_dims -> matmul(A, w) [+ bias]
 
+``accuracy_level`` 4 (onnxruntime computes with A quantized to int8 per block: its CompInt8) is kept as the
+matmul's ``out_dtype="float32"`` (:data:`INT8_ACTIVATIONS_OUT_DTYPE`), the same float32 result for every other
+reader: the dnnl runtime reads it (:func:`int8_activations`) and computes as onnxruntime does; the host and other
+levels compute in float32, and so do float zero points at level 4 (onnxruntime's CompInt8 takes uint8 ones only,
+and computes those in float32 too).
+
 Relax's constant folding would widen B into float32 (8 times its bytes): B is held as a parameter while
 the import folds (:func:`byoc.pipeline.frontend.prepare.qdq_form.held_integer_constants`), as int8 weights
 are. Zero points and scales are small and become float32 constants here.
@@ -32,6 +38,10 @@ from byoc.errors import UnsupportedAttributeError
 IMPORTED_CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits")})
 #: The bit widths taken.
 BITS = (4, 8)
+#: MatMulNBits' accuracy_level for int8 activations (onnxruntime's CompInt8; 0 unset, 1-3 float ones).
+INT8_ACTIVATIONS_LEVEL = 4
+#: The matmul's out_dtype that carries accuracy_level 4 through the import (otherwise None: the inputs' dtype).
+INT8_ACTIVATIONS_OUT_DTYPE = "float32"
 _INPUTS = ("A", "B", "scales", "zero_points", "g_idx", "bias")
 
 
@@ -140,10 +150,19 @@ def convert(bb, inputs, attrs):
     if blocks * block != k:
         w = bb.normalize(op.strided_slice(w, axes=[1], begin=[0], end=[k]))
     w = bb.normalize(op.permute_dims(w, [1, 0]))
-    y = bb.normalize(op.matmul(a, w))
+    # onnxruntime computes float zero points in float32 whatever the level (MLAS's CompInt8 takes uint8 ones)
+    int8 = int(attrs.get("accuracy_level", 0)) == INT8_ACTIVATIONS_LEVEL and (
+        zp_value is None or zp_value.dtype == np.uint8)
+    y = bb.normalize(op.matmul(a, w, out_dtype=INT8_ACTIVATIONS_OUT_DTYPE if int8 else None))
     if bias is not None:
         y = bb.normalize(op.add(y, bias))
     return y
+
+
+def int8_activations(matmul_attrs: dict) -> bool:
+    """Whether the matmul of an imported MatMulNBits (its attributes as :class:`byoc.vendor.ops.OpCall` holds
+    them) came from ``accuracy_level`` 4: int8 activations."""
+    return str(matmul_attrs.get("out_dtype") or "") == INT8_ACTIVATIONS_OUT_DTYPE
 
 
 def held_weights(model: onnx.ModelProto) -> set[str]:
@@ -166,5 +185,6 @@ def dequantized(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | Non
     return w.reshape(n, blocks * block)[:, :k]
 
 
-__all__ = ["BITS", "IMPORTED_CONTRIB_OPS", "check_matmul_nbits", "convert", "dequantized", "held_weights",
-           "is_matmul_nbits", "zero_points_array"]
+__all__ = ["BITS", "IMPORTED_CONTRIB_OPS", "INT8_ACTIVATIONS_LEVEL", "INT8_ACTIVATIONS_OUT_DTYPE",
+           "check_matmul_nbits", "convert", "dequantized", "held_weights", "int8_activations", "is_matmul_nbits",
+           "zero_points_array"]

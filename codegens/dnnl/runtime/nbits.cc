@@ -24,9 +24,9 @@ constexpr int64_t kGemvChunk = 64;
 
 class MatmulNBitsKernel : public Kernel {
  public:
-  MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias)
-      : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias),
-        dot_(nbits::ChooseDot()), avx2_(nbits::HasAvx2()) {}
+  MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias, bool int8)
+      : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias), int8_(int8),
+        dot_(nbits::ChooseDot()), dot_int8_(nbits::ChooseDotInt8()), avx2_(nbits::HasAvx2()) {}
   const char* Name() const override { return rows_ <= kGemvRows ? "matmul_nbits_gemv" : "matmul_nbits_gemm"; }
 
   void Run(const std::unordered_map<int, memory>& args) const override {
@@ -41,6 +41,12 @@ class MatmulNBitsKernel : public Kernel {
     float* y = Data<float>(args, DNNL_ARG_DST);
     if (rows_ <= kGemvRows) {
       Gemv(x, packed, scales, zeros, bias, y);
+    } else if (int8_) {
+      // accuracy_level 4 on many rows: x's int8 quantization, dequantized, into the float GEMM (the products
+      // onnxruntime's int8 GEMM sums, in float)
+      std::vector<float> xq(static_cast<size_t>(rows_ * g_.k));
+      nbits::FakeQuantizeRows(g_, x, rows_, xq.data());
+      Gemm(xq.data(), packed, scales, zeros, bias, y);
     } else {
       Gemm(x, packed, scales, zeros, bias, y);
     }
@@ -59,10 +65,24 @@ class MatmulNBitsKernel : public Kernel {
         row = copy.data();
       }
       std::vector<float> sums(static_cast<size_t>(g_.blocks));
-      nbits::BlockSums(g_, row, sums.data());
       float* out = y + m * g_.n;
       // Chunks of rows of B^T taken as threads come free (a thread the machine slows down takes fewer).
       const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
+      if (int8_) {  // accuracy_level 4: x quantized to int8 per block once, integer block sums (nbits.h)
+        std::vector<int8_t> q(static_cast<size_t>(padded));
+        std::vector<float> x_scales(static_cast<size_t>(g_.blocks));
+        if (avx2_) {
+          nbits::QuantizeRowAvx2(g_, row, q.data(), x_scales.data(), sums.data());
+        } else {
+          nbits::QuantizeRow(g_, row, q.data(), x_scales.data(), sums.data());
+        }
+        const nbits::QuantizedRow xq{q.data(), x_scales.data(), sums.data()};
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          dot_int8_(g_, packed, scales, zeros, bias, xq, out, c * kGemvChunk, std::min(g_.n, (c + 1) * kGemvChunk));
+        continue;
+      }
+      nbits::BlockSums(g_, row, sums.data());
 #pragma omp parallel for schedule(dynamic, 1)
       for (int64_t c = 0; c < chunks; ++c)
         dot_(g_, packed, scales, zeros, bias, row, sums.data(), out, c * kGemvChunk, std::min(g_.n, (c + 1) * kGemvChunk));
@@ -128,7 +148,9 @@ class MatmulNBitsKernel : public Kernel {
   int zero_kind_;  // 0 one value, 1 a byte per block, 2 a float per block
   float zero_point_;
   bool bias_;
+  bool int8_;  // accuracy_level 4: int8 activations (onnxruntime's CompInt8)
   nbits::DotRows dot_;
+  nbits::DotInt8Fn dot_int8_;
   bool avx2_;
 };
 
@@ -183,8 +205,11 @@ void Builder::MatmulNBits(const BodyOp& op, const Attrs& a) {
   int dst = Define(op.output, Plain(ys));
   args.push_back({DNNL_ARG_DST, dst, Plain(ys)});
   float zero_point = zero_kind == 0 ? static_cast<float>(a.Float("zero_point")) : 0.0f;
+  // MatMulNBits' accuracy_level (absent in artifacts built before it was passed): 4 computes with x quantized
+  // to int8 per block, as onnxruntime does; 0-3 in float32
+  const int64_t accuracy = a.Has("accuracy_level") ? a.Int("accuracy_level") : 0;
   AddStep(dnnl::primitive(), std::move(args), Desc(),
-          std::make_shared<MatmulNBitsKernel>(g, rows, zero_kind, zero_point, bias));
+          std::make_shared<MatmulNBitsKernel>(g, rows, zero_kind, zero_point, bias, accuracy == 4));
 }
 
 }  // namespace dnnl_runtime

@@ -11,6 +11,9 @@
 // - GEMM (many rows): B^T's rows dequantized, (code - zero) * scale, 16 columns and a chunk of K at a time into
 //   a panel in L1, for a 6x16 FMA microkernel over x packed in 6-row strips (AVX2); or, in plain C++, into
 //   panels for oneDNN's sgemm.
+// - int8 activations (MatMulNBits' accuracy_level 4, onnxruntime's CompInt8): x quantized per block to int8 as
+//   MLAS does (QuantizeRow), the GEMV's block sums of code * q in integers (maddubs for 4-bit codes, widened
+//   for 8-bit ones: DotInt8Avx2), scaled once per block; the GEMM takes q * scale as its float x.
 // Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded); the GEMM
 // dequantizes them where its products do not reach (each chunk's depth stops at K).
 #ifndef BYOC_DNNL_NBITS_H_
@@ -19,8 +22,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -208,6 +213,282 @@ inline DotRows ChooseDot() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;
   return DotScalar;
+}
+
+// -- int8 activations (MatMulNBits accuracy_level 4: onnxruntime's CompInt8) ---------------------------------
+// x is quantized once per call, per block: scale = max|x| / 127, q = x * (127 / max|x|) rounded to nearest even
+// (both divisions in float, as MLAS's QuantizeARow_CompInt8 does, so q and the scales are the ones onnxruntime
+// computes), and each block's sum of code * q is an integer: y[n] = sum_b scale_x[b] * scale[n, b] *
+// sum_j code_j * q_j - sum_b scale[n, b] * zero[n, b] * (scale_x[b] * sum_j q_j), the zero points' share from the
+// block sums of the dequantized q (ShiftAvx2, as the float path). 4-bit codes meet q with maddubs (u8 x s8,
+// pairs summed in int16: 2 * 15 * 128 cannot saturate); 8-bit codes are widened to int16 first (2 * 255 * 128
+// would saturate maddubs), then madd.
+//
+// q's order: 4-bit codes come two a byte, low nibble first; a chunk of C = min(block, 32) codes is C/2 bytes, its
+// low nibbles (codes 0, 2, ...) and high nibbles (codes 1, 3, ...) are unpacked as two halves of a register, so
+// q is stored in that order, each chunk's even codes then its odd ones (8-bit: as x).
+inline int64_t Int8Chunk(const Geometry& g) { return g.bits == 4 ? std::min<int64_t>(g.block, 32) : 0; }
+
+// Where code j of a block sits in q (the chunk order above).
+inline int64_t Int8Slot(int64_t j, int64_t chunk) {
+  if (!chunk) return j;
+  const int64_t p = j % chunk;
+  return j - p + (p % 2) * (chunk / 2) + p / 2;
+}
+
+// The padded row x (padded_k floats) quantized: q [padded_k] in the chunk order, per block its scale and
+// scale * sum q. Plain C++ for every CPU (the same values on each): a pass over x, small beside the GEMV's.
+inline int8_t QuantizeValue(float v, float inverse) {
+  // nearest, ties to even (MLAS's _mm256_round_ps(_MM_ROUND_NEAREST)): |v * inverse| <= 128 < 2^22, so adding and
+  // taking 1.5 * 2^23 rounds it in the default rounding mode; then saturated to int8 as MLAS's packs do
+  const float shifted = v * inverse + 12582912.0f;
+  float r = shifted - 12582912.0f;
+  r = r >= -128.0f ? r : -128.0f;  // NaN too, as cvtps_epi32's 0x80000000 saturates
+  r = r <= 127.0f ? r : 127.0f;
+  return static_cast<int8_t>(static_cast<int>(r));
+}
+
+inline void QuantizeRow(const Geometry& g, const float* x, int8_t* q, float* scales, float* sums) {
+  const int64_t chunk = Int8Chunk(g), half = chunk / 2;
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    const float* xb = x + b * g.block;
+    float most = 0.0f;
+    for (int64_t j = 0; j < g.block; ++j) {
+      const float a = std::fabs(xb[j]);
+      most = most > a ? most : a;
+    }
+    const float scale = most / 127.0f, inverse = most != 0.0f ? 127.0f / most : 0.0f;
+    int8_t* qb = q + b * g.block;
+    if (chunk) {
+      for (int64_t c = 0; c < g.block; c += chunk)
+        for (int64_t i = 0; i < half; ++i) {
+          qb[c + i] = QuantizeValue(xb[c + 2 * i], inverse);
+          qb[c + half + i] = QuantizeValue(xb[c + 2 * i + 1], inverse);
+        }
+    } else {
+      for (int64_t j = 0; j < g.block; ++j) qb[j] = QuantizeValue(xb[j], inverse);
+    }
+    int sum = 0;
+    for (int64_t j = 0; j < g.block; ++j) sum += qb[j];
+    scales[b] = scale;
+    sums[b] = scale * static_cast<float>(sum);
+  }
+}
+
+// QuantizeRow on AVX2: the same values (MLAS's own steps: max of |x|, x * inverse rounded to nearest even,
+// packed to int8 with saturation), 16 values at a time, each chunk's even values then its odd ones by a shuffle.
+__attribute__((target("avx2,fma"))) inline void QuantizeRowAvx2(const Geometry& g, const float* x, int8_t* q,
+                                                               float* scales, float* sums) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  // each 16 bytes' even bytes, then its odd ones
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    const float* xb = x + b * g.block;
+    __m256 most8 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < g.block; j += 8) most8 = _mm256_max_ps(most8, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(most8, 1), _mm256_castps256_ps128(most8));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float most = _mm_cvtss_f32(m4);
+    const float scale = most / 127.0f, inverse = most != 0.0f ? 127.0f / most : 0.0f;
+    const __m256 mul = _mm256_set1_ps(inverse);
+    int8_t* qb = q + b * g.block;
+    __m256i total = _mm256_setzero_si256();
+    for (int64_t j = 0; j < g.block; j += 32) {
+      __m128i v[2];
+      for (int h = 0; h < 2 && j + 16 * h < g.block; ++h) {
+        const float* p = xb + j + 16 * h;
+        const __m256i lo = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(p), mul),
+                                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256i hi = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(p + 8), mul),
+                                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        v[h] = _mm_packs_epi16(_mm_packs_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1)),
+                               _mm_packs_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1)));
+        total = _mm256_add_epi32(total, _mm256_madd_epi16(_mm256_cvtepi8_epi16(v[h]), _mm256_set1_epi16(1)));
+      }
+      if (g.block == 16) {  // one chunk of 16 (4 bits) or as x (8 bits)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + j), g.bits == 4 ? _mm_shuffle_epi8(v[0], split) : v[0]);
+      } else if (g.bits == 4) {  // a chunk of 32: its 16 even values, then its 16 odd ones
+        const __m128i a = _mm_shuffle_epi8(v[0], split), c = _mm_shuffle_epi8(v[1], split);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + j), _mm_unpacklo_epi64(a, c));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + j + 16), _mm_unpackhi_epi64(a, c));
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + j), v[0]);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + j + 16), v[1]);
+      }
+    }
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t4 = _mm_add_epi32(t4, _mm_unpackhi_epi64(t4, t4));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 1));
+    scales[b] = scale;
+    sums[b] = scale * static_cast<float>(_mm_cvtsi128_si32(t4));
+  }
+}
+
+// Rows [0, rows) of x [rows, K] with each block's values replaced by their int8 quantization dequantized,
+// q * scale (the GEMM's input under accuracy_level 4: the same products onnxruntime's int8 GEMM sums).
+inline void FakeQuantizeRows(const Geometry& g, const float* x, int64_t rows, float* out) {
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t k0 = 0; k0 < g.k; k0 += g.block) {
+      const int64_t size = std::min(g.block, g.k - k0);  // the last block's values past K are zeros: no larger
+      const float* xb = x + m * g.k + k0;
+      float* ob = out + m * g.k + k0;
+      float most = 0.0f;
+      for (int64_t j = 0; j < size; ++j) {
+        const float a = std::fabs(xb[j]);
+        most = most > a ? most : a;
+      }
+      const float scale = most / 127.0f, inverse = most != 0.0f ? 127.0f / most : 0.0f;
+      for (int64_t j = 0; j < size; ++j) ob[j] = static_cast<float>(QuantizeValue(xb[j], inverse)) * scale;
+    }
+  }
+}
+
+// A row quantized by QuantizeRow.
+struct QuantizedRow {
+  const int8_t* q;
+  const float* scales;
+  const float* sums;
+};
+
+inline int64_t BlockDotInt8Scalar(const uint8_t* codes, const int8_t* q, int64_t block, int64_t bits) {
+  int64_t d = 0;
+  if (bits == 4) {
+    const int64_t chunk = std::min<int64_t>(block, 32);
+    for (int64_t c = 0; c < block; c += chunk, codes += chunk / 2, q += chunk)
+      for (int64_t i = 0; i < chunk / 2; ++i) d += (codes[i] & 15) * q[i] + (codes[i] >> 4) * q[chunk / 2 + i];
+  } else {
+    for (int64_t j = 0; j < block; ++j) d += codes[j] * q[j];
+  }
+  return d;
+}
+
+// As DotInt8Avx2, in plain C++ (the same integers; the float sums in another order).
+inline void DotInt8Scalar(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                          const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block();
+  for (int64_t n = n0; n < n1; ++n) {
+    float total = 0.0f;
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      const int64_t i = n * g.blocks + b;
+      const int64_t d =
+          BlockDotInt8Scalar(packed + n * row_bytes + b * g.bytes_per_block(), x.q + b * g.block, g.block, g.bits);
+      total += static_cast<float>(d) * (x.scales[b] * scales[i]) - scales[i] * zeros.at(i) * x.sums[b];
+    }
+    y[n] = bias ? total + bias[n] : total;
+  }
+}
+
+// 8 int32 partial sums of 32 codes times 32 q (in the chunk order).
+template <int Bits>
+__attribute__((target("avx2,fma"))) inline __m256i Dot32Int8(const uint8_t* codes, const int8_t* q) {
+  if (Bits == 4) {
+    // the 16 bytes in both halves (one load), the high half shifted by 4: low nibbles, then high nibbles
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+    const __m256i c = _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)),
+                                       _mm256_set1_epi8(15));
+    const __m256i pairs = _mm256_maddubs_epi16(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)));
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  }
+  const __m256i c0 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m256i c1 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)));
+  const __m256i q0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+  const __m256i q1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)));
+  return _mm256_add_epi32(_mm256_madd_epi16(c0, q0), _mm256_madd_epi16(c1, q1));
+}
+
+// The same for a block of 16 codes (block 16): 4-bit codes unpacked in 128 bits, the sums in the low half.
+template <int Bits>
+__attribute__((target("avx2,fma"))) inline __m256i Dot16Int8(const uint8_t* codes, const int8_t* q) {
+  const __m128i qv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+  if (Bits == 4) {
+    const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)), mask = _mm_set1_epi8(15);
+    const __m128i c = _mm_unpacklo_epi64(_mm_and_si128(packed, mask), _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+    const __m128i sums = _mm_madd_epi16(_mm_maddubs_epi16(c, qv), _mm_set1_epi16(1));
+    return _mm256_inserti128_si256(_mm256_setzero_si256(), sums, 0);
+  }
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  return _mm256_madd_epi16(c, _mm256_cvtepi8_epi16(qv));
+}
+
+// One block's 8 int32 partial sums of code * q (Block: the block when known at compile time, else 0).
+template <int Bits, int Block>
+__attribute__((target("avx2,fma"))) inline __m256i BlockDotInt8Avx2(const uint8_t* codes, const int8_t* q,
+                                                                    int64_t block) {
+  if (Block == 16 || (Block == 0 && block == 16)) return Dot16Int8<Bits>(codes, q);
+  const int64_t size = Block ? Block : block;
+  __m256i acc = Dot32Int8<Bits>(codes, q);
+  for (int64_t j = 32; j < size; j += 32) acc = _mm256_add_epi32(acc, Dot32Int8<Bits>(codes + j * Bits / 8, q + j));
+  return acc;
+}
+
+// y[n] for n in [n0, n1) of one quantized row, R (4 or 1) rows of B^T at a time: per block, each row's integer
+// sums converted once and scaled by scale_x * scale into a vector total; the zero points' share taken off once per
+// output (ShiftAvx2 on the block sums of the dequantized q).
+template <int Bits, int Block, int R>
+__attribute__((target("avx2,fma"))) inline void DotInt8Rows(const Geometry& g, const uint8_t* packed,
+                                                           const float* scales, const Zeros& zeros, const float* bias,
+                                                           const QuantizedRow& x, float* y, int64_t n) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block(), block = Block ? Block : g.block;
+  const int64_t block_bytes = block * Bits / 8;
+  __m256 total[R];
+  for (int r = 0; r < R; ++r) total[r] = _mm256_setzero_ps();
+  const uint8_t* codes = packed + n * row_bytes;
+  const float* scale = scales + n * g.blocks;
+  for (int64_t b = 0; b < g.blocks; ++b) {
+    const int8_t* qb = x.q + b * block;
+    const __m256 sx = _mm256_set1_ps(x.scales[b]);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256i d = BlockDotInt8Avx2<Bits, Block>(codes + r * row_bytes + b * block_bytes, qb, block);
+      total[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(sx, _mm256_broadcast_ss(scale + r * g.blocks + b)),
+                                 total[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[r]), _mm256_extractf128_ps(total[r], 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    const float v = _mm_cvtss_f32(s) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
+    y[n + r] = bias ? v + bias[n + r] : v;
+  }
+}
+
+template <int Bits, int Block>
+__attribute__((target("avx2,fma"))) inline void DotInt8Avx2Of(const Geometry& g, const uint8_t* packed,
+                                                             const float* scales, const Zeros& zeros,
+                                                             const float* bias, const QuantizedRow& x, float* y,
+                                                             int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) DotInt8Rows<Bits, Block, 4>(g, packed, scales, zeros, bias, x, y, n);
+  for (; n < n1; ++n) DotInt8Rows<Bits, Block, 1>(g, packed, scales, zeros, bias, x, y, n);
+}
+
+template <int Bits>
+inline void DotInt8Avx2Bits(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                            const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
+  switch (g.block) {
+    case 16: return DotInt8Avx2Of<Bits, 16>(g, packed, scales, zeros, bias, x, y, n0, n1);
+    case 32: return DotInt8Avx2Of<Bits, 32>(g, packed, scales, zeros, bias, x, y, n0, n1);
+    case 64: return DotInt8Avx2Of<Bits, 64>(g, packed, scales, zeros, bias, x, y, n0, n1);
+    case 128: return DotInt8Avx2Of<Bits, 128>(g, packed, scales, zeros, bias, x, y, n0, n1);
+    default: return DotInt8Avx2Of<Bits, 0>(g, packed, scales, zeros, bias, x, y, n0, n1);
+  }
+}
+
+inline void DotInt8Avx2(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                        const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
+  if (g.bits == 4) return DotInt8Avx2Bits<4>(g, packed, scales, zeros, bias, x, y, n0, n1);
+  return DotInt8Avx2Bits<8>(g, packed, scales, zeros, bias, x, y, n0, n1);
+}
+
+using DotInt8Fn = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, const float*,
+                              const QuantizedRow&, float*, int64_t, int64_t);
+
+inline DotInt8Fn ChooseDotInt8() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotInt8Avx2;
+  return DotInt8Scalar;
 }
 
 // -- GEMM on AVX2: B^T dequantized into 16-column panels, a 6x16 FMA microkernel ----------------------------
