@@ -46,7 +46,7 @@ and reported as skipped with the reason.
 * scaling: ``byoc.partition`` (annotate + merge + plan) on synthetic Relax
   chains and DAGs against TVM's ``FuseOpsByPattern`` + ``MergeCompositeFunctions``
   alone with the same patterns and checks (``byoc.pipeline.annotate.annotator.fusion_patterns``).
-* boundary: a chain alternating an offloaded Add with a host Sin, against the
+* boundary: a chain alternating an offloaded Add with a host Atan, against the
   same chain all on the host; (difference of medians) / number of partitions.
 * in one process (``--in-process``): each byoc build loaded in a process that
   also holds an onnxruntime session of the same model (as it comes, and with
@@ -362,8 +362,8 @@ def bench_scaling(args, tmp: Path, skipped: list) -> list:
 
 
 def boundary_chain(ops: int):
-    """(1, 8) chain alternating Add (a constant; offloaded) and Sin (host for every built-in vendor; dnnl has taken
-    Neg since rotary embeddings needed it)."""
+    """(1, 8) chain alternating Add (a constant; offloaded) and Atan (host for every built-in vendor; dnnl has taken
+    Neg, Sin and Cos since rotary embeddings needed them)."""
     from byoc.examples import const, model, tensor
     from onnx import helper
 
@@ -374,7 +374,7 @@ def boundary_chain(ops: int):
             inits.append(const(f"c{i}", np.full((1, 8), 0.5, np.float32)))
             nodes.append(helper.make_node("Add", [last, f"c{i}"], [out], name=f"add{i}"))
         else:
-            nodes.append(helper.make_node("Sin", [last], [out], name=f"sin{i}"))
+            nodes.append(helper.make_node("Atan", [last], [out], name=f"atan{i}"))
         last = out
     nodes.append(helper.make_node("Identity", [last], ["y"], name="out"))
     return model(nodes, [tensor("x", [1, 8])], [tensor("y", [1, 8])], inits, name="boundary_chain")

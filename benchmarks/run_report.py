@@ -150,7 +150,7 @@ def print_tables(report: dict) -> None:
             print(f"| {r['graph']} | {r['ops']} | {r['vendors']} | {r['tvm_s']:.3f} s | {r['byoc_s']:.3f} s | "
                   f"{r['ratio']:.2f}x | {r['partitions']} |")
     print()
-    print("## Boundary overhead: chain alternating offloaded Add / host Sin vs the same chain all on host")
+    print("## Boundary overhead: chain alternating offloaded Add / host Atan vs the same chain all on host")
     print()
     print("| vendors | ops | partitions | chain | all-host chain | per offloaded call |")
     print("|---|---|---|---|---|---|")

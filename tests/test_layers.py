@@ -31,7 +31,7 @@ ROWS = [
     ("byoc.pipeline.partitioning", 4.2), ("byoc.pipeline.artifact", 4.3), ("byoc.pipeline.placement", 4.4),
     ("byoc.pipeline.build", 4.5),
     ("byoc.deploy.standalone", 5),
-    ("byoc.tools", 6),
+    ("byoc.tools", 6), ("byoc.generation", 6),
     ("byoc._moved", 7),
     ("byoc.partition", 7),  # the callable module behind byoc.partition(...): the API
     ("byoc.partition.__main__", 8), ("byoc.examples", 8), ("byoc.optable", 8), ("byoc.conformance", 8),

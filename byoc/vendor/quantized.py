@@ -34,9 +34,22 @@ from byoc.vendor.checks import CONVS
 from byoc.vendor.ops import QParams, QuantizedUnit
 from byoc.vendor.rules import SUPPORTED, CheckResult, Match, OpRule, PatternRule
 
-__all__ = ["OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit", "QuantizedUnitRule", "TABLE_BINARY", "TABLE_UNARY",
-           "UNIT_OPS", "qdq_rules", "qdq_supported", "qdq_table_rule", "qdq_table_supported", "quantized_range",
-           "unit_table"]
+__all__ = ["INT8_ACTIVATIONS_LEVEL", "INT8_ACTIVATIONS_OUT_DTYPE", "OPTIONAL_UNIT_OPS", "QParams", "QuantizedUnit",
+           "QuantizedUnitRule", "TABLE_BINARY", "TABLE_UNARY", "UNIT_OPS", "int8_activations", "qdq_rules",
+           "qdq_supported", "qdq_table_rule", "qdq_table_supported", "quantized_range", "unit_table"]
+
+# -- weight-only int4/int8 matmuls (onnxruntime's MatMulNBits), as the importer spells them ----------------
+#: MatMulNBits' accuracy_level for int8 activations (onnxruntime's CompInt8; 0 unset, 1-3 float ones).
+INT8_ACTIVATIONS_LEVEL = 4
+#: The matmul's out_dtype that carries accuracy_level 4 through the import (otherwise None: the inputs' dtype).
+INT8_ACTIVATIONS_OUT_DTYPE = "float32"
+
+
+def int8_activations(matmul_attrs: dict) -> bool:
+    """Whether the matmul of an imported MatMulNBits (its attributes as :class:`byoc.vendor.ops.OpCall` holds
+    them) came from ``accuracy_level`` 4: int8 activations."""
+    return str(matmul_attrs.get("out_dtype") or "") == INT8_ACTIVATIONS_OUT_DTYPE
+
 
 #: Quantized unit kinds: the float op at the unit's core (Relax name).
 UNIT_OPS = (

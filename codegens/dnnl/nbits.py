@@ -23,7 +23,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from byoc.pipeline.frontend.matmul_nbits import INT8_ACTIVATIONS_LEVEL, int8_activations
+from byoc.vendor.quantized import INT8_ACTIVATIONS_LEVEL, int8_activations
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
 #: the runtime's kernel

@@ -14,8 +14,8 @@ host can compute it, and one pattern (:data:`DEQUANTIZE_OPS`) names it for a ven
     w = reshape(w, [N, n_blocks*block]) [-> strided_slice to K] -> permute_dims -> matmul(A, w) [+ bias]
 
 ``accuracy_level`` 4 (onnxruntime computes with A quantized to int8 per block: its CompInt8) is kept as the
-matmul's ``out_dtype="float32"`` (:data:`INT8_ACTIVATIONS_OUT_DTYPE`), the same float32 result for every other
-reader: the dnnl runtime reads it (:func:`int8_activations`) and computes as onnxruntime does; the host and other
+matmul's ``out_dtype="float32"`` (:data:`byoc.vendor.quantized.INT8_ACTIVATIONS_OUT_DTYPE`), the same float32 result for every other
+reader: the dnnl runtime reads it (:func:`byoc.vendor.quantized.int8_activations`) and computes as onnxruntime does; the host and other
 levels compute in float32, and so do float zero points at level 4 (onnxruntime's CompInt8 takes uint8 ones only,
 and computes those in float32 too).
 
@@ -33,15 +33,12 @@ import numpy as np
 import onnx
 
 from byoc.errors import UnsupportedAttributeError
+from byoc.vendor.quantized import INT8_ACTIVATIONS_LEVEL, INT8_ACTIVATIONS_OUT_DTYPE
 
 #: The contrib ops byoc imports itself: (domain, op type).
 IMPORTED_CONTRIB_OPS = frozenset({("com.microsoft", "MatMulNBits")})
 #: The bit widths taken.
 BITS = (4, 8)
-#: MatMulNBits' accuracy_level for int8 activations (onnxruntime's CompInt8; 0 unset, 1-3 float ones).
-INT8_ACTIVATIONS_LEVEL = 4
-#: The matmul's out_dtype that carries accuracy_level 4 through the import (otherwise None: the inputs' dtype).
-INT8_ACTIVATIONS_OUT_DTYPE = "float32"
 _INPUTS = ("A", "B", "scales", "zero_points", "g_idx", "bias")
 
 
@@ -159,12 +156,6 @@ def convert(bb, inputs, attrs):
     return y
 
 
-def int8_activations(matmul_attrs: dict) -> bool:
-    """Whether the matmul of an imported MatMulNBits (its attributes as :class:`byoc.vendor.ops.OpCall` holds
-    them) came from ``accuracy_level`` 4: int8 activations."""
-    return str(matmul_attrs.get("out_dtype") or "") == INT8_ACTIVATIONS_OUT_DTYPE
-
-
 def held_weights(model: onnx.ModelProto) -> set[str]:
     """The names of the packed weights (B) of the model's MatMulNBits nodes that are initializers."""
     initializers = {t.name for t in model.graph.initializer}
@@ -185,6 +176,5 @@ def dequantized(b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | Non
     return w.reshape(n, blocks * block)[:, :k]
 
 
-__all__ = ["BITS", "IMPORTED_CONTRIB_OPS", "INT8_ACTIVATIONS_LEVEL", "INT8_ACTIVATIONS_OUT_DTYPE",
-           "check_matmul_nbits", "convert", "dequantized", "held_weights", "int8_activations", "is_matmul_nbits",
-           "zero_points_array"]
+__all__ = ["BITS", "IMPORTED_CONTRIB_OPS", "check_matmul_nbits", "convert", "dequantized", "held_weights",
+           "is_matmul_nbits", "zero_points_array"]
