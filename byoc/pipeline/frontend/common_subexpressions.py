@@ -1,8 +1,8 @@
-"""One binding per index computation over symbolic dims (int64, int32, boolean) in an imported ``main``: a pure op call on the same arguments as
-an earlier one is that earlier binding. Importers write the same glue once per layer: a decoder's attention masks and positions
-from the same symbolic dims (onnxruntime-genai's GroupQueryAttention, rewritten per layer; optimum's exports
-slice the same mask in every layer), which ran on the host once per layer, dozens of tiny kernels a token.
-(TVM 0.27's EliminateCommonSubexpr merged none of them.)"""
+"""One binding per index computation over symbolic dims (int64, int32, boolean) in an imported ``main``: a pure
+op call on the same arguments as an earlier one is that earlier binding. Importers write the same glue once per
+layer: a decoder's attention masks and positions from the same symbolic dims (onnxruntime-genai's
+GroupQueryAttention, rewritten per layer; optimum's exports slice the same mask in every layer), which ran on the
+host once per layer, dozens of tiny kernels a token. (TVM 0.27's EliminateCommonSubexpr merged none of them.)"""
 
 from __future__ import annotations
 
