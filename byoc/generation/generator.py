@@ -217,7 +217,8 @@ def _where_new_entries(logits: np.ndarray, presents: list, exact: np.ndarray, un
     "length" (after the cached tokens: onnxruntime's GroupQueryAttention), judged against the unpadded call of
     the same tokens; None when its logits differ, so padding changes what this model computes."""
     def close(got: np.ndarray, want: np.ndarray) -> bool:
-        return bool(np.abs(got - want).max(initial=0.0) <= PADDING_TOLERANCE * max(1.0, float(np.abs(want).max(initial=0.0))))
+        scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+        return bool(np.abs(got - want).max(initial=0.0) <= PADDING_TOLERANCE * scale)
 
     if not close(logits, exact):
         return None

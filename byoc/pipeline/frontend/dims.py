@@ -118,7 +118,8 @@ def bind_dims(specs: Sequence[TensorSpec], shapes: Sequence[tuple], ranges: Mapp
     for spec, axis, want, got, shape in expressions:
         expected = evaluate_dim(want, sizes)
         if got != expected:
-            reads = ", ".join(f"{n} = {bound[n][0]} (from {bound[n][1]!r})" for n in dim_expression(want)[1])  # type: ignore[index]
+            names = dim_expression(want)[1]  # type: ignore[index]  # bind_dims kept only expressions
+            reads = ", ".join(f"{n} = {bound[n][0]} (from {bound[n][1]!r})" for n in names)
             raise InputShapeError(
                 f"input {spec.name!r} has {got} at dim {axis} (shape {shape}), which the model names {want!r} = "
                 f"{expected} with {reads}: one of these inputs has the wrong length", spec.name, want)

@@ -305,8 +305,8 @@ def group_query_attention(u: NodeRewrite) -> None:
         joined = present = new
         if order is not None:
             joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
-            present = u.add("GatherElements", [joined, u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")],
-                                                              f"{name}_order")], f"present_{name}", axis=2)
+            orders = u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")], f"{name}_order")
+            present = u.add("GatherElements", [joined, orders], f"present_{name}", axis=2)
         if u.read(index - 2):
             u.add("Identity", [present], f"present_{name}_out", output=u.output(index - 2))
         if name == "key":
@@ -332,8 +332,8 @@ def group_query_attention(u: NodeRewrite) -> None:
                                      "cache_slots"), [0], "cache_length")
         cached = u.unsqueeze(past_lengths, [1], "cached_count")  # [B, 1]
         from_past = u.add("Less", [slots, past_slots], "from_past")
-        columns = u.add("Where", [from_past, slots, u.add("Add", [cached, u.add("Sub", [slots, past_slots], "new_slot")],
-                                                             "new_position")], "key_position")  # [B, T]
+        new_position = u.add("Add", [cached, u.add("Sub", [slots, past_slots], "new_slot")], "new_position")
+        columns = u.add("Where", [from_past, slots, new_position], "key_position")  # [B, T]
         valid = u.add("Or", [u.add("Less", [slots, cached], "is_cached"), u.add("Not", [from_past], "is_new")],
                       "key_valid")
         valid = u.unsqueeze(valid, [1], "valid_rows")  # [B, 1, T]
