@@ -2,7 +2,7 @@
 allows) and :class:`DecoderSignature` (which inputs and outputs are the tokens, mask, positions, logits and
 cache)."""
 
-from byoc.generation.generator import Generator, generate
+from byoc.generation.generator import Generator
 from byoc.generation.signature import CacheEntry, DecoderSignature
 
-__all__ = ["CacheEntry", "DecoderSignature", "Generator", "generate"]
+__all__ = ["CacheEntry", "DecoderSignature", "Generator"]

@@ -26,7 +26,7 @@ import numpy as np
 from byoc.errors import GenerationError
 from byoc.generation.signature import DecoderSignature
 
-__all__ = ["Generator", "generate"]
+__all__ = ["Generator"]
 
 #: the padded and the unpadded step agree when their logits and new cache entries are within this share of the
 #: largest (float32 sums taken in another order differ by about 1e-6 of it, and by up to about 1e-3 where a layer
@@ -202,13 +202,6 @@ class Generator:
         if self.max_length is not None and length > self.max_length:
             raise GenerationError(f"{length} tokens are more than the model's {self.max_length} positions "
                                   f"(max_length); shorten the prompt or generate fewer tokens")
-
-
-def generate(artifact, prompt, max_new_tokens: int, eos_token_id: Optional[int] = None,
-             max_length: Optional[int] = None) -> np.ndarray:
-    """``Generator(artifact, max_length).generate(prompt, max_new_tokens, eos_token_id)``."""
-    return Generator(artifact, max_length).generate(prompt, max_new_tokens, eos_token_id)
-
 
 
 def _where_new_entries(logits: np.ndarray, presents: list, exact: np.ndarray, unpadded: list, length: int,

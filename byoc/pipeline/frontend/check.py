@@ -156,8 +156,9 @@ def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.M
     if model.graph.value_info and "existing shape differ" in strict_error:
         # The shapes a writer declares for intermediate tensors are hints that onnxruntime checks against
         # nothing (onnxruntime-genai's builder declares its 1-element constants as scalars): inferred afresh.
+        # ``model`` is byoc's own copy (import_model's), already written to by read_as_the_writers_meant: the
+        # hints are dropped from it in place, not from a serialized copy of every weight.
         hinted = strict_error
-        model = onnx.ModelProto.FromString(model.SerializeToString())
         del model.graph.value_info[:]
         try:
             return shape_inference.infer_shapes(model, strict_mode=True)
