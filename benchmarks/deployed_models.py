@@ -39,6 +39,10 @@ tokenizer), at the sizes people deploy but no larger than a 2-core machine times
 * ``gpt2_small``: GPT2LMHeadModel, default config (12x768, 12 heads, vocab 50257), no KV cache: one forward
   pass over the sequence; ``input_ids``, ``attention_mask`` (int64) ``[batch_size, sequence_length]``, output
   ``logits``; tested at 1 x 64.
+* ``convnext_tiny``: ConvNextForImageClassification at ConvNeXt-T's size (depths 3-3-9-3, widths 96-768, 224,
+  1000 classes); ``pixel_values`` ``[batch_size, 3, 224, 224]``, output ``logits``; tested at batch 1.
+* ``distilbert``: DistilBertModel, default config (6x768, 12 heads, FFN 3072, vocab 30522); ``input_ids``,
+  ``attention_mask`` (int64) ``[batch_size, sequence_length]``, output ``last_hidden_state``; tested at 1 x 128.
 
 Each is exported by the TorchScript exporter at opset 17 (the form onnxruntime's transformer optimizer's
 fusions are written for) with the Hugging Face exporter's dynamic axes, then written in each form:
@@ -47,14 +51,14 @@ fusions are written for) with the Hugging Face exporter's dynamic axes, then wri
 * ``optimized``: ``onnxruntime.transformers.optimizer.optimize_model`` with ``model_type`` bert / vit / gpt2 and
   the model's ``num_heads`` and ``hidden_size`` (its default opt_level): com.microsoft Attention,
   SkipLayerNormalization, EmbedLayerNormalization, BiasGelu, FastGelu ... where its fusions match. ResNet-50
-  has no model type there: its form is onnxruntime's own offline optimization (``only_onnxruntime``,
+  and ConvNeXt-T have no model type there (DistilBERT is optimized as bert): their form is onnxruntime's own offline optimization (``only_onnxruntime``,
   opt_level 2, extended: FusedConv), the file ``optimized_model_filepath`` writes.
 * ``dynamic_int8``: ``onnxruntime.quantization.quantize_dynamic`` with its defaults (s8 weights, per tensor).
 * ``qdq``: ``quant_pre_process`` then ``quantize_static``, QDQ format, otherwise its defaults (s8 activations
   and weights, per tensor, MinMax), calibrated on 4 seeded random input sets at the test shape; the inputs'
   symbolic dims are kept.
 * ``int4_sym``, ``int4_asym``: ``MatMulNBitsQuantizer`` (block size 32, symmetric or not; MatMulNBits), the
-  transformers only.
+  transformers and ConvNeXt-T (its pointwise convolutions are MatMuls) only.
 * ``fp16``: ``onnxconverter_common.float16.convert_float_to_float16(keep_io_types=True)``; where onnxruntime
   cannot load its file (GPT-2), onnxruntime's own copy, ``onnxruntime.transformers.float16`` (the description says).
 
@@ -229,6 +233,8 @@ BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_at
 VIT_SMALL = dict(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1536,
                  image_size=224, patch_size=16, num_labels=1000)
 GPT2_SMALL = dict(use_cache=False)
+CONVNEXT_TINY = dict(depths=[3, 3, 9, 3], hidden_sizes=[96, 192, 384, 768], image_size=224, num_labels=1000)
+DISTILBERT = dict()
 
 ARCHS: dict[str, Arch] = {a.name: a for a in (
     _hf_arch("bert_base", "BertModel, bert-base size (12x768, 12 heads, vocab 30522), 3 text inputs",
@@ -243,6 +249,12 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
     _hf_arch("gpt2_small", "GPT2LMHeadModel, default config (12x768, 12 heads, vocab 50257), no KV cache",
              "GPT2LMHeadModel", GPT2_SMALL, TEXT2, {"logits": TEXT_AXES},
              {"batch_size": 1, "sequence_length": 64}, dict(model_type="gpt2", num_heads=12, hidden_size=768)),
+    _hf_arch("convnext_tiny", "ConvNextForImageClassification, ConvNeXt-T size (3-3-9-3, 96-768, 224, 1000 classes)",
+             "ConvNextForImageClassification", CONVNEXT_TINY, ("pixel_values",), {"logits": {0: "batch_size"}},
+             {"batch_size": 1}, dict(model_type="bert", only_onnxruntime=True, opt_level=2)),
+    _hf_arch("distilbert", "DistilBertModel, default config (6x768, 12 heads, vocab 30522), 2 text inputs",
+             "DistilBertModel", DISTILBERT, TEXT2, {"last_hidden_state": TEXT_AXES},
+             {"batch_size": 1, "sequence_length": 128}, dict(model_type="bert", num_heads=12, hidden_size=768)),
 )}
 
 
