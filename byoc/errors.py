@@ -129,6 +129,11 @@ class BuildError(ByocError):
     """TVM could not build or export the partitioned module."""
 
 
+class InsufficientMemoryError(BuildError, MemoryError):
+    """Building the model would need more memory than the machine has available: the message gives both sizes
+    (checked before the build starts, not once it has exhausted the machine)."""
+
+
 class StandaloneError(BuildError):
     """The artifact cannot become a standalone program, or the program failed."""
 

@@ -181,7 +181,7 @@ def test_exit_0_as_a_module(model_dir):
     (["{cnn}", "--min-ops", "0"], "min_ops must be at least 1"),
     (["{cnn}", "--format", "yaml"], "invalid choice"),
     (["{cnn}", "--input-shape", "x"], "expected NAME=D1,D2"),
-    (["{cnn}", "--inputs", "a.npz"], "only used with --verify, --profile or --placement measured"),
+    (["{cnn}", "--inputs", "a.npz"], "only used with --verify, --profile, --memory or --placement measured"),
     (["{cnn}", "--trace", "t.json"], "--trace is only used with --profile"),
     (["{cnn}", "--runs", "10"], "--runs is only used with --profile"),
     (["{cnn}", "--profile", "--runs", "0"], "--runs 0: give at least 1"),

@@ -188,15 +188,35 @@ def _sealed(body: bytes) -> bytes:
     return body + _fnv(body)
 
 
-def _blob(symbol: str, text: str, consts: dict, version: int = 1) -> bytes:
+def _weights_checksum(data: bytes) -> int:
+    """codegens/graph_runtime/weights.h's WeightsChecksum, written again from its comment: four FNV-1a lanes
+    over 8-byte little-endian words, then the tail bytes, folded with the length."""
+    prime, mask = 1099511628211, 2**64 - 1
+    lanes = [1469598103934665603, 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9]
+    whole = len(data) // 32 * 32
+    for row in np.frombuffer(data[:whole], "<u8").reshape(-1, 4):
+        lanes = [((lane ^ int(word)) * prime) & mask for lane, word in zip(lanes, row)]
+    h = lanes[0] ^ (lanes[1] * 3 & mask) ^ (lanes[2] * 5 & mask) ^ (lanes[3] * 7 & mask) ^ len(data)
+    for byte in data[whole:]:
+        h = ((h ^ byte) * prime) & mask
+    return h
+
+
+def _blob(symbol: str, text: str, consts: dict, version: int = 2, weights_symbol: str = "") -> bytes:
+    """A module blob as codegens/graph_runtime/blob.h documents it: the constant table, then the weights (each
+    constant at a multiple of 64 bytes, zeros between), in the blob unless ``weights_symbol`` names a section."""
     def s(b: bytes) -> bytes:
         return struct.pack("<Q", len(b)) + b
 
-    body = b"BYOCJSRT" + struct.pack("<II", version, 0) + s(symbol.encode()) + s(text.encode())
-    body += struct.pack("<Q", len(consts))
+    weights, table = b"", b""
     for name, array in consts.items():
         flat = np.asarray(array, "<f4").reshape(-1)
-        body += s(name.encode()) + struct.pack("<Q", flat.size) + flat.tobytes()
+        weights += b"\0" * (-len(weights) % 64)
+        table += s(name.encode()) + struct.pack("<QQ", flat.size, len(weights))
+        weights += flat.tobytes()
+    body = b"BYOCJSRT" + struct.pack("<II", version, 0) + s(symbol.encode()) + s(text.encode())
+    body += s(weights_symbol.encode()) + struct.pack("<QQ", len(weights), _weights_checksum(weights))
+    body += struct.pack("<Q", len(consts)) + table + (b"" if weights_symbol else weights)
     return _sealed(body)
 
 
@@ -237,7 +257,7 @@ def _mangled(blob: bytes):
         "flipped byte": (bytes(flipped), "checksum mismatch"),
         "bad magic": (b"NOTBYOC!" + blob[8:], "bad magic"),
         "future version": (_blob(graph.symbol, ser.json, consts, version=9), "blob version 9 is not supported"),
-        "length past the end": (_sealed(b"BYOCJSRT" + struct.pack("<IIQ", 1, 0, 2**64 - 1) + b"x" * 8),
+        "length past the end": (_sealed(b"BYOCJSRT" + struct.pack("<IIQ", 2, 0, 2**64 - 1) + b"x" * 8),
                                 "needs 18446744073709551615 bytes but only 8 remain"),
         "impossible count": (_sealed(_blob(graph.symbol, ser.json, {})[:-16] + struct.pack("<Q", 2**40)),
                              "constant count 1099511627776 is impossible"),

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import sys
+import tempfile
 import traceback
 import warnings
 from pathlib import Path
@@ -140,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build, run and compare every output with onnxruntime; on a mismatch, "
                              "name the partition that causes it")
     parser.add_argument("--inputs", metavar="FILE.npz",
-                        help="inputs for --verify and --profile (default: random, seed 0)")
+                        help="inputs for --verify, --profile and --memory (default: random, seed 0)")
+    parser.add_argument("--memory", action="store_true",
+                        help="build the model, export it, load it in a fresh process and run it once: the "
+                             "memory section then gives what that process gained, and what each vendor "
+                             "runtime held there (weights, workspace)")
     parser.add_argument("--profile", action="store_true",
                         help="build, run and add a Time section: each partition (and its oneDNN primitives) and "
                              "host function per run")
@@ -182,8 +187,8 @@ def _check_paths(args) -> None:
         raise _UsageError("-o and --export-onnx name the same file")
     if args.verify_dims and not args.verify:
         raise _UsageError("--verify-dims is only used with --verify")
-    if args.inputs and not (args.verify or args.profile or args.placement == "measured"):
-        raise _UsageError("--inputs is only used with --verify, --profile or --placement measured")
+    if args.inputs and not (args.verify or args.profile or args.memory or args.placement == "measured"):
+        raise _UsageError("--inputs is only used with --verify, --profile, --memory or --placement measured")
     if args.min_speedup is not None and args.placement != "measured":
         raise _UsageError("--min-speedup is only used with --placement measured")
     if (args.trace or args.runs is not None) and not args.profile:
@@ -245,6 +250,7 @@ def _list_vendors() -> str:
 def _run(args, say) -> int:
     from byoc.pipeline.frontend import import_model
     from byoc.tools.memory import estimate_memory
+    from byoc.tools.resident import measure_resident
     from byoc.tools.onnx_export import export_onnx
     from byoc.pipeline.partitioning.partitioner import partition
     from byoc.vendor.registry import resolve_vendors
@@ -311,9 +317,18 @@ def _run(args, say) -> int:
         if args.trace:
             profile.to_chrome_trace(args.trace)
             say(f"wrote the trace to {args.trace}")
+    if args.memory:
+        if not target.is_host:
+            raise _UsageError(f"--memory runs the model, and a {target.name} build cannot run on this machine")
+        artifact = built("memory")
+        say("memory: loading the exported model in a fresh process and running it once")
+        inputs = given if given is not None else random_inputs(artifact.inputs, sizes=verify_sizes(imported.dims))
+        with tempfile.TemporaryDirectory(prefix="byoc-memory-") as folder:
+            resident = measure_resident(artifact.export(Path(folder) / "model.so"), inputs, threads=artifact.threads)
     if artifact is not None:  # what was built: its options, and what its vendor runtimes hold
         settings = artifact.vendor_option_settings
-        memory = memory.with_runtimes(artifact.plan, artifact.runtime_memory)
+        memory = (memory.with_resident(artifact.plan, resident) if args.memory
+                  else memory.with_runtimes(artifact.plan, artifact.runtime_memory))
     used = {p.vendor for p in plan.partitions} if artifact is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),
                           verification.as_dict() if verification else None,

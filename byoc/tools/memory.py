@@ -49,12 +49,14 @@ Bytes = Union[int, str]
 
 @dataclass(frozen=True)
 class RuntimeRow:
-    """One partition's vendor runtime memory, as the runtime reported it when built."""
+    """One partition's vendor runtime memory, as the runtime reported it when built (or, with ``--memory``, in a
+    fresh process that loaded the exported library and ran it once)."""
 
     partition: str
     vendor: str
     workspace_bytes: int
     constant_bytes: int
+    model_constant_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class MemoryEstimate:
     runtimes: Optional[tuple[RuntimeRow, ...]] = None  # None: not built
     #: the symbolic dims counted at their upper bound (name -> size); the figures' formulas read the others
     at_bounds: Mapping[str, int] = field(default_factory=dict)
+    #: what a fresh process gained by loading the exported library and one run (byoc.tools.resident), or None
+    resident: Optional[Mapping] = None
 
     @property
     def total_planned_bytes(self) -> Optional[Bytes]:
@@ -87,6 +91,14 @@ class MemoryEstimate:
                      for p in plan.partitions if p.name in runtime_memory)
         return replace(self, runtimes=rows)
 
+    def with_resident(self, plan: PartitionPlan, resident) -> "MemoryEstimate":
+        """This estimate with what a fresh process gained by loading the exported library and running it once
+        (a :class:`byoc.tools.resident.Resident`), and the runtimes' rows as they were there and then."""
+        from byoc.vendor import RuntimeMemory
+
+        loaded = {name: RuntimeMemory(*row) for name, row in resident.runtimes.items()}
+        return replace(self.with_runtimes(plan, loaded), resident=resident.as_dict())
+
     def as_dict(self) -> dict:
         out = {
             "planned_bytes": self.planned_bytes,
@@ -103,6 +115,8 @@ class MemoryEstimate:
             out["total_planned_bytes"] = self.total_planned_bytes
         if self.at_bounds:
             out["at_bounds"] = dict(self.at_bounds)
+        if self.resident is not None:
+            out["resident"] = dict(self.resident)
         return out
 
 

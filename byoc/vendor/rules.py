@@ -439,11 +439,15 @@ class RuntimeMemory:
 
     ``workspace_bytes``: what one call works in (intermediates, scratch), per
     call in flight; ``constant_bytes``: the weights and other constants it
-    keeps, its own copies (reordered for its kernels) included.
+    keeps resident, its own copies (reordered for its kernels) included;
+    ``model_constant_bytes``: the partition's constants as the model gives
+    them (None: not reported), so ``constant_bytes / model_constant_bytes``
+    is how many times over it holds its weights.
     """
 
     workspace_bytes: int
     constant_bytes: int
+    model_constant_bytes: Optional[int] = None
 
 
 def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, RuntimeMemory]:

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "json.h"
+#include "weights.h"
 
 namespace byoc {
 namespace graph_runtime {
@@ -162,7 +163,7 @@ class ParsedGraph {
   // `env` gives the symbolic dims their sizes (a specialization); without it a graph with symbolic dims
   // is parsed as a template: symbolic() says so, its shapes hold -1 there, and Bind() sizes a call.
   ParsedGraph(const std::string& symbol, const std::string& text,
-              const std::map<std::string, const std::vector<float>*>& consts,
+              const std::map<std::string, ConstSpan>& consts,
               const std::set<std::string>& cpu_features = {}, int64_t min_version = 1, const DimEnv* env = nullptr)
       : cpu_features_(cpu_features), env_(env) {
     CheckJsonDepth(text);
@@ -208,7 +209,7 @@ class ParsedGraph {
   const std::vector<int>& outputs() const { return outputs_; }
   // Readers of a tensor: ops reading it plus one per listing as graph output.
   int uses(int id) const { return uses_[id]; }
-  const std::vector<float>& const_data(int id) const { return *const_data_[tensors_[id].slot]; }
+  const ConstSpan& const_data(int id) const { return const_data_[tensors_[id].slot]; }
   // The vendor options the graph was built with ({} in graphs that carry none).
   Attrs options() const { return Attrs(options_, "graph options"); }
   // Boolean option `key`, or `otherwise` when the graph does not set it.
@@ -308,7 +309,7 @@ class ParsedGraph {
     }
   }
 
-  void ParseInputsAndConstants(const JObject& g, const std::map<std::string, const std::vector<float>*>& consts) {
+  void ParseInputsAndConstants(const JObject& g, const std::map<std::string, ConstSpan>& consts) {
     JArray inputs = AsArray(Field(g, "inputs", "graph"), "graph inputs");
     for (size_t i = 0; i < inputs.size(); ++i) {
       int id = Lookup(AsString(inputs[i], "graph input"), "graph inputs");
@@ -324,8 +325,8 @@ class ParsedGraph {
       if (t.kind != Kind::kConst || t.slot >= 0) Fail("graph constant " + name + " is not an unused const tensor");
       auto it = consts.find(name);
       if (it == consts.end()) Fail("constant " + name + " is referenced by the graph but has no data");
-      if (static_cast<int64_t>(it->second->size()) != t.numel)
-        Fail("constant " + name + " has " + std::to_string(it->second->size()) + " values, its shape " +
+      if (static_cast<int64_t>(it->second.size()) != t.numel)
+        Fail("constant " + name + " has " + std::to_string(it->second.size()) + " values, its shape " +
              ShapeStr(t.shape) + " needs " + std::to_string(t.numel));
       t.slot = static_cast<int>(const_data_.size());
       const_data_.push_back(it->second);
@@ -430,7 +431,7 @@ class ParsedGraph {
   std::map<std::string, int> index_;
   std::vector<int> inputs_, outputs_, uses_;
   std::vector<bool> produced_;
-  std::vector<const std::vector<float>*> const_data_;
+  std::vector<ConstSpan> const_data_;
   std::vector<BodyOp> ops_;
 };
 

@@ -20,6 +20,7 @@
  *     byoc.<name>.create(symbol, graph_json, const_names, consts) -> Module
  *     byoc.<name>.format_version() -> int
  *     byoc.<name>.save_to_bytes(module) -> bytes    (what export embeds: blob.h)
+ *     byoc.<name>.export_weights(module, path) -> symbol   (the weights as a library section: weights.h)
  *     ffi.Module.load_from_bytes.byoc_<name>(bytes) -> Module
  *
  * An executor that needs what the module was created with (a thread count, a cache its specializations
@@ -43,6 +44,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <list>
 #include <map>
 #include <memory>
@@ -66,6 +68,9 @@ constexpr size_t kDefaultShapeCache = 8;
 struct MemoryUse {
   size_t workspace_bytes = 0;
   size_t constant_bytes = 0;
+  // Whether its kernels read the module's constants where they are when those are a library's pages (weights.h);
+  // false: it read them once into copies of its own (in constant_bytes) and gave the pages back.
+  bool reads_mapped_constants = true;
 };
 
 // Whether an executor reports the team size it was created for (int MaxThreads() const).
@@ -109,11 +114,14 @@ class GraphModuleObj : public ModuleObj {
  public:
   static std::string Kind() { return std::string("byoc_") + Executor::kName; }
 
-  GraphModuleObj(std::string symbol, std::string graph_json, Constants consts)
-      : symbol_(std::move(symbol)), graph_json_(std::move(graph_json)), consts_(std::move(consts)),
-        kind_(Kind()) {
-    for (const auto& c : consts_) {
-      if (!by_name_.emplace(c.first, &c.second).second) Fail("constant " + c.first + " is given twice");
+  // `weights` holds the constants `entries` lays out (blob.h); the module reads them there, in place.
+  GraphModuleObj(std::string symbol, std::string graph_json, std::vector<ConstEntry> entries,
+                 std::shared_ptr<WeightsBlock> weights)
+      : symbol_(std::move(symbol)), graph_json_(std::move(graph_json)), entries_(std::move(entries)),
+        weights_(std::move(weights)), kind_(Kind()) {
+    for (const ConstEntry& e : entries_) {
+      ConstSpan span{reinterpret_cast<const float*>(weights_->data() + e.offset), e.count, weights_->mapped()};
+      if (!by_name_.emplace(e.name, span).second) Fail("constant " + e.name + " is given twice");
     }
     if constexpr (HasSettings<Executor>::value) settings_ = Executor::NewSettings();
     graph_ = std::make_unique<ParsedGraph>(symbol_, graph_json_, by_name_, Executor::CpuFeatures(),
@@ -148,12 +156,16 @@ class GraphModuleObj : public ModuleObj {
         *rv = Array<int64_t>{static_cast<int64_t>(executor_ ? 1 : cache_.size()), executor_ ? 1 : created_};
       });
     }
-    if (name == "get_memory") {  // [workspace bytes per call, bytes of the constants as given, bytes it made]
+    // [workspace bytes per call, bytes of the constants as given that stay resident, bytes it made,
+    //  bytes of the constants as given, 1 when those are the library file's pages (read in place)]
+    if (name == "get_memory") {
       return Function::FromPacked([self, this](PackedArgs, Any* rv) {
         MemoryUse use = Memory();
         int64_t given = 0;
-        for (const auto& c : consts_) given += static_cast<int64_t>(c.second.size() * sizeof(float));
-        *rv = Array<int64_t>{static_cast<int64_t>(use.workspace_bytes), given, static_cast<int64_t>(use.constant_bytes)};
+        for (const ConstEntry& e : entries_) given += static_cast<int64_t>(e.count * sizeof(float));
+        int64_t held = weights_->mapped() && !use.reads_mapped_constants ? 0 : given;
+        *rv = Array<int64_t>{static_cast<int64_t>(use.workspace_bytes), held, static_cast<int64_t>(use.constant_bytes),
+                             given, weights_->mapped() ? 1 : 0};
       });
     }
     if constexpr (ReportsThreads<Executor>::value) {
@@ -187,19 +199,40 @@ class GraphModuleObj : public ModuleObj {
     return std::nullopt;
   }
 
-  Bytes SaveToBytes() const final { return Bytes(WriteBlob(Executor::kMagic, symbol_, graph_json_, consts_)); }
+  Bytes SaveToBytes() const final {
+    std::lock_guard<std::mutex> lock(export_mutex_);
+    return Bytes(WriteBlob(Executor::kMagic, symbol_, graph_json_, entries_, Ref(export_symbol_), weights_->data()));
+  }
 
   static Module LoadFromBytes(const Bytes& bytes) {
     Blob blob = ReadBlob(Executor::kMagic, Executor::kName, bytes.data(), bytes.size());
+    std::shared_ptr<WeightsBlock> weights;
+    if (blob.inline_weights) {
+      weights = WeightsBlock::Owned(blob.ref.bytes);
+      CopyFloatsLE(weights->data(), blob.inline_weights, blob.ref.bytes);
+    } else {
+      std::shared_ptr<WeightsBlock> section = WeightsBlock::Section(blob.ref.symbol, blob.ref.bytes);
+      if (WeightsChecksum(section->data(), section->size()) != blob.ref.checksum)
+        Fail("the weights section " + blob.ref.symbol + " does not hold the weights the module was exported with "
+             "(the library file was modified; export it again)");
+      ReleasePages(section->data(), section->size());  // read again where a kernel reads them
+      if (HostIsLittleEndian()) {
+        weights = std::move(section);
+      } else {  // the file's floats are little-endian: this host reads a copy in its own order
+        weights = WeightsBlock::Owned(blob.ref.bytes);
+        CopyFloatsLE(weights->data(), section->data(), blob.ref.bytes);
+      }
+    }
     return Module(tvm::ffi::make_object<GraphModuleObj>(std::move(blob.symbol), std::move(blob.graph_json),
-                                                        std::move(blob.consts)));
+                                                        std::move(blob.entries), std::move(weights)));
   }
 
   static Module Create(const String& symbol, const String& graph_json, const Array<String>& names,
                        const Array<tvm::ffi::Tensor>& values) {
     if (names.size() != values.size()) Fail("create: got " + std::to_string(names.size()) + " constant names and " +
                                             std::to_string(values.size()) + " constant tensors");
-    Constants consts;
+    std::vector<ConstEntry> entries;
+    std::vector<const float*> sources;
     for (size_t i = 0; i < names.size(); ++i) {
       const DLTensor* t = values[i].GetDLTensorPtr();
       std::string name(names[i]);
@@ -208,11 +241,34 @@ class GraphModuleObj : public ModuleObj {
         Fail("create: constant " + name + " must be a contiguous float32 CPU tensor");
       int64_t n = 1;
       for (int d = 0; d < t->ndim; ++d) n *= t->shape[d];
-      const float* p = reinterpret_cast<const float*>(static_cast<const char*>(t->data) + t->byte_offset);
-      consts.emplace_back(std::move(name), std::vector<float>(p, p + n));
+      entries.push_back({std::move(name), static_cast<uint64_t>(n), 0});
+      sources.push_back(reinterpret_cast<const float*>(static_cast<const char*>(t->data) + t->byte_offset));
     }
+    std::shared_ptr<WeightsBlock> weights = WeightsBlock::Owned(LayOut(&entries));
+    for (size_t i = 0; i < entries.size(); ++i)
+      std::memcpy(weights->data() + entries[i].offset, sources[i], entries[i].count * sizeof(float));
     return Module(tvm::ffi::make_object<GraphModuleObj>(std::string(symbol), std::string(graph_json),
-                                                        std::move(consts)));
+                                                        std::move(entries), std::move(weights)));
+  }
+
+  // Writes the weights to `path` (little-endian floats, each at its offset) for the library this module is about to
+  // be exported into, and has its blob name that library's section instead of carrying them: returns the section's
+  // symbol, which the library must define over exactly those bytes. An empty `path` (or a module without
+  // constants, which returns "") keeps the weights in the blob again.
+  String ExportWeights(const std::string& path) const {
+    std::lock_guard<std::mutex> lock(export_mutex_);
+    export_symbol_.clear();
+    if (path.empty() || weights_->size() == 0) return String("");
+    std::string le(weights_->size(), '\0');
+    CopyFloatsLE(&le[0], weights_->data(), le.size());
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    bool written = f && std::fwrite(le.data(), 1, le.size(), f) == le.size();
+    if (f && std::fclose(f) != 0) written = false;
+    if (!written) Fail("cannot write the weights of " + symbol_ + " to " + path);
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(WeightsChecksum(le.data(), le.size())));
+    export_symbol_ = std::string("__byoc_weights_") + hex + "_" + std::to_string(le.size());
+    return String(export_symbol_);
   }
 
  private:
@@ -233,6 +289,15 @@ class GraphModuleObj : public ModuleObj {
     }
     if (!tvm::ffi::IsContiguous(*x)) TVM_FFI_THROW(ValueError) << where() << " is not contiguous";
     return reinterpret_cast<float*>(static_cast<char*>(x->data) + x->byte_offset);
+  }
+
+  // Where the blob says the weights are: in it (`symbol` empty) or in the library section `symbol`.
+  // The checksum is of the little-endian bytes, as the section holds them.
+  WeightsRef Ref(const std::string& symbol) const {
+    if (HostIsLittleEndian()) return {symbol, weights_->size(), WeightsChecksum(weights_->data(), weights_->size())};
+    std::string le(weights_->size(), '\0');
+    CopyFloatsLE(&le[0], weights_->data(), le.size());
+    return {symbol, le.size(), WeightsChecksum(le.data(), le.size())};
   }
 
   std::unique_ptr<const Executor> NewExecutor(const ParsedGraph& graph) const {
@@ -288,9 +353,11 @@ class GraphModuleObj : public ModuleObj {
   MemoryUse Memory() const {
     if (executor_) return executor_->Memory();
     MemoryUse use;
+    use.reads_mapped_constants = false;  // nothing compiled yet reads them
     std::lock_guard<std::mutex> lock(cache_mutex_);
     for (const auto& entry : cache_) {
       MemoryUse one = entry.second->executor->Memory();
+      use.reads_mapped_constants = use.reads_mapped_constants || one.reads_mapped_constants;
       use.workspace_bytes = std::max(use.workspace_bytes, one.workspace_bytes);
       use.constant_bytes += one.constant_bytes;
     }
@@ -360,9 +427,12 @@ class GraphModuleObj : public ModuleObj {
 
   const std::string symbol_;
   const std::string graph_json_;
-  const Constants consts_;  // as given; what SaveToBytes writes
+  const std::vector<ConstEntry> entries_;  // the constants, where they are in weights_
+  const std::shared_ptr<WeightsBlock> weights_;
   const std::string kind_;
-  std::map<std::string, const std::vector<float>*> by_name_;  // into consts_
+  std::map<std::string, ConstSpan> by_name_;  // into weights_
+  mutable std::mutex export_mutex_;
+  mutable std::string export_symbol_;  // the library section the blob names while an export is under way
   typename HasSettings<Executor>::type settings_{};
   std::unique_ptr<const ParsedGraph> graph_;     // the graph as written (a template when symbolic)
   std::unique_ptr<const Executor> executor_;     // for a static graph; null when symbolic
@@ -387,6 +457,11 @@ void RegisterGraphRuntime() {
            [kind](const Module& mod) -> Bytes {
              if (std::string(mod->kind()) != kind) Fail("save_to_bytes: not a " + kind + " module");
              return mod->SaveToBytes();
+           })
+      .def((prefix + "export_weights").c_str(),
+           [kind](const Module& mod, const String& path) -> String {
+             if (std::string(mod->kind()) != kind) Fail("export_weights: not a " + kind + " module");
+             return static_cast<const M*>(mod.operator->())->ExportWeights(std::string(path));
            })
       .def(("ffi.Module.load_from_bytes." + kind).c_str(), M::LoadFromBytes);
 }

@@ -17,7 +17,17 @@ from byoc.vendor import Codegen, RuntimeMemory
 from .runtime import JSON_RUNTIME, RuntimeLibrary, load_runtime
 from .serializer import FORMAT, SCHEMA_VERSION, SerializedGraph, serialize
 
-__all__ = ["FORMAT", "JsonRuntimeCodegen", "SCHEMA_VERSION", "SerializedGraph", "load_runtime", "serialize"]
+__all__ = ["FORMAT", "JsonRuntimeCodegen", "SCHEMA_VERSION", "SerializedGraph", "load_runtime", "module_memory",
+           "serialize"]
+
+
+def module_memory(module) -> RuntimeMemory:
+    """What a graph-runtime module (json_runtime, dnnl) holds now, by its ``get_memory``: its workspace per call,
+    the constants it keeps resident (those of the model it reads where they are, plus the copies its kernels
+    made) and the model's constants it was given. A module loaded from a library whose kernels read copies of
+    the weights holds none of the file's pages (``codegens/graph_runtime/weights.h``)."""
+    workspace, held, made, given = (int(v) for v in list(module["get_memory"]())[:4])
+    return RuntimeMemory(workspace, held + made, given)
 
 
 class JsonRuntimeCodegen(Codegen):
@@ -78,6 +88,5 @@ class JsonRuntimeCodegen(Codegen):
         for module in modules:
             if int(module["get_specializations"]()[0]) == 0:
                 continue  # symbolic dims, no shape run yet: its workspace is not known
-            workspace, given, made = (int(v) for v in module["get_memory"]())
-            memory[str(module["get_symbol"]())] = RuntimeMemory(workspace, given + made)
+            memory[str(module["get_symbol"]())] = module_memory(module)
         return memory

@@ -26,6 +26,8 @@ from byoc.pipeline.artifact.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.compiler import HOST_CALLS_FUNCTION
 from byoc.host.recorded import METADATA_FUNCTION, read_json
+from byoc.pipeline.artifact.library_file import module_table_span, release_module_table
+from byoc.pipeline.artifact.weights_section import weights_as_sections
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
@@ -77,10 +79,25 @@ class Artifact:
     @property
     def runtime_memory(self) -> dict:
         """Partition name -> :class:`~byoc.vendor.RuntimeMemory`: what its vendor's runtime holds, as reported
-        when it was built (empty for an artifact of an older byoc, and for vendors that do not report)."""
+        when it was built (empty for an artifact of an older byoc, and for vendors that do not report); what
+        it holds now, here, is :meth:`memory`."""
         from byoc.vendor import RuntimeMemory
 
         return {name: RuntimeMemory(*pair) for name, pair in self.metadata.get("runtime_memory", {}).items()}
+
+    def memory(self) -> dict:
+        """Partition name -> :class:`~byoc.vendor.RuntimeMemory`: what its vendor runtime holds now, in this
+        process, for the partitions whose runtime reports it (json_runtime, dnnl): workspace per call, the
+        constants it keeps resident and the model's constants it was given. Live, unlike
+        :attr:`runtime_memory`: a loaded artifact's dnnl partitions keep each weight once, in the layout its
+        kernel reads, and none of the library file's pages; a partition with symbolic dims compiles per shape
+        at its first call, and reports nothing before it."""
+        from byoc.codegens.json_runtime import module_memory
+        from byoc.pipeline.artifact.profile import runtime_modules
+
+        modules = runtime_modules(self._loaded_library(), "get_memory")
+        return {symbol: module_memory(module) for symbol, module in modules.items()
+                if int(module["get_specializations"]()[0]) > 0}
 
     @property
     def vendor_options(self) -> dict:
@@ -134,7 +151,9 @@ class Artifact:
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent, prefix=".byoc-")
         os.close(fd)
         try:
-            self.executable.export_library(tmp, cc=cc)
+            with tempfile.TemporaryDirectory(prefix="byoc-weights-") as folder, \
+                    weights_as_sections(self.executable, cc, Path(folder)) as addons:
+                self.executable.export_library(tmp, cc=cc, addons=addons)
             os.replace(tmp, path)
         except Exception as err:
             first = last_line(err)
@@ -431,8 +450,10 @@ def _load_runtimes_for(path: Path) -> None:
     wanted = {kind.encode(): codegen for codegen in codegens for kind in codegen.module_kinds}
     if not wanted or path.stat().st_size == 0:
         return
+    span = module_table_span(path)  # the kinds are there: reading it alone leaves the weights unread
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        needed = [codegen for kind, codegen in wanted.items() if data.find(kind) >= 0]
+        start, end = (span[0], span[0] + span[1]) if span else (0, len(data))
+        needed = [codegen for kind, codegen in wanted.items() if data.find(kind, start, end) >= 0]
     for codegen in needed:
         codegen.load_runtime()
 
@@ -526,17 +547,22 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     (:mod:`byoc.host.threads`). For tools that drive the Relax VM themselves
     (benchmarks/where_time_goes.py); :func:`load` is the way to get an :class:`Artifact`.
     """
-    import tvm
+    import tvm  # noqa: F401 - registers TVM's module type, which the library's modules are made as
+    import tvm_ffi
 
     path = Path(path)
     check_library_file(path)
     _load_runtimes_for(path)
     set_vendor_threads(check_threads(threads))
     try:
-        return tvm.runtime.load_module(str(path))
+        # Not kept for the process's whole life (tvm-ffi's default): an artifact's modules, weights included, go
+        # when the last object using them does, so a process that reloads a model does not hold every load.
+        library = tvm_ffi.load_module(os.path.realpath(path), keep_module_alive=False)
     except Exception as err:  # noqa: BLE001 - TVM raises several types for a file it cannot load
         first = last_line(err)
         raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
+    release_module_table(path)  # TVM copied out what it needs
+    return library
 
 
 def load(path: Union[str, os.PathLike], threads: Optional[int] = None) -> Artifact:

@@ -18,6 +18,7 @@ import onnx
 from byoc.errors import ModelLoadError, first_line
 from byoc.host.legalize import quiet_in_range_take
 from byoc.pipeline.frontend.check import (
+    check_build_memory,
     check_model,
     check_supported_ops,
     check_tensor_sizes,
@@ -53,6 +54,7 @@ def import_model(
         return source
     fixed, ranges = split_dim_settings(dims)
     model = inline_local_functions(load_model(source, base_dir))
+    check_build_memory(model.graph, str(source) if isinstance(source, (str, os.PathLike)) else "the model")
     name_nodes(model.graph)
     sort_nodes(model.graph)
     read_as_the_writers_meant(model)

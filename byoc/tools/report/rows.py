@@ -95,12 +95,23 @@ def memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]
         notes.append("vendor runtimes: not built here (--verify builds the model and adds what each reports)")
         return rows, notes
     for r in runtimes:
+        model = r.get("model_constant_bytes")
+        of_model = f" for the model's {model}" if model is not None else ""
         rows.append((f"{r['partition']} ({r['vendor']})", r["workspace_bytes"],
-                     f"workspace per call, as its runtime reports it; constants {r['constant_bytes']} bytes"))
+                     f"workspace per call, as its runtime reports it; constants {r['constant_bytes']} bytes held"
+                     f"{of_model}"))
     if memory.get("at_bounds") is not None or any(isinstance(row[1], str) for row in rows):
         notes.append("a vendor partition with symbolic dims makes its workspace per shape, at the shape's first "
                      "call: it is not listed")
     rows.append(("planned in all", memory["total_planned_bytes"], "host planned + every vendor runtime's workspace"))
+    resident = memory.get("resident")
+    if resident is not None:
+        rows += [("resident: load", resident["load_bytes"], resident["source"]),
+                 ("resident: load and a run", resident["run_bytes"], "the same, after one run"),
+                 ("resident: peak", resident["peak_bytes"], "the largest resident set meanwhile")]
+        notes.append("vendor runtimes: as the fresh process that loaded the exported library reported them")
+    else:
+        notes.append("resident memory: not measured (--memory loads the exported model in a fresh process)")
     return rows, notes
 
 

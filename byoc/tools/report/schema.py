@@ -130,6 +130,9 @@ REPORT_SCHEMA = {
                 # an int, or a formula of the symbolic dims that have no upper bound ("768*batch*seq")
                 "total_planned_bytes": {"type": ["integer", "string"]},
                 "at_bounds": {"type": "object", "additionalProperties": {"type": "integer"}},
+                # present with --memory: what a fresh process gained by loading the exported library and a run
+                "resident": {"type": "object",
+                             "required": ["load_bytes", "run_bytes", "peak_bytes", "runtimes", "source"]},
             },
         },
         "verify": {"type": "object", "required": ["status"]},

@@ -52,7 +52,7 @@ void Builder::DequantizeConstant(const BodyOp& op, const Attrs& a) {
   PackedConst(packed, Plain(shape, memory::data_type::s8), op.where);  // checks the bytes are there
   int64_t count = g_.tensor(op.output).numel;
   std::ostringstream key;
-  key << "dequantized:" << packed << '/' << dtype << '/' << axis << std::hexfloat;
+  key << values_.GivenKey(values_.of(packed)) << "/dequantized/" << dtype << '/' << axis << std::hexfloat;
   for (double s : scale) key << ',' << s;
   key << '/';
   for (int64_t z : zero_point) key << z << ',';

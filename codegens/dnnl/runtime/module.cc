@@ -56,7 +56,7 @@ class DnnlExecutor {
   // What the module holds besides its constants as given: one workspace per call in flight,
   // and the reordered constants of each program compiled (the serial one once it has run).
   MemoryUse Memory() const {
-    MemoryUse use{team_.WorkspaceBytes(), team_.ConstantBytes()};
+    MemoryUse use{team_.WorkspaceBytes(), team_.ConstantBytes(), /*reads_mapped_constants=*/false};
     if (const Program* serial = serial_ready_.load(std::memory_order_acquire)) {
       use.workspace_bytes = std::max(use.workspace_bytes, serial->WorkspaceBytes());
       use.constant_bytes += serial->ConstantBytes();

@@ -15,11 +15,12 @@ ValueTable::ValueTable(const ParsedGraph& graph, std::shared_ptr<SharedConsts> s
   }
   for (size_t id = 0; id < graph.tensors().size(); ++id) {
     if (graph.tensor(id).kind == Kind::kConst) {
-      const std::vector<float>& data = graph.const_data(static_cast<int>(id));
+      const ConstSpan& data = graph.const_data(static_cast<int>(id));
       if (data.empty()) Fail("constant " + graph.tensor(id).name + " is empty (zero-sized tensors are not supported)");
       Desc desc = Plain(graph.Shape(id));
       consts_.push_back(memory(desc, Engine(), const_cast<float*>(data.data())));
       value_of_[id] = New(desc, Storage::kConst, static_cast<int>(consts_.size() - 1));
+      given_consts_[value_of_[id]] = data;
     }
   }
   given_ = static_cast<int>(values_.size());
@@ -63,7 +64,8 @@ int ValueTable::ReorderConst(int v, const Desc& desc, const std::vector<double>&
   auto made_shared = shared_keys_.find(Root(v));
   bool shared = Root(v) < given_ || made_shared != shared_keys_.end();
   std::ostringstream key;
-  key << (made_shared != shared_keys_.end() ? made_shared->second : std::to_string(Root(v))) << '/'
+  key << (made_shared != shared_keys_.end() ? made_shared->second
+                                            : Root(v) < given_ ? GivenKey(Root(v)) : std::to_string(Root(v))) << '/'
       << DescKey(values_[v].desc) << '/' << DescKey(desc) << '/' << mask << std::hexfloat;
   for (double s : scales) key << ',' << s;
   auto [kept, fresh] = const_reorders_.try_emplace(key.str(), -1);
@@ -72,6 +74,12 @@ int ValueTable::ReorderConst(int v, const Desc& desc, const std::vector<double>&
       return Reordered(memory(values_[v].desc, Engine(), ConstData(values_[Root(v)].slot)), desc, scales, mask);
     };
     kept->second = shared ? KeepShared(key.str(), reorder) : KeepConst(reorder());
+    // A weight of the library file, read: its pages go now rather than once the program is final, so loading
+    // never holds the file's copy of every weight beside the reordered ones (a step that reads it in place
+    // faults them in again, and SettleGiven copies it).
+    auto given = given_consts_.find(Root(v));
+    if (given != given_consts_.end() && given->second.mapped)
+      ReleasePages(given->second.data(), given->second.size() * sizeof(float));
   }
   return kept->second;
 }
@@ -94,6 +102,37 @@ memory ValueTable::Reordered(memory source, const Desc& desc, const std::vector<
   }
   stream.wait();
   return converted;
+}
+
+std::string ValueTable::GivenKey(int v) const {
+  const ConstSpan& span = given_consts_.at(v);
+  std::ostringstream key;
+  key << '@' << static_cast<const void*>(span.data()) << ':' << span.size() * sizeof(float);
+  return key.str();
+}
+
+void ValueTable::SettleGiven(const std::set<int>& read) {
+  for (const auto& [v, span] : given_consts_) {
+    if (!span.mapped) continue;
+    size_t bytes = span.size() * sizeof(float);
+    if (read.count(v)) {  // read in place: from a copy, shared by every program and module that reads it so
+      const Desc& desc = values_[v].desc;
+      auto copy = [&] {
+        memory m(desc, Engine());
+        std::memcpy(m.get_data_handle(), span.data(), bytes);
+        return m;
+      };
+      bool made = true;
+      if (shared_) {
+        shared_held_.push_back(shared_->Get(GivenKey(v) + "/copy", copy, &made));
+        consts_[values_[v].slot] = *shared_held_.back();
+      } else {
+        consts_[values_[v].slot] = copy();
+      }
+      if (made) owned_const_bytes_ += bytes;
+    }
+    ReleasePages(span.data(), bytes);
+  }
 }
 
 void ValueTable::ReleaseUnread(const std::set<int>& read) {

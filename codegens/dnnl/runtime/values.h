@@ -21,12 +21,16 @@ namespace dnnl_runtime {
 // Weights reordered for the programs of one module: the specializations of a graph with symbolic dims
 // (one program per shape) share each constant they reorder into the same layout. A reorder lives as long as
 // a program holds it: the shape cache evicts programs, and a layout only evicted shapes chose goes with them
-// (else every layout any shape ever chose stayed: ResNet-18's memory grew 27 MB per 10 new shapes). Thread safe.
+// (else every layout any shape ever chose stayed: ResNet-18's memory grew 27 MB per 10 new shapes). A key that
+// starts with '@' names its source by address (ValueTable::GivenKey): such reorders are shared by every module of
+// the process, so two artifacts of one model (two batch sizes, two thread counts, a reload), whose modules read
+// one library's weights in place, hold each reordered weight once. Thread safe.
 class SharedConsts {
  public:
   // The memory kept under `key`, or `make()`'s, kept now; `*made` says which. The caller holds it.
   template <class Make>
   std::shared_ptr<memory> Get(const std::string& key, Make make, bool* made) {
+    if (!key.empty() && key[0] == '@' && this != &Process()) return Process().Get(key, make, made);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (std::shared_ptr<memory> kept = Alive(key)) {
@@ -46,6 +50,12 @@ class SharedConsts {
   }
 
  private:
+  // The reorders of the process's constants known by address.
+  static SharedConsts& Process() {
+    static SharedConsts* process = new SharedConsts();  // never destroyed: modules may outlive static destructors
+    return *process;
+  }
+
   std::shared_ptr<memory> Alive(const std::string& key) {
     auto it = kept_.find(key);
     if (it == kept_.end()) return nullptr;
@@ -111,6 +121,15 @@ class ValueTable {
     shared_of_[v] = {shared_held_.size() - 1, made};
     return v;
   }
+  // The key that names the graph's constant value `v` (one of [0, given)) by where its bytes are, "@<address>:<bytes>":
+  // what its reorders are kept under, for every module of the process (SharedConsts).
+  std::string GivenKey(int v) const;
+  // Where the graph's constants are pages of the library file (weights.h): gives those pages back, each constant a
+  // step reads (`read`, by Root) read from a copy instead. So a run keeps each weight once, in the layout its step
+  // reads: the file's pages are not resident beside the reordered copies (a fault on a weight read in place maps
+  // the page cache's whole large folio, and with it the neighbours only reordered: 15 of ViT-S's 28 MB of
+  // reordered weights came back so). Once the program is final (workspaces bind the constants' memory).
+  void SettleGiven(const std::set<int>& read);
   // Lets go of the constants KeepShared made that no step reads (`read`: the values the steps read, by Root): a
   // weight dequantized at load once its primitive's layout is reordered from it. Another program needing it
   // again makes it again. Once the program is final.
@@ -146,6 +165,7 @@ class ValueTable {
   std::map<int, std::string> shared_keys_;  // a value KeepShared made -> its key (what its reorders are keyed by)
   std::map<int, std::pair<size_t, bool>> shared_of_;  // a value KeepShared made -> (its shared_held_ index, made here)
   int given_ = 0;  // values [0, given_) are the graph's inputs and constants, alike in every program
+  std::map<int, ConstSpan> given_consts_;  // a graph constant's value -> its bytes
   size_t owned_const_bytes_ = 0;
 };
 

@@ -70,7 +70,8 @@ size_t Builder::WinogradConv(size_t k, const ConvDims& c, const Fused& f) {
   dnnl::matmul::primitive_desc pd(Engine(), v_desc, Any(u_plain.get_dims()), m_desc, UserScratchpad());
   // Every shape of a symbolic graph transforms the same weight: one transform per packed layout (this was
   // most of ResNet-18's first call at a new shape).
-  int u_value = values_.KeepShared("winograd:" + std::to_string(w) + "/" + DescKey(pd.weights_desc()), [&] {
+  std::string source = g_.tensor(w).kind == Kind::kConst ? values_.GivenKey(values_.of(w)) : std::to_string(w);
+  int u_value = values_.KeepShared(source + "/winograd/" + DescKey(pd.weights_desc()), [&] {
     std::vector<float> u(static_cast<size_t>(winograd::kPoints * g.c * g.k));
     winograd::TransformWeights(ConstFloats(w), g.k, g.c, u.data());
     memory packed(pd.weights_desc(), Engine()), given(u_plain, Engine(), u.data());

@@ -1,0 +1,85 @@
+"""The weights of an artifact's graph-runtime modules as sections of the library it is exported into.
+
+A graph runtime (``codegens/graph_runtime/``: json_runtime, dnnl) saves a module as a blob that TVM embeds in
+the library and copies whole when the library is loaded. Weights in that blob would be held twice at load
+(TVM's copy and the module's), and the file's pages a third time while TVM reads them. So at export each
+module writes its weights to a file and names, in its blob, a symbol that the library defines over exactly
+those bytes (``byoc.<runtime>.export_weights``). This module assembles those files into an object
+(``.incbin``: no C literals, any target's assembler) that the link adds. When the library is loaded the
+module reads its weights where the loader mapped them (``codegens/graph_runtime/weights.h``): the file's
+pages, resident only while a kernel reads them in place, and shared by every artifact of the process that
+loaded the same library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+#: The alignment of each weights section in the library: a page, so a section's pages hold its bytes alone
+#: (a kernel that gives back the pages of a weight it keeps reordered gives back nothing else).
+SECTION_ALIGN = 4096
+
+
+def graph_runtime_modules(module) -> list:
+    """The modules under ``module`` (itself included, imports first to last) whose runtime can export weights:
+    those of a kind ``byoc_<runtime>`` with a global ``byoc.<runtime>.export_weights``."""
+    import tvm_ffi
+
+    found, seen, todo = [], set(), [module]
+    while todo:
+        mod = todo.pop(0)
+        if id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        kind = str(mod.kind)
+        if kind.startswith("byoc_") and tvm_ffi.get_global_func(f"byoc.{kind[5:]}.export_weights",
+                                                                 allow_missing=True) is not None:
+            found.append(mod)
+        todo.extend(mod.imports)
+    return found
+
+
+def _assembly(sections: dict[str, Path]) -> str:
+    lines = []
+    for symbol, path in sections.items():
+        lines += [f'\t.section .rodata.byoc_weights.{symbol},"a"', f"\t.balign {SECTION_ALIGN}",
+                  f"\t.globl {symbol}", f"\t.type {symbol}, %object", f"{symbol}:",
+                  f'\t.incbin "{path}"', f"\t.size {symbol}, . - {symbol}"]
+    lines.append('\t.section .note.GNU-stack,"",%progbits')  # the weights are data: the stack stays non-executable
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def weights_as_sections(executable, compiler: str, folder: Path) -> Iterator[list[str]]:
+    """While open, the graph-runtime modules of ``executable`` save blobs that name library sections for their
+    weights; yields the object files (in ``folder``) that define those sections, for ``export_library``'s
+    ``addons`` (none when no module has weights). ``compiler`` assembles them for the artifact's target. On
+    leaving, the modules carry their weights in their blobs again."""
+    import tvm_ffi
+
+    modules = graph_runtime_modules(executable.mod)
+    exporting = []
+    try:
+        sections: dict[str, Path] = {}
+        for index, module in enumerate(modules):
+            export = tvm_ffi.get_global_func(f"byoc.{str(module.kind)[5:]}.export_weights")
+            path = folder / f"weights{index}.bin"
+            exporting.append(export)
+            symbol = str(export(module, str(path)))
+            if symbol:
+                sections.setdefault(symbol, path)  # two modules with the same weights share one section
+        if not sections:
+            yield []
+            return
+        source, obj = folder / "weights.S", folder / "weights.o"
+        source.write_text(_assembly(sections))
+        done = subprocess.run([compiler, "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"assembling the weights sections failed: {done.stderr.strip()[:400]}")
+        yield [str(obj)]
+    finally:
+        for module, export in zip(modules, exporting):
+            export(module, "")
