@@ -180,7 +180,7 @@ void Builder::Binary(const BodyOp& op, algorithm alg, bool commutes) {
 bool Builder::BinaryWithoutReference(algorithm alg, int full, int other, int output) {
   const Dims ys = DimsOf(g_.Shape(output));
   const Dims os = Padded(g_.Shape(other), ys.size());
-  const Desc& own = values_.DescOf(full);
+  const Desc own = values_.DescOf(full);  // a copy: other_as and Define grow the value table under a reference
   auto fast = [&](const Desc& d0, const Desc& d1) -> std::optional<dnnl::binary::primitive_desc> {
     try {
       dnnl::binary::primitive_desc pd(Engine(), alg, d0, d1, d0, UserScratchpad());

@@ -33,6 +33,9 @@ class Program {
   std::vector<std::pair<int64_t, int64_t>> StepTimes() const { return plan_.StepTimes(); }
 
  private:
+  // Gives back the pages of oneDNN's code that creating primitives read (program.cc).
+  static void ReleaseCreationCode();
+
   ValueTable values_;
   StepPlan plan_;
 };

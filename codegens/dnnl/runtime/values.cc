@@ -116,7 +116,7 @@ void ValueTable::SettleGiven(const std::set<int>& read) {
     if (!span.mapped) continue;
     size_t bytes = span.size() * sizeof(float);
     if (read.count(v)) {  // read in place: from a copy, shared by every program and module that reads it so
-      const Desc& desc = values_[v].desc;
+      const Desc desc = values_[v].desc;
       auto copy = [&] {
         memory m(desc, Engine());
         std::memcpy(m.get_data_handle(), span.data(), bytes);
