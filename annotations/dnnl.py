@@ -730,16 +730,15 @@ def _dynamic_matmul_pattern(bias: bool, core: str = "matmul"):
 def _dynamic_conv(match: Match):
     """float32 NCHW x quantized to u8 as ONNX defines it; a constant OIHW weight of int8 values, zero point 0.
 
-    One weight scale; groups 1; a bias of one value per output channel."""
+    One weight scale; any groups (depthwise included); a bias of one value per output channel."""
     x, w, w_scale = match.tensor("x"), match.tensor("w"), match.tensor("w_scale")
     reason = _dynamic_quantization(match)
     if reason:
         return reason
     conv = match.call("conv")
     a = conv.attrs
-    if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != ("NCHW", "OIHW", "NCHW") or int(a["groups"]) != 1:
-        return f"a dynamic int8 conv of layout {a['data_layout']}/{a['kernel_layout']}, groups {a['groups']} " \
-               "(NCHW/OIHW, groups 1)"
+    if (a["data_layout"], a["kernel_layout"], a["out_layout"]) != ("NCHW", "OIHW", "NCHW"):
+        return f"a dynamic int8 conv of layout {a['data_layout']}/{a['kernel_layout']} (NCHW/OIHW)"
     if x.dtype != "float32" or w.data is None or np.any(w.data != np.round(w.data)) or np.abs(w.data).max() > 127:
         return "a dynamic int8 conv whose weight is not int8 values (preparation writes ConvInteger's so)"
     if w_scale.data is None or w_scale.data.size != 1:

@@ -32,6 +32,9 @@ For each model:
   (after runs - before: the headline figure, what the loaded model costs a user's process) with its anonymous /
   file-backed split, and the peak gain (VmHWM after the runs - VmRSS before: the high-water mark, imports
   included in VmHWM, can only be higher).
+* **held**: byoc's side also reports what its vendor runtimes hold after the runs (``Artifact.memory()``): the
+  constants they keep over those the model gave their partitions (1.00: each weight once; more where a kernel's
+  layout is larger, as Winograd's transformed filters, or wider, as int8 weights dequantized for a float kernel).
 * **weights**: the bytes of the model's weights, the ONNX initializers plus the Constant nodes' tensors
   (subgraphs included; external data not loaded, its size read from the dims), and each side's gain over them.
 
@@ -137,6 +140,10 @@ def measure(spec: dict) -> dict:
         result["runs_s"] = time.perf_counter() - start
         gc.collect()
         result["after_runs"] = read_status()
+        if spec["side"] == "byoc" and hasattr(artifact, "memory"):  # what the runtimes hold (byoc 0.2 after 7066f2a)
+            held = artifact.memory().values()
+            result["held"] = {"constant_bytes": sum(m.constant_bytes for m in held),
+                              "model_constant_bytes": sum(m.model_constant_bytes or 0 for m in held)}
     except Exception as err:  # noqa: BLE001 - the side's failure is a cell of the table
         result.update(stage=stage, error=f"{type(err).__name__}: {err}"[:2000])
     if spec["side"] == "byoc":
@@ -348,11 +355,11 @@ def _gain(m: dict, key: str = "gain_runs") -> str:
 def table(rows: list) -> list[str]:
     lines = ["| model | weights MiB | ort gain MiB | byoc gain MiB | byoc/ort | ort peak MiB | byoc peak MiB | "
              "byoc anon / file MiB | ort anon / file MiB | ort at load | byoc at load | ort / weights | "
-             "byoc / weights | artifact MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "byoc / weights | byoc held / given | artifact MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if row.get("status") == "skipped":
-            lines.append(f"| {row['name']} | SKIP: {_why(row['why'])} |" + " |" * 12)
+            lines.append(f"| {row['name']} | SKIP: {_why(row['why'])} |" + " |" * 13)
             continue
         ort, byoc = row["ort"], row["byoc"]
 
@@ -368,8 +375,15 @@ def table(rows: list) -> list[str]:
             f"{_ratio(row.get('byoc_vs_ort'))} | {_mib(ort.get('peak_gain'))} | {_mib(byoc.get('peak_gain'))} | "
             f"{split(byoc)} | {split(ort)} | {at_load(ort)} | {at_load(byoc)} | "
             f"{_ratio(row.get('ort_vs_weights'))} | {_ratio(row.get('byoc_vs_weights'))} | "
-            f"{_mib(row.get('artifact_bytes'))} |")
+            f"{_ratio(_held(byoc))} | {_mib(row.get('artifact_bytes'))} |")
     return lines
+
+
+def _held(m: dict):
+    """The constants byoc's vendor runtimes held after the runs over those the model gave their partitions
+    (``Artifact.memory()``: weights reordered, copied or transformed for the kernels), or None."""
+    held = m.get("held") or {}
+    return held["constant_bytes"] / held["model_constant_bytes"] if held.get("model_constant_bytes") else None
 
 
 def _geomean(values: list) -> float:
@@ -392,6 +406,11 @@ def summary(rows: list, machine: str) -> list[str]:
             if ratios:
                 lines.append(f"{label} gain / weights: geometric mean {_geomean(ratios):.2f}x, "
                              f"from {min(ratios):.2f}x to {max(ratios):.2f}x.")
+    held = [(_held(r["byoc"]), r["name"]) for r in measured if _held(r.get("byoc", {}))]
+    if held:
+        most = max(held)
+        lines.append(f"byoc's runtimes hold their partitions' constants {_geomean([h for h, _ in held]):.2f}x over "
+                     f"(geometric mean), at most {most[0]:.2f}x ({most[1]}).")
     lines.append(f"Machine: {machine}.")
     return lines
 

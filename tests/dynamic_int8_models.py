@@ -101,6 +101,17 @@ def small_conv(channels=4, out=8, size=16, seed=0) -> onnx.ModelProto:
     return _image_model(nodes, inits, channels, out, size, "conv")
 
 
+def depthwise_conv(channels=32, size=14, seed=2) -> onnx.ModelProto:
+    """ConvNeXt's block head: a depthwise 7x7 conv (pad 3, groups = channels) + bias, then a pointwise 1x1 conv:
+    quantize_dynamic makes both ConvInteger (the first with its group attribute)."""
+    rng = np.random.default_rng(seed)
+    inits = {"wd": _w(rng, channels, 1, 7, 7, scale=0.2), "bd": _w(rng, channels),
+             "wp": _w(rng, channels, channels, 1, 1), "bp": _w(rng, channels)}
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], pads=[3, 3, 3, 3], group=channels, name="dw"),
+             helper.make_node("Conv", ["d", "wp", "bp"], ["y"], name="pw")]
+    return _image_model(nodes, inits, channels, channels, size, "depthwise")
+
+
 def two_branch_conv(channels=64, out=16, size=8, seed=1) -> onnx.ModelProto:
     """A residual block's two branches reading one input (a 3x3 conv, 576 terms a sum, and a 1x1 shortcut),
     added: quantize_dynamic gives them one DynamicQuantizeLinear."""

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 import byoc
-from dynamic_int8_models import encoder, mlp, quantize_dynamic, small_conv, two_branch_conv
+from dynamic_int8_models import depthwise_conv, encoder, mlp, quantize_dynamic, small_conv, two_branch_conv
 
 MODELS = {"mlp": lambda: mlp(), "encoder": lambda: encoder(layers=2)}
 SIZES = [(1, 5), (2, 13)]
@@ -76,12 +76,13 @@ def test_uint8_weights_stay_on_the_host_with_the_reason():
     np.testing.assert_allclose(artifact.run([x])[0], reference, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("make", [small_conv, two_branch_conv], ids=["conv", "two_branches"])
+@pytest.mark.parametrize("make", [small_conv, two_branch_conv, depthwise_conv], ids=["conv", "two_branches", "depthwise"])
 def test_conv_integer_is_one_partition_and_matches_onnxruntime(make):
     """quantize_dynamic of a Conv: DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul -> Add(bias), one dnnl unit
     (an int8 convolution with VNNI; without it a float32 convolution of the integers). Two branches reading one
     activation (a residual block's shortcut) share its DynamicQuantizeLinear, copied per ConvInteger; the 3x3 conv
-    over 64 channels sums 576 products, past float32's exact integers at full-range weights."""
+    over 64 channels sums 576 products, past float32's exact integers at full-range weights. A depthwise conv (groups
+    = channels, ConvNeXt's) is one unit too."""
     float_model = make()
     m = quantize_dynamic(float_model, op_types=("Conv",))
     assert "ConvInteger" in {n.op_type for n in m.graph.node}

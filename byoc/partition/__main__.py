@@ -327,7 +327,7 @@ def _run(args, say) -> int:
             resident = measure_resident(artifact.export(Path(folder) / "model.so"), inputs, threads=artifact.threads)
     if artifact is not None:  # what was built: its options, and what its vendor runtimes hold
         settings = artifact.vendor_option_settings
-        memory = (memory.with_resident(artifact.plan, resident) if args.memory
+        memory = (memory.with_resident(artifact.plan, artifact.runtime_memory, resident) if args.memory
                   else memory.with_runtimes(artifact.plan, artifact.runtime_memory))
     used = {p.vendor for p in plan.partitions} if artifact is None else set(settings)
     report = build_report(plan, Path(args.model).name, args.target, memory.as_dict(),

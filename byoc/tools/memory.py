@@ -91,13 +91,14 @@ class MemoryEstimate:
                      for p in plan.partitions if p.name in runtime_memory)
         return replace(self, runtimes=rows)
 
-    def with_resident(self, plan: PartitionPlan, resident) -> "MemoryEstimate":
+    def with_resident(self, plan: PartitionPlan, built: Mapping, resident) -> "MemoryEstimate":
         """This estimate with what a fresh process gained by loading the exported library and running it once
-        (a :class:`byoc.tools.resident.Resident`), and the runtimes' rows as they were there and then."""
+        (a :class:`byoc.tools.resident.Resident`): the runtimes' rows as they were there and then, where they
+        report live, else as ``built`` (``Artifact.runtime_memory``) has them."""
         from byoc.vendor import RuntimeMemory
 
         loaded = {name: RuntimeMemory(*row) for name, row in resident.runtimes.items()}
-        return replace(self.with_runtimes(plan, loaded), resident=resident.as_dict())
+        return replace(self.with_runtimes(plan, {**built, **loaded}), resident=resident.as_dict())
 
     def as_dict(self) -> dict:
         out = {

@@ -24,8 +24,8 @@ import numpy as np
 from byoc.errors import ByocError
 
 #: What the figures count, for the report.
-SOURCE = ("resident set (VmRSS) a fresh process gains from before byoc.load to after one run; peak from VmHWM "
-          "(Linux /proc/self/status)")
+SOURCE = ("VmRSS a fresh process gains by byoc.load of the exported library, after importing byoc (Linux "
+          "/proc/self/status)")
 
 
 @dataclass(frozen=True)

@@ -108,8 +108,9 @@ def memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]
     if resident is not None:
         rows += [("resident: load", resident["load_bytes"], resident["source"]),
                  ("resident: load and a run", resident["run_bytes"], "the same, after one run"),
-                 ("resident: peak", resident["peak_bytes"], "the largest resident set meanwhile")]
-        notes.append("vendor runtimes: as the fresh process that loaded the exported library reported them")
+                 ("resident: peak", resident["peak_bytes"], "the largest resident set meanwhile (VmHWM)")]
+        notes.append("vendor runtimes that report live (json_runtime, dnnl): as the fresh process that loaded the "
+                     "exported library reported them")
     else:
         notes.append("resident memory: not measured (--memory loads the exported model in a fresh process)")
     return rows, notes

@@ -192,7 +192,7 @@ const Builder::DynamicQuantized& Builder::DynamicallyQuantized(int x, const Desc
   return dynamic_quantized_.emplace(key, q).first->second;
 }
 
-// x [N, C, H, W] (float32) conv w [O, C, kh, kw] (a constant of int8 values) [+ bias [O]] -> y float32: x quantized
+// x [N, C, H, W] (float32) conv w [O, C/groups, kh, kw] (a constant of int8 values) [+ bias [O]] -> y float32: x quantized
 // per call (channels last, the layout oneDNN's int8 convolutions take), one int8 convolution with the source scale
 // and zero point as run-time arguments (ConvInteger -> Cast -> Mul(x_scale * w_scale) [-> Add bias]).
 size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
@@ -204,14 +204,21 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
   const std::vector<int64_t> ws = a.Ints("w_shape");
   if (ws.size() != 4) Fail(op.where + ": w_shape " + ShapeStr(ws) + " is not OIHW");
   ConvGeometry g = CheckConv(a, xs, ws, ys, 2, op.where);
-  ConvDims c{g.groups, Dims(ws.begin(), ws.end()), Dims(g.strides.begin(), g.strides.end()), {}, {}, {}};
+  // Grouped (ConvNeXt's and MobileNet's depthwise 7x7 and 3x3): oneDNN's weights [G, O/G, C/G, kh, kw], the same
+  // bytes as ONNX's [O, C/G, kh, kw].
+  Dims wdims(ws.begin(), ws.end());
+  if (g.groups != 1) {
+    wdims[0] /= g.groups;
+    wdims.insert(wdims.begin(), g.groups);
+  }
+  ConvDims c{g.groups, wdims, Dims(g.strides.begin(), g.strides.end()), {}, {}, {}};
   for (size_t d = 0; d < 2; ++d) {
     c.dilation.push_back(g.dilation[d] - 1);
     c.pad_l.push_back(g.padding[d]);
     c.pad_r.push_back(g.padding[2 + d]);
   }
-  int weights = PackedConst(w, Plain(ws, memory::data_type::s8), op.where);
-  if (c.groups != 1) Fail(op.where + ": groups " + std::to_string(c.groups) + " (1 only)");
+  int weights = values_.ConstView(PackedConst(w, Plain(ws, memory::data_type::s8), op.where),
+                                  Plain(std::vector<int64_t>(wdims.begin(), wdims.end()), memory::data_type::s8));
   if (op.inputs.size() == 3 && g_.tensor(op.inputs[2]).numel != ys[1])
     Fail(op.where + ": the bias must hold one value per output channel (" + std::to_string(ys[1]) + ")");
   std::vector<double> w_scale = a.Floats("w_scale");
