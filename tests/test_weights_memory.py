@@ -167,3 +167,29 @@ def test_a_model_too_large_for_the_memory_available_is_refused_before_the_build(
     monkeypatch.setattr(check, "available_memory", lambda: 100 << 20)
     with pytest.raises(MemoryError):  # what a caller that knows only Python's errors catches
         byoc.compile(m, vendors=["dnnl"])
+
+
+def test_a_library_cut_short_is_a_typed_error_not_a_crash(exported, tmp_path):
+    """The loader maps a library's segments past the end of a file cut short, and reading there is a SIGBUS: most
+    cuts land in the weights. Each is refused before it loads (a fresh process: a crash would kill the test run),
+    or, cut only in what the loader does not map, loads and runs."""
+    m, path = exported
+    data = path.read_bytes()
+    cuts = [int(len(data) * f) for f in (0.05, 0.3, 0.6, 0.9, 0.999)] + [len(data) - 1]
+    script = ("import sys, numpy as np, byoc\n"
+              "for cut in sys.argv[2:]:\n"
+              "    try:\n"
+              "        byoc.load(cut).run({'x': np.ones((1, 128, 12, 12), np.float32)})\n"
+              "        print('ran', cut)\n"
+              "    except byoc.ArtifactLoadError as err:\n"
+              "        print('refused', cut, str(err).splitlines()[0])\n")
+    files = []
+    for cut in cuts:
+        files.append(tmp_path / f"cut{cut}.so")
+        files[-1].write_bytes(data[:cut])
+    done = subprocess.run([sys.executable, "-c", script, "x", *map(str, files)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(cuts), done.stdout
+    assert all(line.startswith("refused") and "cut short" in line for line in lines[:4]), lines

@@ -26,7 +26,7 @@ from byoc.pipeline.artifact.placement_record import Placement
 from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.compiler import HOST_CALLS_FUNCTION
 from byoc.host.recorded import METADATA_FUNCTION, read_json
-from byoc.pipeline.artifact.library_file import module_table_span, release_module_table
+from byoc.pipeline.artifact.library_file import missing_bytes, module_table_span, release_module_table
 from byoc.pipeline.artifact.weights_section import weights_as_sections
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
@@ -520,6 +520,11 @@ def check_library_file(path: Path) -> None:
         raise ArtifactLoadError(f"{str(path)!r} is {what}, not a shared library; {_EXPECTED}")
     host = _host_machine()
     if host is None or (bits, order, machine) == host:
+        missing = missing_bytes(path)
+        if missing:
+            raise ArtifactLoadError(f"{str(path)!r} is cut short: its segments need {missing} bytes past the "
+                                    f"file's end (a copy or download that stopped early); {_EXPECTED}: copy or "
+                                    "export it again")
         return
     here = host_name()
     preset = next((p for p in PRESETS.values() if (64, p.byte_order, p.elf_machine) == (bits, order, machine)),

@@ -1,5 +1,10 @@
-"""The table of modules TVM embeds in an exported library (the symbol ``__tvm_ffi__library_bin``): where it is in
-the file, and giving its pages back once a load has read it.
+"""An exported library's file: whether the loader's segments are all in it, and the table of modules TVM embeds
+in it (the symbol ``__tvm_ffi__library_bin``): where it is in the file, and giving its pages back once a load has
+read it.
+
+A library cut short still loads: the loader maps its segments past the file's end, and the first read there is a
+SIGBUS (the weights sections are the library's bulk, so most cuts land in them). :func:`missing_bytes` says so
+before the loader sees the file.
 
 TVM reads that table whole when it loads the library: it copies each module's bytes out and deserializes them
 (the Relax VM's program and host constants, each graph runtime's blob). The pages it read stay resident
@@ -19,6 +24,29 @@ from typing import Optional
 
 SYMBOL = "__tvm_ffi__library_bin"
 _SHT_DYNSYM = 11
+
+
+def missing_bytes(path: Path) -> int:
+    """How many bytes the loadable segments (PT_LOAD) of the ELF64 library at ``path`` need past the file's end:
+    0 for a whole file (and for a file whose program headers cannot be read, which the loader refuses itself)."""
+    with open(path, "rb") as file:
+        head = file.read(64)
+        size = os.fstat(file.fileno()).st_size
+        if len(head) < 64 or head[4] != 2 or head[5] not in (1, 2):
+            return 0
+        order = "<" if head[5] == 1 else ">"
+        phoff, = struct.unpack_from(order + "Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from(order + "HH", head, 0x36)
+        if phentsize != 56 or phoff + 56 * phnum > size:
+            return 0
+        file.seek(phoff)
+        table = file.read(56 * phnum)
+    end = 0
+    for at in range(0, len(table), 56):
+        kind, _, offset, _, _, filesz, _, _ = struct.unpack_from(order + "IIQQQQQQ", table, at)
+        if kind == 1:  # PT_LOAD
+            end = max(end, offset + filesz)
+    return max(0, end - size)
 
 
 def module_table_span(path: Path) -> Optional[tuple[int, int]]:
