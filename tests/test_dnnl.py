@@ -504,13 +504,39 @@ def test_a_failing_dnnl_codegen_falls_back_to_the_host_or_raises_when_strict(mon
 
     monkeypatch.setattr(DnnlCodegen, "compile", broken)
     m = residual_block()
-    with pytest.warns(RuntimeWarning, match="vendor 'dnnl' failed, its partitions run on the host"):
+    with pytest.warns(RuntimeWarning, match="vendor 'dnnl' failed on dnnl_0, whose ops run on the host"):
         artifact = byoc.compile(m, vendors=["dnnl"])
     assert artifact.plan.partitions == []
     inputs = random_inputs(m)
     np.testing.assert_allclose(artifact.run(inputs)[0], onnxruntime_outputs(m, inputs)[0], rtol=RTOL, atol=ATOL)
     with pytest.raises(CodegenError, match="could not create a primitive"):
         byoc.compile(m, vendors=["dnnl"], strict=True)
+
+
+def test_a_codegen_that_fails_on_one_partition_sends_back_that_one_alone(monkeypatch):
+    """A codegen that refuses one partition (an NPU without ReLU) leaves its other partitions offloaded; the
+    refused one's ops go back with the codegen's reason on each, the line the report gives them."""
+    from byoc.codegens.dnnl import DnnlCodegen
+
+    real = DnnlCodegen.compile
+
+    def no_relu(self, partitions, options):
+        if any(call.op == "relax.nn.relu" for graph in partitions for call in graph.ops):
+            raise RuntimeError("the NPU has no ReLU")
+        return real(self, partitions, options)
+
+    monkeypatch.setattr(DnnlCodegen, "compile", no_relu)
+    m = residual_block()
+    plan = byoc.partition(m, ["dnnl"], keep_on_host=["relu1"])  # conv1 | relu1 on the host | conv2, add, relu
+    assert len(plan.partitions) == 2
+    with pytest.warns(RuntimeWarning, match=r"vendor .dnnl. failed on dnnl_1, .* \(its other partitions stay\)"):
+        artifact = byoc.build(plan)
+    assert [p.onnx_nodes for p in artifact.plan.partitions] == [["conv1"]]
+    reasons = {d.node.name: d.reasons["dnnl"] for d in artifact.plan.host_ops}
+    assert "the dnnl codegen failed on partition dnnl_1" in reasons["residual"] and "no ReLU" in reasons["residual"]
+    assert "the dnnl codegen failed on partition dnnl_1" in byoc.report(artifact.plan)
+    inputs = random_inputs(m)
+    np.testing.assert_allclose(artifact.run(inputs)[0], onnxruntime_outputs(m, inputs)[0], rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("target", ["s390x", "ppc64le:pwr9"])

@@ -288,11 +288,13 @@ def _run(args, say) -> int:
         plan = artifact.plan
 
     def built(stage: str):
-        """The artifact --verify and --profile run: the one measured placement built, else built now."""
-        nonlocal artifact
+        """The artifact --verify and --profile run: the one measured placement built, else built now. The report
+        describes it from then on: a codegen that failed on a partition sent that partition's ops back."""
+        nonlocal artifact, plan
         if artifact is None:
             say(f"{stage}: building for {target.name}")
             artifact = build(plan, target=target, vendor_options=vendor_options)
+            plan = artifact.plan
         return artifact
 
     say("planning memory")

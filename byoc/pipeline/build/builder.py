@@ -24,7 +24,7 @@ from byoc.host.recorded import METADATA_FUNCTION, text_function
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.frontend.onnx_model import index_inputs
 from byoc.pipeline.build.lowering import lower_partitions
-from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
+from byoc.pipeline.partitioning.partitioner import PartitionPlan, cut, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
@@ -73,22 +73,10 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     parts = [p for p in plan.partitions if p.vendor == vendor.name]
     if not parts:
         return [], {}
-    try:
-        graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
-    except UnsupportedConstruct as err:
-        raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
-    failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
+    if options is None:
+        options = vendor.compile_options(vendor.resolve_options())
     _log.info("%s: compiling %d partition(s)", vendor.name, len(parts))
-    try:
-        if options is None:
-            options = vendor.compile_options(vendor.resolve_options())
-        modules = list(as_codegen(vendor.codegen).compile(graphs, dict(options)))
-    except CodegenError as err:
-        raise CodegenError(f"{failed_on}: {err}") from err
-    except ByocError:
-        raise  # e.g. a BuildError: the vendor's runtime is not installed, which no host fallback may hide
-    except Exception as err:
-        raise CodegenError(f"{failed_on}: {type(err).__name__}: {err}") from err
+    graphs, modules = _compiled(plan, vendor, parts, options)
     _check_c_sources(modules, vendor, target)
     try:
         memory = runtime_memory(vendor.codegen, graphs, modules)
@@ -97,6 +85,36 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
                       RuntimeWarning, stacklevel=3)
         memory = {}
     return modules, memory
+
+
+def _compiled(plan: PartitionPlan, vendor: Vendor, parts: list, options: Mapping) -> tuple[list, list]:
+    """The partition graphs of ``parts`` and the modules ``vendor``'s codegen makes of them, or a
+    :class:`CodegenError` naming the vendor and the partitions."""
+    failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
+    try:
+        graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
+    except UnsupportedConstruct as err:
+        raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
+    try:
+        return graphs, list(as_codegen(vendor.codegen).compile(graphs, dict(options)))
+    except CodegenError as err:
+        raise CodegenError(f"{failed_on}: {err}") from err
+    except ByocError:
+        raise  # e.g. a BuildError: the vendor's runtime is not installed, which no host fallback may hide
+    except Exception as err:
+        raise CodegenError(f"{failed_on}: {type(err).__name__}: {err}") from err
+
+
+def _failing_partitions(plan: PartitionPlan, vendor: Vendor, options: Mapping) -> list:
+    """(partition, why) for each of ``vendor``'s partitions in ``plan`` that its codegen fails on alone (after it
+    failed on them together)."""
+    failing = []
+    for part in (p for p in plan.partitions if p.vendor == vendor.name):
+        try:
+            _compiled(plan, vendor, [part], options)
+        except CodegenError as err:
+            failing.append((part, str(err)))
+    return failing
 
 
 def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
@@ -144,27 +162,34 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
     while True:
         modules, memory, failed = {}, {}, None
         for vendor in plan.vendors:
+            options = vendor.compile_options(settings.get(vendor.name, {}))
             try:
-                options = vendor.compile_options(settings.get(vendor.name, {}))
                 modules[vendor.name], reported = run_codegen(plan, vendor, target, options)
                 memory.update(reported)
             except CodegenError as err:
                 if strict:
                     raise
-                failed = (vendor, err)
+                failed = (vendor, err, options)
                 break
         if failed is None:
             return plan, modules, memory
-        vendor, err = failed
+        vendor, err, options = failed
+        failing = _failing_partitions(plan, vendor, options)
+        if not failing:  # it fails on its partitions together only: all of them go back
+            failing = [(p, str(err)) for p in plan.partitions if p.vendor == vendor.name]
         warnings.warn(
-            f"vendor {vendor.name!r} failed, its partitions run on the host instead: {err}",
+            f"vendor {vendor.name!r} failed on {', '.join(p.name for p, _ in failing)}, whose ops run on the host "
+            f"or another vendor instead (its other partitions stay): {failing[0][1]}",
             RuntimeWarning,
             stacklevel=3,
         )
-        # Re-partitioning without the vendor lets the others claim its ops; each
-        # round drops one vendor, so this ends.
-        plan = partition(plan.imported, [v for v in plan.vendors if v is not vendor], target=plan.target,
-                         min_ops=plan.min_ops, keep_on_host=plan.keep_on_host)
+        # Cutting again with those partitions' ops kept off the vendor, the reason recorded on each op (the report's
+        # line for them): the others may claim them. Each round demotes ops that were the vendor's, so this ends.
+        demoted = dict(plan.demoted)
+        for part, why in failing:
+            reason = f"the {vendor.name} codegen failed on partition {part.name}: {why}"
+            demoted.update({(vendor.name, binding): reason for binding in part.bindings})
+        plan = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
 
 
 def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,

@@ -100,6 +100,9 @@ class PartitionPlan:
     target: TargetPreset = field(default_factory=lambda: resolve_target("x86_64"))
     #: measured placement's decisions (:class:`byoc.pipeline.artifact.placement_record.Placement`); None when the rules placed
     placement: object = None
+    #: ``(vendor, binding) -> reason`` for the ops kept off a vendor that its rules take (measured placement, a
+    #: codegen that failed on their partition, ``min_ops``): what cutting the model again must keep
+    demoted: Mapping = field(default_factory=dict)
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
@@ -324,7 +327,9 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
-    return _plan(imported, annotation, merged, min_ops, keep_on_host, preset)
+    plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset)
+    plan.demoted = demoted
+    return plan
 
 
 def _rename_regions(mod):

@@ -144,7 +144,8 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
                for d, part in zip(decisions, plan.partitions) if d.place != d.vendor
                for vendor in plan.vendors if vendor.name != d.place for binding in part.bindings}
     if demoted:
-        final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
+        final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host,
+                    {**plan.demoted, **demoted})
         final.placement = placement
     else:  # nothing moved: the same plan, and the same program recording the decisions (no build)
         final = dataclasses.replace(plan, placement=placement)
