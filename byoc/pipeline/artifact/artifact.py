@@ -566,7 +566,7 @@ def load_library(path: Union[str, os.PathLike], threads: Optional[int] = None):
     except Exception as err:  # noqa: BLE001 - TVM raises several types for a file it cannot load
         first = last_line(err)
         raise ArtifactLoadError(f"cannot load {str(path)!r}: {first}") from None
-    release_module_table(path)  # TVM copied out what it needs
+    release_module_table(Path(os.path.realpath(path)))  # TVM copied out what it needs
     return library
 
 

@@ -281,13 +281,9 @@ def check_build_memory(graph: onnx.GraphProto, origin: str) -> None:
     """An :class:`~byoc.errors.InsufficientMemoryError` when building a model with ``graph``'s weights would need
     more memory than is available now (:data:`BUILD_BYTES_PER_WEIGHT_BYTE`), rather than a build that exhausts
     the machine."""
-    weights = 0
-    for t in graph.initializer:
-        try:
-            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
-        except (KeyError, TypeError, ValueError):
-            itemsize = 1
-        weights += int(np.prod(list(t.dims), dtype=object)) * itemsize if t.dims else itemsize
+    # the bytes the initializers hold (external data was read in by now), not what their dims claim: a tensor
+    # whose dims promise more than it carries is a malformed model, which the checks after this name
+    weights = sum(t.ByteSize() for t in graph.initializer)
     need = BUILD_BYTES_PER_WEIGHT_BYTE * weights + BUILD_BYTES_BESIDES
     available = available_memory()
     if available is not None and need > available:
