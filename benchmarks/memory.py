@@ -43,8 +43,11 @@ cells; the summary gives the geometric mean and the worst of byoc / onnxruntime 
 measured, and the machine class (``timing_processes.machine_class``). ``--json FILE`` has every figure, written
 after every model. Every figure comes from the runs of the invocation.
 
-Unlike timings, these figures do not suffer from a busy machine: resident memory is what the process maps and
-touches, not how fast; a run on a loaded machine measures the same bytes. They do depend on the thread count
+Unlike timings, these figures mostly do not suffer from a busy machine: resident memory is what the process maps
+and touches, not how fast. One exception: byoc's dnnl runtime, when its calls find the cores busy, compiles a
+serial program beside a partition's team program (docs/design.md, "A busy machine"), whose reordered weights
+add to the team's where their layouts differ (ddddocr's OCR 1.11x on a quiet machine, 1.31x beside a test run):
+measure on a quiet machine. They do depend on the thread count
 (per-thread scratch) and on the allocator: which glibc arena a thread's allocation lands in, and so what a free
 gives back, can differ from one process to the next (onnxruntime's gain on some models moves by tens of MiB),
 hence the repeats and the median.
@@ -353,13 +356,13 @@ def _gain(m: dict, key: str = "gain_runs") -> str:
 
 
 def table(rows: list) -> list[str]:
-    lines = ["| model | weights MiB | ort gain MiB | byoc gain MiB | byoc/ort | ort peak MiB | byoc peak MiB | "
-             "byoc anon / file MiB | ort anon / file MiB | ort at load | byoc at load | ort / weights | "
-             "byoc / weights | byoc held / given | artifact MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    columns = ["model", "weights MiB", "ort gain MiB", "byoc gain MiB", "byoc/ort", "ort peak MiB", "byoc peak MiB",
+               "byoc anon / file MiB", "ort anon / file MiB", "ort at load", "byoc at load", "ort / weights",
+               "byoc / weights", "byoc held / given", "artifact MiB"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         if row.get("status") == "skipped":
-            lines.append(f"| {row['name']} | SKIP: {_why(row['why'])} |" + " |" * 13)
+            lines.append(f"| {row['name']} | SKIP: {_why(row['why'])} |" + " |" * (len(columns) - 2))
             continue
         ort, byoc = row["ort"], row["byoc"]
 
