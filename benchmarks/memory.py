@@ -35,6 +35,8 @@ For each model:
 * **held**: byoc's side also reports what its vendor runtimes hold after the runs (``Artifact.memory()``): the
   constants they keep over those the model gave their partitions (1.00: each weight once; more where a kernel's
   layout is larger, as Winograd's transformed filters, or wider, as int8 weights dequantized for a float kernel).
+* **process**: each side's whole resident set after the runs, imports included (``import byoc`` imports TVM's
+  compiler, about 150 MiB more than ``import onnxruntime``): beside the headline, not in it.
 * **weights**: the bytes of the model's weights, the ONNX initializers plus the Constant nodes' tensors
   (subgraphs included; external data not loaded, its size read from the dims), and each side's gain over them.
 
@@ -358,7 +360,7 @@ def _gain(m: dict, key: str = "gain_runs") -> str:
 def table(rows: list) -> list[str]:
     columns = ["model", "weights MiB", "ort gain MiB", "byoc gain MiB", "byoc/ort", "ort peak MiB", "byoc peak MiB",
                "byoc anon / file MiB", "ort anon / file MiB", "ort at load", "byoc at load", "ort / weights",
-               "byoc / weights", "byoc held / given", "artifact MiB"]
+               "byoc / weights", "byoc held / given", "process ort / byoc MiB", "artifact MiB"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         if row.get("status") == "skipped":
@@ -378,7 +380,8 @@ def table(rows: list) -> list[str]:
             f"{_ratio(row.get('byoc_vs_ort'))} | {_mib(ort.get('peak_gain'))} | {_mib(byoc.get('peak_gain'))} | "
             f"{split(byoc)} | {split(ort)} | {at_load(ort)} | {at_load(byoc)} | "
             f"{_ratio(row.get('ort_vs_weights'))} | {_ratio(row.get('byoc_vs_weights'))} | "
-            f"{_ratio(_held(byoc))} | {_mib(row.get('artifact_bytes'))} |")
+            f"{_ratio(_held(byoc))} | {_mib(_process(ort))} / {_mib(_process(byoc))} | "
+            f"{_mib(row.get('artifact_bytes'))} |")
     return lines
 
 
@@ -387,6 +390,11 @@ def _held(m: dict):
     (``Artifact.memory()``: weights reordered, copied or transformed for the kernels), or None."""
     held = m.get("held") or {}
     return held["constant_bytes"] / held["model_constant_bytes"] if held.get("model_constant_bytes") else None
+
+
+def _process(m: dict):
+    """The whole process's resident set after the runs (imports included: byoc's imports TVM's compiler), or None."""
+    return (m.get("after_runs") or {}).get("VmRSS")
 
 
 def _geomean(values: list) -> float:
@@ -409,6 +417,10 @@ def summary(rows: list, machine: str) -> list[str]:
             if ratios:
                 lines.append(f"{label} gain / weights: geometric mean {_geomean(ratios):.2f}x, "
                              f"from {min(ratios):.2f}x to {max(ratios):.2f}x.")
+    processes = [_process(r["byoc"]) / _process(r["ort"]) for r in both if _process(r["byoc"]) and _process(r["ort"])]
+    if processes:
+        lines.append(f"Whole processes after the runs, imports included (not the issue's measure: byoc imports TVM's "
+                     f"compiler): byoc / onnxruntime {_geomean(processes):.2f}x (geometric mean).")
     held = [(_held(r["byoc"]), r["name"]) for r in measured if _held(r.get("byoc", {}))]
     if held:
         most = max(held)

@@ -259,3 +259,18 @@ print("\\n".join(deployed.table(rows) + deployed.summary(rows)))
     assert "| 0.5 |" in lines[2] and len(lines[3]) < 400 and "(untyped)" in lines[3]
     assert lines[4] == "0 of 2 files build, run and export with symbolic dims."
     assert lines[5].startswith("Untyped failures")
+
+
+def test_memory_measures_both_sides_in_fresh_processes(tmp_path):
+    """benchmarks/memory.py on the tiny cataloged model: both sides measured, the ratio and what byoc's runtime
+    holds reported, the missing file a SKIP row (the figures themselves are the kernel's: nothing to assert)."""
+    _deployed_catalog(tmp_path)
+    out = tmp_path / "memory.json"
+    stdout = _run([ROOT / "benchmarks" / "memory.py", "--models", "tiny_float,tiny_qdq", "--models-dir", tmp_path,
+                   "--repeat", "1", "--vendors", "dnnl", "--json", out])
+    report = json.loads(out.read_text())
+    row = report["models"]["tiny_float"]
+    assert row["status"] == "ok" and row["byoc_vs_ort"] > 0, row
+    assert row["byoc"]["held"]["model_constant_bytes"] == 8 * 4 * 4  # the MatMul's weight, given to dnnl
+    assert report["models"]["tiny_qdq"]["status"] == "skipped"
+    assert "| tiny_float | 0 |" in stdout and "| tiny_qdq | SKIP: " in stdout and report["machine"]["class"] in stdout
