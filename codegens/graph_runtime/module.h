@@ -49,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -259,15 +260,20 @@ class GraphModuleObj : public ModuleObj {
     std::lock_guard<std::mutex> lock(export_mutex_);
     export_symbol_.clear();
     if (path.empty() || weights_->size() == 0) return String("");
-    std::string le(weights_->size(), '\0');
-    CopyFloatsLE(&le[0], weights_->data(), le.size());
+    std::string swapped;  // a big-endian host's floats, turned little-endian (a little-endian one writes its own)
+    const char* le = weights_->data();
+    if (!HostIsLittleEndian()) {
+      swapped.assign(weights_->size(), '\0');
+      CopyFloatsLE(&swapped[0], weights_->data(), swapped.size());
+      le = swapped.data();
+    }
     std::FILE* f = std::fopen(path.c_str(), "wb");
-    bool written = f && std::fwrite(le.data(), 1, le.size(), f) == le.size();
+    bool written = f && std::fwrite(le, 1, weights_->size(), f) == weights_->size();
     if (f && std::fclose(f) != 0) written = false;
     if (!written) Fail("cannot write the weights of " + symbol_ + " to " + path);
     char hex[17];
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(WeightsChecksum(le.data(), le.size())));
-    export_symbol_ = std::string("__byoc_weights_") + hex + "_" + std::to_string(le.size());
+    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(Checksum()));
+    export_symbol_ = std::string("__byoc_weights_") + hex + "_" + std::to_string(weights_->size());
     return String(export_symbol_);
   }
 
@@ -292,12 +298,21 @@ class GraphModuleObj : public ModuleObj {
   }
 
   // Where the blob says the weights are: in it (`symbol` empty) or in the library section `symbol`.
-  // The checksum is of the little-endian bytes, as the section holds them.
-  WeightsRef Ref(const std::string& symbol) const {
-    if (HostIsLittleEndian()) return {symbol, weights_->size(), WeightsChecksum(weights_->data(), weights_->size())};
-    std::string le(weights_->size(), '\0');
-    CopyFloatsLE(&le[0], weights_->data(), le.size());
-    return {symbol, le.size(), WeightsChecksum(le.data(), le.size())};
+  WeightsRef Ref(const std::string& symbol) const { return {symbol, weights_->size(), Checksum()}; }
+
+  // The weights' checksum, of their little-endian bytes as a section holds them: worked out at the first export or
+  // save (the weights never change), under export_mutex_.
+  uint64_t Checksum() const {
+    if (!checksum_) {
+      if (HostIsLittleEndian()) {
+        checksum_ = WeightsChecksum(weights_->data(), weights_->size());
+      } else {
+        std::string le(weights_->size(), '\0');
+        CopyFloatsLE(&le[0], weights_->data(), le.size());
+        checksum_ = WeightsChecksum(le.data(), le.size());
+      }
+    }
+    return *checksum_;
   }
 
   std::unique_ptr<const Executor> NewExecutor(const ParsedGraph& graph) const {
@@ -433,6 +448,7 @@ class GraphModuleObj : public ModuleObj {
   std::map<std::string, ConstSpan> by_name_;  // into weights_
   mutable std::mutex export_mutex_;
   mutable std::string export_symbol_;  // the library section the blob names while an export is under way
+  mutable std::optional<uint64_t> checksum_;  // Checksum(), once known
   typename HasSettings<Executor>::type settings_{};
   std::unique_ptr<const ParsedGraph> graph_;     // the graph as written (a template when symbolic)
   std::unique_ptr<const Executor> executor_;     // for a static graph; null when symbolic

@@ -25,7 +25,8 @@ SECTION_ALIGN = 4096
 
 def graph_runtime_modules(module) -> list:
     """The modules under ``module`` (itself included, imports first to last) whose runtime can export weights:
-    those of a kind ``byoc_<runtime>`` with a global ``byoc.<runtime>.export_weights``."""
+    those of a kind ``byoc_<runtime>`` with a global ``byoc.<runtime>.export_weights``. By kind, not by the functions
+    a module answers (``profile.runtime_modules``): asking another target's host module for one fails."""
     import tvm_ffi
 
     found, seen, todo = [], set(), [module]
