@@ -625,6 +625,19 @@ def _scalar_exponent(match: Match):
     return SUPPORTED
 
 
+def _prelu_slope(match: Match):
+    """the slope is a float32 constant with one value, or one per index of the axis (oneDNN's PReLU weights)."""
+    call = match.op
+    x, slope = call.inputs[0], call.inputs[1]
+    axis = int(call.attrs.get("axis", 1))
+    if slope.kind != "const" or slope.dtype != "float32" or slope.data is None:
+        return "the slope is not a float32 constant"
+    if slope.data.size != 1 and (x.shape is None or not isinstance(x.shape[axis], int)
+                                 or slope.data.size != x.shape[axis]):
+        return f"slope of shape {slope.shape} is neither one value nor one per index of axis {axis}"
+    return SUPPORTED
+
+
 def _doubled_gelu_pattern():
     from tvm.relax.dpl import wildcard
 
@@ -876,6 +889,8 @@ _RULES = (
     PatternRule("nan_to", _nan_guard_pattern, all_of(known_ranks(MAX_RANK), _non_empty, _nan_guard)),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
+    # PRelu (MTCNN's and other face models' activation): oneDNN's PReLU primitive
+    OpRule("prelu", "relax.nn.prelu", all_of(_base, _prelu_slope)),
     OpRule("power", "relax.power", all_of(_base, _scalar_exponent)),
     # Layout ops, so the glue between heavy ops does not split a partition:
     # reshapes are views of the same buffer, a transpose is one reorder.

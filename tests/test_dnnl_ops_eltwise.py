@@ -14,7 +14,7 @@ from onnx import helper
 import byoc
 
 from dnnl_op_helpers import _compile, _conv, _f, _gelu_tanh_nodes, _onednn_exec, _reason, _rules
-from models import const, model, random_inputs, single_op, tensor
+from models import const, model, random_inputs, rng, single_op, tensor
 
 
 # -- element-wise ops real models add -----------------------------------------------------------
@@ -293,3 +293,31 @@ def test_a_nan_guard_is_one_kernel(value):
     artifact = _compile(m, inputs={"x": x})
     assert _rules(artifact) == {"dnnl.softmax", "dnnl.nan_to"}
     assert (artifact.run({"x": x})[0][0, 1] == value).all()
+
+
+# -- PRelu ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("channels,slope_shape", [(10, [10, 1, 1]), (16, [16, 1, 1]), (10, [1])])
+def test_prelu_after_a_conv(channels, slope_shape):
+    """PRelu (MTCNN's activation) as oneDNN's PReLU: one slope per channel, or one for all. Ten channels leave
+    a channel-blocked conv output half a block short, where oneDNN has only its reference kernel: the runtime
+    reads it channels last instead."""
+    conv, weights = _conv("x", "c", 3, channels, "conv")
+    slope = rng(7).uniform(0.05, 0.5, slope_shape).astype(np.float32)
+    m = model([conv, helper.make_node("PRelu", ["c", "slope"], ["y"], name="prelu")],
+              [tensor("x", [2, 3, 12, 12])], [tensor("y", [2, channels, 12, 12])], weights + [const("slope", slope)])
+    assert "dnnl.prelu" in _rules(_compile(m))
+    assert not [line for line in _onednn_exec(m) if ",prelu," in line and "ref" in line]
+
+
+def test_prelu_after_a_matmul():
+    slope = rng(8).uniform(0.05, 0.5, [32]).astype(np.float32)
+    m = model([helper.make_node("MatMul", ["x", "w"], ["h"], name="dense"),
+               helper.make_node("PRelu", ["h", "slope"], ["y"], name="prelu")],
+              [tensor("x", [4, 20])], [tensor("y", [4, 32])], [const("w", _f(20, 32)), const("slope", slope)])
+    assert "dnnl.prelu" in _rules(_compile(m))
+
+
+def test_a_prelu_whose_slope_is_an_input_stays_on_host():
+    m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
+              [tensor("x", [2, 4, 3, 3]), tensor("slope", [4, 1, 1])], [tensor("y", [2, 4, 3, 3])])
+    assert _reason(m, "relax.nn.prelu") == "the slope is not a float32 constant"

@@ -192,6 +192,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.sin", Alone<&Builder::PerElementOp>},
       {"relax.cos", Alone<&Builder::PerElementOp>},
       {"byoc.nan_to", Alone<&Builder::NanToOp>},
+      {"relax.nn.prelu", Alone<&Builder::Prelu>},
   };
   return table;
 }

@@ -318,6 +318,7 @@ class Builder {
   void ByteTableOp(const BodyOp& op, const Attrs& a);
   void PerElementOp(const BodyOp& op);
   void NanToOp(const BodyOp& op);
+  void Prelu(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 
   const ParsedGraph& g_;

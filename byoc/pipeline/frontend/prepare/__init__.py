@@ -10,7 +10,8 @@ parameters, rewrites a float16/bfloat16 model to compute in float32
 precision, and the CPUs byoc targets have no arithmetic for it), rewrites QOperator nodes as QDQ units
 (:mod:`byoc.pipeline.frontend.prepare.qoperators`) and onnxruntime's ``com.microsoft`` ops as the standard ops
 that compute the same (:mod:`byoc.pipeline.frontend.prepare.contrib_ops`; both through
-:mod:`~byoc.pipeline.frontend.prepare.node_rewrite`), folds the rest with onnx-simplifier
+:mod:`~byoc.pipeline.frontend.prepare.node_rewrite`), writes ``auto_pad`` out as ``pads`` where it is known
+(:mod:`~byoc.pipeline.frontend.prepare.explicit_pads`), folds the rest with onnx-simplifier
 (``onnxsim``, chosen by measurement: docs/design.md, "Model preparation";
 :mod:`~byoc.pipeline.frontend.prepare.simplify`),
 then unrolls recurrent ops (:mod:`byoc.pipeline.frontend.prepare.recurrent`).
@@ -82,6 +83,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     )
     from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
     from byoc.pipeline.frontend.prepare.contrib_ops import CONTRIB_OPS
+    from byoc.pipeline.frontend.prepare.explicit_pads import explicit_pads
     from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
     from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
     from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
@@ -94,6 +96,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
     # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
     source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
+    # Keras exports' "same" padding as pads where it is known: TVM's importer works it out with int() on sizes.
+    source = explicit_pads(source)
     source, gathered_from = gathered_before_dequantize(source)
     quantized_from.update({name: quantized_from.get(node, node) for name, node in gathered_from.items()})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
