@@ -151,14 +151,16 @@ def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
 # -- GELU's tanh form ---------------------------------------------------------------------------
 @pytest.mark.parametrize("spelling", ["keras", "torch", "wrong"])
 def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):
-    """The tanh form of GELU runs as oneDNN's eltwise_gelu_tanh whatever order and grouping the exporter wrote
-    (Magika: nine primitives each time); with another constant it is not GELU and runs op by op."""
+    """The tanh form of GELU runs as one step whatever order and grouping the exporter wrote (Magika: nine
+    primitives each time): oneDNN's eltwise_gelu_tanh, or byoc's kernel where oneDNN runs no AVX-512 (its AVX2 one
+    reads tables with gathers); with another constant it is not GELU and runs op by op."""
     conv, inits = _conv("x", "a", 3, 8, "c1", seed=6)
     nodes, scalars = _gelu_tanh_nodes(spelling, "a", "y")
     m = model([conv, *nodes], [tensor("x", [1, 3, 10, 12])], [tensor("y", [1, 8, 10, 12])], inits + scalars)
-    _compile(m)
+    artifact = _compile(m)
     gelu = [x for x in _onednn_exec(m) if "eltwise_gelu_tanh" in x]
-    assert len(gelu) == (0 if spelling == "wrong" else 1), gelu
+    kernels = str(artifact.profile(random_inputs(m), runs=1)).count("byoc:gelu_tanh")
+    assert len(gelu) + kernels == (0 if spelling == "wrong" else 1), (gelu, kernels)
 
 
 # -- the kernel guarantee: a broadcast op never runs on oneDNN's reference kernel --------------------
@@ -321,3 +323,14 @@ def test_a_prelu_whose_slope_is_an_input_stays_on_host():
     m = model([helper.make_node("PRelu", ["x", "slope"], ["y"], name="prelu")],
               [tensor("x", [2, 4, 3, 3]), tensor("slope", [4, 1, 1])], [tensor("y", [2, 4, 3, 3])])
     assert _reason(m, "relax.nn.prelu") == "the slope is not a float32 constant"
+
+
+@pytest.mark.parametrize("scale", [0.5, 4.0, 30.0])
+def test_gelu_tanh_kernel_matches_onnxruntime_over_the_whole_range(scale):
+    """byoc's GELU (tanh form) kernel, which CPUs without AVX-512 run: x / (1 + exp(-2u)) with a polynomial exp,
+    against onnxruntime's Gelu(approximate="tanh") on values from the flat tails to the bend, and a length that
+    leaves a scalar tail after the 8-wide loop."""
+    m = model([helper.make_node("Gelu", ["x"], ["y"], name="gelu", approximate="tanh")], [tensor("x", [3, 1001])],
+              [tensor("y", [3, 1001])], opset=20)
+    x = _f(3, 1001, seed=12, scale=scale)
+    _compile(m, inputs={"x": x})

@@ -207,6 +207,7 @@ class Builder {
 
   // elementwise.cc: element-wise ops: eltwise primitives and binary ops (with a scalar, an outer product, broadcasts)
   void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output);
+  static bool HasAvx512();
   bool EltwiseOf(const BodyOp& op, PostOp* p) const;
   bool ActivationOf(const BodyOp& op, PostOp* p) const;
   static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel);

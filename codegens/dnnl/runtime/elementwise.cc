@@ -14,6 +14,13 @@ namespace dnnl_runtime {
 void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output) {
   if (g_.Shape(x) != g_.Shape(output))
     Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(x)));
+  if (alg == algorithm::eltwise_gelu_tanh && !HasAvx512()) {  // byoc's kernel (kernels.h: oneDNN's gathers)
+    Desc desc = Plain(g_.Shape(x));
+    int from = As(x, desc);
+    AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, desc}, {DNNL_ARG_DST, Define(output, desc), desc}}, Desc(),
+            std::make_shared<GeluTanh>(static_cast<int64_t>(desc.get_size() / sizeof(float))));
+    return;
+  }
   int src = values_.of(x);
   Desc desc = values_[src].desc;
   dnnl::eltwise_forward::primitive_desc pd(Engine(), prop_kind::forward_inference, alg, desc, desc, alpha, beta,
@@ -21,6 +28,12 @@ void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
   int dst = Define(output, pd.dst_desc());
   AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
           pd.scratchpad_desc());
+}
+
+// Whether oneDNN runs AVX-512 kernels here (its effective ISA: ONEDNN_MAX_CPU_ISA, as .ci/as-avx2 sets, included).
+bool Builder::HasAvx512() {
+  int core = static_cast<int>(dnnl::cpu_isa::avx512_core);  // ISAs are bit sets: AVX-512's holds AVX2's bits too
+  return (static_cast<int>(dnnl::get_effective_cpu_isa()) & core) == core;
 }
 
 // relax.erf, relax.sin, relax.cos: the byoc PerElement kernel over the source in a dense plain layout.

@@ -3,6 +3,8 @@
 #ifndef BYOC_DNNL_KERNELS_H_
 #define BYOC_DNNL_KERNELS_H_
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -113,6 +115,69 @@ class PerElement : public Kernel {
   int64_t count_;
   float (*f_)(float);
   const char* name_;
+};
+
+// GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2 / pi) (x + 0.044715 x^3), computed as x / (1 + exp(-2u)):
+// the same function (tanh(u) = 2 sigmoid(2u) - 1), with exp as a polynomial after range reduction (Cephes'
+// expf, within 2 ulp) and no table. oneDNN's gelu_tanh on AVX2 computes tanh from tables read with vgatherdps,
+// which Zen runs slowly: [1, 128, 3072] took 0.77 ms against onnxruntime's 0.24 (AMD EPYC, 2 threads); this
+// kernel is for CPUs without AVX-512 (Builder::Eltwise), where oneDNN's own runs with permutes instead.
+namespace gelu_tanh {
+constexpr float kScale = 0.7978845608028654f, kCube = 0.044715f;
+
+inline float Scalar(float x) { return 0.5f * x * (1.0f + std::tanh(kScale * (x + kCube * x * x * x))); }
+
+__attribute__((target("avx2,fma"))) inline __m256 ExpAvx2(__m256 z) {
+  z = _mm256_min_ps(_mm256_max_ps(z, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), z);  // ln 2 in two parts: r = z - n ln 2, exactly
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_n));
+}
+
+__attribute__((target("avx2,fma"))) inline void MapAvx2(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256 u = _mm256_mul_ps(_mm256_set1_ps(kScale), _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(kCube), v),
+                                                                     _mm256_mul_ps(v, v), v));
+    __m256 e = ExpAvx2(_mm256_mul_ps(_mm256_set1_ps(-2.0f), u));
+    _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+  }
+  for (; i < n; ++i) y[i] = Scalar(x[i]);
+}
+
+inline bool HasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+}  // namespace gelu_tanh
+
+class GeluTanh : public Kernel {
+ public:
+  explicit GeluTanh(int64_t count) : count_(count) {}
+  const char* Name() const override { return "gelu_tanh"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    static const bool avx2 = gelu_tanh::HasAvx2();
+    SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) {
+      if (avx2) {
+        gelu_tanh::MapAvx2(x + i0, y + i0, i1 - i0);
+      } else {
+        for (int64_t i = i0; i < i1; ++i) y[i] = gelu_tanh::Scalar(x[i]);
+      }
+    });
+  }
+
+ private:
+  int64_t count_;
 };
 
 // NaNs replaced by a value (byoc.nan_to: ONNX's Where(IsNaN(x), c, x), the guard after a transformer's softmax).
