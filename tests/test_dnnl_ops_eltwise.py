@@ -148,6 +148,24 @@ def test_per_channel_constant_over_a_blocked_conv_output(op, channels):
     _compile(m, inputs={"x": _f(1, 3, 24, 40)}, scale=1.0)
 
 
+@pytest.mark.parametrize("ops", [("Add",), ("Mul",), ("Mul", "Add"), ("Add", "Relu")])
+def test_constant_ops_after_a_conv_are_its_post_ops(ops):
+    """A per-channel add or multiply by a constant (and what follows it), each a node of its own after the conv,
+    runs inside the conv as post-ops (onnxruntime folds them into the conv's bias and weights): no binary or
+    eltwise primitive of their own."""
+    conv, inits = _conv("x", "v0", 3, 16, "c1", seed=9)
+    nodes, constants = [conv], []
+    for i, op in enumerate(ops):
+        inputs = [f"v{i}"] + ([f"k{i}"] if op != "Relu" else [])
+        nodes.append(helper.make_node(op, inputs, [f"v{i + 1}"], name=f"after_{i}"))
+        if op != "Relu":
+            constants.append(const(f"k{i}", rng(i).uniform(0.5, 1.5, (1, 16, 1, 1)).astype(np.float32)))
+    m = model(nodes, [tensor("x", [1, 3, 20, 24])], [tensor(f"v{len(ops)}", [1, 16, 20, 24])], inits + constants)
+    _compile(m)
+    executed = [line.split(",")[3] for line in _onednn_exec(m)]
+    assert executed.count("convolution") == 1 and "binary" not in executed and "eltwise" not in executed, executed
+
+
 # -- GELU's tanh form ---------------------------------------------------------------------------
 @pytest.mark.parametrize("spelling", ["keras", "torch", "wrong"])
 def test_gelu_tanh_in_any_spelling_is_one_eltwise(spelling):

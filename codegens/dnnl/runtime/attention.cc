@@ -47,7 +47,7 @@ size_t Builder::DeferAttentionAt(size_t k) {
   const TensorInfo& product = g_.tensor(ops[k].output);
   size_t rank = product.shape.size();
   if (rank < 2 || DataType(product) != memory::data_type::f32 || product.numel * 4 < 16 * L2Bytes()) return 0;
-  Fused scores = FusePostOps(k, [](int) { return false; }, true);
+  Fused scores = FusePostOps(k, [](int) { return false; }, Later::kAll);
   if (scores.next >= ops.size()) return 0;
   const BodyOp& softmax = ops[scores.next];
   if (softmax.kernel != "relax.nn.softmax" || softmax.inputs != std::vector<int>{scores.last} ||

@@ -42,16 +42,25 @@ class Builder {
   std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
   // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
-  // with `later_nodes` those of the nodes after it too (an attention's mask add and a residual add, each a node
-  // of its own, after a matmul). `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  // with `later` those of the nodes after it too: all of them (kAll: an attention's mask add and a residual add,
+  // each a node of its own, after a matmul), or those whose other operands are constants (kConstants: a per-channel
+  // add or multiply after a conv, which onnxruntime folds into the conv's bias and weights; as post-ops they add no
+  // pass over the output). `bias_ok(tensor)` says whether a constant added first can be the primitive's bias.
+  enum class Later { kNone, kConstants, kAll };
   template <class BiasOk>
-  Fused FusePostOps(size_t k, BiasOk bias_ok, bool later_nodes = false) const {
+  Fused FusePostOps(size_t k, BiasOk bias_ok, Later later = Later::kNone) const {
     const std::vector<BodyOp>& ops = g_.ops();
     Fused f;
     f.last = ops[k].output;
     f.next = k + 1;
     const std::vector<int64_t>& shape = g_.Shape(f.last);
-    while (f.next < ops.size() && (later_nodes || ops[f.next].node == ops[k].node)) {
+    auto joins = [&](const BodyOp& op) {
+      if (later == Later::kAll || op.node == ops[k].node) return true;
+      return later == Later::kConstants && std::all_of(op.inputs.begin(), op.inputs.end(), [&](int i) {
+               return i == f.last || (i >= 0 && g_.tensor(i).kind == Kind::kConst);
+             });
+    };
+    while (f.next < ops.size() && joins(ops[f.next])) {
       const BodyOp& op = ops[f.next];
       int x = f.last;
       if (g_.uses(x) != 1 || op.inputs.empty() || op.inputs[0] < 0 || g_.Shape(op.output) != shape) {

@@ -92,7 +92,7 @@ size_t Builder::Matmul(size_t k) {
   // The element-wise ops after the matmul's own node are post-ops too (an attention's mask add, a residual add):
   // oneDNN's binary primitive took 4-5% of RoBERTa's and T5's encoder time writing and reading scores again.
   // Unless the post-ops they add have no generated matmul kernel, where the node's own post-ops alone are kept.
-  Fused f = FusePostOps(k, bias_ok, true);
+  Fused f = FusePostOps(k, bias_ok, Later::kAll);
   if (Fused own = FusePostOps(k, bias_ok); own.next != f.next) {
     Desc weights = IsConstant(b) ? Any(Padded(bs, rank)) : Plain(Padded(bs, rank));
     dnnl::matmul::primitive_desc with_later(Engine(), Plain(Padded(as, rank)), weights, Plain(ys),
