@@ -98,6 +98,17 @@ def test_conv2d_over_a_unit_axis_runs_as_conv1d_and_feeds_2d_ops(x_shape, kernel
     assert "dnnl.conv2d_bias_relu" in _rules(_compile(m))
 
 
+@pytest.mark.parametrize("channels,group", [(128, 32), (64, 32), (24, 6), (36, 9)])
+def test_grouped_conv_of_few_channels_per_group_runs_a_generated_kernel(channels, group):
+    """ResNeXt's groups of 4 channels (and of 2): oneDNN has only its im2col gemm for them, so neighbouring groups
+    run as one with block-diagonal weights, on its generated direct conv. 9 groups of 4 cannot pair up: gemm."""
+    conv, inits = _conv("x", "y", channels, channels, "conv", group=group)
+    m = model([conv], [tensor("x", [1, channels, 14, 14])], [tensor("y", [1, channels, 14, 14])], inits)
+    _compile(m)
+    convs = [line.split(",")[4] for line in _onednn_exec(m) if ",convolution," in line]
+    assert len(convs) == 1 and ("gemm" in convs[0]) == (group == 9), convs
+
+
 def test_conv1d_chain_with_a_residual_reads_blocked_layouts():
     conv1, inits1 = _conv1d("x", "c1", 16, 16, "c1")
     conv2, inits2 = _conv1d("c1", "c2", 16, 16, "c2")

@@ -40,6 +40,8 @@ class Builder {
     Dims weights, strides, dilation, pad_l, pad_r;
   };
   std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
+  static int64_t GroupsToMerge(const ConvDims& c, const std::string& impl);
+  int BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge);
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
   // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
   // with `later` those of the nodes after it too: all of them (kAll: an attention's mask add and a residual add,

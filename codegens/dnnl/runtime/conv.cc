@@ -74,17 +74,72 @@ size_t Builder::Conv(size_t k, const Attrs& a) {
     }
     return make(memory::format_tag::any);
   }();
+  // The weights, viewed with the group dimension (or as fewer, wider groups: below), reordered once into the
+  // primitive's layout.
+  int plain_weights = values_.ConstView(values_.of(w), Plain(c.weights));
+  if (int64_t merge = GroupsToMerge(c, pd.impl_info_str())) {
+    ConvDims wider = c;
+    wider.groups /= merge;
+    wider.weights[0] = wider.groups;
+    wider.weights[1] *= merge;
+    wider.weights[2] *= merge;
+    ConvDims original = c;
+    c = wider;
+    auto merged = make(memory::format_tag::any);
+    if (IsJit(merged) && std::string(merged.impl_info_str()).find("gemm") == std::string::npos) {
+      pd = merged;
+      plain_weights = BlockDiagonalWeights(plain_weights, original, merge);
+    } else {
+      c = original;
+    }
+  }
   // With a unit axis dropped, the graph's tensors are the same memory seen with it.
   Desc src = pd.src_desc(), dst = pd.dst_desc();
   int src_value = As(x, src_dims.size() == xs.size() ? src : src.reshape(DimsOf(xs)));
-  // The weights, viewed with the group dimension, reordered once into the primitive's layout.
-  int weights = values_.ReorderConst(values_.ConstView(values_.of(w), Plain(c.weights)), pd.weights_desc());
+  int weights = values_.ReorderConst(plain_weights, pd.weights_desc());
   std::vector<Arg> args = {{DNNL_ARG_SRC, src_value, src}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
   if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias});
   AddBinaryArgs(f, &args, ys, dst);
   args.push_back({DNNL_ARG_DST, Define(f.last, dst_dims.size() == ys.size() ? dst : dst.reshape(DimsOf(ys))), dst});
   AddStep(dnnl::convolution_forward(pd), std::move(args), pd.scratchpad_desc());
   return f.next;
+}
+
+// How many neighbouring groups of the grouped (not depthwise) conv `c` to run as one, when oneDNN offers it only
+// its im2col gemm (`impl`): ResNeXt's 32 groups of 4 channels took 1.88 ms so (AMD EPYC, AVX2, 2 threads) where
+// onnxruntime takes 0.72 ms; as 16 groups of 8 whose weights are block-diagonal, oneDNN's jit:avx2 conv took
+// 0.70 ms, for twice the multiplies. The fewest groups whose channels fill 8 lanes; 0 for none. The sums gain
+// only products by zero (an infinite input would make them NaN where the grouped conv gives a number).
+int64_t Builder::GroupsToMerge(const ConvDims& c, const std::string& impl) {
+  if (c.groups <= 1 || c.weights.size() != 5 || impl.find("gemm") == std::string::npos) return 0;
+  int64_t out = c.weights[1], in = c.weights[2];
+  if (out == 1 && in == 1) return 0;  // depthwise: its own kernels
+  for (int64_t m = 2; m <= 8 && c.groups % m == 0; m *= 2)
+    if ((m * out) % 8 == 0 && (m * in) % 8 == 0) return m;
+  return 0;
+}
+
+// The weights `plain` of the grouped conv `c` ([G, O/G, I/G, ...]) as those of G / `merge` groups, each
+// `merge` times as wide: block-diagonal, zero between groups. Made once per constant, shared by the programs.
+int Builder::BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge) {
+  int64_t groups = c.groups, out = c.weights[1], in = c.weights[2], taps = 1;
+  for (size_t d = 3; d < c.weights.size(); ++d) taps *= c.weights[d];
+  Dims wide = c.weights;
+  wide[0] = groups / merge, wide[1] = out * merge, wide[2] = in * merge;
+  std::string key = values_.GivenKey(values_.Root(plain)) + "/block_diagonal/" + std::to_string(merge) + "/" + DescKey(Plain(c.weights));
+  return values_.KeepShared(key, [&] {
+    memory merged(Plain(wide), Engine());
+    auto* to = static_cast<float*>(merged.get_data_handle());
+    std::fill(to, to + groups * out * in * merge * taps, 0.0f);
+    const auto* from = static_cast<const float*>(values_.ConstData(values_[values_.Root(plain)].slot));
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t o = 0; o < out; ++o) {
+        int64_t wide_out = (g / merge) * out * merge + (g % merge) * out + o;  // [G/m][m*O/G] flattened
+        float* row = to + (wide_out * in * merge + (g % merge) * in) * taps;
+        std::memcpy(row, from + (g * out + o) * in * taps, static_cast<size_t>(in * taps) * sizeof(float));
+      }
+    return merged;
+  });
 }
 
 // The channel-blocked layouts, in order of preference, the depthwise 2-D conv `c` over `x` may run in rather
