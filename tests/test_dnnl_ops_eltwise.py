@@ -226,12 +226,14 @@ def test_a_broadcast_op_never_runs_on_the_reference_kernel(case, isa):
 
 def test_an_artifact_names_what_runs_each_step():
     """``Artifact.implementations``: per dnnl partition, each step's primitive kind and oneDNN implementation,
-    as its verbose log names them."""
+    as its verbose log names them; byoc's own kernels (the sigmoid's, without AVX-512), which oneDNN does not log,
+    as "kernel byoc:<name>"."""
     m = _squeeze_excite(48, 6)
     artifact = _compile(m)
     (steps,) = artifact.implementations().values()
     logged = [line.split(",") for line in _onednn_exec(m)]
-    assert steps == [f"{fields[3]} {fields[4]}" for fields in logged]
+    assert [s for s in steps if not s.startswith("kernel byoc:")] == [f"{fields[3]} {fields[4]}" for fields in logged]
+    assert all(s in ("kernel byoc:logistic",) for s in steps if s.startswith("kernel byoc:"))
     for vendors in (["json_runtime"], ["c_source"]):  # runtimes that do not report are left out
         other = byoc.compile(m, vendors=vendors)
         other.run(random_inputs(m))
@@ -344,11 +346,22 @@ def test_a_prelu_whose_slope_is_an_input_stays_on_host():
 
 
 @pytest.mark.parametrize("scale", [0.5, 4.0, 30.0])
-def test_gelu_tanh_kernel_matches_onnxruntime_over_the_whole_range(scale):
-    """byoc's GELU (tanh form) kernel, which CPUs without AVX-512 run: x / (1 + exp(-2u)) with a polynomial exp,
-    against onnxruntime's Gelu(approximate="tanh") on values from the flat tails to the bend, and a length that
-    leaves a scalar tail after the 8-wide loop."""
-    m = model([helper.make_node("Gelu", ["x"], ["y"], name="gelu", approximate="tanh")], [tensor("x", [3, 1001])],
+@pytest.mark.parametrize("op,attrs", [("Gelu", {"approximate": "tanh"}), ("Sigmoid", {})])
+def test_exp_activation_kernels_match_onnxruntime_over_the_whole_range(op, attrs, scale):
+    """byoc's kernels for GELU's tanh form (x / (1 + exp(-2u))) and the logistic, which CPUs without AVX-512 run,
+    with a polynomial exp: against onnxruntime from the flat tails to the bend, on a length that leaves a scalar
+    tail after the 8-wide loop."""
+    m = model([helper.make_node(op, ["x"], ["y"], name="act", **attrs)], [tensor("x", [3, 1001])],
               [tensor("y", [3, 1001])], opset=20)
     x = _f(3, 1001, seed=12, scale=scale)
     _compile(m, inputs={"x": x})
+
+
+def test_a_sigmoid_over_a_blocked_conv_output():
+    """The logistic kernel reads a dense channel-blocked conv output as it is (16 channels) and a padded one (12)
+    plain; the conv's output is read twice, so the sigmoid is no post-op of it."""
+    for channels in (16, 12):
+        conv, inits = _conv("x", "a", 3, channels, "c1", seed=13)
+        nodes = [conv, helper.make_node("Sigmoid", ["a"], ["s"], name="sig"), helper.make_node("Add", ["s", "a"], ["y"])]
+        m = model(nodes, [tensor("x", [1, 3, 20, 24])], [tensor("y", [1, channels, 20, 24])], inits)
+        _compile(m)

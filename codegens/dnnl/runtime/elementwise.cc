@@ -14,11 +14,16 @@ namespace dnnl_runtime {
 void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output) {
   if (g_.Shape(x) != g_.Shape(output))
     Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(x)));
-  if (alg == algorithm::eltwise_gelu_tanh && !HasAvx512()) {  // byoc's kernel (kernels.h: oneDNN's gathers)
-    Desc desc = Plain(g_.Shape(x));
+  bool exp_based = alg == algorithm::eltwise_gelu_tanh || alg == algorithm::eltwise_logistic;
+  if (exp_based && !HasAvx512()) {  // byoc's kernel (kernels.h: oneDNN's AVX2 ones gather from tables)
+    // in the source's own layout when it is dense (a blocked conv output: no reorder either way), else plain
+    Desc desc = values_.DescOf(x);
+    if (desc.get_size() != static_cast<size_t>(g_.tensor(x).numel) * sizeof(float)) desc = Plain(g_.Shape(x));
     int from = As(x, desc);
+    auto f = alg == algorithm::eltwise_logistic ? exp_activation::Function::kLogistic
+                                                : exp_activation::Function::kGeluTanh;
     AddStep(dnnl::primitive(), {{DNNL_ARG_SRC, from, desc}, {DNNL_ARG_DST, Define(output, desc), desc}}, Desc(),
-            std::make_shared<GeluTanh>(static_cast<int64_t>(desc.get_size() / sizeof(float))));
+            std::make_shared<ExpActivation>(f, static_cast<int64_t>(desc.get_size() / sizeof(float))));
     return;
   }
   int src = values_.of(x);
