@@ -257,6 +257,20 @@ def test_s8_activations_run_int8_with_vnni_else_in_float_and_follow_the_definiti
         assert np.abs(got - _ort(model, _feed(seed), integer_kernels=False)).max() <= 1.001 * quantum
 
 
+def test_a_float_unit_feeding_only_dequantizes_rounds_in_its_conv_without_an_8_bit_tensor():
+    """Without VNNI (oneDNN capped at AVX2 here, on any machine) units with s8 activations run as their float
+    definitions: conv, Q, then the next unit's DQ and conv. A Q that only dequantizes read becomes post-ops of the
+    conv before it, which rounds its output to the quantization's grid: nothing moves to or from 8 bits between
+    the first two convs of wide_cnn, and the result still equals the definition."""
+    executed = [line.split(",") for line in _executed("wide_cnn", True, "QInt8", "AVX2")]
+    convs = [i for i, fields in enumerate(executed) if fields[3] == "convolution"]
+    between = executed[convs[0] + 1:convs[1]]
+    assert between and not [f for f in between if "s8" in f[6]], [f[3:7] for f in executed]
+    model = quantize(wide_cnn(), reduce_range=True, activation_type="QInt8")
+    for seed, got in zip((5, 6, 7), _under_isa("AVX2", model)):
+        np.testing.assert_allclose(got, _ort(model, _feed(seed), integer_kernels=False), atol=1e-6)
+
+
 def _int8_weight_bytes(model: onnx.ModelProto) -> int:
     return sum(t.ByteSize() for t in model.graph.initializer if t.data_type in (onnx.TensorProto.INT8,
                                                                                onnx.TensorProto.UINT8))

@@ -266,7 +266,13 @@ class Builder {
   static bool PerTensor(const BodyOp& op);
   void QuantizeReorder(const BodyOp& op, const Attrs& a, bool quantize);
   void Quantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, true); }
-  void Dequantize(const BodyOp& op, const Attrs& a) { QuantizeReorder(op, a, false); }
+  void Dequantize(const BodyOp& op, const Attrs& a) {
+    Arity(op, 1);
+    auto computed = fake_quantized_.find(op.inputs[0]);
+    if (computed != fake_quantized_.end()) return values_.Bind(op.output, values_.of(computed->second));
+    QuantizeReorder(op, a, false);
+  }
+  bool FakeQuantizeAfter(Fused* f);
   primitive_attr QuantizedAttr(const Attrs& a, memory::data_type out, int weight_mask, std::vector<Arg>* args);
   size_t QuantizedConv(size_t k, const Attrs& a);
   bool WindowsAsMatmul(const BodyOp& op, const Attrs& a, const ConvDims& c);
@@ -347,6 +353,8 @@ class Builder {
   std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table
+  // 8-bit tensors never made -> the float32 tensor whose value holds them dequantized (FakeQuantizeAfter)
+  std::map<int, int> fake_quantized_;
   bool winograd_;  // the graph's option "winograd" (default on)
   // (graph tensor, layout) -> its u8 values in that layout, scale (f32) and zero point (s32), quantized per call
   // (DynamicInt8Matmul, DynamicInt8Conv2d), once for every dynamic int8 op that reads it so

@@ -52,6 +52,7 @@ size_t Builder::Conv(size_t k, const Attrs& a) {
   // A per-channel add or multiply by a constant in a later node is a post-op too (onnxruntime folds them into the
   // conv): as a primitive of its own it read and wrote the output again (a 1x1 conv's add: 2.3x onnxruntime's time).
   Fused f = FusePostOps(k, [&](int b) { return ChannelBias(b, channels, ys.size()); }, Later::kConstants);
+  FakeQuantizeAfter(&f);
   if (size_t next = WinogradConv(k, c, f)) return next;
   Dims src_dims = DimsOf(xs), dst_dims = DimsOf(ys);
   bool binary = std::any_of(f.post.begin(), f.post.end(), [](const PostOp& p) { return p.tensor >= 0; });

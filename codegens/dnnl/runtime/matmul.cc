@@ -99,6 +99,7 @@ size_t Builder::Matmul(size_t k) {
                                             UserScratchpad(BuildPostOps(f, ys, nullptr)));
     if (!IsJit(with_later)) f = own;
   }
+  FakeQuantizeAfter(&f);
   bool const_weights = IsConstant(b);
   Dims weight_dims = Padded(bs, rank);
   // [..., M, K] x [K, N] by a constant weight, as exporters write a Linear on rank-3 and rank-4 activations (torch's
