@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
+import tvm_ffi  # a run's hand-over: imported once here, not per call (a small model's call is ~10 us)
 
 from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, InputShapeError,
                          TargetError, last_line)
@@ -270,7 +271,8 @@ class Artifact:
         specs = self.inputs
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
-        if isinstance(inputs, Mapping):
+        # `type(...) is dict` first: isinstance against the Mapping ABC costs a small model's call a microsecond
+        if type(inputs) is dict or isinstance(inputs, Mapping):
             names = [s.name for s in specs]
             try:
                 arrays = [inputs[n] for n in names] if len(inputs) == len(names) else None
@@ -292,7 +294,7 @@ class Artifact:
         checked = []
         for spec, dtype, value in zip(specs, self._input_dtypes, arrays):
             array = value if type(value) is np.ndarray else np.asarray(value)
-            if array.dtype != dtype:
+            if array.dtype is not dtype and array.dtype != dtype:
                 raise InputDtypeError(
                     f"input {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}; "
                     f"convert it with .astype(np.{spec.dtype})", spec.name
@@ -303,7 +305,7 @@ class Artifact:
             if spec.name in self.index_inputs and array.size:
                 _check_indices(spec.name, array, *self.index_inputs[spec.name])
         static = self._static_shapes
-        if static is None or any(a.shape != shape for a, shape in zip(checked, static)):
+        if static is None or [a.shape for a in checked] != static:
             bind_dims(specs, [a.shape for a in checked], self.dims)  # binds symbolic dims, or names what is wrong
         return checked
 
@@ -373,18 +375,22 @@ def tvm_tensor(array: np.ndarray, alignment: Optional[int] = None):
     plus its bytes, where ``tvm.runtime.tensor`` takes about 50 (a small model's
     whole run).
     """
-    import tvm
-    import tvm_ffi
-
     # numpy does not keep an empty view's offset, and exports only its own kinds of dtype by DLPack
     # (not ml_dtypes' bfloat16 or float8): those go the slow way.
     if array.size == 0 or array.dtype.kind not in _DLPACK_KINDS:
+        import tvm
+
         return tvm.runtime.tensor(array)
-    if alignment is not None and (alignment == 1 or array.ctypes.data % alignment == 0):
+    if alignment is not None:
         try:  # tvm.runtime.from_dlpack would insist on 64 bytes
-            return tvm_ffi.from_dlpack(array, require_contiguous=True)
+            tensor = tvm_ffi.from_dlpack(array, require_contiguous=True)
         except BufferError:  # a read-only array, which numpy exports only as DLPack 1.0 with its flag
-            pass
+            tensor = None
+        # the tensor's address, not numpy's array.ctypes.data: that costs more than the rest of the hand-over
+        if tensor is not None and (alignment == 1 or tensor.data_ptr() % alignment == 0):
+            return tensor
+    import tvm
+
     return tvm.runtime.from_dlpack(_aligned_copy(array))
 
 
@@ -412,7 +418,6 @@ def vm_outputs(result, fresh: Optional[Sequence[bool]] = None) -> list[np.ndarra
 
 
 def _result_leaves(result) -> list:
-    import tvm_ffi
 
     if hasattr(result, "numpy") or isinstance(result, tvm_ffi.Shape) or not hasattr(result, "__iter__"):
         return [result]
@@ -420,7 +425,6 @@ def _result_leaves(result) -> list:
 
 
 def _as_array(leaf, copy: bool) -> np.ndarray:
-    import tvm_ffi
 
     if hasattr(leaf, "numpy"):
         try:
