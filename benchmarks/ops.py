@@ -343,6 +343,9 @@ CASES = [
     ("activation", "HardSwish [1,96,56,56]", unary("HardSwish", [1, 96, 56, 56])),
     ("pool", "MaxPool 3x3/2 64 112x112", pool("MaxPool", 64, 112, kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)),
     ("pool", "GlobalAveragePool 1280 7x7", pool("GlobalAveragePool", 1280, 7)),
+    # a call's fixed cost: a kernel of well under a microsecond, so end to end is the call itself (input checks,
+    # the hand-over, the VM, the partition's entry, the outputs) on each side
+    ("call", "Relu [1,16]: a call's fixed cost", unary("Relu", [1, 16])),
 ]
 
 
