@@ -418,14 +418,12 @@ def vm_outputs(result, fresh: Optional[Sequence[bool]] = None) -> list[np.ndarra
 
 
 def _result_leaves(result) -> list:
-
     if hasattr(result, "numpy") or isinstance(result, tvm_ffi.Shape) or not hasattr(result, "__iter__"):
         return [result]
     return [leaf for item in result for leaf in _result_leaves(item)]
 
 
 def _as_array(leaf, copy: bool) -> np.ndarray:
-
     if hasattr(leaf, "numpy"):
         try:
             array = np.from_dlpack(leaf)

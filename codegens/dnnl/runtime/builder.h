@@ -41,6 +41,7 @@ class Builder {
   };
   std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
   static int64_t GroupsToMerge(const ConvDims& c, const std::string& impl);
+  static ConvDims GroupsMerged(const ConvDims& c, int64_t merge);
   int BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge);
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
   // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
@@ -218,7 +219,6 @@ class Builder {
 
   // elementwise.cc: element-wise ops: eltwise primitives and binary ops (with a scalar, an outer product, broadcasts)
   void Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float beta, int output);
-  static bool HasAvx512();
   bool EltwiseOf(const BodyOp& op, PostOp* p) const;
   bool ActivationOf(const BodyOp& op, PostOp* p) const;
   static const algorithm* Find(const std::map<std::string, algorithm>& table, const std::string& kernel);

@@ -153,6 +153,18 @@ inline memory::data_type DataType(const TensorInfo& t) {
 }
 
 // `shape` with leading 1s up to `rank` (numpy broadcasting).
+// Whether oneDNN runs `isa`'s kernels here: its effective ISA, so ONEDNN_MAX_CPU_ISA (.ci/as-avx2) counts. ISAs are
+// bit sets, each holding the bits of those it extends.
+inline bool OnednnRuns(dnnl::cpu_isa isa) {
+  int bits = static_cast<int>(isa);
+  return (static_cast<int>(dnnl::get_effective_cpu_isa()) & bits) == bits;
+}
+
+// Whether oneDNN's int8 kernels run on VNNI here (u8 x s8 products summed in int32), AVX2's or AVX-512's.
+inline bool OnednnHasVnni() {
+  return OnednnRuns(dnnl::cpu_isa::avx2_vnni) || OnednnRuns(dnnl::cpu_isa::avx512_core_vnni);
+}
+
 inline Dims Padded(const std::vector<int64_t>& shape, size_t rank) {
   Dims dims(rank, 1);
   for (size_t i = 0; i < shape.size(); ++i) dims[rank - shape.size() + i] = shape[i];

@@ -79,13 +79,8 @@ size_t Builder::Conv(size_t k, const Attrs& a) {
   // primitive's layout.
   int plain_weights = values_.ConstView(values_.of(w), Plain(c.weights));
   if (int64_t merge = GroupsToMerge(c, pd.impl_info_str())) {
-    ConvDims wider = c;
-    wider.groups /= merge;
-    wider.weights[0] = wider.groups;
-    wider.weights[1] *= merge;
-    wider.weights[2] *= merge;
     ConvDims original = c;
-    c = wider;
+    c = GroupsMerged(original, merge);  // what `make` reads
     auto merged = make(memory::format_tag::any);
     if (IsJit(merged) && std::string(merged.impl_info_str()).find("gemm") == std::string::npos) {
       pd = merged;
@@ -120,13 +115,22 @@ int64_t Builder::GroupsToMerge(const ConvDims& c, const std::string& impl) {
   return 0;
 }
 
-// The weights `plain` of the grouped conv `c` ([G, O/G, I/G, ...]) as those of G / `merge` groups, each
-// `merge` times as wide: block-diagonal, zero between groups. Made once per constant, shared by the programs.
+// The grouped conv `c` as G / `merge` groups, each `merge` times as wide.
+Builder::ConvDims Builder::GroupsMerged(const ConvDims& c, int64_t merge) {
+  ConvDims wider = c;
+  wider.groups /= merge;
+  wider.weights[0] = wider.groups;
+  wider.weights[1] *= merge;
+  wider.weights[2] *= merge;
+  return wider;
+}
+
+// The weights `plain` of the grouped conv `c` ([G, O/G, I/G, ...]) as those of GroupsMerged(c, merge):
+// block-diagonal, zero between groups. Made once per constant, shared by the programs.
 int Builder::BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge) {
   int64_t groups = c.groups, out = c.weights[1], in = c.weights[2], taps = 1;
   for (size_t d = 3; d < c.weights.size(); ++d) taps *= c.weights[d];
-  Dims wide = c.weights;
-  wide[0] = groups / merge, wide[1] = out * merge, wide[2] = in * merge;
+  const Dims wide = GroupsMerged(c, merge).weights;
   std::string key = values_.GivenKey(values_.Root(plain)) + "/block_diagonal/" + std::to_string(merge) + "/" + DescKey(Plain(c.weights));
   return values_.KeepShared(key, [&] {
     memory merged(Plain(wide), Engine());

@@ -159,12 +159,6 @@ class DynamicQuantizeCentred : public Kernel {
   float w_scale_;
 };
 
-bool HasVnni() {  // as DnnlExecutor::CpuFeatures (module.cc): oneDNN's effective ISA
-  auto bit = [](dnnl::cpu_isa with, dnnl::cpu_isa without) { return static_cast<int>(with) & ~static_cast<int>(without); };
-  int vnni = bit(dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx2) | bit(dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core);
-  return static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni;
-}
-
 // The source's scale and zero point as run-time arguments (one each, per tensor): the values a
 // DynamicallyQuantized step writes on every call.
 void RunTimeSourceQuantization(primitive_attr* attr, std::vector<Arg>* args, int scale, int zero_point) {
@@ -223,7 +217,7 @@ size_t Builder::DynamicInt8Conv2d(size_t k, const Attrs& a) {
     Fail(op.where + ": the bias must hold one value per output channel (" + std::to_string(ys[1]) + ")");
   std::vector<double> w_scale = a.Floats("w_scale");
   if (w_scale.size() != 1) Fail(op.where + ": " + std::to_string(w_scale.size()) + " weight scales (one only)");
-  if (!HasVnni()) {
+  if (!OnednnHasVnni()) {
     // Without VNNI oneDNN's int8 convolution sums u8 x s8 pairs in int16, which saturates where onnxruntime's
     // ConvInteger does not (measured: 0.64 off in one channel of a 4 -> 8 3x3 conv). A float32 convolution of
     // the integers computes the sums exactly while they stay below 2**24, and within float32's rounding beyond

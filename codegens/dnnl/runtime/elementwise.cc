@@ -15,7 +15,7 @@ void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
   if (g_.Shape(x) != g_.Shape(output))
     Fail(op.where + ": output shape " + ShapeStr(g_.Shape(output)) + " differs from " + ShapeStr(g_.Shape(x)));
   bool exp_based = alg == algorithm::eltwise_gelu_tanh || alg == algorithm::eltwise_logistic;
-  if (exp_based && !HasAvx512()) {  // byoc's kernel (kernels.h: oneDNN's AVX2 ones gather from tables)
+  if (exp_based && !OnednnRuns(dnnl::cpu_isa::avx512_core)) {  // byoc's kernel (kernels.h: oneDNN's AVX2 ones gather from tables)
     // in the source's own layout when it is dense (a blocked conv output: no reorder either way), else plain
     Desc desc = values_.DescOf(x);
     if (desc.get_size() != static_cast<size_t>(g_.tensor(x).numel) * sizeof(float)) desc = Plain(g_.Shape(x));
@@ -33,12 +33,6 @@ void Builder::Eltwise(const BodyOp& op, int x, algorithm alg, float alpha, float
   int dst = Define(output, pd.dst_desc());
   AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, src, desc}, {DNNL_ARG_DST, dst, pd.dst_desc()}},
           pd.scratchpad_desc());
-}
-
-// Whether oneDNN runs AVX-512 kernels here (its effective ISA: ONEDNN_MAX_CPU_ISA, as .ci/as-avx2 sets, included).
-bool Builder::HasAvx512() {
-  int core = static_cast<int>(dnnl::cpu_isa::avx512_core);  // ISAs are bit sets: AVX-512's holds AVX2's bits too
-  return (static_cast<int>(dnnl::get_effective_cpu_isa()) & core) == core;
 }
 
 // relax.erf, relax.sin, relax.cos: the byoc PerElement kernel over the source in a dense plain layout.

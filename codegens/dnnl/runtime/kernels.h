@@ -11,6 +11,7 @@
 
 #include "byte_table.h"
 #include "common.h"
+#include "cpu.h"
 #include "winograd.h"
 
 namespace byoc {
@@ -166,8 +167,6 @@ __attribute__((target("avx2,fma"))) inline void MapAvx2(Function f, const float*
   }
   for (; i < n; ++i) y[i] = Scalar(f, x[i]);
 }
-
-inline bool HasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 }  // namespace exp_activation
 
 class ExpActivation : public Kernel {
@@ -177,7 +176,7 @@ class ExpActivation : public Kernel {
   void Run(const std::unordered_map<int, memory>& args) const override {
     const float* x = Data<const float>(args, DNNL_ARG_SRC);
     float* y = Data<float>(args, DNNL_ARG_DST);
-    static const bool avx2 = exp_activation::HasAvx2();
+    static const bool avx2 = CpuHasAvx2Fma();
     SplitAcrossTeam(count_, [&](int64_t i0, int64_t i1) {
       if (avx2) {
         exp_activation::MapAvx2(f_, x + i0, y + i0, i1 - i0);

@@ -24,12 +24,7 @@ class DnnlExecutor {
   // and for s8 sources), else "no_vnni" (pairs summed in int16, which saturates; an s8 source halves the
   // weights): codegens/dnnl/quantized.py sends such units both ways. oneDNN's effective ISA, so
   // ONEDNN_MAX_CPU_ISA counts.
-  static std::set<std::string> CpuFeatures() {
-    auto bit = [](dnnl::cpu_isa with, dnnl::cpu_isa without) { return static_cast<int>(with) & ~static_cast<int>(without); };
-    int vnni = bit(dnnl::cpu_isa::avx2_vnni, dnnl::cpu_isa::avx2) |
-               bit(dnnl::cpu_isa::avx512_core_vnni, dnnl::cpu_isa::avx512_core);
-    return {(static_cast<int>(dnnl::get_effective_cpu_isa()) & vnni) ? "vnni" : "no_vnni"};
-  }
+  static std::set<std::string> CpuFeatures() { return {OnednnHasVnni() ? "vnni" : "no_vnni"}; }
 
   // What a module keeps for all its programs: the team size of the thread that created it, and the
   // weights its programs reordered (a graph with symbolic dims compiles one program per shape, on

@@ -26,7 +26,7 @@ class MatmulNBitsKernel : public Kernel {
  public:
   MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias, bool int8)
       : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias), int8_(int8),
-        dot_(nbits::ChooseDot()), dot_int8_(nbits::ChooseDotInt8()), avx2_(nbits::HasAvx2()) {}
+        dot_(nbits::ChooseDot()), dot_int8_(nbits::ChooseDotInt8()), avx2_(CpuHasAvx2Fma()) {}
   const char* Name() const override { return rows_ <= kGemvRows ? "matmul_nbits_gemv" : "matmul_nbits_gemm"; }
 
   void Run(const std::unordered_map<int, memory>& args) const override {

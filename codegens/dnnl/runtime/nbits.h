@@ -27,6 +27,8 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu.h"
+
 namespace byoc {
 namespace dnnl_runtime {
 namespace nbits {
@@ -211,7 +213,7 @@ using DotRows = void (*)(const Geometry&, const uint8_t*, const float*, const Ze
 
 inline DotRows ChooseDot() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;
+  if (CpuHasAvx2Fma()) return DotAvx2;
   return DotScalar;
 }
 
@@ -487,7 +489,7 @@ using DotInt8Fn = void (*)(const Geometry&, const uint8_t*, const float*, const 
 
 inline DotInt8Fn ChooseDotInt8() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotInt8Avx2;
+  if (CpuHasAvx2Fma()) return DotInt8Avx2;
   return DotInt8Scalar;
 }
 
@@ -650,12 +652,6 @@ inline void DequantizeScalar(const Geometry& g, const uint8_t* packed, const flo
       }
     }
   }
-}
-
-
-inline bool HasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 }  // namespace nbits
