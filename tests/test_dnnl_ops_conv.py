@@ -101,11 +101,14 @@ def test_conv2d_over_a_unit_axis_runs_as_conv1d_and_feeds_2d_ops(x_shape, kernel
 @pytest.mark.parametrize("channels,group", [(128, 32), (64, 32), (24, 6), (36, 9)])
 def test_grouped_conv_of_few_channels_per_group_runs_a_generated_kernel(channels, group):
     """ResNeXt's groups of 4 channels (and of 2): oneDNN has only its im2col gemm for them, so neighbouring groups
-    run as one with block-diagonal weights, on its generated direct conv. 9 groups of 4 cannot pair up: gemm."""
+    run as one with block-diagonal weights, on its generated direct conv. 9 groups of 4 cannot pair up: gemm.
+    oneDNN is held to AVX2 for the implementation check, the class this was measured on (AVX-512's kernels take
+    other channel counts)."""
     conv, inits = _conv("x", "y", channels, channels, "conv", group=group)
     m = model([conv], [tensor("x", [1, channels, 14, 14])], [tensor("y", [1, channels, 14, 14])], inits)
     _compile(m)
-    convs = [line.split(",")[4] for line in _onednn_exec(m) if ",convolution," in line]
+    convs = [line.split(",")[4] for line in _onednn_exec(m, env={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+             if ",convolution," in line]
     assert len(convs) == 1 and ("gemm" in convs[0]) == (group == 9), convs
 
 

@@ -40,7 +40,7 @@ class Builder {
     Dims weights, strides, dilation, pad_l, pad_r;
   };
   std::vector<memory::format_tag> DepthwiseBlocks(int x, const ConvDims& c, const Dims& src_dims) const;
-  static int64_t GroupsToMerge(const ConvDims& c, const std::string& impl);
+  static std::vector<int64_t> GroupsToMerge(const ConvDims& c, const std::string& impl);
   static ConvDims GroupsMerged(const ConvDims& c, int64_t merge);
   int BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge);
   static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }

@@ -78,16 +78,16 @@ size_t Builder::Conv(size_t k, const Attrs& a) {
   // The weights, viewed with the group dimension (or as fewer, wider groups: below), reordered once into the
   // primitive's layout.
   int plain_weights = values_.ConstView(values_.of(w), Plain(c.weights));
-  if (int64_t merge = GroupsToMerge(c, pd.impl_info_str())) {
-    ConvDims original = c;
+  const ConvDims original = c;
+  for (int64_t merge : GroupsToMerge(c, pd.impl_info_str())) {
     c = GroupsMerged(original, merge);  // what `make` reads
     auto merged = make(memory::format_tag::any);
     if (IsJit(merged) && std::string(merged.impl_info_str()).find("gemm") == std::string::npos) {
       pd = merged;
       plain_weights = BlockDiagonalWeights(plain_weights, original, merge);
-    } else {
-      c = original;
+      break;
     }
+    c = original;
   }
   // With a unit axis dropped, the graph's tensors are the same memory seen with it.
   Desc src = pd.src_desc(), dst = pd.dst_desc();
@@ -104,15 +104,17 @@ size_t Builder::Conv(size_t k, const Attrs& a) {
 // How many neighbouring groups of the grouped (not depthwise) conv `c` to run as one, when oneDNN offers it only
 // its im2col gemm (`impl`): ResNeXt's 32 groups of 4 channels took 1.88 ms so (AMD EPYC, AVX2, 2 threads) where
 // onnxruntime takes 0.72 ms; as 16 groups of 8 whose weights are block-diagonal, oneDNN's jit:avx2 conv took
-// 0.70 ms, for twice the multiplies. The fewest groups whose channels fill 8 lanes; 0 for none. The sums gain
-// only products by zero (an infinite input would make them NaN where the grouped conv gives a number).
-int64_t Builder::GroupsToMerge(const ConvDims& c, const std::string& impl) {
-  if (c.groups <= 1 || c.weights.size() != 5 || impl.find("gemm") == std::string::npos) return 0;
+// 0.70 ms, for twice the multiplies. The merges to try, fewest groups first, whose channels fill 8 lanes (AVX2)
+// or 16 (AVX-512): the first that gets a generated kernel runs; none for other convs. The sums gain only products
+// by zero (an infinite input would make them NaN where the grouped conv gives a number).
+std::vector<int64_t> Builder::GroupsToMerge(const ConvDims& c, const std::string& impl) {
+  std::vector<int64_t> merges;
+  if (c.groups <= 1 || c.weights.size() != 5 || impl.find("gemm") == std::string::npos) return merges;
   int64_t out = c.weights[1], in = c.weights[2];
-  if (out == 1 && in == 1) return 0;  // depthwise: its own kernels
-  for (int64_t m = 2; m <= 8 && c.groups % m == 0; m *= 2)
-    if ((m * out) % 8 == 0 && (m * in) % 8 == 0) return m;
-  return 0;
+  if (out == 1 && in == 1) return merges;  // depthwise: its own kernels
+  for (int64_t m = 2; m <= 16 && c.groups % m == 0; m *= 2)
+    if ((m * out) % 8 == 0 && (m * in) % 8 == 0 && m * std::max(out, in) <= 16) merges.push_back(m);
+  return merges;
 }
 
 // The grouped conv `c` as G / `merge` groups, each `merge` times as wide.
