@@ -32,6 +32,12 @@ FORMER_REGRESSIONS = [
     "test_tril_zero", "test_triu_zero", "test_mvn",
     # dnnl took a split into unequal sections its runtime refuses (7 into 4: ONNX Split 18 num_outputs).
     "test_split_1d_uneven_split_opset18", "test_split_2d_uneven_split_opset18",
+    # Dims defined by a match_cast of a computed shape (axes or a length given at run time): the merge dropped
+    # the cast with the chain computing it, and the host build failed ("PrimExpr ... has not been computed").
+    "test_squeeze", "test_squeeze_negative_axes", "test_unsqueeze_axis_0", "test_unsqueeze_axis_1",
+    "test_unsqueeze_axis_2", "test_unsqueeze_negative_axes", "test_unsqueeze_three_axes",
+    "test_unsqueeze_two_axes", "test_unsqueeze_unsorted_axes", "test_range_float_type_positive_delta",
+    "test_range_float16_type_positive_delta", "test_range_bfloat16_type_positive_delta",
 ]
 
 

@@ -14,6 +14,14 @@ which the importer writes where a symbolic dim must be checked at run time (a
 Squeeze of it, a Concat whose dims no analysis proves equal). They go through
 the merge as plain bindings of the value they cast (host bindings, which the
 merge leaves as they are), and come back as they were.
+
+The merge drops every binding whose variable nothing reads, and a cast that
+defines dims (the shape a Squeeze or Reshape computes from an input, the
+length of a Range) is often read by nothing but those dims. Once hidden as a
+plain binding it was dropped with the chain that computes it, and the host
+build then failed ("PrimExpr ... has not been computed"). So ``main`` returns
+the hidden casts beside its own result during the merge
+(:func:`_casts_kept`), and gets its result back after it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,9 @@ def merge_regions(mod):
     from tvm.relax.transform import MergeCompositeFunctions
 
     hidden, casts = _match_casts_hidden(_scalar_vars_as_expressions(mod))
-    merged = merge_siblings(_restored_match_casts(MergeCompositeFunctions()(hidden), casts))
+    kept, ret_ty = _casts_kept(hidden, casts)
+    merged = MergeCompositeFunctions()(kept)
+    merged = merge_siblings(_restored_match_casts(_result_restored(merged, ret_ty), casts))
     return inline_shape_arguments(merged, "Codegen")  # TVM passes a shape per composite that took one
 
 
@@ -63,6 +73,48 @@ def _match_casts_hidden(mod):
         return relax.VarBinding(binding.var, binding.value)
 
     return _with_main_bindings(mod, rebind), casts
+
+
+_KEEP = "byoc_casts_kept"
+
+
+def _casts_kept(mod, casts):
+    """``mod`` whose ``main`` also returns every hidden cast, so that the merge keeps each and what it reads;
+    and ``main``'s own result, for :func:`_result_restored`."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
+    if not casts:
+        return mod, None
+    blocks = list(main.body.blocks)
+    last = blocks[-1]
+    keep = relax.Var(_KEEP, relax.TupleType([c.ty for c in casts.values()]))
+    binding = relax.VarBinding(keep, relax.Tuple(list(casts)))
+    blocks[-1] = type(last)(list(last.bindings) + [binding], last.span)
+    body = relax.SeqExpr(blocks, relax.Tuple([main.body.body, keep]))
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = relax.Function(
+        main.params, body, relax.TupleType([main.ret_ty, keep.ty]), main.is_pure, main.attrs, main.span)
+    return tvm.IRModule(functions, attrs=mod.attrs), main.ret_ty
+
+
+def _result_restored(mod, ret_ty):
+    """``mod`` after the merge, ``main`` returning its own result (of ``ret_ty``) again, without the binding of
+    the kept casts."""
+    import tvm
+    from tvm import relax
+
+    if ret_ty is None:
+        return mod
+    main = mod["main"]
+    blocks = [type(block)([b for b in block.bindings if str(b.var.name) != _KEEP], block.span)
+              for block in main.body.blocks]
+    returned = main.body.body.fields[0]
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = relax.Function(
+        main.params, relax.SeqExpr(blocks, returned), ret_ty, main.is_pure, main.attrs, main.span)
+    return tvm.IRModule(functions, attrs=mod.attrs)
 
 
 def _restored_match_casts(mod, casts):

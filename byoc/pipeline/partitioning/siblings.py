@@ -75,16 +75,23 @@ def _sibling_pair(mod, bindings) -> Optional[tuple[int, int]]:
     from tvm import relax
 
     position = {b.var: n for n, b in enumerate(bindings)}
+    defined_at: dict[str, int] = {}  # symbolic dim -> the match_cast binding that defines it
     calls: dict[int, str] = {}
-    # after[n]: the calls binding n depends on, directly or through other bindings (a bit per call index)
+    # after[n]: the calls binding n depends on, directly or through other bindings (a bit per call index);
+    # a binding whose type names a dim depends on the cast that defines it (a Range's length, a computed shape)
     after: list[int] = []
     for n, b in enumerate(bindings):
         reach = 0
-        for v in relax.analysis.free_vars(b.value):
-            d = position.get(v)
+        dims = {str(v) for v in relax.analysis.tir_vars_in_type(b.var.ty)}
+        sources = [position.get(v) for v in relax.analysis.free_vars(b.value)]
+        sources += [defined_at.get(d) for d in dims]
+        for d in sources:
             if d is not None:
                 reach |= after[d] | ((1 << d) if d in calls else 0)
         after.append(reach)
+        if isinstance(b, relax.MatchCast):
+            for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
+                defined_at.setdefault(str(dim), n)
         vendor = _codegen_call(mod, b)
         if vendor is not None:
             calls[n] = vendor
