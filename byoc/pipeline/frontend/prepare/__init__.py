@@ -83,6 +83,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     )
     from byoc.pipeline.frontend.prepare.half_precision import compute_in_float32
     from byoc.pipeline.frontend.prepare.contrib_ops import CONTRIB_OPS
+    from byoc.pipeline.frontend.prepare.control_flow import unroll_control_flow
     from byoc.pipeline.frontend.prepare.explicit_pads import explicit_pads
     from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
     from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
@@ -98,6 +99,10 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
     # Keras exports' "same" padding as pads where it is known: TVM's importer works it out with int() on sizes.
     source = explicit_pads(source)
+    # Loops and Scans whose trip counts are constants already unroll before folding, which then folds their
+    # iteration numbers; the rest get their turn after it (_unrolled).
+    source, unrolled_from = unroll_control_flow(source)
+    quantized_from.update({name: quantized_from.get(node, node) for name, node in unrolled_from.items()})
     source, gathered_from = gathered_before_dequantize(source)
     quantized_from.update({name: quantized_from.get(node, node) for name, node in gathered_from.items()})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
@@ -114,7 +119,9 @@ def prepare(model: onnx.ModelProto) -> Prepared:
             name_nodes(prepared.graph, unnamed="{op_type}_prepared_{index}")  # a simplifier may add unnamed ones
             origin = origin_map(source.graph, prepared.graph)
         try:
-            prepared, origin, decomposed = _unroll_recurrent(prepared, origin)
+            prepared, origin, decomposed = _unrolled(prepared, origin, _recurrent_unrolled)
+            prepared, origin, looped = _unrolled(prepared, origin, _control_flow_unrolled)
+            decomposed.update(looped)
         except ModelLoadError as err:
             # A recurrent op whose shapes one tool's folding left unknown (in an If branch)
             # may unroll after another's: the next candidate gets its turn.
@@ -197,17 +204,30 @@ def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: di
     return origin, fate, counts
 
 
-def _unroll_recurrent(model: onnx.ModelProto, origin: dict[str, str]):
-    """LSTM/GRU/RNN unrolled into plain ops (TVM's importer has none of them).
-
-    Runs after folding because the unrolling needs static shapes. Returns the
-    model, the updated origin and, per user node, how many ops it became.
-    """
+def _recurrent_unrolled(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """LSTM/GRU/RNN unrolled into plain ops (TVM's importer has none of them), and where each new node comes from."""
     from byoc.pipeline.frontend.prepare.recurrent import RECURRENT_OPS, decompose_recurrent, graphs
 
     if not any(n.op_type in RECURRENT_OPS for sub in graphs(model.graph) for n in sub.node):
-        return model, origin, {}
-    unrolled, made_from = decompose_recurrent(model)
+        return model, {}
+    return decompose_recurrent(model)
+
+
+def _control_flow_unrolled(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """Loop and Scan unrolled where folding made their trip counts constants; the others refused by name."""
+    from byoc.pipeline.frontend.prepare.control_flow import unroll_control_flow
+
+    return unroll_control_flow(model, required=True)
+
+
+def _unrolled(model: onnx.ModelProto, origin: dict[str, str], unroll):
+    """``model`` with the ops ``unroll`` takes unrolled (recurrent layers, loops: TVM's importer has none of them).
+
+    Runs after folding because the unrolling needs static shapes and constant
+    trip counts. Returns the model, the updated origin and, per user node, how
+    many ops it became.
+    """
+    unrolled, made_from = unroll(model)
     if not made_from:
         return model, origin, {}
     names = {n.name for n in unrolled.graph.node}

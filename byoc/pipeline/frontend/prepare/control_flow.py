@@ -1,0 +1,360 @@
+"""Loop and Scan unrolled into the ops of their bodies, where the trip count is known when the model is compiled.
+
+TVM's Relax importer has neither op. Unrolled, a body's convs and matmuls are
+ordinary nodes of the main graph: the vendors' rules see them, and a loop
+over a few layers becomes one partition, as the layers would be. onnxruntime
+keeps the loop on its CPU provider and partitions each body alone; onnx-mlir
+lowers both ops for static shapes, as this does.
+
+* **Loop** (opset 11+ semantics). The trip count ``M`` must be a constant (an
+  initializer or a Constant node; folding makes most computed counts one:
+  the unrolling runs again after it). Iteration ``k`` reads the constant
+  ``k`` as ``iteration_num``. When the body's condition passes its input
+  through (or is a constant true), every iteration runs. When the body
+  computes it, the loop runs its ``M`` iterations with each carried value
+  kept (``Where``) once the condition has been false: what ONNX's loop
+  returns, with no data-dependent shape. Scan outputs then depend on data
+  and are refused. Scan outputs of a full loop are each iteration's value,
+  stacked on a new first axis.
+* **Scan** (opset 9+). The sequence length is the static size of the scan
+  inputs' scan axis. Iteration ``t`` reads each scan input's slice ``t``
+  (``Gather``; from the end for a reverse direction) and each scan output is
+  the slices stacked along its axis.
+
+Nodes of iteration ``k`` are named ``<loop node>/<k>/<body node>`` and their
+values ``<loop node>/<k>/<body value>``. Subgraphs inside a body (an ``If``)
+are copied with the body's names renamed. Nested loops unroll from the
+outside in, each pass taking what the last one exposed.
+
+What is not unrolled raises :class:`~byoc.errors.UnsupportedAttributeError`
+naming the node and why: a trip count that is not a constant, a loop with
+neither trip count nor condition (unbounded), an unrolling above
+:data:`MAX_UNROLLED_NODES`, scan outputs of a loop that may stop early, a
+Scan over a length that is not static.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from byoc.errors import UnsupportedAttributeError
+from byoc.pipeline.frontend.onnx_model import default_opset, subgraphs
+
+__all__ = ["CONTROL_FLOW_OPS", "MAX_UNROLLED_NODES", "unroll_control_flow"]
+
+CONTROL_FLOW_OPS = ("Loop", "Scan")
+
+#: Body nodes one Loop or Scan may unroll into; beyond it the node is refused rather than grown without bound.
+MAX_UNROLLED_NODES = 20000
+
+
+def unroll_control_flow(model: onnx.ModelProto, required: bool = False) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``model`` with every Loop and Scan of its main graph unrolled, and each new node's name -> the Loop or Scan
+    node it comes from.
+
+    A node this cannot unroll stays as it is, unless ``required``: then it raises
+    :class:`~byoc.errors.UnsupportedAttributeError` naming the node and why. ``model`` itself when there is
+    nothing to unroll (no copy).
+    """
+    if not any(_is_control_flow(n) for n in model.graph.node):
+        return model, {}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    made_from: dict[str, str] = {}
+    while True:  # nested loops: each pass unrolls the ones the last one brought into the main graph
+        unroller = _Unroller(out, required)
+        nodes: list[onnx.NodeProto] = []
+        changed = False
+        for node in out.graph.node:
+            unrolled = unroller.unroll(node) if _is_control_flow(node) else None
+            if unrolled is None:
+                nodes.append(node)
+                continue
+            changed = True
+            source = made_from.get(node.name, node.name)
+            made_from.pop(node.name, None)
+            for new in unrolled:
+                made_from[new.name] = source
+            nodes.extend(unrolled)
+        if not changed:
+            return (out, made_from) if made_from else (model, {})
+        del out.graph.node[:]
+        out.graph.node.extend(nodes)
+        out.graph.initializer.extend(unroller.initializers)
+
+
+def _is_control_flow(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in CONTROL_FLOW_OPS
+
+
+class _Unroller:
+    """Unrolls the Loop and Scan nodes of one graph; collects the constants the unrolled nodes read."""
+
+    def __init__(self, model: onnx.ModelProto, required: bool):
+        self.graph = model.graph
+        self.opset = default_opset(model)
+        self.required = required
+        self.initializers: list[onnx.TensorProto] = []
+        self.constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        for node in self.graph.node:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                value = _constant_node_value(node)
+                if value is not None:
+                    self.constants[node.output[0]] = value
+        self._shapes: Optional[dict[str, list]] = None
+        self._model = model
+
+    # -- refusing ------------------------------------------------------------------------------------------------
+    def _cannot(self, node: onnx.NodeProto, why: str, advice: str) -> None:
+        if self.required:
+            raise UnsupportedAttributeError(f"{node.op_type} node {node.name!r}: {why}; {advice}")
+
+    def unroll(self, node: onnx.NodeProto) -> Optional[list[onnx.NodeProto]]:
+        """The nodes that replace ``node``, or None when it stays (see :func:`unroll_control_flow`)."""
+        body = next(iter(subgraphs(node)), None)
+        if body is None:
+            return None
+        return self._loop(node, body) if node.op_type == "Loop" else self._scan(node, body)
+
+    # -- Loop ----------------------------------------------------------------------------------------------------
+    def _loop(self, node: onnx.NodeProto, body: onnx.GraphProto) -> Optional[list[onnx.NodeProto]]:
+        trip, cond = _at(node.input, 0), _at(node.input, 1)
+        if not trip and not cond:
+            self._cannot(node, "a loop with neither a trip count nor a condition runs without bound",
+                         "give it a trip count (ONNX Loop's input M)")
+            return None
+        if not trip:
+            self._cannot(node, "a loop with no trip count runs until its condition is false, a number of "
+                         "iterations known only at run time", "give it a constant trip count (ONNX Loop's input M)")
+            return None
+        count = self.constants.get(trip)
+        if count is None:
+            self._cannot(node, f"its trip count {trip!r} is computed at run time",
+                         "give the model static input shapes (dims=) so that it folds to a constant, or export "
+                         "the loop with a constant trip count")
+            return None
+        count = int(np.asarray(count).reshape(-1)[0])
+        if cond and cond in self.constants and not bool(np.asarray(self.constants[cond]).reshape(-1)[0]):
+            count = 0
+        carried = list(node.input[2:])
+        n_carried, n_scan = len(carried), len(body.output) - 1 - len(carried)
+        stops = not _passes_condition_through(body)
+        if cond and cond not in self.constants:
+            stops = True
+        if not self._fits(node, body, count):
+            return None
+        if stops and n_scan and count:
+            self._cannot(node, "a loop that may stop early has scan outputs, whose length then depends on the data",
+                         "return the values as loop-carried state instead")
+            return None
+        if n_scan and not count:
+            self._cannot(node, "a loop of 0 iterations with scan outputs (their element shape is unknown)",
+                         "give it at least one iteration")
+            return None
+        nodes: list[onnx.NodeProto] = []
+        prefix = node.name
+        running = cond if (stops and cond) else ""
+        if stops and not running:
+            running = self._constant(f"{prefix}/true", np.array(True))
+        scans: list[list[str]] = [[] for _ in range(n_scan)]
+        for k in range(count):
+            rename = {body.input[0].name: self._constant(f"{prefix}/{k}/iteration", np.array(k, dtype=np.int64))}
+            if len(body.input) > 1:
+                rename[body.input[1].name] = running or self._constant(f"{prefix}/true", np.array(True))
+            for vi, value in zip(body.input[2:], carried):
+                rename[vi.name] = value
+            iteration, outputs = self._inline(body, rename, f"{prefix}/{k}")
+            nodes += iteration
+            new_carried = outputs[1:1 + n_carried]
+            if stops:
+                keep = running
+                new_carried = [self._node(nodes, "Where", [keep, new, old], f"{prefix}/{k}/kept_{i}")
+                               for i, (new, old) in enumerate(zip(new_carried, carried))]
+                running = self._node(nodes, "And", [running, outputs[0]], f"{prefix}/{k}/running")
+            carried = new_carried
+            for i, value in enumerate(outputs[1 + n_carried:]):
+                scans[i].append(self._node(nodes, "Unsqueeze", [value], f"{prefix}/{k}/stacked_{i}", axes=[0]))
+        finals = carried + [self._stack(nodes, items, 0, f"{prefix}/scan_{i}") for i, items in enumerate(scans)]
+        return nodes + self._bind_outputs(node, finals)
+
+    # -- Scan ----------------------------------------------------------------------------------------------------
+    def _scan(self, node: onnx.NodeProto, body: onnx.GraphProto) -> Optional[list[onnx.NodeProto]]:
+        if self.opset < 9:
+            self._cannot(node, "Scan before opset 9 (with a batch axis)", "export at opset 9 or later")
+            return None
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
+        n_scan_in = int(attrs["num_scan_inputs"])
+        n_state = len(node.input) - n_scan_in
+        n_scan_out = len(body.output) - n_state
+        in_axes = list(attrs.get("scan_input_axes", [0] * n_scan_in))
+        in_dirs = list(attrs.get("scan_input_directions", [0] * n_scan_in))
+        out_axes = list(attrs.get("scan_output_axes", [0] * n_scan_out))
+        out_dirs = list(attrs.get("scan_output_directions", [0] * n_scan_out))
+        scan_inputs = list(node.input[n_state:])
+        lengths = set()
+        for name, axis in zip(scan_inputs, in_axes):
+            shape = self._shape(name)
+            size = None if shape is None or not shape else shape[axis % len(shape)]
+            lengths.add(size if isinstance(size, int) else None)
+        if None in lengths or len(lengths) != 1:
+            self._cannot(node, "the length of its scan inputs is not static",
+                         "give the model static input shapes (dims=) for the scanned axis")
+            return None
+        length = lengths.pop()
+        if not self._fits(node, body, length):
+            return None
+        if n_scan_out and not length:
+            self._cannot(node, "a Scan of length 0 with scan outputs (their element shape is unknown)",
+                         "give it a sequence of at least one element")
+            return None
+        prefix = node.name
+        nodes: list[onnx.NodeProto] = []
+        states = list(node.input[:n_state])
+        scans: list[list[str]] = [[] for _ in range(n_scan_out)]
+        for t in range(length):
+            rename = dict(zip((vi.name for vi in body.input[:n_state]), states))
+            for i, (name, axis, reverse) in enumerate(zip(scan_inputs, in_axes, in_dirs)):
+                index = self._constant(f"{prefix}/{t}/index_{i}",
+                                       np.array(length - 1 - t if reverse else t, dtype=np.int64))
+                rank = len(self._shape(name) or [])
+                rename[body.input[n_state + i].name] = self._node(
+                    nodes, "Gather", [name, index], f"{prefix}/{t}/slice_{i}", axis=axis % rank)
+            iteration, outputs = self._inline(body, rename, f"{prefix}/{t}")
+            nodes += iteration
+            states = outputs[:n_state]
+            for i, (value, axis) in enumerate(zip(outputs[n_state:], out_axes)):
+                # a negative axis counts from the end of the stacked output, as Unsqueeze's does
+                scans[i].append(self._node(nodes, "Unsqueeze", [value], f"{prefix}/{t}/stacked_{i}", axes=[axis]))
+        finals = list(states)
+        for i, (items, axis, reverse) in enumerate(zip(scans, out_axes, out_dirs)):
+            finals.append(self._stack(nodes, items[::-1] if reverse else items, axis, f"{prefix}/scan_{i}"))
+        return nodes + self._bind_outputs(node, finals)
+
+    # -- shared pieces -------------------------------------------------------------------------------------------
+    def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int) -> bool:
+        size = count * max(1, _node_count(body))
+        if size > MAX_UNROLLED_NODES:
+            self._cannot(node, f"{count} iterations of a {len(body.node)}-node body would unroll into {size} nodes "
+                         f"(byoc's limit is {MAX_UNROLLED_NODES})", "export fewer iterations per loop")
+            return False
+        return True
+
+    def _inline(self, body: onnx.GraphProto, rename: dict[str, str], prefix: str) -> tuple[list, list[str]]:
+        """Copies of ``body``'s nodes reading ``rename``'s values for its inputs, and the names of its outputs."""
+        rename = dict(rename)
+        for tensor in body.initializer:
+            rename[tensor.name] = self._constant(f"{prefix}/{tensor.name}", numpy_helper.to_array(tensor))
+        for node in body.node:
+            for output in node.output:
+                if output:
+                    rename[output] = f"{prefix}/{output}"
+        nodes = []
+        for node in body.node:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copy.name = f"{prefix}/{node.name or node.output[0]}"
+            copy.input[:] = [rename.get(name, name) for name in node.input]
+            copy.output[:] = [rename.get(name, name) for name in node.output]
+            for sub in subgraphs(copy):
+                _rename_outer_names(sub, rename)
+            nodes.append(copy)
+        # a body output may be one of its inputs, or an outer value (read as is)
+        return nodes, [rename.get(vi.name, vi.name) for vi in body.output]
+
+    def _bind_outputs(self, node: onnx.NodeProto, finals: list[str]) -> list[onnx.NodeProto]:
+        """Identity nodes writing the Loop's or Scan's own output names (readers and graph outputs keep them)."""
+        return [helper.make_node("Identity", [value], [output], name=f"{node.name}/output_{i}")
+                for i, (output, value) in enumerate(zip(node.output, finals)) if output]
+
+    def _stack(self, nodes: list, items: list[str], axis: int, name: str) -> str:
+        if len(items) == 1:
+            return items[0]
+        return self._node(nodes, "Concat", items, name, axis=axis)
+
+    def _node(self, nodes: list, op_type: str, inputs: list[str], name: str, axes=None, **attrs) -> str:
+        """Append one node named ``name`` writing the value ``name``; Unsqueeze's axes as its opset spells them."""
+        if op_type == "Unsqueeze":
+            if self.opset >= 13:
+                inputs = inputs + [self._constant(f"{name}/axes", np.array(axes, dtype=np.int64))]
+            else:
+                attrs["axes"] = axes
+        nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
+        return name
+
+    def _constant(self, name: str, value: np.ndarray) -> str:
+        if name not in self.constants:
+            self.constants[name] = value
+            self.initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def _shape(self, name: str) -> Optional[list]:
+        """Tensor ``name``'s dims (ints, or None where not static) where shape inference knows them."""
+        if name in self.constants:
+            return list(self.constants[name].shape)
+        if self._shapes is None:
+            inferred = onnx.shape_inference.infer_shapes(self._model)
+            self._shapes = {}
+            for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                    self._shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None
+                                             for d in vi.type.tensor_type.shape.dim]
+        return self._shapes.get(name)
+
+
+def _at(names, index: int) -> str:
+    return names[index] if index < len(names) else ""
+
+
+def _node_count(graph: onnx.GraphProto) -> int:
+    return sum(1 + sum(_node_count(sub) for sub in subgraphs(node)) for node in graph.node)
+
+
+def _constant_node_value(node: onnx.NodeProto) -> Optional[np.ndarray]:
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
+            return np.array(helper.get_attribute_value(attr))
+    return None
+
+
+def _passes_condition_through(body: onnx.GraphProto) -> bool:
+    """Whether the body's condition output is its condition input (through Identity nodes) or a constant true."""
+    cond_in = body.input[1].name if len(body.input) > 1 else None
+    writer = {out: node for node in body.node for out in node.output}
+    constants = {t.name: numpy_helper.to_array(t) for t in body.initializer}
+    name = body.output[0].name
+    while True:
+        if name == cond_in:
+            return True
+        if name in constants:
+            return bool(np.asarray(constants[name]).reshape(-1)[0])
+        node = writer.get(name)
+        if node is None:
+            return False
+        if node.op_type == "Identity":
+            name = node.input[0]
+            continue
+        if node.op_type == "Constant":
+            value = _constant_node_value(node)
+            return value is not None and value.dtype == np.bool_ and bool(value.reshape(-1)[0])
+        return False
+
+
+def _rename_outer_names(graph: onnx.GraphProto, rename: dict[str, str]) -> None:
+    """Rename, in place, the values ``graph`` (and its subgraphs) reads from enclosing scopes."""
+    local = {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    local |= {out for node in graph.node for out in node.output}
+    outer = {name: new for name, new in rename.items() if name not in local}
+    for node in graph.node:
+        node.input[:] = [outer.get(name, name) for name in node.input]
+        for sub in subgraphs(node):
+            _rename_outer_names(sub, outer)
+    for vi in graph.output:
+        if vi.name in outer:  # a branch returning an outer value: an Identity keeps the output's name
+            graph.node.append(helper.make_node("Identity", [outer[vi.name]], [vi.name]))
+
