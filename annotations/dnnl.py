@@ -549,6 +549,27 @@ def _lrn_pattern():
     return is_op("relax.divide")(x, denominator), {"x": x, "pool": pool, **c}
 
 
+def _avg_pool_window(match: Match):
+    """no dilation; ceil_mode where oneDNN's average is ONNX's: padding excluded from the count (the end padding
+    ceil_mode adds is then excluded too), or a window ceil_mode does not extend."""
+    for call in match.ops_of("relax.nn.avg_pool2d"):
+        a = call.attrs
+        if tuple(a["dilation"]) != (1, 1):
+            return f"dilation {tuple(a['dilation'])} not supported for average pooling"
+        if not (a["ceil_mode"] and a["count_include_pad"]):
+            continue
+        xs, ys = call.inputs[0].shape, call.output.shape
+        for d in range(2):
+            size, out = xs[2 + d], ys[2 + d]
+            if not isinstance(size, int) or not isinstance(out, int):
+                return "ceil_mode=1 average pooling that counts its padding, over a symbolic size"
+            span, stride = int(a["pool_size"][d]), int(a["strides"][d])
+            if (size + int(a["padding"][d]) + int(a["padding"][d + 2]) - span) // stride + 1 != out:
+                return ("ceil_mode=1 average pooling that counts its padding, with a last window ceil_mode extends "
+                        "(oneDNN would count the extension as padding too)")
+    return SUPPORTED
+
+
 def _lrn(match: Match):
     """4-D NCHW input, an odd window over channels, scalar constants."""
     shape = match.tensor("x").shape
@@ -856,7 +877,7 @@ _RULES = (
     PatternRule("strided_slice", _strided_slice_pattern, all_of(_base, _slice_positive_strides)),
     OpRule("pad", "relax.nn.pad", all_of(_base, _constant_pad)),
     OpRule("max_pool2d", "relax.nn.max_pool2d", all_of(_moves, pool_layout_nchw)),
-    OpRule("avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, avg_pool_plain)),
+    OpRule("avg_pool2d", "relax.nn.avg_pool2d", all_of(_base, pool_layout_nchw, _avg_pool_window)),
     OpRule("mean", "relax.mean", _base),
     OpRule("sum", "relax.sum", _base),
     OpRule("max", "relax.max", _base),

@@ -10,10 +10,14 @@ and expected output arrays) is
 * imported with :func:`byoc.import_model`, partitioned for every registered
   vendor, built with :func:`byoc.build` and run: the *byoc* column;
 
-and both results are compared with the case's expected outputs, at the
+* run by onnxruntime's CPU provider: the *onnxruntime* column, the peer;
+
+and the results are compared with the case's expected outputs, at the
 case's own tolerances. A case that passes plain but fails byoc is a
 regression: byoc refuses or miscomputes something TVM alone handles. That
-list must be empty. Cases only byoc passes are listed too.
+list must be empty. Cases only byoc passes are listed too, and the cases
+onnxruntime passes and byoc fails are counted by op family
+(:func:`family`), with the first error of each: what to close next.
 
 Cases run in worker processes (one TVM per process) with a per-case
 timeout; a worker that hangs or crashes is replaced and its case is
@@ -21,12 +25,13 @@ counted as failed for both builds.
 
 CLI::
 
-    python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR ...]
+    python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR ...] [--families]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import sys
@@ -54,9 +59,11 @@ class CaseResult:
     imported: bool = False  # byoc imported the model
     plain: bool = False
     byoc: bool = False
+    ort: bool = False  # onnxruntime's CPU provider matched
     partitions: int = 0
     error: str = ""  # why plain (TVM alone) failed
     byoc_error: str = ""
+    ort_error: str = ""
 
 
 @dataclass
@@ -97,6 +104,28 @@ class Summary:
         return [r for r in self.results if r.byoc and not r.plain]
 
     @property
+    def passed_ort(self) -> int:
+        return sum(r.ort for r in self.results)
+
+    @property
+    def behind_ort(self) -> list[CaseResult]:
+        """Cases onnxruntime passes and byoc fails."""
+        return [r for r in self.results if r.ort and not r.byoc]
+
+    def families(self) -> list[tuple[str, int, int, str]]:
+        """Per op family with cases onnxruntime passes and byoc fails: (family, how many, of how many cases,
+        the first such case and its error), most first."""
+        total: dict[str, int] = {}
+        behind: dict[str, list[CaseResult]] = {}
+        for r in self.results:
+            total[family(r.name)] = total.get(family(r.name), 0) + 1
+        for r in self.behind_ort:
+            behind.setdefault(family(r.name), []).append(r)
+        rows = [(name, len(cases), total[name], f"{cases[0].name}: {cases[0].byoc_error}")
+                for name, cases in behind.items()]
+        return sorted(rows, key=lambda row: (-row[1], row[0]))
+
+    @property
     def recurrent(self) -> list[CaseResult]:
         """The LSTM, GRU and RNN cases."""
         return [r for r in self.results if r.name.startswith(RECURRENT_PREFIXES)]
@@ -109,6 +138,8 @@ class Summary:
             ("imported by byoc", self.imported),
             ("passed plain (TVM alone)", self.passed_plain),
             ("passed byoc", self.passed_byoc),
+            ("passed onnxruntime", self.passed_ort),
+            ("pass onnxruntime, fail byoc", len(self.behind_ort)),
             ("offloaded (>=1 partition)", self.offloaded),
             ("pass plain, fail byoc", len(self.regressions)),
             ("pass byoc, fail plain", len(self.byoc_only)),
@@ -121,6 +152,30 @@ class Summary:
         lines += [f"  BYOC-ONLY {r.name} (plain: {r.error})" for r in self.byoc_only]
         lines += [f"  RECURRENT FAIL {r.name}: {r.byoc_error}" for r in recurrent if not r.byoc]
         return "\n".join(lines)
+
+    def family_table(self) -> str:
+        """One line per op family: cases onnxruntime passes and byoc fails, of the family's cases, and the first."""
+        rows = self.families()
+        width = max([len(name) for name, *_ in rows] + [6])
+        lines = [f"{'family':<{width}}  behind  of  first case and byoc's error"]
+        lines += [f"{name:<{width}}  {count:>6}  {of:>3}  {first[:160]}" for name, count, of, first in rows]
+        return "\n".join(lines)
+
+
+def family(case_name: str) -> str:
+    """The ONNX op a node test is named after: the longest op type whose lowercased name starts the case's name
+    without ``test_`` and underscores (``test_reduce_l1_keep_dims`` -> ``ReduceL1``); the name's first word when
+    none does."""
+    key = case_name.removeprefix("test_").replace("_", "").lower()
+    best = max((op for op in _op_names() if key.startswith(op.lower())), key=len, default=None)
+    return best or case_name.removeprefix("test_").split("_")[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _op_names() -> tuple:
+    from onnx import defs
+
+    return tuple(sorted({schema.name for schema in defs.get_all_schemas_with_history()}))
 
 
 # -- collecting -------------------------------------------------------------------------
@@ -224,8 +279,23 @@ def run_plain(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
             raise AssertionError(problem)
 
 
+def run_ort(model_bytes: bytes, data_sets, rtol: float, atol: float) -> None:
+    """onnxruntime's CPU provider, all graph optimizations on (as it deploys); raises on any failure."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    for inputs, expected in data_sets:
+        problem = _compare(session.run(None, dict(zip(names, inputs))), expected, rtol, atol)
+        if problem:
+            raise AssertionError(problem)
+
+
 def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
-    """Run one case with TVM alone (plain) and with byoc; any error is a failure of that column.
+    """Run one case with TVM alone (plain), onnxruntime and byoc; any error is a failure of that column.
 
     ``vendors`` in priority order; default every registered vendor.
     """
@@ -242,6 +312,11 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
         result.plain = True
     except Exception as err:  # noqa: BLE001 - any failure is a result here
         result.error = _first_line(err)
+    try:
+        run_ort(model_bytes, data_sets, rtol, atol)
+        result.ort = True
+    except Exception as err:  # noqa: BLE001
+        result.ort_error = _first_line(err)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -378,6 +453,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case (default 60)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--verbose", action="store_true", help="print every case as it finishes")
+    parser.add_argument("--families", action="store_true",
+                        help="also print, per op family, the cases onnxruntime passes and byoc fails")
     parser.add_argument("--vendors", default=None,
                         help="comma-separated vendors in priority order (default: every registered vendor)")
     args = parser.parse_args(argv)
@@ -400,6 +477,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     summary = run_cases(cases, jobs=args.jobs, timeout=args.timeout, progress=progress, vendors=vendors)
     print(summary.table())
+    if args.families:
+        print(summary.family_table())
     print(f"({len(cases)} cases, {args.jobs} jobs, {time.monotonic() - start:.0f} s)")
     return 1 if summary.regressions else 0
 

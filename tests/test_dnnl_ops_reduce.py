@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from dnnl_op_helpers import _compile, _conv, _onednn_exec, _rules
+from dnnl_op_helpers import _compile, _conv, _onednn_exec, _reason, _rules
 from models import const, model, tensor
 
 
@@ -100,3 +100,28 @@ def test_a_global_max_over_a_long_row_runs_a_jit_pooling():
     _compile(m)
     pools = [x for x in _onednn_exec(m) if ",pooling," in x]
     assert len(pools) == 1 and "jit" in pools[0].split(",")[4], pools
+
+
+# -- average pooling with ceil_mode (ResNeSt's downsampling) -----------------------------------------
+@pytest.mark.parametrize("size,kernel,stride,pads,include", [
+    (9, 2, 2, [0, 0, 0, 0], 0),  # the last window ceil_mode adds is half outside: counted from what it covers
+    (10, 3, 2, [1, 1, 1, 1], 0),
+    (8, 3, 3, [0, 0, 0, 0], 0),
+    (8, 2, 2, [0, 0, 0, 0], 1),  # ceil_mode changes nothing here: oneDNN's count of the padding is ONNX's
+])
+def test_average_pooling_with_ceil_mode(size, kernel, stride, pads, include):
+    out = -(-(size + pads[0] + pads[2] - kernel) // stride) + 1
+    if (out - 1) * stride >= size + pads[0]:
+        out -= 1  # ONNX drops a last window that would start in the end padding
+    pool = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[kernel, kernel],
+                            strides=[stride, stride], pads=pads, ceil_mode=1, count_include_pad=include)
+    m = model([pool], [tensor("x", [2, 8, size, size])], [tensor("y", [2, 8, out, out])])
+    assert _rules(_compile(m)) == {"dnnl.avg_pool2d"}
+
+
+def test_average_pooling_that_counts_padding_ceil_mode_extends_stays_on_the_host():
+    pool = helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                            pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)
+    m = model([pool], [tensor("x", [1, 4, 10, 10])], [tensor("y", [1, 4, 6, 6])])
+    assert "ceil_mode extends" in _reason(m, "relax.nn.avg_pool2d")
+    _compile(m, host_ops=["relax.nn.avg_pool2d"])

@@ -18,14 +18,18 @@ void Builder::Pool(const BodyOp& op, const Attrs& a) {
   auto kernel = a.Ints("pool_size"), st = a.Ints("strides"), pad = a.Ints("padding"), dil = a.Ints("dilation");
   if (kernel.size() != 2 || st.size() != 2 || pad.size() != 4 || dil.size() != 2)
     Fail(op.where + ": pool_size/strides/dilation need 2 values and padding 4");
-  if (!max && (a.Bool("ceil_mode") || dil[0] != 1 || dil[1] != 1))
-    Fail(op.where + ": average pooling with ceil_mode or dilation is not supported");
+  if (!max && (dil[0] != 1 || dil[1] != 1)) Fail(op.where + ": average pooling with dilation is not supported");
   Dims pad_r = {pad[2], pad[3]};
   for (int d = 0; d < 2; ++d) {
     if (kernel[d] < 1 || st[d] < 1 || dil[d] < 1 || pad[d] < 0 || pad[d + 2] < 0) Fail(op.where + ": invalid window");
     int64_t span = dil[d] * (kernel[d] - 1) + 1;
-    // ceil_mode: pad the end just enough for oneDNN's floor formula to give the output size.
-    if ((xs[2 + d] + pad[d] + pad_r[d] - span) / st[d] + 1 != ys[2 + d]) pad_r[d] = (ys[2 + d] - 1) * st[d] + span - xs[2 + d] - pad[d];
+    // ceil_mode: pad the end just enough for oneDNN's floor formula to give the output size. An average that
+    // counts padding would count that extension too, where ONNX counts only the pads it was given.
+    if ((xs[2 + d] + pad[d] + pad_r[d] - span) / st[d] + 1 != ys[2 + d]) {
+      if (!max && a.Bool("count_include_pad"))
+        Fail(op.where + ": ceil_mode average pooling that counts its padding, with a window ceil_mode extends");
+      pad_r[d] = (ys[2 + d] - 1) * st[d] + span - xs[2 + d] - pad[d];
+    }
     if (pad_r[d] < 0 || (xs[2 + d] + pad[d] + pad_r[d] - span) / st[d] + 1 != ys[2 + d])
       Fail(op.where + ": output shape " + ShapeStr(ys) + " does not follow from the attributes");
   }
