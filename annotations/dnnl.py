@@ -452,7 +452,7 @@ def _concat_rank(match: Match):
 
 
 def _slice_positive_strides(match: Match):
-    """constant bounds, positive strides, elements * step <= extent."""
+    """constant bounds, positive strides, static extents along stepped axes."""
     call = match.op
     # Its axes, begin, end and strides are tuple arguments the op does not name: attrs arg1 to arg4.
     for index, what in ((1, "axes"), (2, "begin"), (3, "end"), (4, "strides")):
@@ -464,15 +464,13 @@ def _slice_positive_strides(match: Match):
     strides = [int(v) for v in call.attrs.get("arg4", ())]
     if any(st < 1 for st in strides):
         return f"strided_slice with strides {strides} (oneDNN memory views: positive strides only)"
-    # oneDNN takes a strided view only if n elements at step s span at most the axis (n * s <= extent).
+    # A stepped axis is a strided view, or two where n elements at step s span more than the axis (the runtime's
+    # CopySteppedPieces); both need the extents.
     shape, out = call.inputs[0].shape, call.output.shape
     for axis, step in zip((int(v) for v in call.attrs["arg1"]), strides):
         extent, n = shape[axis], out[axis]
         if step > 1 and not (isinstance(n, int) and isinstance(extent, int)):
             return f"strided_slice at step {step} along the symbolic dim {extent!r} (static extents only)"
-        if step > 1 and n > 1 and n * step > extent:
-            return (f"strided_slice of {n} elements at step {step} along an axis of {extent} (oneDNN views a "
-                    "stepped axis only when elements * step <= its extent)")
     return SUPPORTED
 
 

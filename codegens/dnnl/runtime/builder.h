@@ -313,6 +313,7 @@ class Builder {
   void Pad(const BodyOp& op, const Attrs& a);
   void Split(const BodyOp& op, const Attrs& a);
   void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);
+  void CopySteppedPieces(const BodyOp& op, const Dims& offsets, const Dims& step);
 
   // reduce.cc: pooling and reductions
   void Pool(const BodyOp& op, const Attrs& a);
