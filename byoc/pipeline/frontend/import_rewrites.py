@@ -9,6 +9,10 @@
   makes anyway reads the Expand's input instead. Swin V2's cosine attention divides q by its norm expanded to
   q's shape; a vendor that broadcasts by adding unit dims only (oneDNN) left those Expands on the host, 24
   partition cuts. The Expand is then read by nothing and removed with the other dead bindings.
+* A ``Where`` whose condition is a constant, all true or all false, is the operand it selects, where that
+  operand has the output's shape and type. ONNX's own Attention function (opset 23) zeroes the rows its mask
+  hides entirely with such a Where: without a mask its condition is a constant false, and the Where, which no
+  vendor takes, cut the attention in two.
 
 Each returns None where its form does not apply, and TVM's converter runs as before.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import tvm
 from tvm import relax
 
 #: ONNX ops that broadcast their operands numpy-style, element by element
@@ -46,6 +51,22 @@ def einsum_as_matmul(inputs, attrs, bb) -> Optional[relax.Expr]:
     product = bb.normalize(relax.op.matmul(_permuted(x, a, batch + rows + summed, bb),
                                            _permuted(y, b, batch + summed + cols, bb)))
     return _permuted(product, "".join(batch + rows + cols), list(out), bb)
+
+
+def where_of_a_constant_condition(inputs) -> Optional[relax.Expr]:
+    """The operand a ``Where`` selects everywhere, when its condition is a constant all true or all false and
+    that operand has the output's shape and dtype (module docstring); else None."""
+    if len(inputs) != 3 or not isinstance(inputs[0], tvm.ir.expr.Constant):
+        return None
+    condition = inputs[0].value.numpy()
+    if condition.size == 0 or not (condition.all() or not condition.any()):
+        return None
+    chosen = inputs[1] if condition.all() else inputs[2]
+    shapes = [_shape(x) for x in inputs]
+    if any(s is None for s in shapes) or not _same_dims(_broadcast(shapes), shapes[1 if condition.all() else 2]):
+        return None
+    dtypes = {getattr(x.ty, "dtype", None) for x in inputs[1:]}
+    return chosen if len(dtypes) == 1 else None
 
 
 def _permuted(x: relax.Expr, letters: str, order: list, bb) -> relax.Expr:

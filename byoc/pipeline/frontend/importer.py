@@ -18,7 +18,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
-from byoc.pipeline.frontend.import_rewrites import BROADCASTING_BINARY, einsum_as_matmul, without_implied_broadcasts
+from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, einsum_as_matmul, where_of_a_constant_condition,
+                                                    without_implied_broadcasts)
 from byoc.pipeline.frontend.onnx_model import OnnxNode
 from byoc.vendor.values import const_array, is_tensor_const
 
@@ -111,6 +112,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             sym = self.bb.normalize(sym)
         elif op_name == "Einsum" and (sym := einsum_as_matmul(inputs, attrs, self.bb)) is not None:
             pass
+        elif op_name == "Where" and (sym := where_of_a_constant_condition(inputs)) is not None:
+            pass
         else:
             for expand in without_implied_broadcasts(op_name, inputs, self.bb):
                 if (owner := self._owner.get(expand)) is not None:
@@ -123,7 +126,7 @@ class ProvenanceImporter(ONNXGraphImporter):
                 sym = self.bb.normalize(sym)
         if sym is None and op_name == "Concat":
             _agree_on_concat_dims(inputs, attrs.get("axis", 0), self.bb)
-        if sym is None and op_name in BROADCASTING_BINARY:
+        if sym is None and op_name in _MULTIDIRECTIONAL:
             _agree_on_broadcast_dims(inputs, self.bb)
         if sym is None and op_name == "Squeeze":
             _squeezed_dims_are_one(inputs, attrs, self.bb)
@@ -362,6 +365,10 @@ def _is_int_prim(value) -> bool:
     return tvm.ir.is_prim_expr(value) and "int" in str(value.ty)
 
 
+#: Ops whose operands broadcast multidirectionally (ONNX's numpy-style broadcasting).
+_MULTIDIRECTIONAL = BROADCASTING_BINARY | frozenset({"Where", "Equal", "Less", "Greater", "LessOrEqual",
+                                                     "GreaterOrEqual", "And", "Or", "Xor", "Mod", "Sum", "Mean"})
+
 #: Element-wise ops TVM converts only on tensors: a symbolic shape value among their inputs becomes one.
 _ELEMENTWISE = frozenset({"Mul", "Add", "Sub", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                           "Where", "Max", "Min", "Mod", "And", "Or", "Not"})
@@ -414,35 +421,43 @@ def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
 
 
 def _agree_on_broadcast_dims(inputs, bb) -> None:
-    """In place: the second operand of a broadcasting binary op, where a dim of it is an expression of the same
-    symbolic dims as the first operand's but TVM cannot prove the two equal, is cast to the first's
-    (``match_cast``, checked when the model runs). wav2vec2's positional conv adds its output, whose frames went
-    through a padding and a slice (``min(max(f, 0), f + 1)``), to the features' ``f`` frames: equal for every
-    input length, which TVM cannot know, and it gave up the sum's shape, so that the Shape read after it had none
-    and the import failed. Dims of different symbolic dims (``a`` and ``b``), or a symbolic and a static one, are
-    left as they are: one of them may be 1 when the model runs, and broadcast."""
+    """In place: the operands of a broadcasting op (``Add``, ``Where``, ``Less`` ...) whose symbolic dims on one
+    axis TVM can neither prove equal nor 1 are cast to the first operand's dim there (``match_cast``, checked when
+    the model runs). TVM gives up the result's shape for such an axis, and a result without a shape can be neither
+    legalized nor read: the host build failed ("TVM could not build the host program: R.where(...)"), or the
+    import did at the first op after it. wav2vec2's positional conv adds its output, whose frames went through a
+    padding and a slice (``min(max(f, 0), f + 1)``), to the features' ``f`` frames: equal for every input length,
+    which TVM cannot know. A T5 export whose ``input_ids`` and ``attention_mask`` lengths are two dims (its
+    ``dynamic_axes`` given as lists name each input's dims apart) meets them in its mask's ``Where`` over the
+    position bias. A dim of 1 still broadcasts; a symbolic dim that is 1 only when the model runs does not (TVM's
+    kernels index both operands' axis alike), and such a call is refused. A static dim against a symbolic one is
+    left to TVM: there the symbolic one being 1 is how a model broadcasts, and the import is refused instead."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
-    types = [getattr(x, "ty", None) for x in inputs[:2]]
-    if len(inputs) != 2 or not all(isinstance(t, relax.TensorType) and t.shape is not None for t in types):
+    typed = [(i, x.ty) for i, x in enumerate(inputs) if isinstance(x, relax.Expr)
+             and isinstance(getattr(x, "ty", None), relax.TensorType)]
+    if len(typed) < 2 or any(ty.shape is None for _, ty in typed):
         return
-    first, second = list(types[0].shape.values), list(types[1].shape.values)
-    if len(first) != len(second):
-        return
+    rank = max(len(ty.shape.values) for _, ty in typed)
     analyzer = Analyzer()
 
-    def names(dim) -> set:
-        return {str(v.name) for v in tirx.analysis.undefined_vars(dim)}
+    def is_one(dim) -> bool:
+        return isinstance(dim, tirx.IntImm) and dim.value == 1
 
-    def agreed(a, b):
-        if isinstance(a, tirx.IntImm) or isinstance(b, tirx.IntImm) or analyzer.can_prove_equal(a, b):
-            return b
-        return a if names(a) == names(b) else b
-
-    target = [agreed(a, b) for a, b in zip(first, second)]
-    if any(t is not b for t, b in zip(target, second)):
-        inputs[1] = bb.match_cast(inputs[1], relax.TensorType(target, types[1].dtype))
+    targets = []
+    for axis in range(rank):
+        sizes = [ty.shape.values[axis - rank + len(ty.shape.values)] for _, ty in typed
+                 if axis - rank + len(ty.shape.values) >= 0]
+        sizes = [d for d in sizes if not is_one(d)]
+        static = any(isinstance(d, tirx.IntImm) for d in sizes)
+        targets.append(sizes[0] if sizes and not static else None)
+    for i, ty in typed:
+        dims = list(ty.shape.values)
+        cast = [d if is_one(d) or target is None or analyzer.can_prove_equal(d, target) else target
+                for d, target in zip(dims, targets[rank - len(dims):])]
+        if any(c is not d for c, d in zip(cast, dims)):
+            inputs[i] = bb.match_cast(inputs[i], relax.TensorType(cast, ty.dtype))
 
 
 def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
@@ -540,6 +555,38 @@ def _resize_to_spatial_sizes(inputs) -> None:
         inputs[3] = relax.ShapeExpr([0, 0, *spatial])
 
 
+def _symbolic_equal(inputs, values):
+    """``Equal`` of a symbolic shape and a shape or constant, dim by dim, as a boolean constant: the legacy
+    exporter's ``Where(Equal(shape, -1), 1, shape)`` before an Expand. TVM's converter compares the dims by
+    structure, a ``T.int64(-1)`` dim with the integer -1 of the constant, and found them never equal: the
+    shape kept its -1. None (TVM's converter) unless every pair is provably equal or provably not."""
+    from tvm import tirx
+    from tvm.sym.analyzer import Analyzer, ConstIntBound
+
+    if len(values) != 2 or any(v is None for v in values) or not any(
+            isinstance(x, (relax.ShapeExpr, _ShapeValue)) or _is_int_prim(x) for x in inputs):
+        return None
+    (left, left_scalar), (right, right_scalar) = values
+    if len(left) != len(right) and 1 not in (len(left), len(right)):
+        return None
+    n = max(len(left), len(right))
+    left, right = (v * n if len(v) == 1 else v for v in (left, right))
+    analyzer = Analyzer()
+    pairs = [tuple(tirx.IntImm("int64", d) if isinstance(d, int) else d for d in pair) for pair in zip(left, right)]
+    for var in {v for a, b in pairs for v in tirx.analysis.undefined_vars(a - b)}:  # dims: never negative
+        analyzer.update(var, ConstIntBound(0, ConstIntBound.POS_INF))
+    equal = []
+    for a, b in pairs:
+        if analyzer.can_prove_equal(a, b):
+            equal.append(True)
+        elif analyzer.can_prove(a != b):
+            equal.append(False)
+        else:
+            return None
+    result = np.array(equal, dtype=bool)
+    return relax.const(result.reshape(()) if left_scalar and right_scalar else result, "bool")
+
+
 def _symbolic_range(inputs, values):
     """``arange`` over scalar shape values (transformers' ``Range(0, seq)`` for positions and masks), so its
     length is the dim itself: TVM's Range converts the values to tensors and casts the length to a new
@@ -568,12 +615,14 @@ def _shape_arithmetic(op_name: str, inputs, attrs):
     """The symbolic result of a shape op TVM would turn into tensors, or None to leave the op to TVM."""
     from tvm import tirx
 
-    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div", "Unsqueeze", "Range") \
-            or not inputs:
+    if op_name not in ("Gather", "Concat", "Cast", "Squeeze", "Mul", "Add", "Sub", "Div", "Unsqueeze", "Range",
+                       "Equal") or not inputs:
         return None
     values = [_shape_values(x) if x is not None else None for x in inputs]
     if op_name == "Range":
         return _symbolic_range(inputs, values)
+    if op_name == "Equal":
+        return _symbolic_equal(inputs, values)
     if values[0] is None or not any(isinstance(x, (relax.ShapeExpr, _ShapeValue)) or _is_int_prim(x)
                                     for x in inputs[:2]):
         return None  # static values are TVM's own business (its constant folding)

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -85,8 +86,10 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     from byoc.pipeline.frontend.prepare.contrib_ops import CONTRIB_OPS
     from byoc.pipeline.frontend.prepare.control_flow import unroll_control_flow
     from byoc.pipeline.frontend.prepare.explicit_pads import explicit_pads
+    from byoc.pipeline.frontend.prepare.function_ops import expand_function_ops
     from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
     from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
+    from byoc.pipeline.frontend.prepare.standard_ops import STANDARD_OPS
     from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
 
     check_quantization(model)
@@ -96,13 +99,17 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     widened, widened_fate = compute_in_float32(user)
     added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
     # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
-    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS})
+    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS, **STANDARD_OPS})
     # Keras exports' "same" padding as pads where it is known: TVM's importer works it out with int() on sizes.
     source = explicit_pads(source)
     # Loops and Scans whose trip counts are constants already unroll before folding, which then folds their
     # iteration numbers; the rest get their turn after it (_unrolled).
     source, unrolled_from = unroll_control_flow(source)
-    quantized_from.update({name: quantized_from.get(node, node) for name, node in unrolled_from.items()})
+    # ONNX ops TVM lacks that ONNX defines by a function (SoftmaxCrossEntropyLoss, opset 23's Attention): inlined.
+    source, expanded_from = expand_function_ops(source)
+    source = _constants_as_tensors(source)
+    for made in (unrolled_from, expanded_from):
+        quantized_from.update({name: quantized_from.get(node, node) for name, node in made.items()})
     source, gathered_from = gathered_before_dequantize(source)
     quantized_from.update({name: quantized_from.get(node, node) for name, node in gathered_from.items()})
     # Integer weights stay integer through folding: a vendor takes DQ(w) -> Conv as an int8 conv.
@@ -147,6 +154,31 @@ def prepare(model: onnx.ModelProto) -> Prepared:
                                                          widened_fate)
         return Prepared(prepared, origin, fate, tool, unfolded)
     raise failure
+
+
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                   "value_ints": np.int64}
+
+
+def _constants_as_tensors(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with each Constant of its main graph given as ``value_float(s)`` or ``value_int(s)`` (ONNX's
+    functions write them so) given as its ``value`` tensor, the one form TVM's importer reads. ``model`` itself
+    when there is none (no copy)."""
+    def other_form(node: onnx.NodeProto) -> bool:
+        return (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+                and any(a.name in _CONSTANT_FORMS for a in node.attribute))
+
+    if not any(other_form(n) for n in model.graph.node):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for node in out.graph.node:
+        if other_form(node):
+            attr = node.attribute[0]
+            value = np.asarray(onnx.helper.get_attribute_value(attr), _CONSTANT_FORMS[attr.name])
+            del node.attribute[:]
+            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+    return out
 
 
 def _dropouts_as_identity(model: onnx.ModelProto) -> onnx.ModelProto:
