@@ -65,11 +65,30 @@ def _match_casts_hidden(mod):
     from tvm import relax
 
     casts = {}
+    builder = relax.BlockBuilder()
+    main = mod["main"]
+
+    def composite(value) -> bool:
+        return isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar) \
+            and "Composite" in (mod[value.op].attrs or {})
+
+    read_on_host = set(relax.analysis.free_vars(main.body.body))
+    for block in main.body.blocks:
+        for b in block.bindings:
+            if not composite(b.value):
+                read_on_host.update(relax.analysis.free_vars(b.value))
 
     def rebind(binding):
         if not isinstance(binding, relax.MatchCast):
             return binding
         casts[binding.var] = binding
+        shape = getattr(binding.ty, "shape", None)
+        if isinstance(binding.value, relax.Var) and isinstance(shape, relax.ShapeExpr) and binding.var in read_on_host:
+            # ``y = x`` is an alias the merge substitutes away, and a host op reading the cast loses its dims (the
+            # importer casts a broadcast operand, a region's output, to the other operand's dims: the host's
+            # ``where`` then had no shape to be built with). A reshape to the cast's dims keeps them, and is taken
+            # back after the merge. A cast only regions read stays an alias: the region takes it in.
+            return relax.VarBinding(binding.var, builder.normalize(relax.op.reshape(binding.value, shape)))
         return relax.VarBinding(binding.var, binding.value)
 
     return _with_main_bindings(mod, rebind), casts
@@ -127,7 +146,11 @@ def _restored_match_casts(mod, casts):
         original = casts.get(binding.var)
         if original is None:
             return binding
-        return relax.MatchCast(binding.var, binding.value, original.ty, original.span)
+        value = binding.value
+        if isinstance(original.value, relax.Var) and isinstance(value, relax.Call) \
+                and getattr(value.op, "name", "") == "relax.reshape":  # the reshape hiding it
+            value = value.args[0]
+        return relax.MatchCast(binding.var, value, original.ty, original.span)
 
     return _with_main_bindings(mod, rebind)
 
