@@ -4,6 +4,7 @@ checked against onnxruntime running the model as written (with its own loop)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -198,3 +199,25 @@ def test_a_loop_unrolling_into_too_many_nodes_is_refused():
     model = dense_loop([const("M", np.array(100000, dtype=np.int64))], "M", iterations=100000)
     with pytest.raises(UnsupportedAttributeError, match="would unroll into 700000 nodes"):
         compiled(model)
+
+
+# -- what torch's exporters write (tests/exported/make_loop_models.py) -----------------------------
+EXPORTED = Path(__file__).parent / "exported"
+
+
+@pytest.mark.parametrize("name,inputs,ops", [
+    ("scripted_loop.onnx", {"x": (3, 4, 8, 8)}, "relax.nn.conv2d"),  # TorchScript: for i in range(x.size(0))
+    ("dynamo_scan.onnx", {"init": (2, 16), "xs": (5, 2, 16)}, "relax.matmul"),  # torch scan, dynamo exporter
+])
+def test_loops_torch_exports_write_offload_their_bodies_to_dnnl(name, inputs, ops):
+    model = onnx.load(EXPORTED / name)
+    artifact = compiled(model)
+    assert [p.vendor for p in artifact.plan.partitions] == ["dnnl"] and not artifact.plan.host_ops
+    assert ops in artifact.plan.partitions[0].ops
+    assert_matches(artifact, model, {k: RNG.standard_normal(s).astype(np.float32) for k, s in inputs.items()})
+
+
+def test_a_torch_while_loop_is_refused_by_node_name():
+    # dynamo's while_loop: no trip count, a condition computed from an input.
+    with pytest.raises(UnsupportedAttributeError, match="Loop node .*no trip count"):
+        compiled(onnx.load(EXPORTED / "dynamo_while.onnx"))
