@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import onnx
+import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
@@ -114,6 +115,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name == "Where" and (sym := where_of_a_constant_condition(inputs)) is not None:
             pass
+        elif op_name == "NonMaxSuppression":
+            inputs, sym = _nms_parameters(inputs, node), None
         else:
             for expand in without_implied_broadcasts(op_name, inputs, self.bb):
                 if (owner := self._owner.get(expand)) is not None:
@@ -476,6 +479,29 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
         return
     target = [1 if k in axes else d for k, d in enumerate(dims)]
     inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
+
+
+def _nms_parameters(inputs, node: OnnxNode):
+    """NonMaxSuppression's inputs for TVM's converter, which reads its three limits as constants and takes a
+    default (0 boxes: an empty result) for any that is not: such a limit is refused by name instead. Its IoU
+    threshold is the next float32 above the model's, because TVM suppresses a box whose IoU equals the
+    threshold, where ONNX keeps it (it suppresses above the threshold only)."""
+    import numpy as np
+
+    from byoc.errors import UnsupportedAttributeError
+
+    names = {2: "max_output_boxes_per_class", 3: "iou_threshold", 4: "score_threshold"}
+    inputs = list(inputs)
+    for index, name in names.items():
+        if index < len(inputs) and inputs[index] is not None \
+                and not isinstance(inputs[index], tvm.ir.expr.Constant):
+            raise UnsupportedAttributeError(
+                f"NonMaxSuppression node {node.name!r}: its {name} is computed at run time; byoc computes "
+                "NonMaxSuppression with constant limits only (give them as initializers)")
+    if len(inputs) > 3 and inputs[3] is not None:
+        threshold = np.float32(inputs[3].value.numpy().reshape(-1)[0])
+        inputs[3] = relax.const(np.nextafter(threshold, np.float32(np.inf)), "float32")
+    return inputs
 
 
 def _constant_pad(inputs, attrs, opset):
