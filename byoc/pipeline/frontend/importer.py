@@ -135,6 +135,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             _squeezed_dims_are_one(inputs, attrs, self.bb)
         if sym is None and op_name == "Resize":
             _resize_to_spatial_sizes(inputs)
+        if sym is None and op_name == "Expand":
+            _expand_target_broadcast(inputs, self.bb)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
         self._owner[sym] = node
@@ -565,6 +567,34 @@ def _gather_as_slice(inputs, attrs):
         return None  # out of range (TVM's converter reports it) or not one slice
     sliced = relax.op.strided_slice(data, [axis], [first], [first + positions.size], assume_inbound=True)
     return relax.op.squeeze(sliced, [axis]) if const_array(index).ndim == 0 else sliced
+
+
+def _expand_target_broadcast(inputs, bb) -> None:
+    """An Expand to a shape computed at run time reads, in place of that shape, the shape it broadcasts to.
+
+    ONNX's Expand broadcasts both ways: a 1 in the shape keeps the input's dim (``[3, 1]`` expanded by
+    ``[2, 1, 6]`` is ``[2, 3, 6]``). TVM's converter honours that for a constant shape, but takes a run-time
+    shape as the result's shape, a silently wrong ``[2, 1, 6]``. So the shape becomes, dim by dim, the
+    input's dim where the shape says 1, right-aligned, as the input's dims are known when the model runs.
+    """
+    import numpy as np
+
+    data, shape = inputs[0], inputs[1]
+    data_ty, shape_ty = getattr(data, "ty", None), getattr(shape, "ty", None)
+    if isinstance(shape, (relax.ShapeExpr, tvm.ir.expr.Constant)) or not isinstance(data_ty, relax.TensorType) \
+            or not isinstance(shape_ty, relax.TensorType) or data_ty.ndim < 0 \
+            or not isinstance(shape_ty.shape, relax.ShapeExpr) or len(shape_ty.shape.values) != 1 \
+            or not isinstance(shape_ty.shape.values[0], tvm.tirx.IntImm):
+        return
+    length, rank = int(shape_ty.shape.values[0]), data_ty.ndim
+    dims = bb.emit(relax.op.astype(relax.op.shape_to_tensor(relax.op.shape_of(data)), "int64"))
+    if length > rank:
+        dims = bb.emit(relax.op.concat([relax.const(np.ones(length - rank), "int64"), dims]))
+    elif rank > length:
+        shape = bb.emit(relax.op.concat([relax.const(np.ones(rank - length), "int64"),
+                                         relax.op.astype(shape, "int64")]))
+    one = relax.const(1, "int64")
+    inputs[1] = bb.emit(relax.op.where(relax.op.equal(shape, one), dims, shape))
 
 
 def _resize_to_spatial_sizes(inputs) -> None:

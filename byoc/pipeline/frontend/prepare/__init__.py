@@ -89,7 +89,7 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     from byoc.pipeline.frontend.prepare.function_ops import expand_function_ops
     from byoc.pipeline.frontend.prepare.node_rewrite import rewrite_nodes
     from byoc.pipeline.frontend.prepare.qoperators import QOPERATOR_OPS, check_quantization
-    from byoc.pipeline.frontend.prepare.standard_ops import STANDARD_OPS
+    from byoc.pipeline.frontend.prepare.standard_ops import standard_rewrites
     from byoc.pipeline.frontend.prepare.strided_views import as_strided_reshapes
 
     check_quantization(model)
@@ -99,7 +99,8 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     widened, widened_fate = compute_in_float32(user)
     added = {n.name for n in widened.graph.node} - {n.name for n in user.graph.node}
     # QOperator nodes and onnxruntime's contrib ops become the standard ops that compute the same.
-    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS, **STANDARD_OPS})
+    source, quantized_from = rewrite_nodes(widened, {**QOPERATOR_OPS, **CONTRIB_OPS,
+                                                     **standard_rewrites(widened.graph)})
     # Keras exports' "same" padding as pads where it is known: TVM's importer works it out with int() on sizes.
     source = explicit_pads(source)
     # Loops and Scans whose trip counts are constants already unroll before folding, which then folds their

@@ -237,8 +237,9 @@ class NodeRewrite:
         return self.cast(x, TensorProto.FLOAT, suffix)
 
 
-#: (domain, op type) -> the function that writes one node's replacement
-Rewrites = dict[tuple[str, str], Callable[[NodeRewrite], None]]
+#: (domain, op type) -> the function that writes one node's replacement; one that returns False leaves the node
+#: as it is (a form TVM's importer converts right)
+Rewrites = dict[tuple[str, str], Callable[[NodeRewrite], Optional[bool]]]
 
 
 def node_key(node: onnx.NodeProto) -> tuple[str, str]:
@@ -276,7 +277,9 @@ def rewrite_nodes(model: onnx.ModelProto, table: Rewrites) -> tuple[onnx.ModelPr
             nodes.append(node)
             continue
         unit = NodeRewrite(node, constants, opset, shapes, readers)
-        rewrite(unit)
+        if rewrite(unit) is False:
+            nodes.append(node)
+            continue
         nodes.extend(unit.nodes)
         initializers.extend(unit.initializers)
         retyped |= unit.retyped

@@ -1,17 +1,36 @@
-"""ONNX ops TVM's importer lacks and ONNX defines by no function, written as ops it converts (one entry each).
+"""ONNX ops and attributes TVM's importer lacks or silently ignores, written as ops it converts right (one entry
+per op).
 
 Ops ONNX defines by a function are inlined as that function instead
-(:mod:`~byoc.pipeline.frontend.prepare.function_ops`); this table holds the
-ones whose definition is prose only. The entries go through
-:func:`~byoc.pipeline.frontend.prepare.node_rewrite.rewrite_nodes`, as the
-contrib ops do.
+(:mod:`~byoc.pipeline.frontend.prepare.function_ops`); this table holds ops whose definition is prose only, and
+attributes TVM's converters read past, giving a wrong answer without an error:
+
+* LpNormalization (TVM has none);
+* IsInf with ``detect_negative`` or ``detect_positive`` 0 (TVM flags both infinities);
+* SpaceToDepth in ``mode="CRD"`` (opset 28; TVM computes DCR);
+* ConvTranspose with ``output_shape`` (TVM ignores it): explicit pads and output padding instead, as ONNX
+  works them out;
+* BatchNormalization with ``training_mode=1`` is refused by name (TVM computes the inference form).
+
+Each entry says which nodes it applies to; :func:`standard_rewrites` gives the entries a graph needs, so a model
+with none of these forms is not copied. The entries go through
+:func:`~byoc.pipeline.frontend.prepare.node_rewrite.rewrite_nodes`, as the contrib ops do.
 """
 
 from __future__ import annotations
 
-from byoc.pipeline.frontend.prepare.node_rewrite import NodeRewrite, Rewrites
+from typing import Callable
 
-__all__ = ["STANDARD_OPS"]
+import onnx
+from onnx import helper
+
+from byoc.pipeline.frontend.prepare.node_rewrite import NodeRewrite, Rewrites, node_key
+
+__all__ = ["standard_rewrites"]
+
+
+def _attr(node: onnx.NodeProto, name: str, default=None):
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
 def _lp_normalization(u: NodeRewrite) -> None:
@@ -25,6 +44,82 @@ def _lp_normalization(u: NodeRewrite) -> None:
     u.add("Div", [u.input(0), safe], "normalized", output=u.output(0))
 
 
-STANDARD_OPS: Rewrites = {
-    ("", "LpNormalization"): _lp_normalization,
+def _is_inf(u: NodeRewrite) -> None:
+    """IsInf of one sign: IsInf(x) and x > -x (x < -x): the sign test in x's own type."""
+    x, negative, positive = u.input(0), u.attr("detect_negative", 1), u.attr("detect_positive", 1)
+    infinite = u.add("IsInf", [x], "infinite")
+    if not negative and not positive:
+        u.add("And", [infinite, u.add("Not", [infinite], "finite")], "none", output=u.output(0))
+        return
+    sign = u.add("Greater" if positive else "Less", [x, u.add("Neg", [x], "negated")], "signed")
+    u.add("And", [infinite, sign], "of_sign", output=u.output(0))
+
+
+def _space_to_depth_crd(u: NodeRewrite) -> None:
+    """SpaceToDepth, mode CRD: channel c's b x b block in place (c * b * b + i * b + j), as Reshape, Transpose,
+    Reshape."""
+    shape, b = u.shapes.get(u.input(0)), int(u.attr("blocksize"))
+    if shape is None or len(shape) != 4 or any(not isinstance(d, int) for d in shape[1:]):
+        raise u.refuse("mode=CRD over a channel count or spatial size not known when the model is compiled",
+                       "give the model static input shapes (dims=)")
+    _, c, h, w = shape
+    blocks = u.add("Reshape", [u.input(0), u.ints("blocks", [0, c, h // b, b, w // b, b])], "blocked")
+    moved = u.add("Transpose", [blocks], "moved", perm=[0, 1, 3, 5, 2, 4])
+    u.add("Reshape", [moved, u.ints("depth", [0, c * b * b, h // b, w // b])], "depth", output=u.output(0))
+
+
+def _conv_transpose_output_shape(u: NodeRewrite) -> None:
+    """ConvTranspose with ``output_shape``: the pads ONNX works out from it, a negative end pad as output padding."""
+    x_shape, w_shape = u.shapes.get(u.input(0)), None
+    if u.input(1) in u.constants:
+        w_shape = list(u.constants[u.input(1)].shape)
+    elif u.shapes.get(u.input(1)) is not None:
+        w_shape = u.shapes[u.input(1)]
+    if x_shape is None or w_shape is None or any(not isinstance(d, int) for d in x_shape[2:] + w_shape[2:]):
+        raise u.refuse("output_shape over sizes not known when the model is compiled",
+                       "give the model static input shapes (dims=), or pads instead of output_shape")
+    n = len(x_shape) - 2
+    out = list(u.attr("output_shape"))[-n:]
+    kernel = list(u.attr("kernel_shape", w_shape[2:]))
+    strides, dilations = list(u.attr("strides", [1] * n)), list(u.attr("dilations", [1] * n))
+    output_padding = list(u.attr("output_padding", [0] * n))
+    upper = u.attr("auto_pad", b"NOTSET") in (b"SAME_UPPER", "SAME_UPPER")
+    begin, end = [], []
+    for i in range(n):
+        total = strides[i] * (x_shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1 - out[i]
+        first, second = (total // 2, total - total // 2) if upper else (total - total // 2, total // 2)
+        if first < 0:
+            raise u.refuse(f"output_shape {out} (a negative start padding along axis {2 + i})",
+                           "give pads instead of output_shape")
+        if second < 0:  # the output reaches past the full result: output padding, as ONNX's reference pads it
+            output_padding[i] -= second
+            second = 0
+        begin.append(first)
+        end.append(second)
+    attrs = u.plain_attrs(drop=("output_shape", "auto_pad", "pads", "output_padding"))
+    u.add("ConvTranspose", [name for name in u.node.input], "conv_transpose", output=u.output(0),
+          pads=begin + end, output_padding=output_padding, **attrs)
+
+
+def _batch_norm_training(u: NodeRewrite) -> None:
+    raise u.refuse_attr("training_mode", "training_mode=0 (inference)")
+
+
+#: (domain, op type) -> (which of its nodes need the entry, the rewrite)
+_ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable[[NodeRewrite], None]]] = {
+    ("", "LpNormalization"): (lambda node: True, _lp_normalization),
+    ("", "IsInf"): (lambda node: not (_attr(node, "detect_negative", 1) and _attr(node, "detect_positive", 1)),
+                    _is_inf),
+    ("", "SpaceToDepth"): (lambda node: _attr(node, "mode", b"DCR") in (b"CRD", "CRD"), _space_to_depth_crd),
+    ("", "ConvTranspose"): (lambda node: _attr(node, "output_shape") is not None, _conv_transpose_output_shape),
+    ("", "BatchNormalization"): (lambda node: bool(_attr(node, "training_mode", 0)), _batch_norm_training),
 }
+
+
+def standard_rewrites(graph: onnx.GraphProto) -> Rewrites:
+    """The entries ``graph``'s nodes need, each leaving the nodes of its op it does not apply to as they are."""
+    def only_where(applies, rewrite):
+        return lambda u: rewrite(u) if applies(u.node) else False
+
+    keys = {node_key(n) for n in graph.node if node_key(n) in _ENTRIES and _ENTRIES[node_key(n)][0](n)}
+    return {key: only_where(*_ENTRIES[key]) for key in keys}
