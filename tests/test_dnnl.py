@@ -318,9 +318,9 @@ def test_rejects_elementwise_broadcasting_both_sides():
     assert "broadcasts the second operand only" in _reason(m, "relax.add")
 
 
-def test_rejects_avg_pool_ceil_mode():
+def test_rejects_avg_pool_ceil_mode_counting_padding_it_extends():
     m = single_op("AveragePool", {"x": [1, 2, 7, 7]}, [1, 2, 4, 4],
-                  {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1})
+                  {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1, "count_include_pad": 1})
     assert "ceil_mode=1" in _reason(m, "relax.nn.avg_pool2d")
 
 

@@ -176,7 +176,44 @@ def mask(form: str, mask_dim: str = "seq") -> onnx.ModelProto:
     return g.model(f"mask_{form}", inputs, [tensor("y", ["batch", 1, "seq", "seq"])], 17, "pytorch")
 
 
+def disentangled(layers: int = 2) -> onnx.ModelProto:
+    """DeBERTa-v2's disentangled attention as the legacy exporter writes it, ``layers`` times: queries scaled by
+    ``Sqrt(Cast(head size, float) * 3)`` (a dim cast to float), position keys ``Tile``d to the queries' batch by a
+    count computed from their shape (a dim defined by a cast the host's Tile reads only through its dims, in every
+    layer under one name), multiplied by the queries (batch dims ``b * h`` and the Tile's, which no analysis
+    relates), and the content-to-position scores gathered by relative position (``GatherElements``)."""
+    g = _Graph()
+    rng = np.random.default_rng(1)
+    positions = g.init("rel_embeddings", rng.standard_normal((1, 8, D)).astype(np.float32))
+    x = "x"
+    for layer in range(layers):
+        scope = f"/layer.{layer}"
+        head = g.dim(x, 2, scope)
+        scale = g.op("Sqrt", [g.op("Mul", [g.op("Cast", [head], scope, to=TensorProto.FLOAT), g.const(3.0, scope)],
+                                   scope)], scope)
+        q = g.op("Div", [x, scale], scope)                                               # [b, s, D]
+        repeats = g.op("Concat", [g.unsqueeze(g.op("Div", [g.dim(q, 0, scope), g.dim(positions, 0, scope)], scope),
+                                              0, scope), g.const([1, 1], scope)], scope, axis=0)
+        keys = g.op("Tile", [positions, repeats], scope)                                 # [b, 8, D]
+        c2p = g.op("MatMul", [q, g.op("Transpose", [keys], scope, perm=[0, 2, 1])], scope)  # [b, s, 8]
+        seq = g.dim(x, 1, scope)
+        rel = g.op("Sub", [g.unsqueeze(g.op("Range", [g.const(0, scope), seq, g.const(1, scope)], scope), 0, scope),
+                           g.unsqueeze(g.op("Range", [g.const(0, scope), seq, g.const(1, scope)], scope), 1, scope)],
+                   scope)
+        index = g.op("Clip", [g.op("Add", [rel, g.const(4, scope)], scope), g.const(0, scope), g.const(7, scope)],
+                     scope)                                                              # [s, s] in 0..7
+        shape = g.op("Concat", [g.unsqueeze(g.dim(q, 0, scope), 0, scope), g.unsqueeze(seq, 0, scope),
+                                g.unsqueeze(seq, 0, scope)], scope, axis=0)
+        gathered = g.op("GatherElements", [c2p, g.op("Expand", [g.unsqueeze(index, 0, scope), shape], scope)],
+                        scope, axis=-1)                                                  # [b, s, s]
+        x = g.op("MatMul", [g.op("Softmax", [gathered], scope, axis=-1), q], scope)
+    g.op("Identity", [x], outputs=["y"])
+    return g.model("disentangled", [tensor("x", ["batch", "seq", D])], [tensor("y", ["batch", "seq", D])], 17,
+                   "pytorch")
+
+
 FORMS = {
+    "deberta_disentangled": disentangled,
     "t5_buckets_bidirectional": lambda: t5_buckets(bidirectional=True, past=False),
     "t5_buckets_bidirectional_past": lambda: t5_buckets(bidirectional=True, past=True),
     "t5_buckets_causal_past": lambda: t5_buckets(bidirectional=False, past=True),

@@ -131,6 +131,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             _agree_on_concat_dims(inputs, attrs.get("axis", 0), self.bb)
         if sym is None and op_name in _MULTIDIRECTIONAL:
             _agree_on_broadcast_dims(inputs, self.bb)
+        if sym is None and op_name == "MatMul":
+            _agree_on_broadcast_dims(inputs, self.bb, matrices=True)
         if sym is None and op_name == "Squeeze":
             _squeezed_dims_are_one(inputs, attrs, self.bb)
         if sym is None and op_name == "Resize":
@@ -386,13 +388,18 @@ def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
     for i, x in enumerate(inputs):  # wrapped for shape arithmetic that did not apply: TVM takes the tensor
         if isinstance(x, _ShapeValue):
             inputs[i] = bb.normalize(relax.op.shape_to_tensor(x.shape))
-    if op_name not in _ELEMENTWISE:
-        return
     symbolic = [i for i, x in enumerate(inputs) if isinstance(x, relax.ShapeExpr) or _is_int_prim(x)]
-    computed = any(isinstance(x, relax.Expr) and not isinstance(x, relax.ShapeExpr) and not is_tensor_const(x)
-                   and isinstance(bb.normalize(x).ty, relax.TensorType) for x in inputs if x is not None)
-    if not symbolic or not computed:
+    if op_name in ("Cast", "CastLike"):
+        # A symbolic int cast to a float (DeBERTa's sqrt(float(head_size) * scale)): TVM makes it a float TIR
+        # expression, which no op after it takes; the cast of an int64 tensor is a float tensor.
+        symbolic = symbolic[:1] if symbolic[:1] == [0] else []
+    elif op_name not in _ELEMENTWISE:
         return
+    else:
+        computed = any(isinstance(x, relax.Expr) and not isinstance(x, relax.ShapeExpr) and not is_tensor_const(x)
+                       and isinstance(bb.normalize(x).ty, relax.TensorType) for x in inputs if x is not None)
+        if not computed:
+            return
     for i in symbolic:
         value = inputs[i]
         if isinstance(value, relax.ShapeExpr):
@@ -425,7 +432,7 @@ def _agree_on_concat_dims(inputs, axis: int, bb) -> None:
         inputs[i] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
 
 
-def _agree_on_broadcast_dims(inputs, bb) -> None:
+def _agree_on_broadcast_dims(inputs, bb, matrices: bool = False) -> None:
     """In place: the operands of a broadcasting op (``Add``, ``Where``, ``Less`` ...) whose symbolic dims on one
     axis TVM can neither prove equal nor 1 are cast to the first operand's dim there (``match_cast``, checked when
     the model runs). TVM gives up the result's shape for such an axis, and a result without a shape can be neither
@@ -436,7 +443,10 @@ def _agree_on_broadcast_dims(inputs, bb) -> None:
     ``dynamic_axes`` given as lists name each input's dims apart) meets them in its mask's ``Where`` over the
     position bias. A dim of 1 still broadcasts; a symbolic dim that is 1 only when the model runs does not (TVM's
     kernels index both operands' axis alike), and such a call is refused. A static dim against a symbolic one is
-    left to TVM: there the symbolic one being 1 is how a model broadcasts, and the import is refused instead."""
+    left to TVM: there the symbolic one being 1 is how a model broadcasts, and the import is refused instead.
+    With ``matrices`` (MatMul) only the batch axes broadcast, the last two are the matrices': DeBERTa's
+    disentangled attention multiplies queries of batch ``b * h`` by position keys repeated to ``b * h`` by a
+    computed count."""
     from tvm import tirx
     from tvm.sym.analyzer import Analyzer
 
@@ -444,7 +454,10 @@ def _agree_on_broadcast_dims(inputs, bb) -> None:
              and isinstance(getattr(x, "ty", None), relax.TensorType)]
     if len(typed) < 2 or any(ty.shape is None for _, ty in typed):
         return
-    rank = max(len(ty.shape.values) for _, ty in typed)
+    kept = 2 if matrices else 0  # trailing axes that do not broadcast
+    if matrices and any(len(ty.shape.values) < 3 for _, ty in typed):
+        return
+    rank = max(len(ty.shape.values) for _, ty in typed) - kept
     analyzer = Analyzer()
 
     def is_one(dim) -> bool:
@@ -452,15 +465,16 @@ def _agree_on_broadcast_dims(inputs, bb) -> None:
 
     targets = []
     for axis in range(rank):
-        sizes = [ty.shape.values[axis - rank + len(ty.shape.values)] for _, ty in typed
-                 if axis - rank + len(ty.shape.values) >= 0]
+        sizes = [ty.shape.values[axis - rank + len(ty.shape.values) - kept] for _, ty in typed
+                 if axis - rank + len(ty.shape.values) - kept >= 0]
         sizes = [d for d in sizes if not is_one(d)]
         static = any(isinstance(d, tirx.IntImm) for d in sizes)
         targets.append(sizes[0] if sizes and not static else None)
     for i, ty in typed:
         dims = list(ty.shape.values)
+        batch = dims[:len(dims) - kept]
         cast = [d if is_one(d) or target is None or analyzer.can_prove_equal(d, target) else target
-                for d, target in zip(dims, targets[rank - len(dims):])]
+                for d, target in zip(batch, targets[rank - len(batch):])] + dims[len(dims) - kept:]
         if any(c is not d for c, d in zip(cast, dims)):
             inputs[i] = bb.match_cast(inputs[i], relax.TensorType(cast, ty.dtype))
 

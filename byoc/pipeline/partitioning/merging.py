@@ -38,19 +38,84 @@ def merge_regions(mod):
     kept, ret_ty = _casts_kept(hidden, casts)
     merged = MergeCompositeFunctions()(kept)
     merged = merge_siblings(_restored_match_casts(_result_restored(merged, ret_ty), casts))
-    return inline_shape_arguments(merged, "Codegen")  # TVM passes a shape per composite that took one
+    return inline_shape_arguments(_ordered_by_dims(merged), "Codegen")  # TVM passes a shape per composite that took one
 
 
-def _with_main_bindings(mod, rebind):
-    """``mod`` whose ``main`` has each binding ``b`` replaced by ``rebind(b)``; ``mod`` itself if none changes."""
+def _ordered_by_dims(mod):
+    """``mod`` whose ``main`` computes each binding after the casts that define the dims its type names.
+
+    A binding may read a dim without reading the variable whose cast defines it: a host Tile's result is sized
+    by a shape computed in a region, and TVM's merge, seeing no variable between them, put the region's call
+    after the Tile. The bindings of each dataflow block are put in an order that respects both kinds of
+    dependence, as near their order as it allows (a stable topological sort). ``mod`` itself when the order
+    holds already.
+    """
+    import heapq
+
     import tvm
     from tvm import relax
 
     main = mod["main"]
     blocks, changed = [], False
     for block in main.body.blocks:
-        bindings = [rebind(b) for b in block.bindings]
-        changed |= any(not new.same_as(old) for new, old in zip(bindings, block.bindings))
+        bindings = list(block.bindings)
+        if not isinstance(block, relax.DataflowBlock):
+            blocks.append(block)
+            continue
+        position = {b.var: n for n, b in enumerate(bindings)}
+        defines = {}
+        for n, b in enumerate(bindings):
+            if isinstance(b, relax.MatchCast):
+                for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
+                    defines.setdefault(dim, n)  # by object: dims of one name hint may be different variables
+        needs = []
+        for n, b in enumerate(bindings):
+            deps = {position[v] for v in relax.analysis.free_vars(b.value) if v in position}
+            deps |= {defines[d] for d in relax.analysis.tir_vars_in_type(b.var.ty) if d in defines and defines[d] != n}
+            needs.append(deps)
+        readers: dict = {}
+        for n, deps in enumerate(needs):
+            for d in deps:
+                readers.setdefault(d, []).append(n)
+        waiting = [len(deps) for deps in needs]
+        ready = [n for n, w in enumerate(waiting) if w == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            n = heapq.heappop(ready)
+            order.append(n)
+            for r in readers.get(n, []):
+                waiting[r] -= 1
+                if waiting[r] == 0:
+                    heapq.heappush(ready, r)
+        if len(order) != len(bindings) or order == sorted(order):
+            blocks.append(block)  # a cycle (no order would hold) or the order holds: as it was
+            continue
+        changed = True
+        blocks.append(relax.DataflowBlock([bindings[n] for n in order], block.span))
+    if not changed:
+        return mod
+    functions = dict(mod.functions_items())
+    functions[mod.get_global_var("main")] = relax.Function(
+        main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs, main.span)
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def _with_main_bindings(mod, rebind):
+    """``mod`` whose ``main`` has each binding ``b`` replaced by ``rebind(b)`` (a binding, or a list of bindings);
+    ``mod`` itself if none changes."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
+    blocks, changed = [], False
+    for block in main.body.blocks:
+        bindings = []
+        for b in block.bindings:  # ``rebind`` gives one binding, or a list of them
+            new = rebind(b)
+            bindings += new if isinstance(new, list) else [new]
+        changed |= len(bindings) != len(block.bindings) or any(
+            not new.same_as(old) for new, old in zip(bindings, block.bindings))
         blocks.append(type(block)(bindings, block.span))
     if not changed:
         return mod
@@ -152,7 +217,18 @@ def _restored_match_casts(mod, casts):
             value = value.args[0]
         return relax.MatchCast(binding.var, value, original.ty, original.span)
 
-    return _with_main_bindings(mod, rebind)
+    mod = _with_main_bindings(mod, rebind)
+    # A cast of a variable nobody reads (a computed shape whose dims a host Tile's result has) was an alias the
+    # merge substituted away: it comes back right after the binding of what it casts, defining its dims again.
+    main = mod["main"]
+    bound = {b.var for block in main.body.blocks for b in block.bindings}
+    lost = {}
+    for var, cast in casts.items():
+        if var not in bound and isinstance(cast.value, relax.Var) and cast.value in bound:
+            lost.setdefault(cast.value, []).append(cast)
+    if not lost:
+        return mod
+    return _with_main_bindings(mod, lambda b: [b, *lost.get(b.var, [])])
 
 
 def _scalar_vars_as_expressions(mod):

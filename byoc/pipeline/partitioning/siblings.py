@@ -75,14 +75,14 @@ def _sibling_pair(mod, bindings) -> Optional[tuple[int, int]]:
     from tvm import relax
 
     position = {b.var: n for n, b in enumerate(bindings)}
-    defined_at: dict[str, int] = {}  # symbolic dim -> the match_cast binding that defines it
+    defined_at: dict = {}  # symbolic dim (by object: one name hint may be several dims) -> the cast defining it
     calls: dict[int, str] = {}
     # after[n]: the calls binding n depends on, directly or through other bindings (a bit per call index);
     # a binding whose type names a dim depends on the cast that defines it (a Range's length, a computed shape)
     after: list[int] = []
     for n, b in enumerate(bindings):
         reach = 0
-        dims = {str(v) for v in relax.analysis.tir_vars_in_type(b.var.ty)}
+        dims = relax.analysis.tir_vars_in_type(b.var.ty)
         sources = [position.get(v) for v in relax.analysis.free_vars(b.value)]
         sources += [defined_at.get(d) for d in dims]
         for d in sources:
@@ -91,7 +91,7 @@ def _sibling_pair(mod, bindings) -> Optional[tuple[int, int]]:
         after.append(reach)
         if isinstance(b, relax.MatchCast):
             for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
-                defined_at.setdefault(str(dim), n)
+                defined_at.setdefault(dim, n)
         vendor = _codegen_call(mod, b)
         if vendor is not None:
             calls[n] = vendor
