@@ -568,6 +568,36 @@ def _avg_pool_window(match: Match):
     return SUPPORTED
 
 
+def _where_mask(match: Match):
+    """a bool mask computed at run time, float32 operands and result (byoc's Select kernel)."""
+    call = match.op
+    cond, *operands = call.inputs
+    if cond.dtype != "bool":
+        return f"a {cond.dtype} condition (bool only)"
+    if cond.kind == "const":
+        return "a constant condition (the dnnl runtime holds float32 constants only)"
+    for t in (*operands, call.output):
+        if t.dtype != "float32":
+            return f"{t.dtype} operands (float32 only)"
+    return SUPPORTED
+
+
+def _gather_elements_index(match: Match):
+    """float32 data, an int64 index (a constant one below 2**24, which float32 holds exactly: byoc's GatherElements
+    kernel)."""
+    from byoc.codegens.dnnl.gather import EXACT_IN_FLOAT32
+
+    call = match.op
+    data, index = call.inputs
+    if data.dtype != "float32" or call.output.dtype != "float32":
+        return f"{data.dtype} data (float32 only)"
+    if index.dtype != "int64":
+        return f"a {index.dtype} index (int64 only)"
+    if index.kind == "const" and (index.data is None or np.abs(index.data).max(initial=0) >= EXACT_IN_FLOAT32):
+        return "a constant index of values float32 does not hold exactly"
+    return SUPPORTED
+
+
 def _lrn(match: Match):
     """4-D NCHW input, an odd window over channels, scalar constants."""
     shape = match.tensor("x").shape
@@ -906,6 +936,11 @@ _RULES = (
     OpRule("cos", "relax.cos", _base),
     # where(isnan(x), c, x), the guard transformers' exports write after each softmax: one byoc kernel (nan_guard.py)
     PatternRule("nan_to", _nan_guard_pattern, all_of(known_ranks(MAX_RANK), _non_empty, _nan_guard)),
+    # Glue inside a layer (after nan_to, which takes a NaN guard's where whole): a mask computed from the input's
+    # (DeBERTa's, T5's), relative positions gathered.
+    OpRule("where", "relax.where", all_of(known_ranks(MAX_RANK), _non_empty, _where_mask)),
+    OpRule("gather_elements", "relax.gather_elements",
+           all_of(known_ranks(MAX_RANK), _non_empty, _gather_elements_index)),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
     # PRelu (MTCNN's and other face models' activation): oneDNN's PReLU primitive
@@ -930,6 +965,9 @@ VENDOR = Vendor(
     description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
                 "and int8 QDQ units)",
     targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
+    # a mask's where and a gather join the layer they sit in; alone (GroupQueryAttention's present outputs,
+    # written after the attention) they are a boundary for no compute
+    joining_rules=("where", "gather_elements"),
 )
 #: The vendor's rules, as it names them ("dnnl.<rule>").
 RULES = VENDOR.rules

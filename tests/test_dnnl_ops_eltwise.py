@@ -365,3 +365,68 @@ def test_a_sigmoid_over_a_blocked_conv_output():
         nodes = [conv, helper.make_node("Sigmoid", ["a"], ["s"], name="sig"), helper.make_node("Add", ["s", "a"], ["y"])]
         m = model(nodes, [tensor("x", [1, 3, 20, 24])], [tensor("y", [1, channels, 20, 24])], inits)
         _compile(m)
+
+
+# -- glue inside a layer: a mask computed from an input, relative positions gathered ----------------------------
+def test_where_over_a_mask_computed_from_an_input_is_a_dnnl_op():
+    """An attention's scores where a padding mask (from the int64 attention_mask input) is set, the float minimum
+    elsewhere: byoc's Select kernel, the mask broadcast from [b, 1, 1, s] to [b, h, s, s]."""
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["scores"], name="qk"),
+             helper.make_node("Unsqueeze", ["attention_mask", "axes"], ["m4"], name="unsqueeze"),
+             helper.make_node("Greater", ["m4", "zero"], ["keep"], name="greater"),
+             helper.make_node("Where", ["keep", "scores", "minimum"], ["masked"], name="where"),
+             helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=-1)]
+    inits = [const("axes", np.array([1, 2], np.int64)), const("zero", np.array(0, np.int64)),
+             const("minimum", np.array(np.finfo(np.float32).min, np.float32))]
+    m = model(nodes, [tensor("q", [2, 3, 5, 8]), tensor("k", [2, 3, 8, 5]),
+                      tensor("attention_mask", [2, 5], TensorProto.INT64)], [tensor("y", [2, 3, 5, 5])], inits)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int64)
+    artifact = _compile(m, host_ops=["relax.expand_dims", "relax.expand_dims", "relax.greater"],
+                        inputs={"q": _f(2, 3, 5, 8), "k": _f(2, 3, 8, 5, seed=6), "attention_mask": mask})
+    assert {"dnnl.matmul", "dnnl.where", "dnnl.softmax"} <= _rules(artifact)
+
+
+@pytest.mark.parametrize("data,index,axis", [([2, 4, 6], [2, 4, 5], -1), ([3, 5], [2, 5], 0), ([2, 3, 4], [2, 2, 4], 1)])
+def test_gather_elements_by_an_index_given_at_run_time(data, index, axis):
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("GatherElements", ["x", "i"], ["g"], name="gather", axis=axis),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]  # a gather joins a partition of other ops
+    m = model(nodes, [tensor("x", data), tensor("i", index, TensorProto.INT64)], [tensor("y", index)])
+    extent = data[axis]
+    i = rng(3).integers(-extent, extent, size=index).astype(np.int64)  # negative ones count from the end
+    # TVM's import counts a negative index from the end on the host (Less, Add, Where of int64)
+    artifact = _compile(m, host_ops=["relax.less", "relax.add", "relax.where"], inputs={"x": _f(*data), "i": i})
+    assert _rules(artifact) == {"dnnl.gather_elements", "dnnl.relu"}
+
+
+def test_gather_elements_of_an_index_outside_the_axis_is_an_error():
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("GatherElements", ["x", "i"], ["g"], name="gather", axis=1),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    m = model(nodes, [tensor("x", [2, 3]), tensor("i", [2, 3], TensorProto.INT64)], [tensor("y", [2, 3])])
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    with pytest.raises(Exception, match="outside the axis of 3"):
+        artifact.run({"x": _f(2, 3), "i": np.array([[0, 1, 2], [3, 0, 0]], np.int64)})
+
+
+def test_gather_elements_by_a_constant_index_is_a_dnnl_op():
+    """DeBERTa's relative positions, a constant for a static length: the index travels as float32."""
+    index = np.clip(np.arange(6)[None, :] - np.arange(6)[:, None] + 3, 0, 5)
+    index = np.broadcast_to(index, (2, 6, 6)).astype(np.int64)
+    nodes = [helper.make_node("GatherElements", ["x", "i"], ["g"], name="gather", axis=-1),
+             helper.make_node("Relu", ["g"], ["y"], name="relu")]
+    m = model(nodes, [tensor("x", [2, 6, 6])], [tensor("y", [2, 6, 6])], [const("i", index)])
+    assert _rules(_compile(m)) == {"dnnl.gather_elements", "dnnl.relu"}
+
+
+def test_a_gather_alone_stays_on_the_host():
+    """A region of glue alone (GroupQueryAttention's present outputs) would be a boundary for no compute."""
+    from onnx import TensorProto
+
+    node = helper.make_node("GatherElements", ["x", "i"], ["y"], name="gather", axis=1)
+    m = model([node], [tensor("x", [2, 3]), tensor("i", [2, 3], TensorProto.INT64)], [tensor("y", [2, 3])])
+    assert "only join a partition of other ops" in _reason(m, "relax.gather_elements")

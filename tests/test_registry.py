@@ -58,6 +58,7 @@ def test_unknown_vendor_names_the_known_ones():
     lambda: Vendor("v", (OpRule("other.relu", "relax.nn.relu"),), CSourceCodegen()),
     lambda: Vendor("v", (OpRule("v.relu", "relax.nn.relu"), OpRule("v.relu", "relax.nn.relu")), CSourceCodegen()),
     lambda: Vendor("v", (), object()),
+    lambda: Vendor("v", (OpRule("v.relu", "relax.nn.relu"),), CSourceCodegen(), joining_rules=("where",)),
 ])
 def test_invalid_vendors_are_refused(bad):
     with pytest.raises(VendorError):

@@ -477,6 +477,10 @@ class Vendor:
     # Target presets (``byoc.deploy.targets``) whose artifacts can run this vendor's
     # modules; empty means every target.
     targets: tuple = ()
+    # Rules (by name) whose ops only join a partition of other ops: glue a kernel runs well inside a partition,
+    # where it saves a cut, but not worth a partition's boundary alone. A region made of their ops only stays on
+    # the host, with that reason.
+    joining_rules: tuple = ()
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name or ""):
@@ -496,6 +500,11 @@ class Vendor:
             seen.add(full)
             named.append(rule if full == rule.name else replace(rule, name=full))
         object.__setattr__(self, "rules", tuple(named))
+        joining = tuple(qualified_rule_name(self.name, r) for r in self.joining_rules)
+        unknown = [r for r in joining if r not in seen]
+        if unknown:
+            raise VendorError(f"vendor {self.name!r}: joining_rules names no rule of it: {', '.join(unknown)}")
+        object.__setattr__(self, "joining_rules", joining)
         check_codegen(self.codegen, self.name)
         if self.declared_options:
             for name, value in self.options.items():

@@ -282,8 +282,10 @@ class ParsedGraph {
       // Constants travel as float32 (an 8-bit weight as its bytes in a float32 constant a quarter as long, which
       // the dnnl runtime reads back: codegens/dnnl/dynamic.py); an executor that has no 8-bit kernels refuses the
       // other dtypes.
-      if (info.dtype != "float32" && !((info.dtype == "uint8" || info.dtype == "int8") && info.kind != Kind::kConst))
-        Fail(where + " has dtype " + info.dtype + " (float32, and uint8/int8 for non-constants, only)");
+      // bool and int64 come in as the masks and indices of glue the dnnl runtime computes (Where, GatherElements).
+      bool other = info.dtype == "uint8" || info.dtype == "int8" || info.dtype == "bool" || info.dtype == "int64";
+      if (info.dtype != "float32" && !(other && info.kind != Kind::kConst))
+        Fail(where + " has dtype " + info.dtype + " (float32, and uint8/int8/bool/int64 for non-constants, only)");
       info.dims = AsArray(Field(t, "shape", where), where + " shape");
       if (info.dims.size() > kMaxRank) Fail(where + " has rank above " + std::to_string(kMaxRank));
       bool sized = true;

@@ -278,6 +278,15 @@ class GraphModuleObj : public ModuleObj {
   }
 
  private:
+  // The DLPack type of a graph dtype (graph.h takes these five).
+  static DLDataType DLTypeOf(const std::string& dtype) {
+    if (dtype == "float32") return {kDLFloat, 32, 1};
+    if (dtype == "uint8") return {kDLUInt, 8, 1};
+    if (dtype == "bool") return {kDLBool, 8, 1};
+    if (dtype == "int64") return {kDLInt, 64, 1};
+    return {kDLInt, 8, 1};
+  }
+
   // Checked on every call, so nothing here allocates unless it fails.
   float* Arg(const PackedArgs& args, int i, const TensorInfo& t) const {
     auto where = [&]() { return symbol_ + ": argument " + std::to_string(i); };
@@ -285,9 +294,8 @@ class GraphModuleObj : public ModuleObj {
     if (!dl.has_value()) TVM_FFI_THROW(TypeError) << where() << " is not a tensor";
     const DLTensor* x = *dl;
     if (x->device.device_type != kDLCPU) TVM_FFI_THROW(ValueError) << where() << " is not on the CPU";
-    bool float32 = t.dtype == "float32";
-    uint8_t code = float32 ? kDLFloat : t.dtype == "uint8" ? kDLUInt : kDLInt;
-    if (x->dtype.code != code || x->dtype.bits != (float32 ? 32 : 8) || x->dtype.lanes != 1)
+    DLDataType want = DLTypeOf(t.dtype);
+    if (x->dtype.code != want.code || x->dtype.bits != want.bits || x->dtype.lanes != 1)
       TVM_FFI_THROW(TypeError) << where() << " is not " << t.dtype;
     if (static_cast<size_t>(x->ndim) != t.shape.size() || !std::equal(t.shape.begin(), t.shape.end(), x->shape)) {
       std::vector<int64_t> shape(x->shape, x->shape + x->ndim);

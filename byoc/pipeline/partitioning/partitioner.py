@@ -309,22 +309,28 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             merged = annotation.fused
             break
         too_small = []
+        joining = {v.name: set(v.joining_rules) for v in annotation.vendors}
         for _, gvar in _merged_regions(merged):
             func = merged[gvar]
+            vendor = str(func.attrs["Codegen"])
             bindings = [b for b in _region_bindings(func) if b in annotation.decisions]
             if len(bindings) < min_ops:
-                too_small.append((str(func.attrs["Codegen"]), bindings))
+                too_small.append((vendor, bindings, f"below min_ops: its partition would have {len(bindings)} "
+                                                    f"op(s) < {min_ops}"))
+            elif bindings and all(annotation.decisions[b].rule in joining.get(vendor, ()) for b in bindings):
+                rules = ", ".join(sorted({annotation.decisions[b].rule for b in bindings}))
+                too_small.append((vendor, bindings, f"{rules} only join a partition of other ops, and this region "
+                                                    "has none"))
         if not too_small:
             break
         # Demote only the highest-priority vendor's small regions this round:
         # the ops it gives up may let a lower-priority vendor form a region
         # that is large enough.
         priority = [v.name for v in annotation.vendors]
-        first = min(priority.index(vendor) for vendor, _ in too_small)
-        for vendor, bindings in too_small:
+        first = min(priority.index(vendor) for vendor, _, _ in too_small)
+        for vendor, bindings, reason in too_small:
             if priority.index(vendor) != first:
                 continue
-            reason = f"below min_ops: its partition would have {len(bindings)} op(s) < {min_ops}"
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
     plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset)

@@ -310,6 +310,7 @@ class Builder {
                                        const std::vector<int64_t>& xs, const std::vector<int64_t>& ys);
   void Resize(const BodyOp& op, const Attrs& a);
   void StridedSlice(const BodyOp& op, const Attrs& a);
+  void GatherElementsOp(const BodyOp& op, const Attrs& a);
   void Pad(const BodyOp& op, const Attrs& a);
   void Split(const BodyOp& op, const Attrs& a);
   void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);
@@ -337,6 +338,7 @@ class Builder {
   void ByteTableOp(const BodyOp& op, const Attrs& a);
   void PerElementOp(const BodyOp& op);
   void NanToOp(const BodyOp& op);
+  void WhereOp(const BodyOp& op);
   void Prelu(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);
 

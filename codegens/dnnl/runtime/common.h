@@ -148,8 +148,13 @@ inline Desc Strided(const Dims& dims, memory::data_type type, Dims strides) {
 }
 
 // The oneDNN type of a graph tensor (8-bit ones are the int8 units' activations).
+// A bool mask is its bytes (u8); an int64 index, which oneDNN has no type for, is sized as f64 and read only by
+// byoc's own kernels (Where, GatherElements).
 inline memory::data_type DataType(const TensorInfo& t) {
-  return t.dtype == "uint8" ? memory::data_type::u8 : t.dtype == "int8" ? memory::data_type::s8 : memory::data_type::f32;
+  if (t.dtype == "uint8" || t.dtype == "bool") return memory::data_type::u8;
+  if (t.dtype == "int8") return memory::data_type::s8;
+  if (t.dtype == "int64") return memory::data_type::f64;
+  return memory::data_type::f32;
 }
 
 // `shape` with leading 1s up to `rank` (numpy broadcasting).

@@ -67,6 +67,22 @@ void Builder::NanToOp(const BodyOp& op) {
           std::make_shared<NanTo>(static_cast<int64_t>(desc.get_size() / sizeof(float)), value));
 }
 
+// relax.where: byoc's Select kernel over the mask's bytes and the operands in plain layouts, each broadcast
+// (BroadcastStrides) to the output's dims.
+void Builder::WhereOp(const BodyOp& op) {
+  Arity(op, 3);
+  const auto& ys = g_.Shape(op.output);
+  int cond = As(op.inputs[0], Plain(g_.Shape(op.inputs[0]), memory::data_type::u8));
+  int x = As(op.inputs[1], Plain(g_.Shape(op.inputs[1])));
+  int y = As(op.inputs[2], Plain(g_.Shape(op.inputs[2])));
+  Desc out = Plain(ys);
+  auto strides = [&](int id) { return BroadcastStrides(g_.Shape(id), ys); };
+  AddStep(dnnl::primitive(),
+          {{DNNL_ARG_SRC_0, cond, values_[cond].desc}, {DNNL_ARG_SRC_1, x, values_[x].desc},
+           {DNNL_ARG_SRC_2, y, values_[y].desc}, {DNNL_ARG_DST, Define(op.output, out), out}},
+          Desc(), std::make_shared<Select>(ys, strides(op.inputs[0]), strides(op.inputs[1]), strides(op.inputs[2])));
+}
+
 // relax.nn.prelu {axis}: x where x >= 0, slope * x elsewhere, with one slope (a leaky relu) or one per index of
 // `axis` (a constant): oneDNN's PReLU primitive, the slope seen as [1, .., C, .., 1].
 void Builder::Prelu(const BodyOp& op, const Attrs& a) {

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -207,6 +208,107 @@ class NanTo : public Kernel {
  private:
   int64_t count_;
   float value_;
+};
+
+// Strides (in elements) of a plain tensor of dims `in`, read through the `out` dims it broadcasts to (numpy's
+// right-aligned broadcasting): 0 on an axis it has size 1 on, or lacks.
+inline std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<int64_t> strides(out.size(), 0);
+  int64_t stride = 1;
+  for (size_t k = 0; k < in.size(); ++k) {
+    size_t d_in = in.size() - 1 - k, d_out = out.size() - 1 - k;
+    if (in[d_in] != 1) strides[d_out] = stride;
+    stride *= in[d_in];
+  }
+  return strides;
+}
+
+// The offset of row `row` (a multi-index over every axis but the last, in `dims`) through `strides`.
+inline int64_t RowOffset(int64_t row, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  int64_t offset = 0;
+  for (size_t d = dims.size() - 1; d-- > 0;) {
+    offset += (row % dims[d]) * strides[d];
+    row /= dims[d];
+  }
+  return offset;
+}
+
+// relax.where (ONNX Where): x where the bool mask is set, else y, each operand broadcast to the output's dims.
+// Transformers' attention masks (a score or the float minimum, by a mask computed from the input's).
+class Select : public Kernel {
+ public:
+  Select(std::vector<int64_t> dims, std::vector<int64_t> cond, std::vector<int64_t> x, std::vector<int64_t> y)
+      : dims_(std::move(dims)), cond_(std::move(cond)), x_(std::move(x)), y_(std::move(y)) {}
+  const char* Name() const override { return "where"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const uint8_t* c = Data<const uint8_t>(args, DNNL_ARG_SRC_0);
+    const float* x = Data<const float>(args, DNNL_ARG_SRC_1);
+    const float* y = Data<const float>(args, DNNL_ARG_SRC_2);
+    float* out = Data<float>(args, DNNL_ARG_DST);
+    int64_t width = dims_.empty() ? 1 : dims_.back(), rows = 1;
+    for (size_t d = 0; d + 1 < dims_.size(); ++d) rows *= dims_[d];
+    int64_t cl = dims_.empty() ? 0 : cond_.back(), xl = dims_.empty() ? 0 : x_.back(), yl = dims_.empty() ? 0 : y_.back();
+    SplitAcrossTeam(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t* cr = c + (dims_.empty() ? 0 : RowOffset(r, dims_, cond_));
+        const float* xr = x + (dims_.empty() ? 0 : RowOffset(r, dims_, x_));
+        const float* yr = y + (dims_.empty() ? 0 : RowOffset(r, dims_, y_));
+        float* o = out + r * width;
+        for (int64_t j = 0; j < width; ++j) o[j] = cr[j * cl] ? xr[j * xl] : yr[j * yl];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> dims_, cond_, x_, y_;
+};
+
+// relax.gather_elements (ONNX GatherElements): out[i] = data[i with its `axis` coordinate replaced by index[i]];
+// the index (int64, or float32 for a constant; negative from the end) has the output's dims, the data plain
+// strides. An index out of range
+// is an error, as in onnxruntime, never a read outside the data.
+class GatherElements : public Kernel {
+ public:
+  GatherElements(std::vector<int64_t> dims, std::vector<int64_t> data_strides, size_t axis, int64_t extent)
+      : dims_(std::move(dims)), data_(std::move(data_strides)), axis_(axis), extent_(extent) {}
+  const char* Name() const override { return "gather_elements"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC_0);
+    const memory& index_memory = args.at(DNNL_ARG_SRC_1);
+    // int64 from the host, or float32 for a constant index (codegens/dnnl/gather.py)
+    bool float_index = index_memory.get_desc().get_data_type() == memory::data_type::f32;
+    const int64_t* index = static_cast<const int64_t*>(index_memory.get_data_handle());
+    const float* float_index_data = static_cast<const float*>(index_memory.get_data_handle());
+    float* out = Data<float>(args, DNNL_ARG_DST);
+    size_t last = dims_.size() - 1;
+    int64_t width = dims_.back(), rows = 1;
+    for (size_t d = 0; d < last; ++d) rows *= dims_[d];
+    std::vector<int64_t> base = data_;
+    base[axis_] = 0;  // a row's offset without its axis coordinate
+    std::atomic<bool> outside{false};
+    SplitAcrossTeam(rows, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        int64_t offset = RowOffset(r, dims_, base);
+        float* o = out + r * width;
+        for (int64_t j = 0; j < width; ++j) {
+          int64_t i = float_index ? static_cast<int64_t>(float_index_data[r * width + j]) : index[r * width + j];
+          int64_t k = i < 0 ? i + extent_ : i;
+          if (k < 0 || k >= extent_) {
+            outside.store(true, std::memory_order_relaxed);
+            o[j] = 0.0f;
+            continue;
+          }
+          o[j] = x[offset + k * data_[axis_] + (axis_ == last ? 0 : j * data_[last])];
+        }
+      }
+    });
+    if (outside.load()) Fail("GatherElements: an index is outside the axis of " + std::to_string(extent_));
+  }
+
+ private:
+  std::vector<int64_t> dims_, data_;
+  size_t axis_;
+  int64_t extent_;
 };
 
 // The windows of a stride-1 unpadded conv1d over a batch-1 NWC source, as the rows of a matrix: row t is the

@@ -363,6 +363,24 @@ void Builder::CopySteppedPieces(const BodyOp& op, const Dims& offsets, const Dim
   }
 }
 
+// relax.gather_elements {axis}: byoc's GatherElements kernel over the plain data and the int64 index.
+void Builder::GatherElementsOp(const BodyOp& op, const Attrs& a) {
+  Arity(op, 2);
+  const auto &xs = g_.Shape(op.inputs[0]), &is = g_.Shape(op.inputs[1]), &ys = g_.Shape(op.output);
+  if (xs.empty() || xs.size() != is.size() || is != ys) Fail(op.where + ": data, index and output differ in rank");
+  size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), xs.size(), op.where));
+  int x = As(op.inputs[0], Plain(xs));
+  // int64, sized as f64 (DataType); a constant index is float32 (codegens/dnnl/gather.py)
+  int index = As(op.inputs[1], Plain(is, DataType(g_.tensor(op.inputs[1]))));
+  Desc out = Plain(ys);
+  std::vector<int64_t> strides(xs.size(), 1);
+  for (size_t d = xs.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * xs[d + 1];
+  AddStep(dnnl::primitive(),
+          {{DNNL_ARG_SRC_0, x, values_[x].desc}, {DNNL_ARG_SRC_1, index, values_[index].desc},
+           {DNNL_ARG_DST, Define(op.output, out), out}},
+          Desc(), std::make_shared<GatherElements>(ys, strides, axis, xs[axis]));
+}
+
 // A constant pad (attrs pad_width: before and after per axis): the plain output filled with the value, then
 // the input copied into its middle by one reorder into a view of the output that starts at the widths before.
 void Builder::Pad(const BodyOp& op, const Attrs& a) {
