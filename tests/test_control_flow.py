@@ -221,3 +221,20 @@ def test_a_torch_while_loop_is_refused_by_node_name():
     # dynamo's while_loop: no trip count, a condition computed from an input.
     with pytest.raises(UnsupportedAttributeError, match="Loop node .*no trip count"):
         compiled(onnx.load(EXPORTED / "dynamo_while.onnx"))
+
+
+def test_a_loop_that_may_stop_early_and_grows_its_value_is_refused_by_name():
+    # while sum(h) < limit: h = concat(h, h)   (h's length is 2**iterations: only the data tells)
+    body = helper.make_graph([
+        helper.make_node("Concat", ["h", "h"], ["h_out"], axis=0),
+        helper.make_node("ReduceSum", ["h_out"], ["total"], keepdims=0),
+        helper.make_node("Less", ["total", "limit"], ["cond_out"]),
+    ], "body", [tensor("i", TensorProto.INT64, []), tensor("cond", TensorProto.BOOL, []),
+                tensor("h", TensorProto.FLOAT, ["n"])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("h_out", TensorProto.FLOAT, ["m"])])
+    model = model_of([const("M", np.array(3, np.int64)), const("go", np.array(True)),
+                      helper.make_node("Loop", ["M", "go", "x"], ["h_final"], name="growing", body=body)],
+                     [tensor("x", TensorProto.FLOAT, [1]), tensor("limit", TensorProto.FLOAT, [])],
+                     [tensor("h_final", TensorProto.FLOAT, ["k"])])
+    with pytest.raises(UnsupportedAttributeError, match="Loop node 'growing'.*shape its body does not declare"):
+        compiled(model, vendors=("c_source",))

@@ -14,7 +14,8 @@ lowers both ops for static shapes, as this does.
   computes it, the loop runs its ``M`` iterations with each carried value
   kept (``Where``) once the condition has been false: what ONNX's loop
   returns, with no data-dependent shape. Scan outputs then depend on data
-  and are refused. Scan outputs of a full loop are each iteration's value,
+  and are refused, and so is a carried value whose shape the body does not
+  declare unchanged (one that grows would have a shape only the data tells). Scan outputs of a full loop are each iteration's value,
   stacked on a new first axis.
 * **Scan** (opset 9+). The sequence length is the static size of the scan
   inputs' scan axis. Iteration ``t`` reads each scan input's slice ``t``
@@ -29,8 +30,9 @@ outside in, each pass taking what the last one exposed.
 What is not unrolled raises :class:`~byoc.errors.UnsupportedAttributeError`
 naming the node and why: a trip count that is not a constant, a loop with
 neither trip count nor condition (unbounded), an unrolling above
-:data:`MAX_UNROLLED_NODES`, scan outputs of a loop that may stop early, a
-Scan over a length that is not static.
+:data:`MAX_UNROLLED_NODES`, scan outputs of a loop that may stop early (or a
+carried value of it whose shape may change), a Scan over a length that is not
+static.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ class _Unroller:
             count = 0
         carried = list(node.input[2:])
         n_carried, n_scan = len(carried), len(body.output) - 1 - len(carried)
-        stops = not _passes_condition_through(body)
+        stops = not _passes_condition_through(body, self.constants)
         if cond and cond not in self.constants:
             stops = True
         if not self._fits(node, body, count):
@@ -150,6 +152,12 @@ class _Unroller:
         if stops and n_scan and count:
             self._cannot(node, "a loop that may stop early has scan outputs, whose length then depends on the data",
                          "return the values as loop-carried state instead")
+            return None
+        if stops and count and not _carried_shapes_kept(body, n_carried):
+            # Where(running, new, old) is the loop's value only if new and old have one shape: a value that grows
+            # in a loop that may stop early has a shape only the data tells
+            self._cannot(node, "a loop that may stop early carries a value whose shape its body does not declare "
+                         "unchanged", "declare the body's carried inputs and outputs with the same shapes")
             return None
         if n_scan and not count:
             self._cannot(node, "a loop of 0 iterations with scan outputs (their element shape is unknown)",
@@ -322,11 +330,29 @@ def _constant_node_value(node: onnx.NodeProto) -> Optional[np.ndarray]:
     return None
 
 
-def _passes_condition_through(body: onnx.GraphProto) -> bool:
-    """Whether the body's condition output is its condition input (through Identity nodes) or a constant true."""
+def _carried_shapes_kept(body: onnx.GraphProto, n_carried: int) -> bool:
+    """Whether the body declares each carried value's output with the shape of its input: every dim a number or
+    a name, the same on both."""
+    def dims(vi: onnx.ValueInfoProto) -> Optional[list]:
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            return None
+        out = []
+        for d in vi.type.tensor_type.shape.dim:
+            if not (d.HasField("dim_value") or d.dim_param):
+                return None
+            out.append(d.dim_value if d.HasField("dim_value") else d.dim_param)
+        return out
+
+    pairs = zip(body.input[2:2 + n_carried], body.output[1:1 + n_carried])
+    return all(dims(i) is not None and dims(i) == dims(o) for i, o in pairs)
+
+
+def _passes_condition_through(body: onnx.GraphProto, outer: dict) -> bool:
+    """Whether the body's condition output is its condition input (through Identity nodes) or a constant true, of
+    the body's or of the enclosing graph's (``outer``: TorchScript's for-loop reads the main graph's true)."""
     cond_in = body.input[1].name if len(body.input) > 1 else None
     writer = {out: node for node in body.node for out in node.output}
-    constants = {t.name: numpy_helper.to_array(t) for t in body.initializer}
+    constants = {**outer, **{t.name: numpy_helper.to_array(t) for t in body.initializer}}
     name = body.output[0].name
     while True:
         if name == cond_in:
