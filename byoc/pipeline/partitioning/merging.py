@@ -52,7 +52,6 @@ def _ordered_by_dims(mod):
     """
     import heapq
 
-    import tvm
     from tvm import relax
 
     main = mod["main"]
@@ -93,8 +92,15 @@ def _ordered_by_dims(mod):
             continue
         changed = True
         blocks.append(relax.DataflowBlock([bindings[n] for n in order], block.span))
-    if not changed:
-        return mod
+    return _with_main_blocks(mod, blocks) if changed else mod
+
+
+def _with_main_blocks(mod, blocks):
+    """``mod`` whose ``main`` has ``blocks`` for its bindings, and its result as before."""
+    import tvm
+    from tvm import relax
+
+    main = mod["main"]
     functions = dict(mod.functions_items())
     functions[mod.get_global_var("main")] = relax.Function(
         main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs, main.span)
@@ -104,8 +110,6 @@ def _ordered_by_dims(mod):
 def _with_main_bindings(mod, rebind):
     """``mod`` whose ``main`` has each binding ``b`` replaced by ``rebind(b)`` (a binding, or a list of bindings);
     ``mod`` itself if none changes."""
-    import tvm
-    from tvm import relax
 
     main = mod["main"]
     blocks, changed = [], False
@@ -117,12 +121,7 @@ def _with_main_bindings(mod, rebind):
         changed |= len(bindings) != len(block.bindings) or any(
             not new.same_as(old) for new, old in zip(bindings, block.bindings))
         blocks.append(type(block)(bindings, block.span))
-    if not changed:
-        return mod
-    functions = dict(mod.functions_items())
-    functions[mod.get_global_var("main")] = relax.Function(
-        main.params, relax.SeqExpr(blocks, main.body.body), main.ret_ty, main.is_pure, main.attrs, main.span)
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    return _with_main_blocks(mod, blocks) if changed else mod
 
 
 def _match_casts_hidden(mod):

@@ -169,16 +169,25 @@ def _constants_as_tensors(model: onnx.ModelProto) -> onnx.ModelProto:
         return (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
                 and any(a.name in _CONSTANT_FORMS for a in node.attribute))
 
-    if not any(other_form(n) for n in model.graph.node):
+    def as_tensor(node: onnx.NodeProto) -> None:
+        attr = node.attribute[0]
+        value = np.asarray(onnx.helper.get_attribute_value(attr), _CONSTANT_FORMS[attr.name])
+        del node.attribute[:]
+        node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+
+    return _nodes_changed(model, other_form, as_tensor)
+
+
+def _nodes_changed(model: onnx.ModelProto, applies, change) -> onnx.ModelProto:
+    """A copy of ``model`` with ``change(node)`` done, in place, on each node of its main graph ``applies`` to;
+    ``model`` itself when it applies to none (no copy of a model's weights for nothing)."""
+    if not any(applies(n) for n in model.graph.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     for node in out.graph.node:
-        if other_form(node):
-            attr = node.attribute[0]
-            value = np.asarray(onnx.helper.get_attribute_value(attr), _CONSTANT_FORMS[attr.name])
-            del node.attribute[:]
-            node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
+        if applies(node):
+            change(node)
     return out
 
 
@@ -205,17 +214,13 @@ def _dropouts_as_identity(model: onnx.ModelProto) -> onnx.ModelProto:
         mode = node.input[2] if len(node.input) > 2 else ""
         return not mode or (mode in constants and not numpy_helper.to_array(constants[mode]).any())
 
-    if not any(at_inference(n) for n in graph.node):
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for node in out.graph.node:
-        if at_inference(node):
-            output = node.output[0]
-            node.op_type, node.domain = "Identity", ""
-            del node.input[1:], node.output[:], node.attribute[:]
-            node.output.append(output)
-    return out
+    def as_identity(node: onnx.NodeProto) -> None:
+        output = node.output[0]
+        node.op_type, node.domain = "Identity", ""
+        del node.input[1:], node.output[:], node.attribute[:]
+        node.output.append(output)
+
+    return _nodes_changed(model, at_inference, as_identity)
 
 
 def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: dict[str, str],
