@@ -50,7 +50,8 @@ __all__ = ["CONTROL_FLOW_OPS", "MAX_UNROLLED_NODES", "unroll_control_flow"]
 
 CONTROL_FLOW_OPS = ("Loop", "Scan")
 
-#: Body nodes one Loop or Scan may unroll into; beyond it the node is refused rather than grown without bound.
+#: Body nodes a model's Loops and Scans may unroll into, nested ones included; beyond it the node is refused rather
+#: than the graph grown without bound.
 MAX_UNROLLED_NODES = 20000
 
 
@@ -67,8 +68,9 @@ def unroll_control_flow(model: onnx.ModelProto, required: bool = False) -> tuple
     out = onnx.ModelProto()
     out.CopyFrom(model)
     made_from: dict[str, str] = {}
+    budget = [MAX_UNROLLED_NODES]  # what the passes may still unroll, all loops of the model together
     while True:  # nested loops: each pass unrolls the ones the last one brought into the main graph
-        unroller = _Unroller(out, required)
+        unroller = _Unroller(out, required, budget)
         nodes: list[onnx.NodeProto] = []
         changed = False
         for node in out.graph.node:
@@ -96,8 +98,9 @@ def _is_control_flow(node: onnx.NodeProto) -> bool:
 class _Unroller:
     """Unrolls the Loop and Scan nodes of one graph; collects the constants the unrolled nodes read."""
 
-    def __init__(self, model: onnx.ModelProto, required: bool):
+    def __init__(self, model: onnx.ModelProto, required: bool, budget: list):
         self.graph = model.graph
+        self.budget = budget
         self.opset = default_opset(model)
         self.required = required
         self.initializers: list[onnx.TensorProto] = []
@@ -147,8 +150,6 @@ class _Unroller:
         stops = not _passes_condition_through(body, self.constants)
         if cond and cond not in self.constants:
             stops = True
-        if not self._fits(node, body, count):
-            return None
         if stops and n_scan and count:
             self._cannot(node, "a loop that may stop early has scan outputs, whose length then depends on the data",
                          "return the values as loop-carried state instead")
@@ -158,6 +159,8 @@ class _Unroller:
             # in a loop that may stop early has a shape only the data tells
             self._cannot(node, "a loop that may stop early carries a value whose shape its body does not declare "
                          "unchanged", "declare the body's carried inputs and outputs with the same shapes")
+            return None
+        if not self._fits(node, body, count):
             return None
         if n_scan and not count:
             self._cannot(node, "a loop of 0 iterations with scan outputs (their element shape is unknown)",
@@ -213,11 +216,11 @@ class _Unroller:
                          "give the model static input shapes (dims=) for the scanned axis")
             return None
         length = lengths.pop()
-        if not self._fits(node, body, length):
-            return None
         if n_scan_out and not length:
             self._cannot(node, "a Scan of length 0 with scan outputs (their element shape is unknown)",
                          "give it a sequence of at least one element")
+            return None
+        if not self._fits(node, body, length):
             return None
         prefix = node.name
         nodes: list[onnx.NodeProto] = []
@@ -244,11 +247,14 @@ class _Unroller:
 
     # -- shared pieces -------------------------------------------------------------------------------------------
     def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int) -> bool:
+        """Whether ``count`` iterations of ``body`` fit in what the model may still unroll; takes them from it."""
         size = count * max(1, _node_count(body))
-        if size > MAX_UNROLLED_NODES:
+        if size > self.budget[0]:
             self._cannot(node, f"{count} iterations of a {len(body.node)}-node body would unroll into {size} nodes "
-                         f"(byoc's limit is {MAX_UNROLLED_NODES})", "export fewer iterations per loop")
+                         f"(byoc unrolls at most {MAX_UNROLLED_NODES} per model, nested loops included)",
+                         "export fewer iterations per loop")
             return False
+        self.budget[0] -= size
         return True
 
     def _inline(self, body: onnx.GraphProto, rename: dict[str, str], prefix: str) -> tuple[list, list[str]]:
