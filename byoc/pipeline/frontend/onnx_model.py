@@ -119,6 +119,24 @@ def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> No
         seen.add(unique)
 
 
+#: The value attributes of a Constant node other than ``value`` (ONNX's functions write them), and their dtypes.
+CONSTANT_VALUE_FORMS = {"value_float": "float32", "value_floats": "float32", "value_int": "int64",
+                        "value_ints": "int64"}
+
+
+def constant_node_value(node: onnx.NodeProto) -> Optional[np.ndarray]:
+    """A Constant node's value as a numpy array, from ``value`` or one of :data:`CONSTANT_VALUE_FORMS`; None for
+    the other forms (strings, sparse tensors)."""
+    from onnx import helper, numpy_helper
+
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name in CONSTANT_VALUE_FORMS:
+            return np.asarray(helper.get_attribute_value(attr), CONSTANT_VALUE_FORMS[attr.name])
+    return None
+
+
 def subgraphs(node: onnx.NodeProto):
     """The graphs ``node`` holds as attributes (If branches, Loop and Scan bodies)."""
     for attr in node.attribute:

@@ -27,7 +27,7 @@ the hidden casts beside its own result during the merge
 from __future__ import annotations
 
 from byoc.pipeline.annotate.shape_args import inline_shape_arguments
-from byoc.pipeline.partitioning.siblings import merge_siblings
+from byoc.pipeline.partitioning.siblings import casts_defining_dims, merge_siblings
 
 
 def merge_regions(mod):
@@ -62,11 +62,7 @@ def _ordered_by_dims(mod):
             blocks.append(block)
             continue
         position = {b.var: n for n, b in enumerate(bindings)}
-        defines = {}
-        for n, b in enumerate(bindings):
-            if isinstance(b, relax.MatchCast):
-                for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
-                    defines.setdefault(dim, n)  # by object: dims of one name hint may be different variables
+        defines = casts_defining_dims(bindings)
         needs = []
         for n, b in enumerate(bindings):
             deps = {position[v] for v in relax.analysis.free_vars(b.value) if v in position}
@@ -110,7 +106,6 @@ def _with_main_blocks(mod, blocks):
 def _with_main_bindings(mod, rebind):
     """``mod`` whose ``main`` has each binding ``b`` replaced by ``rebind(b)`` (a binding, or a list of bindings);
     ``mod`` itself if none changes."""
-
     main = mod["main"]
     blocks, changed = [], False
     for block in main.body.blocks:

@@ -69,13 +69,26 @@ def _codegen_call(mod, binding) -> Optional[str]:
     return str(attrs["Codegen"]) if attrs is not None and "Codegen" in attrs else None
 
 
+def casts_defining_dims(bindings) -> dict:
+    """Each symbolic dim a ``match_cast`` among ``bindings`` defines -> the index of the first such cast. Keyed by
+    the dim itself: dims of one name hint may be different variables (every layer's Tile dims)."""
+    from tvm import relax
+
+    defined_at: dict = {}
+    for n, b in enumerate(bindings):
+        if isinstance(b, relax.MatchCast):
+            for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
+                defined_at.setdefault(dim, n)
+    return defined_at
+
+
 def _sibling_pair(mod, bindings) -> Optional[tuple[int, int]]:
     """Indices ``(i, j)``, ``i < j``, of two calls of one vendor's functions that read a common variable,
     with no path from the first to the second; or None."""
     from tvm import relax
 
     position = {b.var: n for n, b in enumerate(bindings)}
-    defined_at: dict = {}  # symbolic dim (by object: one name hint may be several dims) -> the cast defining it
+    defined_at = casts_defining_dims(bindings)
     calls: dict[int, str] = {}
     # after[n]: the calls binding n depends on, directly or through other bindings (a bit per call index);
     # a binding whose type names a dim depends on the cast that defines it (a Range's length, a computed shape)
@@ -86,12 +99,9 @@ def _sibling_pair(mod, bindings) -> Optional[tuple[int, int]]:
         sources = [position.get(v) for v in relax.analysis.free_vars(b.value)]
         sources += [defined_at.get(d) for d in dims]
         for d in sources:
-            if d is not None:
+            if d is not None and d < n:  # a cast after the binding defines no dim it reads here
                 reach |= after[d] | ((1 << d) if d in calls else 0)
         after.append(reach)
-        if isinstance(b, relax.MatchCast):
-            for dim in relax.analysis.definable_tir_vars_in_type(b.ty):
-                defined_at.setdefault(dim, n)
         vendor = _codegen_call(mod, b)
         if vendor is not None:
             calls[n] = vendor

@@ -30,12 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from byoc.errors import ModelLoadError
-from byoc.pipeline.frontend.onnx_model import name_nodes
+from byoc.pipeline.frontend.onnx_model import CONSTANT_VALUE_FORMS, constant_node_value, name_nodes
 from byoc.pipeline.frontend.prepare.provenance import fates, origin_map
 from byoc.pipeline.frontend.prepare.simplify import SIMPLIFIER, candidates
 
@@ -157,21 +156,16 @@ def prepare(model: onnx.ModelProto) -> Prepared:
     raise failure
 
 
-_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
-                   "value_ints": np.int64}
-
-
 def _constants_as_tensors(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with each Constant of its main graph given as ``value_float(s)`` or ``value_int(s)`` (ONNX's
     functions write them so) given as its ``value`` tensor, the one form TVM's importer reads. ``model`` itself
     when there is none (no copy)."""
     def other_form(node: onnx.NodeProto) -> bool:
         return (node.op_type == "Constant" and node.domain in ("", "ai.onnx")
-                and any(a.name in _CONSTANT_FORMS for a in node.attribute))
+                and any(a.name in CONSTANT_VALUE_FORMS for a in node.attribute))
 
     def as_tensor(node: onnx.NodeProto) -> None:
-        attr = node.attribute[0]
-        value = np.asarray(onnx.helper.get_attribute_value(attr), _CONSTANT_FORMS[attr.name])
+        value = constant_node_value(node)
         del node.attribute[:]
         node.attribute.append(onnx.helper.make_attribute("value", numpy_helper.from_array(value)))
 

@@ -44,7 +44,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import UnsupportedAttributeError
-from byoc.pipeline.frontend.onnx_model import default_opset, subgraphs
+from byoc.pipeline.frontend.onnx_model import constant_node_value, default_opset, subgraphs
 
 __all__ = ["CONTROL_FLOW_OPS", "MAX_UNROLLED_NODES", "unroll_control_flow"]
 
@@ -107,7 +107,7 @@ class _Unroller:
         self.constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
         for node in self.graph.node:
             if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                value = _constant_node_value(node)
+                value = constant_node_value(node)
                 if value is not None:
                     self.constants[node.output[0]] = value
         self._shapes: Optional[dict[str, list]] = None
@@ -327,15 +327,6 @@ def _node_count(graph: onnx.GraphProto) -> int:
     return sum(1 + sum(_node_count(sub) for sub in subgraphs(node)) for node in graph.node)
 
 
-def _constant_node_value(node: onnx.NodeProto) -> Optional[np.ndarray]:
-    for attr in node.attribute:
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
-        if attr.name in ("value_int", "value_ints", "value_float", "value_floats"):
-            return np.array(helper.get_attribute_value(attr))
-    return None
-
-
 def _carried_shapes_kept(body: onnx.GraphProto, n_carried: int) -> bool:
     """Whether the body declares each carried value's output with the shape of its input: every dim a number or
     a name, the same on both."""
@@ -372,7 +363,7 @@ def _passes_condition_through(body: onnx.GraphProto, outer: dict) -> bool:
             name = node.input[0]
             continue
         if node.op_type == "Constant":
-            value = _constant_node_value(node)
+            value = constant_node_value(node)
             return value is not None and value.dtype == np.bool_ and bool(value.reshape(-1)[0])
         return False
 
