@@ -910,7 +910,8 @@ _RULES = (
     OpRule("sum", "relax.sum", _base),
     OpRule("max", "relax.max", _base),
     OpRule("min", "relax.min", _base),
-    # ONNX Sum (Max, Min) of n tensors as TVM imports it: broadcast_to each, stack, reduce over the new axis.
+    # ONNX Sum (Max, Min) of one tensor as TVM imports it: broadcast_to, stack, reduce over the new axis (of
+    # several, byoc imports a chain of add, maximum or minimum).
     OpRule("stack", "relax.stack", _base),
     OpRule("softmax", "relax.nn.softmax", _base),
     OpRule("layer_norm", "relax.nn.layer_norm", all_of(_base, _layer_norm_last_axis)),
@@ -919,6 +920,8 @@ _RULES = (
     OpRule("subtract", "relax.subtract", _elementwise),
     OpRule("multiply", "relax.multiply", _elementwise),
     OpRule("divide", "relax.divide", _elementwise),
+    OpRule("maximum", "relax.maximum", _elementwise),
+    OpRule("minimum", "relax.minimum", _elementwise),
     OpRule("relu", "relax.nn.relu", _base),
     OpRule("clip", "relax.clip", _base),
     OpRule("sigmoid", "relax.sigmoid", _base),

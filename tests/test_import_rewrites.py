@@ -98,3 +98,16 @@ def test_an_expand_another_op_still_reads_is_computed_and_not_reported_absorbed(
     artifact = _check(model, {"q": [2, 3, 16, 8]})
     assert "expand" not in artifact.plan.imported.prepared
     assert "expand" in {n.name for n in artifact.plan.imported.node_of.values()}
+
+
+@pytest.mark.parametrize("op, ops", [("Sum", ["relax.add", "relax.add"]), ("Max", ["relax.maximum"] * 2),
+                                     ("Min", ["relax.minimum"] * 2),
+                                     ("Mean", ["relax.add", "relax.add", "relax.divide"])])
+def test_a_variadic_op_of_tensors_is_a_chain_of_its_binary_op(op, ops):
+    """A residual Sum of three tensors (one broadcast) arrives as two adds, which a vendor with an element-wise
+    add takes whole, not as broadcast_to, stack and a reduction."""
+    m = _model([helper.make_node(op, ["a", "b", "c"], ["y"])], [("a", [2, 8]), ("b", [2, 8]), ("c", [8])],
+               [("y", [2, 8])])
+    artifact = _check(m, {"a": [2, 8], "b": [2, 8], "c": [8]})
+    assert [d.op for d in artifact.plan.decisions.values()] == ops
+    assert not artifact.plan.host_ops

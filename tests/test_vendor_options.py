@@ -24,7 +24,7 @@ from byoc.codegens.c_source import CSourceCodegen
 from byoc.codegens.dnnl import DnnlCodegen
 from byoc.codegens.json_runtime import JsonRuntimeCodegen, serialize
 from byoc.errors import VendorError, VendorOptionError
-from byoc.pipeline.build.builder import vendor_option_settings
+from byoc.vendor.options import vendor_option_settings
 from byoc.tools.report import build_report, render
 from byoc.vendor import OpRule, OptionSetting, Vendor, VendorOption
 from byoc.vendor.graph import partition_graph

@@ -257,7 +257,8 @@ def _run(args, say) -> int:
     from byoc.tools.report import build_report, render
     from byoc.deploy.targets import resolve_target
     from byoc.tools.verify import load_inputs, random_inputs, verify, verify_sizes
-    from byoc.pipeline.build.builder import build, build_measured, vendor_option_settings
+    from byoc.pipeline.build.builder import build, build_measured
+    from byoc.vendor.options import vendor_option_settings
     from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP
 
     for module in args.vendor_module:
@@ -278,7 +279,7 @@ def _run(args, say) -> int:
     imported = import_model(args.model, input_shapes=shapes or None, dims=dict(args.dim) or None)
     say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
     plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
-                     strict=args.strict)
+                     strict=args.strict, vendor_options=vendor_options)
     given = load_inputs(args.inputs) if args.inputs else None
     verification = artifact = time = None
     if args.placement == "measured":

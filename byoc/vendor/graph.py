@@ -12,7 +12,7 @@ a rule's check reads of its match, too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -45,6 +45,12 @@ class PartitionGraph:
     #: symbolic dim's name, or an int where it gives none: a static size, or 0 for an expression of dims
     #: sized elsewhere.
     shape_arguments: list[tuple[int, tuple[Dim, ...]]] = field(default_factory=list)
+    #: The vendor's options as this build resolved them: what ``compile`` gets as ``options`` too, and all that
+    #: a hook without that argument (``standalone_source``, a partition check) sees of them.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: Each symbolic dim of the model, by name, with its ``(min, max)`` (max None when unbounded): the sizes a
+    #: static-shape codegen may specialize for.
+    dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
 
     @property
     def constants(self) -> list[Tensor]:
@@ -104,8 +110,10 @@ class _Builder:
         return self.const_ids[const]
 
 
-def partition_graph(func, symbol: str) -> PartitionGraph:
-    """Flatten a merged partition function (as given to ``relax.ext.*``)."""
+def partition_graph(func, symbol: str, options: Optional[Mapping[str, Any]] = None,
+                    dim_bounds: Optional[Mapping[str, tuple]] = None) -> PartitionGraph:
+    """Flatten a merged partition function (as given to ``relax.ext.*``); ``options`` and ``dim_bounds`` are
+    carried as they are."""
     from tvm import ir, relax
 
     builder = _Builder()
@@ -214,7 +222,8 @@ def partition_graph(func, symbol: str) -> PartitionGraph:
     whole = [d for t in inputs for d in t.shape] + [d for _, ds in shape_arguments for d in ds]
     bound = {d for d in whole if isinstance(d, str) and d.isidentifier()}  # the dims a call's arguments size
     shape_arguments = [(position, _given_dims(dims, bound, builder.dims)) for position, dims in shape_arguments]
-    return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments)
+    return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments,
+                          dict(options or {}), dict(dim_bounds or {}))
 
 
 def _given_dims(dims: tuple, bound: set[str], trees: dict[str, Any]) -> tuple:

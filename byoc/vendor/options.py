@@ -198,3 +198,26 @@ def resolve(options: Iterable[VendorOption], vendor: str, own: Mapping[str, Any]
                                         declared_option.default, source)
         settings[declared_option.name] = declared_option.from_environment(vendor, environ) or setting
     return settings
+
+
+def vendor_option_settings(vendors: Iterable[Any], vendor_options: Optional[Mapping] = None,
+                           environ: Optional[Mapping[str, str]] = None) -> dict[str, dict[str, OptionSetting]]:
+    """Vendor name -> option name -> :class:`~byoc.vendor.OptionSetting`, for each of ``vendors`` whose codegen
+    declares options, as a build given ``vendor_options`` (vendor name -> option name -> value) resolves them:
+    default < the Vendor's ``options`` < ``vendor_options`` < the option's environment variable.
+
+    A vendor that is not among ``vendors``, an unknown option or a bad value
+    is a :class:`~byoc.errors.VendorOptionError` naming it and the choices.
+    """
+    vendors = list(vendors)
+    vendor_options = {} if vendor_options is None else vendor_options
+    if not isinstance(vendor_options, Mapping):
+        raise VendorOptionError(f"vendor_options must map vendor names to their options, got "
+                                f"{type(vendor_options).__name__}")
+    names = [v.name for v in vendors]
+    for name in vendor_options:
+        if name not in names:
+            raise VendorOptionError(f"vendor_options names vendor {name!r}, which is not among this build's vendors "
+                                    f"({', '.join(names) or 'none'})", vendor=str(name))
+    settings = {v.name: v.resolve_options(vendor_options.get(v.name), environ) for v in vendors}
+    return {name: options for name, options in settings.items() if options}

@@ -457,11 +457,32 @@ def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[An
 
 
 @dataclass(frozen=True)
+class LeaveOut:
+    """What a partition check returns to keep some ops out of the partition it was shown: ``calls`` (op calls
+    of that :class:`~byoc.vendor.graph.PartitionGraph`) go to another vendor or the host, each with ``reason`` in
+    the report. A call takes the ops its rule matched with it (a pattern's whole match). The rest is cut again
+    and shown to the check again. Return several to give several reasons."""
+
+    calls: tuple
+    reason: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "calls", tuple(self.calls))
+        if not isinstance(self.reason, str) or not self.reason:
+            raise VendorError(f"LeaveOut needs a reason, got {self.reason!r}")
+
+
+@dataclass(frozen=True)
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options.
 
     Each rule is named ``"<vendor>.<rule name>"`` here (:func:`qualified_rule_name`): ``rules`` holds them
     so, and reports, decisions and artifacts name them so.
+
+    ``partition_check(graph)`` judges each whole partition the rules made for this vendor, as its codegen
+    would get it: it returns :data:`SUPPORTED`, a reason (the partition's ops go elsewhere) or
+    :class:`LeaveOut` (some go elsewhere; the rest is cut and checked again).
+    (:mod:`byoc.pipeline.partitioning.partition_checks`.)
 
     ``options`` are passed to every check (``Match.options``). When the
     codegen declares its options (:attr:`Codegen.declared_options`) they must
@@ -481,6 +502,10 @@ class Vendor:
     # where it saves a cut, but not worth a partition's boundary alone. A region made of their ops only stays on
     # the host, with that reason.
     joining_rules: tuple = ()
+    # A check of each whole partition: partition_check(graph) -> SUPPORTED, a reason (the partition is refused),
+    # or LeaveOut(s) (some ops are kept out). ``graph`` is the PartitionGraph the codegen would get, with the
+    # build's options and the model's dim bounds.
+    partition_check: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name or ""):
@@ -506,6 +531,9 @@ class Vendor:
             raise VendorError(f"vendor {self.name!r}: joining_rules names no rule of it: {', '.join(unknown)}")
         object.__setattr__(self, "joining_rules", joining)
         check_codegen(self.codegen, self.name)
+        if self.partition_check is not None and not callable(self.partition_check):
+            raise VendorError(f"vendor {self.name!r}: partition_check must be a function of a PartitionGraph, "
+                              f"got {self.partition_check!r}")
         if self.declared_options:
             for name, value in self.options.items():
                 option(self.declared_options, name, self.name).check(value, self.name)

@@ -142,7 +142,7 @@ def _lowered_module(artifact, sizes: dict[str, int]):
 def _partition_sources(plan) -> dict[str, str]:
     """C source per vendor (file stem -> text) for every partition in ``plan``."""
     from byoc.vendor import standalone_source
-    from byoc.vendor.graph import UnsupportedConstruct, partition_graph
+    from byoc.vendor.graph import UnsupportedConstruct
 
     sources = {}
     for vendor in plan.vendors:
@@ -158,7 +158,7 @@ def _partition_sources(plan) -> dict[str, str]:
                 "Build with such a vendor, or keep these ops on the host (keep_on_host=...)"
             )
         try:
-            graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
+            graphs = [plan.graph(p) for p in parts]
         except UnsupportedConstruct as err:
             raise StandaloneError(f"vendor {vendor.name!r}: a partition holds {err}") from None
         sources[f"partitions_{vendor.name}"] = emit(graphs)

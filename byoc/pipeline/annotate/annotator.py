@@ -173,7 +173,7 @@ class _RuleChecker:
             root=ctx.matched_expr,
             annotated={k: v for k, v in ctx.annotated_expr.items() if k != _ROOT},
             calls=calls,
-            options=self.vendor.options,
+            options=self.state.options.get(self.vendor.name, self.vendor.options),
             dim_bounds=self.state.dim_bounds,
         )
         try:
@@ -196,6 +196,8 @@ class _State:
     accepted: dict[tuple, str] = field(default_factory=dict)
     # symbolic dim -> (min, max), what a rule's check reads as Match.dim_bounds
     dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
+    # vendor name -> its options resolved with the user's, what a rule's check reads as Match.options
+    options: Mapping[str, Mapping] = field(default_factory=dict)
 
 
 def _fusion_patterns(vendors: list[Vendor], state: _State):
@@ -251,6 +253,7 @@ def annotate(
     keep_on_host: Iterable[str] = (),
     demoted: Mapping[tuple[str, str], str] | None = None,
     target: Optional[str] = None,
+    vendor_options: Optional[Mapping[str, Mapping]] = None,
 ) -> Annotation:
     """Give every op call of ``model`` a :class:`Decision`.
 
@@ -261,6 +264,8 @@ def annotate(
     to a reason that vendor may not take that binding (used by min_ops).
     ``target`` is a target preset name (``"s390x"``): a vendor that cannot
     run there (:attr:`Vendor.targets`) takes nothing, and says so as its reason.
+    ``vendor_options`` (vendor name -> option name -> value) are resolved as a build resolves them and reach
+    every check as ``Match.options``.
     """
     from tvm.relax.transform import FuseOpsByPattern
 
@@ -273,7 +278,9 @@ def annotate(
         raise ByocError("internal error: binding names in main are not unique")
 
     state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}),
-                   dim_bounds={name: (d.min, d.max) for name, d in imported.dims.items()})
+                   dim_bounds=imported.dim_bounds,
+                   options={v.name: v.compile_options(v.resolve_options((vendor_options or {}).get(v.name)))
+                            for v in vendor_list})
     fused = inline_shape_arguments(FuseOpsByPattern(
         _fusion_patterns([v for v in vendor_list if target_reason(v, target) is None], state),
         bind_constants=True, annotate_codegen=False

@@ -9,6 +9,7 @@ runs (:func:`byoc.pipeline.build.lowering.lower_partitions`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import subprocess
@@ -17,18 +18,18 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from byoc._version import __version__
 from byoc.pipeline.artifact.artifact import Artifact
-from byoc.errors import BuildError, ByocError, CodegenError, TargetError, VendorOptionError, last_line
-from byoc.vendor.graph import UnsupportedConstruct, partition_graph
+from byoc.errors import BuildError, ByocError, CodegenError, TargetError, last_line
+from byoc.vendor.graph import UnsupportedConstruct
 from byoc.host.compiler import compile_host
 from byoc.host.recorded import METADATA_FUNCTION, text_function
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.frontend.onnx_model import index_inputs
 from byoc.pipeline.build.lowering import lower_partitions
-from byoc.pipeline.partitioning.partitioner import PartitionPlan, cut, partition
+from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
-from byoc.vendor.registry import resolve_vendors
+from byoc.vendor.options import vendor_option_settings
 
 _log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def _compiled(plan: PartitionPlan, vendor: Vendor, parts: list, options: Mapping
     :class:`CodegenError` naming the vendor and the partitions."""
     failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
     try:
-        graphs = [partition_graph(plan.mod[p.global_var], p.name) for p in parts]
+        graphs = [plan.graph(p) for p in parts]
     except UnsupportedConstruct as err:
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     try:
@@ -125,29 +126,6 @@ def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
                 f"vendor {vendor.name!r} runs on {', '.join(vendor.targets)} only, not {preset.name}; build for "
                 f"{vendor.targets[0]}, or leave {vendor.name!r} out of the vendors for {preset.name}"
             )
-
-
-def vendor_option_settings(vendors: Iterable[Vendor], vendor_options: Optional[Mapping] = None,
-                           environ: Optional[Mapping[str, str]] = None) -> dict[str, dict[str, OptionSetting]]:
-    """Vendor name -> option name -> :class:`~byoc.vendor.OptionSetting`, for each of ``vendors`` whose codegen
-    declares options, as a build given ``vendor_options`` (vendor name -> option name -> value) resolves them:
-    default < the Vendor's ``options`` < ``vendor_options`` < the option's environment variable.
-
-    A vendor that is not among ``vendors``, an unknown option or a bad value
-    is a :class:`~byoc.errors.VendorOptionError` naming it and the choices.
-    """
-    vendors = list(vendors)
-    vendor_options = {} if vendor_options is None else vendor_options
-    if not isinstance(vendor_options, Mapping):
-        raise VendorOptionError(f"vendor_options must map vendor names to their options, got "
-                                f"{type(vendor_options).__name__}")
-    names = [v.name for v in vendors]
-    for name in vendor_options:
-        if name not in names:
-            raise VendorOptionError(f"vendor_options names vendor {name!r}, which is not among this build's vendors "
-                                    f"({', '.join(names) or 'none'})", vendor=str(name))
-    settings = {v.name: v.resolve_options(vendor_options.get(v.name), environ) for v in vendors}
-    return {name: options for name, options in settings.items() if options}
 
 
 def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
@@ -185,11 +163,11 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
         )
         # Cutting again with those partitions' ops kept off the vendor, the reason recorded on each op (the report's
         # line for them): the others may claim them. Each round demotes ops that were the vendor's, so this ends.
-        demoted = dict(plan.demoted)
+        demoted = {}
         for part, why in failing:
             reason = f"the {vendor.name} codegen failed on partition {part.name}: {why}"
             demoted.update({(vendor.name, binding): reason for binding in part.bindings})
-        plan = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host, demoted)
+        plan = plan.cut_again(demoted)
 
 
 def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
@@ -272,6 +250,9 @@ def build(
     environment variable when set). The codegens get them; the artifact
     keeps them (:attr:`Artifact.vendor_options`). An unknown vendor or
     option, or a bad value, is a :class:`~byoc.errors.VendorOptionError`.
+    Default: the options the plan was partitioned with. Options that differ
+    from those cut the plan again first, so that the rules' and partition
+    checks see what the codegen gets.
     """
     check_threads(threads)
 
@@ -283,7 +264,7 @@ def build(
     else:
         preset = resolve_target(target or "x86_64")
         plan = partition(plan_or_model, vendors if vendors is not None else ("c_source",), target=preset,
-                         strict=strict, **partition_options)
+                         strict=strict, vendor_options=vendor_options, **partition_options)
     return _build_plan(plan, preset, strict, threads, vendor_options)
 
 
@@ -292,7 +273,8 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
     """:func:`build` of a plan for ``preset``; with ``relinkable`` the artifact keeps its build's parts, so that
     :meth:`Artifact.relinked` can record other metadata without a build."""
     _check_vendor_targets(plan, preset)
-    settings = vendor_option_settings(plan.vendors, vendor_options)
+    plan = _with_options(plan, vendor_options)
+    settings = vendor_option_settings(plan.vendors, plan.vendor_options)
     _prepare_vendor_runtimes(plan, threads)
     plan, modules, memory = _codegen_all(plan, preset, strict, settings)
     mod = lower_partitions(plan.mod, modules)
@@ -308,6 +290,19 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
         return Artifact(built, json.loads(metadata), plan=plan, target=preset, threads=threads)
     return Artifact(built.executable(), json.loads(metadata), plan=plan, target=preset, threads=threads,
                     host_link=built)
+
+
+def _with_options(plan: PartitionPlan, vendor_options: Optional[Mapping]) -> PartitionPlan:
+    """``plan``, cut again when ``vendor_options`` give a vendor other options than the plan's checks saw (so that
+    checks and codegen agree); the plan's own options when ``vendor_options`` is None."""
+    if vendor_options is None:
+        return plan
+    vendor_option_settings(plan.vendors, vendor_options)  # refuses a bad option before anything is cut
+    if all(plan.options_for(v) == v.compile_options(v.resolve_options(vendor_options.get(v.name)))
+           for v in plan.vendors):
+        return dataclasses.replace(plan, vendor_options=dict(vendor_options))
+    _log.info("cutting again: the build's vendor options differ from those the plan was checked with")
+    return plan.cut_again(vendor_options=vendor_options)
 
 
 def _prepare_vendor_runtimes(plan: PartitionPlan, threads: Optional[int]) -> None:
@@ -352,9 +347,8 @@ def compile(  # noqa: A001 - the public name the product promises
     :meth:`Artifact.run` takes them; default: seeded random inputs of the declared shapes).
     """
     check_placement(placement, min_speedup)
-    vendor_option_settings(resolve_vendors(vendors), vendor_options)
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
-                     input_shapes=input_shapes, dims=dims, strict=strict)
+                     input_shapes=input_shapes, dims=dims, strict=strict, vendor_options=vendor_options)
     if placement == "rules":
         return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)
     return build_measured(plan, sample_inputs, min_speedup=min_speedup, strict=strict, threads=threads,

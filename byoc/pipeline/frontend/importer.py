@@ -19,7 +19,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
-from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, einsum_as_matmul, where_of_a_constant_condition,
+from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
+                                                    variadic_as_binary_chain, where_of_a_constant_condition,
                                                     without_implied_broadcasts)
 from byoc.pipeline.frontend.onnx_model import OnnxNode
 from byoc.vendor.values import const_array, is_tensor_const
@@ -114,6 +115,9 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name == "Einsum" and (sym := einsum_as_matmul(inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Where" and (sym := where_of_a_constant_condition(inputs)) is not None:
+            pass
+        elif op_name in VARIADIC_AS_BINARY and (sym := variadic_as_binary_chain(
+                op_name, _agreeing_on_broadcast_dims(inputs, self.bb), self.bb)) is not None:
             pass
         elif op_name == "NonMaxSuppression":
             inputs, sym = _nms_parameters(inputs, node), None
@@ -477,6 +481,13 @@ def _agree_on_broadcast_dims(inputs, bb, matrices: bool = False) -> None:
                 for d, target in zip(batch, targets[rank - len(batch):])] + dims[len(dims) - kept:]
         if any(c is not d for c, d in zip(cast, dims)):
             inputs[i] = bb.match_cast(inputs[i], relax.TensorType(cast, ty.dtype))
+
+
+def _agreeing_on_broadcast_dims(inputs, bb) -> list:
+    """A copy of ``inputs`` after :func:`_agree_on_broadcast_dims`."""
+    inputs = list(inputs)
+    _agree_on_broadcast_dims(inputs, bb)
+    return inputs
 
 
 def _squeezed_dims_are_one(inputs, attrs, bb) -> None:

@@ -105,6 +105,11 @@ class ImportedModel:
     #: Each symbolic dim of the inputs, by name, with its range (empty for a static model).
     dims: dict[str, DimRange] = field(default_factory=dict)
 
+    @property
+    def dim_bounds(self) -> dict[str, tuple]:
+        """Each symbolic dim's ``(min, max)`` (max None when unbounded): what checks and codegens read."""
+        return {name: (d.min, d.max) for name, d in self.dims.items()}
+
 
 # -- ONNX graph helpers -----------------------------------------------------------
 def name_nodes(graph: onnx.GraphProto, unnamed: str = "{op_type}_{index}") -> None:

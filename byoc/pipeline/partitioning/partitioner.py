@@ -26,6 +26,9 @@ from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import import_model
 from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode, TensorSpec
 from byoc.pipeline.partitioning.merging import merge_regions
+from byoc.vendor.graph import PartitionGraph, partition_graph
+from byoc.vendor.options import vendor_option_settings
+from byoc.pipeline.partitioning.partition_checks import partition_check_demotions
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -101,8 +104,15 @@ class PartitionPlan:
     #: measured placement's decisions (:class:`byoc.pipeline.artifact.placement_record.Placement`); None when the rules placed
     placement: object = None
     #: ``(vendor, binding) -> reason`` for the ops kept off a vendor that its rules take (measured placement, a
-    #: codegen that failed on their partition, ``min_ops``): what cutting the model again must keep
+    #: codegen that failed on their partition, ``min_ops``, a partition check): what cutting the model again must
+    #: keep
     demoted: Mapping = field(default_factory=dict)
+    #: the part of ``demoted`` that cutting was given rather than found (measured placement, a failed codegen):
+    #: what a cut with other options keeps, while ``min_ops`` and the partition checks judge afresh
+    imposed: Mapping = field(default_factory=dict)
+    #: vendor name -> option name -> value, as the user gave them (``partition(..., vendor_options=...)``): the
+    #: checks judged with these options resolved (:meth:`options_for`), and a build with others cuts again
+    vendor_options: Mapping = field(default_factory=dict)
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
@@ -137,6 +147,27 @@ class PartitionPlan:
     @property
     def offloaded_ops(self) -> int:
         return sum(1 for d in self.decisions.values() if not d.on_host)
+
+    def options_for(self, vendor: Vendor) -> dict:
+        """What ``vendor``'s checks, partition check and codegen see as its options in this plan: its declared
+        options resolved with the user's (:meth:`Vendor.compile_options`)."""
+        return vendor.compile_options(vendor.resolve_options(self.vendor_options.get(vendor.name)))
+
+    def graph(self, part: Partition) -> PartitionGraph:
+        """``part`` as its codegen gets it: a :class:`~byoc.vendor.graph.PartitionGraph` carrying its vendor's
+        options and the model's dim bounds. Raises :class:`~byoc.errors.UnsupportedConstruct` for a partition
+        the plain view cannot show."""
+        vendor = next(v for v in self.vendors if v.name == part.vendor)
+        return partition_graph(self.mod[part.global_var], part.name, options=self.options_for(vendor),
+                               dim_bounds=self.imported.dim_bounds)
+
+    def cut_again(self, demoted: Optional[Mapping[tuple[str, str], str]] = None,
+                  vendor_options: Optional[Mapping] = None) -> "PartitionPlan":
+        """This plan's model cut again with its policies, keeping off their vendors the ops it was told to
+        (:attr:`imposed`) and ``demoted`` ones, with its options or ``vendor_options``."""
+        return cut(self.imported, self.vendors, self.target, self.min_ops, self.keep_on_host,
+                   {**self.imposed, **(demoted or {})},
+                   self.vendor_options if vendor_options is None else vendor_options)
 
     def partition(self, name: str) -> Partition:
         for part in self.partitions:
@@ -249,6 +280,7 @@ def partition(
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     dims: Optional[Mapping[str, object]] = None,
     strict: bool = False,
+    vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
 ) -> PartitionPlan:
     """Annotate ``model`` for ``vendors`` and cut it into partitions for ``target``.
 
@@ -264,12 +296,15 @@ def partition(
     224]}``) and ``dims`` fixes or bounds symbolic dims by name
     (``{"batch_size": 1, "sequence_length": "..512"}``,
     :mod:`byoc.pipeline.frontend.dims`); a symbolic dim neither names stays symbolic.
+    ``vendor_options`` (vendor name -> option name -> value, as :func:`byoc.build` takes them) reach every
+    rule's check (``Match.options``), every partition check and, unless the build is given others, the codegen.
     The CLI options map one to one onto these arguments.
     """
     if int(min_ops) < 1:
         raise ByocError(f"min_ops must be at least 1, got {min_ops}")
     preset = resolve_target(target)
     vendors = resolve_vendors(vendors)
+    vendor_option_settings(vendors, vendor_options)  # a bad option is refused before the model is read
     unusable = [target_reason(v, preset.name) for v in vendors if target_reason(v, preset.name)]
     if strict and unusable:
         raise TargetError(f"{'; '.join(unusable)}: leave them out of the vendors for {preset.name}, or build "
@@ -280,21 +315,24 @@ def partition(
                           f"{' and '.join(vendor.targets)} only): all its ops stay on the host",
                           RuntimeWarning, stacklevel=2)
     imported = import_model(model, input_shapes=input_shapes, dims=dims)
-    return cut(imported, vendors, preset, min_ops, tuple(keep_on_host), {})
+    return cut(imported, vendors, preset, min_ops, tuple(keep_on_host), {}, vendor_options or {})
 
 
 def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, min_ops: int,
-        keep_on_host: tuple, demoted: Mapping[tuple[str, str], str]) -> PartitionPlan:
+        keep_on_host: tuple, demoted: Mapping[tuple[str, str], str],
+        vendor_options: Optional[Mapping] = None) -> PartitionPlan:
     """The plan :func:`partition` makes of an imported model, with ``demoted`` ops kept off their vendors.
 
     ``demoted`` maps ``(vendor, binding)`` to the reason that vendor may not
     take the binding (measured placement's decisions, :mod:`byoc.pipeline.placement.placement`);
-    ``min_ops`` adds its own demotions to a copy.
+    ``min_ops`` and the vendors' partition checks add their own demotions to a copy.
     """
-    demoted = dict(demoted)
+    imposed, demoted = dict(demoted), dict(demoted)
+    vendor_options = dict(vendor_options or {})
     _log.info("annotating and partitioning for %s", ", ".join(v.name for v in vendors) or "the host alone")
-    while True:
-        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name)
+    plan = None
+    while plan is None:
+        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name, vendor_options)
         if all(d.on_host for d in annotation.decisions.values()):
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
@@ -305,7 +343,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
             warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
             everything = {(v.name, b): reason for v in annotation.vendors for b in annotation.decisions}
-            annotation = annotate(imported, vendors, keep_on_host, everything, preset.name)
+            annotation = annotate(imported, vendors, keep_on_host, everything, preset.name, vendor_options)
             merged = annotation.fused
             break
         too_small = []
@@ -322,7 +360,12 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                 too_small.append((vendor, bindings, f"{rules} only join a partition of other ops, and this region "
                                                     "has none"))
         if not too_small:
-            break
+            plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
+            refused = partition_check_demotions(plan)
+            if refused:  # cut again without the ops the checks refused: what is left is checked again
+                demoted.update(refused)
+                plan = None
+            continue
         # Demote only the highest-priority vendor's small regions this round:
         # the ops it gives up may let a lower-priority vendor form a region
         # that is large enough.
@@ -333,8 +376,9 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                 continue
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
-    plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset)
-    plan.demoted = demoted
+    if plan is None:  # every op on the host
+        plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
+    plan.demoted, plan.imposed = demoted, imposed
     return plan
 
 
@@ -407,7 +451,7 @@ def _output_labels(func, sources: Mapping[str, str], items: Mapping[str, list[st
     return labels(func.body.body)
 
 
-def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> PartitionPlan:
+def _plan(imported, annotation, merged, min_ops, keep_on_host, target, vendor_options) -> PartitionPlan:
     from tvm import relax
 
     original = imported.mod["main"]
@@ -436,7 +480,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host, target) -> Partit
             names = [t.source for t in part.outputs]
             label[binding.var] = names[0] if len(names) == 1 else names
     return PartitionPlan(imported, annotation.vendors, partitions, annotation.decisions, merged,
-                         min_ops, keep_on_host, target)
+                         min_ops, keep_on_host, target, vendor_options=vendor_options)
 
 
 def _partition_of(annotation, merged, call, label, naming) -> Partition:

@@ -42,13 +42,13 @@ from typing import Callable, Mapping, Optional
 from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.frontend.importer import unique_binding_names
 from byoc.pipeline.frontend.onnx_model import ImportedModel, TensorSpec
-from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan, cut
+from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan
 from byoc.pipeline.placement.host_bound import host_lower_bounds
 from byoc.pipeline.artifact.placement_record import PlacedPartition, Placement, quote_times
 from byoc.pipeline.artifact.profile import BUILTIN, seconds_per_run, time_calls
 from byoc.pipeline.placement.samples import random_inputs
 from byoc.vendor import cost_estimator
-from byoc.vendor.graph import UnsupportedConstruct, partition_graph
+from byoc.vendor.graph import UnsupportedConstruct
 
 #: ``placement=`` values: by the vendors' rules alone (the default), or by measured cost
 PLACEMENTS = ("rules", "measured")
@@ -144,8 +144,7 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
                for d, part in zip(decisions, plan.partitions) if d.place != d.vendor
                for vendor in plan.vendors if vendor.name != d.place for binding in part.bindings}
     if demoted:
-        final = cut(plan.imported, plan.vendors, plan.target, plan.min_ops, plan.keep_on_host,
-                    {**plan.demoted, **demoted})
+        final = plan.cut_again(demoted)
         final.placement = placement
     else:  # nothing moved: the same plan, and the same program recording the decisions (no build)
         final = dataclasses.replace(plan, placement=placement)
@@ -185,7 +184,7 @@ def _vendor_time(plan: PartitionPlan, part: Partition, measured_ms: float) -> tu
     graph = None
     if hooks:
         try:
-            graph = partition_graph(plan.mod[part.global_var], part.name)
+            graph = plan.graph(part)
         except UnsupportedConstruct:  # its codegen built it, so this does not happen; no graph, no hook to ask
             hooks = []
     for vendor, hook in hooks:

@@ -43,7 +43,10 @@ class Builder {
   static std::vector<int64_t> GroupsToMerge(const ConvDims& c, const std::string& impl);
   static ConvDims GroupsMerged(const ConvDims& c, int64_t merge);
   int BlockDiagonalWeights(int plain, const ConvDims& c, int64_t merge);
-  static bool Commutes(const std::string& kernel) { return kernel == "relax.add" || kernel == "relax.multiply"; }
+  static bool Commutes(const std::string& kernel) {
+    return kernel == "relax.add" || kernel == "relax.multiply" || kernel == "relax.maximum" ||
+           kernel == "relax.minimum";
+  }
   // Folds the ops after the head at `k` (single reader, same shape) into post-ops: those of the same node, and
   // with `later` those of the nodes after it too: all of them (kAll: an attention's mask add and a residual add,
   // each a node of its own, after a matmul), or those whose other operands are constants (kConstants: a per-channel

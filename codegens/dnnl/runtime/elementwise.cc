@@ -195,7 +195,9 @@ const algorithm* Builder::BinaryAlgorithm(const std::string& kernel) {
   static const std::map<std::string, algorithm> table = {{"relax.add", algorithm::binary_add},
                                                          {"relax.multiply", algorithm::binary_mul},
                                                          {"relax.subtract", algorithm::binary_sub},
-                                                         {"relax.divide", algorithm::binary_div}};
+                                                         {"relax.divide", algorithm::binary_div},
+                                                         {"relax.maximum", algorithm::binary_max},
+                                                         {"relax.minimum", algorithm::binary_min}};
   return Find(table, kernel);
 }
 
