@@ -15,7 +15,7 @@ from onnx import helper
 import byoc
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import VendorError
-from byoc.vendor import SUPPORTED, LeaveOut, OpRule, Vendor, VendorOption
+from byoc.vendor import SUPPORTED, LeaveOut, OpRule, Split, Vendor, VendorOption
 
 from models import const, model, onnxruntime_outputs, tensor
 
@@ -119,8 +119,8 @@ def test_left_out_ops_go_to_the_host_and_the_rest_is_checked_again():
 
 @pytest.mark.parametrize("check, reason", [
     (lambda graph: 1 / 0, "its partition check raised ZeroDivisionError: division by zero"),
-    (lambda graph: 42, "its partition check returned 42, not SUPPORTED, a reason or LeaveOut"),
-    (lambda graph: LeaveOut([object()], "x"), "its partition check left out an op call that is not one of the "
+    (lambda graph: 42, "its partition check returned 42, not SUPPORTED, a reason, LeaveOut or Split"),
+    (lambda graph: LeaveOut([object()], "x"), "its partition check named an op call that is not one of the "
                                               "partition's (LeaveOut takes the graph's own OpCalls)"),
 ])
 def test_a_broken_partition_check_costs_its_partitions_not_the_build(check, reason):
@@ -164,3 +164,31 @@ def test_a_build_with_other_options_than_the_plans_cuts_again():
     assert same.plan.partitions[0].bindings == plan.partitions[0].bindings
     assert same.vendor_option_settings["npu"]["sram_values"].source == "build"
     _matches_onnxruntime(artifact, m)
+
+
+def test_a_split_makes_pieces_each_a_partition_checked_again():
+    shown = []
+
+    def two_ops_a_piece(graph):
+        """At most two ops a partition: split after the second."""
+        shown.append([c.op.split(".")[-1] for c in graph.ops])
+        return SUPPORTED if len(graph.ops) <= 2 else Split([graph.ops[2]], "2 ops fill the SRAM")
+
+    m = _chain()
+    artifact = byoc.compile(m, [_npu(two_ops_a_piece)])
+    plan = artifact.plan
+    assert [p.onnx_nodes for p in plan.partitions] == [["relu0", "add1"], ["relu2", "mul3"], ["relu5", "add6"],
+                                                       ["relu7"]]
+    assert [p.split for p in plan.partitions] == ["", "2 ops fill the SRAM", "", "2 ops fill the SRAM"]
+    assert plan.offloaded_ops == 7 and len(shown) == 6
+    assert all(c.rule.startswith("npu.") for g in plan.vendors[0].codegen.graphs for c in g.ops)
+    text = byoc.report(plan)
+    assert "npu_1 split off by its vendor's partition check: 2 ops fill the SRAM" in text
+    _matches_onnxruntime(artifact, m)
+
+
+def test_a_split_at_the_first_op_alone_refuses_the_partition():
+    m = _chain()
+    artifact = byoc.compile(m, [_npu(lambda graph: Split([graph.ops[0]], "no"))])
+    assert artifact.plan.partitions == []
+    assert _host_reason(artifact.plan, "relu0").endswith("its partition check split it at its first op alone (no)")

@@ -34,16 +34,16 @@ A vendor module usually needs only::
                                     all_of(dtypes("float32"), static_shapes(4), small_kernel)),), AcmeCodegen())
 """
 
-from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, LeaveOut, Match, OpRule, PatternRule, Rule, RuntimeMemory,
-                               Vendor, always, as_codegen, cost_estimator, runtime_memory, runtime_module_kinds,
-                               standalone_source)
+from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, LeaveOut, Match, OpRule, PatternRule, Rule,
+                               RuntimeMemory, Split, Vendor, always, as_codegen, cost_estimator, runtime_memory,
+                               runtime_module_kinds, standalone_source)
 from byoc.vendor.ops import OpCall, Tensor
 from byoc.vendor.options import OptionSetting, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
     "SUPPORTED", "Check", "CheckResult", "Codegen", "LeaveOut", "Match", "OpCall", "OpRule", "OptionSetting", "PatternRule",
-    "Rule", "RuntimeMemory", "Tensor", "Vendor", "VendorOption",
+    "Rule", "RuntimeMemory", "Split", "Tensor", "Vendor", "VendorOption",
     "always", "as_codegen", "cost_estimator", "get_vendor", "list_vendors",
     "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",
 ]

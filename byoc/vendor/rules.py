@@ -473,6 +473,22 @@ class LeaveOut:
 
 
 @dataclass(frozen=True)
+class Split:
+    """What a partition check returns to cut the partition it was shown into pieces, each a partition of the
+    vendor's own: a new piece starts at each of ``calls`` (op calls of that
+    :class:`~byoc.vendor.graph.PartitionGraph`, in its order; the first op starts one anyway). Each piece is
+    shown to the check again; the report gives ``reason`` beside the pieces split off."""
+
+    calls: tuple
+    reason: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "calls", tuple(self.calls))
+        if not isinstance(self.reason, str) or not self.reason:
+            raise VendorError(f"Split needs a reason, got {self.reason!r}")
+
+
+@dataclass(frozen=True)
 class Vendor:
     """A vendor: its name, its rules (in priority order), its codegen, its options.
 
@@ -480,8 +496,9 @@ class Vendor:
     so, and reports, decisions and artifacts name them so.
 
     ``partition_check(graph)`` judges each whole partition the rules made for this vendor, as its codegen
-    would get it: it returns :data:`SUPPORTED`, a reason (the partition's ops go elsewhere) or
-    :class:`LeaveOut` (some go elsewhere; the rest is cut and checked again).
+    would get it: it returns :data:`SUPPORTED`, a reason (the partition's ops go elsewhere),
+    :class:`LeaveOut` (some go elsewhere; the rest is cut and checked again) or :class:`Split` (pieces, each a
+    partition of its own and checked again).
     (:mod:`byoc.pipeline.partitioning.partition_checks`.)
 
     ``options`` are passed to every check (``Match.options``). When the
@@ -503,7 +520,7 @@ class Vendor:
     # the host, with that reason.
     joining_rules: tuple = ()
     # A check of each whole partition: partition_check(graph) -> SUPPORTED, a reason (the partition is refused),
-    # or LeaveOut(s) (some ops are kept out). ``graph`` is the PartitionGraph the codegen would get, with the
+    # LeaveOut(s) (some ops are kept out) or a Split (pieces, each a partition). ``graph`` is the PartitionGraph the codegen would get, with the
     # build's options and the model's dim bounds.
     partition_check: Optional[Callable[[Any], Any]] = None
 

@@ -4,8 +4,8 @@ Layout of the emitted source:
 
 1. the reference kernels (``byoc_kernels.h``, pasted so the source needs no
    include path, which matters for cross compilers);
-2. the few tvm-ffi ABI structs the entry points read (DLPack and TVMFFIAny
-   are ABI-stable, so they are declared here rather than included);
+2. the entry point's ABI (``byoc/vendor/byoc_abi.h``: the DLPack and TVMFFIAny
+   layouts, which are ABI-stable, and the helpers that check arguments), pasted too;
 3. constants as string literals of their little-endian bytes (octal
    escapes): gcc reads a string literal as one token, so 100 MB of weights
    compile in seconds where an initializer list of float literals took a
@@ -27,94 +27,14 @@ from typing import Sequence
 import numpy as np
 
 from byoc.errors import UnsupportedOp
+from byoc.vendor.abi import abi_header, entry_point
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
 from .body import _DTYPES, OpEmitter, Body, _int_list, _Unit, c_dim, c_type, float_literal, graph_dim_names
 from .quantized import INTEGER_AS_FLOAT, QDQ_OPS, emit_quantized
 
-#: The tvm-ffi safe-call ABI types (tvm/ffi/c_api.h, dlpack.h) that generated C
-#: reads; both are ABI-stable, so they are declared rather than included.
-FFI_TYPES = r"""
-/* tvm-ffi / DLPack ABI (only what is used here; both are ABI-stable). */
-typedef struct { int32_t device_type; int32_t device_id; } byoc_device;
-typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } byoc_dtype;
-typedef struct {
-  void* data; byoc_device device; int32_t ndim; byoc_dtype dtype;
-  int64_t* shape; int64_t* strides; uint64_t byte_offset;
-} byoc_dltensor;
-typedef struct {
-  int32_t type_index; uint32_t zero_padding;
-  union { int64_t v_int64; double v_float64; void* v_ptr; } v;
-} byoc_any;
-"""
-
-_ABI = FFI_TYPES + r"""
-#define BYOC_FFI_DLTENSOR_PTR 7
-#define BYOC_FFI_TENSOR 70
-#define BYOC_FFI_OBJECT_HEADER 24 /* sizeof(TVMFFIObject) on every 64-bit target */
-#ifdef __cplusplus
-extern "C" {
-#endif
-void TVMFFIErrorSetRaisedFromCStrParts(const char* kind, const char** parts, int32_t n);
-#ifdef __cplusplus
-}
-#endif
-
-static int byoc_fail(const char* kind, const char* symbol, const char* what) {
-  const char* parts[3];
-  parts[0] = symbol; parts[1] = ": "; parts[2] = what;
-  TVMFFIErrorSetRaisedFromCStrParts(kind, parts, 3);
-  return -1;
-}
-
-/* Argument `i` as a DLTensor, or NULL when it is none. */
-static const byoc_dltensor* byoc_tensor(const byoc_any* args, int i) {
-  if (args[i].type_index == BYOC_FFI_DLTENSOR_PTR) return (const byoc_dltensor*)args[i].v.v_ptr;
-  if (args[i].type_index == BYOC_FFI_TENSOR) {
-    return (const byoc_dltensor*)((const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER);
-  }
-  return NULL;
-}
-
-/* Dim `axis` of argument `i`, once byoc_arg has checked it. */
-static int64_t byoc_dim(const byoc_any* args, int i, int axis) { return byoc_tensor(args, i)->shape[axis]; }
-
-#define BYOC_FFI_SHAPE 69
-/* Value `k` of shape argument `i` (an ffi.Shape: the object header, then its data pointer and size),
-   or -1 when argument `i` is no shape that long. */
-static int64_t byoc_shape_value(const byoc_any* args, int i, int k) {
-  const char* cell;
-  if (args[i].type_index != BYOC_FFI_SHAPE) return -1;
-  cell = (const char*)args[i].v.v_ptr + BYOC_FFI_OBJECT_HEADER;
-  if (*(const uint64_t*)(cell + sizeof(void*)) <= (uint64_t)k) return -1;
-  return (*(const int64_t* const*)cell)[k];
-}
-
-/* The data of argument `i`, checked against the expected DLPack type (code, bits) and shape; a dim
-   of -1 in `shape` is symbolic, checked by the caller once the call's dims are bound. */
-static void* byoc_arg(const byoc_any* args, int i, const int64_t* shape, int ndim, int code, int bits,
-                      const char* symbol, int* error) {
-  const byoc_dltensor* t = byoc_tensor(args, i);
-  int d;
-  int64_t expect = 1;
-  if (t == NULL) { *error = byoc_fail("TypeError", symbol, "an argument is not a tensor"); return NULL; }
-  if (t->device.device_type != 1) { *error = byoc_fail("ValueError", symbol, "a tensor is not on the CPU"); return NULL; }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    *error = byoc_fail("TypeError", symbol, "a tensor has the wrong dtype"); return NULL;
-  }
-  if (t->ndim != ndim) { *error = byoc_fail("ValueError", symbol, "a tensor has the wrong rank"); return NULL; }
-  for (d = ndim - 1; d >= 0; --d) {
-    if (shape[d] >= 0 && t->shape[d] != shape[d]) {
-      *error = byoc_fail("ValueError", symbol, "a tensor has the wrong shape"); return NULL;
-    }
-    if (t->strides != NULL && t->shape[d] != 1 && t->strides[d] != expect) {
-      *error = byoc_fail("ValueError", symbol, "a tensor is not contiguous"); return NULL;
-    }
-    expect *= t->shape[d];
-  }
-  return (char*)t->data + t->byte_offset;
-}
-
+#: The entry point's ABI (byoc/vendor/byoc_abi.h), then the decoding of constants on big-endian targets.
+_ABI = abi_header() + r"""
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define BYOC_BIG_ENDIAN 1
 /* A constant's little-endian 4-byte words (float32, int32) in native order, decoded into `decoded`
@@ -381,7 +301,7 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
     sources = _dim_sources(graph, positions)
     index = {name: k for k, name in enumerate(graph_dim_names(graph))}
     lines = [
-        f"int __tvm_ffi_{symbol}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
+        entry_point(symbol) + " {",
         f"  void* in[{max(len(graph.inputs), 1)}];",
         f"  void* out[{max(len(graph.outputs), 1)}];",
         "  int error = 0;",

@@ -14,9 +14,9 @@ from importlib import resources
 
 import numpy as np
 
-from byoc.codegens.c_source.emitter import FFI_TYPES
 from byoc.deploy.standalone.tensor_file import CODES
 from byoc.errors import StandaloneError
+from byoc.vendor.abi import abi_header
 from byoc.vendor.values import static_dims
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
 
 
 def _runtime() -> str:
-    return FFI_TYPES + resources.files(__package__).joinpath("runtime.c").read_text()
+    return abi_header() + resources.files(__package__).joinpath("runtime.c").read_text()
 
 
 @dataclass(frozen=True)

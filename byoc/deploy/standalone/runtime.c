@@ -1,6 +1,6 @@
 /* The fixed part of every standalone byoc program (see byoc/deploy/standalone/c_program.py):
- * the runtime symbols TVM's kernels and C-source partitions call, and the tensor-file reader and writer. */
-enum { BYOC_FFI_INT = 1, BYOC_FFI_FLOAT = 3, BYOC_FFI_DLTENSOR_PTR = 7, BYOC_FFI_SHAPE = 69 };
+ * the runtime symbols TVM's kernels and C-source partitions call, and the tensor-file reader and writer. It follows
+ * byoc/vendor/byoc_abi.h, which defines the argument types and type indices. */
 
 /* An ffi.Shape as a C-source partition reads one (the dims TVM passes next to its tensors): the
  * 24-byte object header, then the values' pointer and count. */

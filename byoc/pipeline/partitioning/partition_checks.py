@@ -2,9 +2,12 @@
 
 A rule's check sees one match; a partition check (``Vendor(partition_check=...)``) sees the partition as its
 codegen would get it (:meth:`PartitionPlan.graph <byoc.pipeline.partitioning.partitioner.PartitionPlan.graph>`:
-the ops, the vendor's options and the model's dim bounds). It may accept it, refuse it whole with a reason, or
-leave some of its ops out (:class:`~byoc.vendor.rules.LeaveOut`). Refused ops become demotions, the model is cut
-again, and the new partitions are checked again; each round demotes ops the vendor had, so the rounds end.
+the ops, the vendor's options and the model's dim bounds). It may accept it, refuse it whole with a reason,
+leave some of its ops out (:class:`~byoc.vendor.rules.LeaveOut`), or split it into pieces
+(:class:`~byoc.vendor.rules.Split`, :mod:`byoc.pipeline.partitioning.pieces`). Refused ops become demotions,
+split-off ops a piece of their own; the model is cut again, and the new partitions are checked again. Each
+round demotes ops the vendor had or cuts a partition into smaller pieces (a piece of one match cannot be split),
+so the rounds end.
 
 A check that raises, or returns something else, refuses its partition with that as the reason: a vendor's bug
 costs its partition, never the build. A partition the plain view cannot show is not checked here: its codegen
@@ -13,17 +16,35 @@ refuses it at build, and that refusal is the partition's reason then.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from byoc.errors import UnsupportedConstruct
-from byoc.vendor.rules import SUPPORTED, LeaveOut
+from byoc.vendor.rules import SUPPORTED, LeaveOut, Split
 
 
-def partition_check_demotions(plan: Any) -> dict[tuple[str, str], str]:
-    """``(vendor, binding) -> reason`` for every op a vendor's partition check keeps out of its partition in
-    ``plan`` (a :class:`~byoc.pipeline.partitioning.partitioner.PartitionPlan`); empty when every check accepts."""
-    demoted: dict[tuple[str, str], str] = {}
+@dataclass
+class Verdicts:
+    """What the partition checks of one plan decided beyond accepting."""
+
+    #: ``(vendor, binding) -> reason`` for each op kept off its vendor
+    demoted: dict = field(default_factory=dict)
+    #: ``(vendor, binding) -> piece`` for each op split into a new piece
+    pieces: dict = field(default_factory=dict)
+    #: ``(vendor, binding) -> reason`` for the first op of each new piece
+    split_at: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.demoted or self.pieces)
+
+
+def partition_check_verdicts(plan: Any, pieces: Mapping[tuple[str, str], int]) -> Verdicts:
+    """What the vendors' partition checks decide of ``plan`` (a
+    :class:`~byoc.pipeline.partitioning.partitioner.PartitionPlan` cut with ``pieces``); empty when every check
+    accepts."""
+    verdicts = Verdicts()
     checks = {v.name: v.partition_check for v in plan.vendors if v.partition_check is not None}
+    next_piece = max(pieces.values(), default=0) + 1
     for part in plan.partitions:
         check = checks.get(part.vendor)
         if check is None:
@@ -32,15 +53,27 @@ def partition_check_demotions(plan: Any) -> dict[tuple[str, str], str]:
             graph = plan.graph(part)
         except UnsupportedConstruct:
             continue
-        for binding, why in _refused(check, graph, _bindings_per_group(plan.mod[part.global_var])).items():
-            demoted[(part.vendor, binding)] = (f"the {part.vendor} partition check refused partition {part.name} "
-                                               f"({len(part.bindings)} ops): {why}")
-    return demoted
+        groups = _bindings_per_group(plan.mod[part.global_var])
+        result = _verdict(check, graph, groups)
+        if isinstance(result, tuple):  # (group indices starting a piece, reason)
+            starts, why = result
+            piece = None
+            for index, group in enumerate(groups):
+                if index in starts:
+                    piece, next_piece = next_piece, next_piece + 1
+                    verdicts.split_at[(part.vendor, group[0])] = why
+                if piece is not None:
+                    verdicts.pieces.update({(part.vendor, b): piece for b in group})
+            continue
+        for binding, why in result.items():
+            verdicts.demoted[(part.vendor, binding)] = (f"the {part.vendor} partition check refused partition "
+                                                        f"{part.name} ({len(part.bindings)} ops): {why}")
+    return verdicts
 
 
-def _refused(check, graph, groups: list[list[str]]) -> dict[str, str]:
-    """binding -> why, for the ops ``check`` refuses of ``graph`` (``groups``: each composite's bindings, in the
-    order of ``OpCall.group``)."""
+def _verdict(check, graph, groups: list[list[str]]):
+    """``binding -> why`` for the ops ``check`` refuses of ``graph``, or ``(indices of the groups that start a
+    piece, why)`` for a split (``groups``: each composite's bindings, in the order of ``OpCall.group``)."""
     every = {b: None for group in groups for b in group}
     try:
         result = check(graph)
@@ -50,20 +83,32 @@ def _refused(check, graph, groups: list[list[str]]) -> dict[str, str]:
         return {}
     if isinstance(result, str) and result:
         return dict.fromkeys(every, result)
+    group_of = {id(call): call.group for call in graph.ops}
+    if isinstance(result, Split):
+        starts = {group_of.get(id(call)) for call in result.calls}
+        if None in starts:
+            return dict.fromkeys(every, _FOREIGN.format(kind="Split"))
+        starts.discard(0)  # the first op starts the partition anyway
+        if not starts:
+            return dict.fromkeys(every, f"its partition check split it at its first op alone ({result.reason})")
+        return starts, result.reason
     leave_outs = [result] if isinstance(result, LeaveOut) else result
     if not isinstance(leave_outs, (list, tuple)) or not leave_outs or not all(
             isinstance(item, LeaveOut) for item in leave_outs):
-        return dict.fromkeys(every, f"its partition check returned {result!r}, not SUPPORTED, a reason or LeaveOut")
-    by_identity = {id(call): call.group for call in graph.ops}
+        return dict.fromkeys(every, f"its partition check returned {result!r}, not SUPPORTED, a reason, LeaveOut "
+                                    "or Split")
     refused: dict[str, str] = {}
     for item in leave_outs:
         for call in item.calls:
-            group = by_identity.get(id(call))
-            if group is None or not 0 <= group < len(groups):
-                return dict.fromkeys(every, "its partition check left out an op call that is not one of the "
-                                            "partition's (LeaveOut takes the graph's own OpCalls)")
+            group = group_of.get(id(call))
+            if group is None:
+                return dict.fromkeys(every, _FOREIGN.format(kind="LeaveOut"))
             refused.update(dict.fromkeys(groups[group], item.reason))
     return refused
+
+
+_FOREIGN = ("its partition check named an op call that is not one of the partition's ({kind} takes the graph's "
+            "own OpCalls)")
 
 
 def _bindings_per_group(func) -> list[list[str]]:

@@ -28,7 +28,8 @@ from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode, TensorSpe
 from byoc.pipeline.partitioning.merging import merge_regions
 from byoc.vendor.graph import PartitionGraph, partition_graph
 from byoc.vendor.options import vendor_option_settings
-from byoc.pipeline.partitioning.partition_checks import partition_check_demotions
+from byoc.pipeline.partitioning.partition_checks import partition_check_verdicts
+from byoc.pipeline.partitioning.pieces import pieces_named, pieces_unnamed
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -69,6 +70,8 @@ class Partition:
     outputs: list[BoundaryTensor]
     constant_bytes: int
     global_var: object = field(repr=False, default=None)
+    #: why its vendor's partition check split it off the partition it was part of ("" when it did not)
+    split: str = ""
 
     @property
     def boundary_bytes(self) -> int:
@@ -329,6 +332,8 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     """
     imposed, demoted = dict(demoted), dict(demoted)
     vendor_options = dict(vendor_options or {})
+    pieces: dict[tuple[str, str], int] = {}  # the partition checks' splits (pieces.py)
+    split_at: dict[tuple[str, str], str] = {}
     _log.info("annotating and partitioning for %s", ", ".join(v.name for v in vendors) or "the host alone")
     plan = None
     while plan is None:
@@ -337,7 +342,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
         try:
-            merged = merge_regions(annotation.fused)
+            merged = pieces_unnamed(merge_regions(pieces_named(annotation.fused, pieces)))
         except Exception as err:  # noqa: BLE001 - TVM refuses e.g. match_cast or If bindings in main
             first = last_line(err)
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
@@ -361,9 +366,11 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                                                     "has none"))
         if not too_small:
             plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
-            refused = partition_check_demotions(plan)
-            if refused:  # cut again without the ops the checks refused: what is left is checked again
-                demoted.update(refused)
+            verdicts = partition_check_verdicts(plan, pieces)
+            if verdicts:  # cut again without the ops the checks refused, and split: what is left is checked again
+                demoted.update(verdicts.demoted)
+                pieces.update(verdicts.pieces)
+                split_at.update(verdicts.split_at)
                 plan = None
             continue
         # Demote only the highest-priority vendor's small regions this round:
@@ -379,6 +386,8 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     if plan is None:  # every op on the host
         plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
     plan.demoted, plan.imposed = demoted, imposed
+    for part in plan.partitions:
+        part.split = next((split_at[(part.vendor, b)] for b in part.bindings if (part.vendor, b) in split_at), "")
     return plan
 
 

@@ -153,6 +153,7 @@ def build_report(
                 "outputs": [_tensor(t.source, t.shape, t.dtype, t.nbytes) for t in p.outputs],
                 "constant_bytes": int(p.constant_bytes),
                 "boundary_bytes": int(p.boundary_bytes),
+                **({"split": p.split} if p.split else {}),
             }
             for p in plan.partitions
         ],

@@ -74,6 +74,7 @@ REPORT_SCHEMA = {
                     "outputs": {"type": "array", "items": _TENSOR},
                     "constant_bytes": {"type": "integer"},
                     "boundary_bytes": {"type": "integer"},
+                    "split": {"type": "string"},
                 },
             },
         },

@@ -145,6 +145,8 @@ def _partitions_text(parts: list, units: set) -> list[str]:
             lines += [f"  {p['name']} inputs: {tensors_text(p['inputs'], _NAME_WIDTH)}",
                       f"  {p['name']} outputs: {tensors_text(p['outputs'], _NAME_WIDTH)}"]
         lines.append(f"  {p['name']} nodes: {', '.join(n + (' (QDQ int8)' if n in units else '') for n in p['onnx_nodes'])}")
+        if p.get("split"):
+            lines.append(f"  {p['name']} split off by its vendor's partition check: {p['split']}")
     return lines
 
 
