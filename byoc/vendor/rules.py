@@ -251,6 +251,13 @@ class Codegen:
     #: (oneDNN, plain C loops) says 1.
     input_alignment: int = 64
 
+    #: The version of what ``compile`` makes, which the codegen changes whenever its output for the same
+    #: partitions and options may change (its compiler's version, say). When set, byoc caches the modules
+    #: ``compile`` returns by the content of the partitions, the options and this version, and a build that
+    #: finds them does not call ``compile`` (:mod:`byoc.pipeline.build.codegen_cache`). Default: "", no cache
+    #: (a codegen whose output depends on anything else, such as files it reads, keeps it so).
+    cache_version: str = ""
+
     def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list:
         """Required: the TVM runtime modules for ``partitions``, which export each partition's ``symbol``.
 
@@ -296,8 +303,8 @@ class Codegen:
 
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
-CAPABILITIES = ("module_kinds", "declared_options", "input_alignment", "load_runtime", "standalone_source",
-                "runtime_memory", "estimate_cost", "availability")
+CAPABILITIES = ("module_kinds", "declared_options", "input_alignment", "cache_version", "load_runtime",
+                "standalone_source", "runtime_memory", "estimate_cost", "availability")
 _METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "estimate_cost", "availability")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
 _NEAR = 0.8
@@ -321,6 +328,10 @@ class _DuckCodegen(Codegen):
     @property
     def input_alignment(self) -> int:  # type: ignore[override]
         return getattr(self.wrapped, "input_alignment", Codegen.input_alignment)
+
+    @property
+    def cache_version(self) -> str:  # type: ignore[override]
+        return getattr(self.wrapped, "cache_version", Codegen.cache_version)
 
     def compile(self, partitions, options):
         return self.wrapped.compile(partitions, options)
@@ -383,6 +394,9 @@ def check_codegen(codegen: Any, vendor: str) -> None:
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1 or alignment & (alignment - 1):
         raise VendorError(f"{owner}: input_alignment must be a power of two in bytes (1: any address), "
                           f"got {alignment!r}")
+    if not isinstance(getattr(codegen, "cache_version", ""), str):
+        raise VendorError(f"{owner}: cache_version must be a string (\"\": no cache), "
+                          f"got {getattr(codegen, 'cache_version')!r}")
     interface = set(dir(Codegen))
     for name in sorted(set(dir(type(codegen))) - interface):
         if name.startswith("_"):

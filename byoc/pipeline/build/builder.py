@@ -24,6 +24,7 @@ from byoc.host.compiler import compile_host
 from byoc.host.recorded import METADATA_FUNCTION, text_function
 from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.frontend.onnx_model import index_inputs
+from byoc.pipeline.build.codegen_cache import compile_cached
 from byoc.pipeline.build.lowering import lower_partitions
 from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
@@ -97,7 +98,7 @@ def _compiled(plan: PartitionPlan, vendor: Vendor, parts: list, options: Mapping
     except UnsupportedConstruct as err:
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     try:
-        return graphs, list(as_codegen(vendor.codegen).compile(graphs, dict(options)))
+        return graphs, compile_cached(as_codegen(vendor.codegen), vendor.name, graphs, options)
     except CodegenError as err:
         raise CodegenError(f"{failed_on}: {err}") from err
     except ByocError:
