@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 TUTORIAL_1 = REPO / "tutorials" / "01_new_vendor"
 TUTORIAL_2 = REPO / "tutorials" / "02_deploy_s390x"
 TUTORIAL_3 = REPO / "tutorials" / "03_generate"
+TUTORIAL_4 = REPO / "tutorials" / "04_npu"
 TOY_PACKAGE = TUTORIAL_1 / "toy_npu"
 TOY_SOURCES = TOY_PACKAGE / "src" / "toy_npu"
 TOY_DIST = "byoc-toy-npu"
@@ -267,6 +268,29 @@ def test_tutorial_03_runs_as_written_and_again_over_its_own_files(tmp_path):
         assert f"`{printed.strip()}`" in readme.read_text(), "the README says what a second run prints"
 
 
+# -- tutorial 4: an NPU with ordinary limits ---------------------------------------------------
+TUTORIAL_4_SH = {"rm -f small_cnn.onnx"}
+
+
+def test_tutorial_04_runs_as_written_and_again_over_its_own_files(s390x_toolchain, tmp_path):
+    readme = TUTORIAL_4 / "README.md"
+    workdir = workdir_of(readme, tutorials_copy(tmp_path))
+    run_tutorial(readme, workdir, TUTORIAL_4_SH)
+    run_tutorial(readme, workdir, TUTORIAL_4_SH)  # again, over its own files: the cache is the script's own
+
+
+def test_the_npu_is_as_short_and_as_plain_as_tutorial_4_says():
+    """Under 300 lines of vendor code, no module globals but constants, no import from byoc's internals."""
+    files = sorted((TUTORIAL_4 / "npu").glob("*.py"))
+    lines = sum(len(f.read_text().splitlines()) for f in files)
+    assert lines < 300 and "under 300 lines" in (TUTORIAL_4 / "README.md").read_text()
+    for source in files:
+        text = source.read_text()
+        assert "global " not in text
+        imported = set(re.findall(r"^from (byoc[\w.]*) import", text, re.M))
+        assert imported <= {"byoc.vendor", "byoc.vendor.checks", "byoc.vendor.abi"}, (source.name, imported)
+
+
 def _git(root: Path, *args: str) -> str:
     done = subprocess.run(["git", "-c", "user.name=byoc", "-c", "user.email=byoc@example.invalid", "-C", str(root),
                            *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
@@ -278,7 +302,8 @@ def _git(root: Path, *args: str) -> str:
     (TUTORIAL_1, "toy_npu", TUTORIAL_1_SH, ["small_cnn.onnx", "small_cnn_toy_npu.so"]),
     (TUTORIAL_2, "s390x_toolchain", TUTORIAL_2_SH, ["small_cnn.onnx", "small_cnn_s390x/model"]),
     (TUTORIAL_3, None, TUTORIAL_3_SH, ["decoder.onnx"]),
-], ids=["01_new_vendor", "02_deploy_s390x", "03_generate"])
+    (TUTORIAL_4, "s390x_toolchain", TUTORIAL_4_SH, ["small_cnn.onnx"]),
+], ids=["01_new_vendor", "02_deploy_s390x", "03_generate", "04_npu"])
 def test_a_tutorial_run_as_its_readme_says_leaves_git_status_clean(tutorial, fixture, sh, outputs, request, tmp_path):
     """Run where the README says, in a repository holding the tutorials: git sees nothing new; its clean-up
     deletes every file it wrote."""

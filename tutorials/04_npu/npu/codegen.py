@@ -1,0 +1,54 @@
+"""The NPU's codegen: hands each build's partitions to its compiler, npuc, and packages the C it writes."""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from byoc.vendor import Codegen, VendorOption
+from byoc.vendor.abi import abi_header
+
+NPUC = Path(__file__).with_name("npuc.py")
+
+
+def described(graph) -> dict:
+    """A partition as npuc reads it: tensors by id, constants with their values, ops in order."""
+    tensors = {t.id: t for t in [*graph.inputs, *graph.outputs, *graph.constants]
+               + [c.output for c in graph.ops]}
+    return {
+        "symbol": graph.symbol,
+        "inputs": [t.id for t in graph.inputs],
+        "outputs": [t.id for t in graph.outputs],
+        "shapes": {t.id: list(t.shape) for t in tensors.values()},
+        "constants": {t.id: t.data.astype("float32").ravel().tolist() for t in graph.constants},
+        "ops": [{"op": c.op, "inputs": [t.id for t in c.inputs], "output": c.output.id, "attrs": c.attrs}
+                for c in graph.ops],
+    }
+
+
+class NpuCodegen(Codegen):
+    declared_options = (VendorOption("sram_kib", int, 1024, "on-chip SRAM, KiB", minimum=1),)
+    cache_version = "npuc 1.0"  # npuc's output changes only with its version: byoc may cache it
+    input_alignment = 1  # npuc's C reads any float address
+
+    def __init__(self):
+        self.compiler_runs = 0
+
+    def compile(self, partitions, options):
+        import tvm
+
+        create = tvm.get_global_func("runtime.CSourceModuleCreate")
+        return [create(self.standalone_source(partitions), "c", [p.symbol for p in partitions], [])]
+
+    def standalone_source(self, partitions):
+        """npuc's C for ``partitions``, the entry-point ABI pasted above it (the C needs no include path)."""
+        with tempfile.TemporaryDirectory() as folder:
+            spec, out = Path(folder) / "partitions.json", Path(folder) / "partitions.c"
+            spec.write_text(json.dumps([described(p) for p in partitions]))
+            self.compiler_runs += 1
+            done = subprocess.run([sys.executable, str(NPUC), str(spec), "-o", str(out)],
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"npuc failed: {done.stderr.strip()}")
+            return abi_header() + out.read_text()
