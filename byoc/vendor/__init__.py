@@ -37,12 +37,13 @@ A vendor module usually needs only::
 from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, LeaveOut, Match, OpRule, PatternRule, Rule,
                                RuntimeMemory, Split, Vendor, always, as_codegen, cost_estimator, runtime_memory,
                                runtime_module_kinds, standalone_source)
+from byoc.vendor.csource import CSource
 from byoc.vendor.ops import OpCall, Tensor
 from byoc.vendor.options import OptionSetting, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
-    "SUPPORTED", "Check", "CheckResult", "Codegen", "LeaveOut", "Match", "OpCall", "OpRule", "OptionSetting", "PatternRule",
+    "SUPPORTED", "CSource", "Check", "CheckResult", "Codegen", "LeaveOut", "Match", "OpCall", "OpRule", "OptionSetting", "PatternRule",
     "Rule", "RuntimeMemory", "Split", "Tensor", "Vendor", "VendorOption",
     "always", "as_codegen", "cost_estimator", "get_vendor", "list_vendors",
     "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",

@@ -71,6 +71,7 @@ from byoc.deploy.targets import TargetPreset
 from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
 from byoc.pipeline.build.lowering import lower_partitions
+from byoc.pipeline.artifact.weights_section import sections_assembly
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
            "run_program", "write_tensors"]
@@ -139,12 +140,15 @@ def _lowered_module(artifact, sizes: dict[str, int]):
         return tvm.transform.Sequential(passes)(mod)
 
 
-def _partition_sources(plan) -> dict[str, str]:
-    """C source per vendor (file stem -> text) for every partition in ``plan``."""
+def _partition_sources(plan) -> tuple[dict[str, str], dict[str, bytes]]:
+    """C source per vendor (file stem -> text) for every partition in ``plan``, and the blobs that C reads
+    (:class:`~byoc.vendor.csource.CSource`: symbol -> bytes)."""
     from byoc.vendor import standalone_source
+    from byoc.vendor.csource import CSource
     from byoc.vendor.graph import UnsupportedConstruct
 
-    sources = {}
+    sources: dict[str, str] = {}
+    blobs: dict[str, bytes] = {}
     for vendor in plan.vendors:
         parts = [p for p in plan.partitions if p.vendor == vendor.name]
         if not parts:
@@ -161,8 +165,12 @@ def _partition_sources(plan) -> dict[str, str]:
             graphs = [plan.graph(p) for p in parts]
         except UnsupportedConstruct as err:
             raise StandaloneError(f"vendor {vendor.name!r}: a partition holds {err}") from None
-        sources[f"partitions_{vendor.name}"] = emit(graphs)
-    return sources
+        emitted = emit(graphs)
+        if isinstance(emitted, CSource):
+            blobs.update(emitted.blobs)
+            emitted = emitted.code
+        sources[f"partitions_{vendor.name}"] = emitted
+    return sources, blobs
 
 
 def _kernels_object(mod, target: TargetPreset, path: Path) -> bool:
@@ -234,7 +242,7 @@ def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: b
         shutil.rmtree(directory)
     plan = artifact.plan
     mod = _lowered_module(artifact, _dim_sizes(artifact, dims))
-    partition_sources = _partition_sources(plan)
+    partition_sources, blobs = _partition_sources(plan)
     symbols = {p.name for p in plan.partitions}
     model_c = model_source(artifact, mod, symbols)
     directory.mkdir(parents=True, exist_ok=True)
@@ -244,6 +252,11 @@ def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: b
     for stem, text in partition_sources.items():
         (directory / f"{stem}.c").write_text(text)
         program.sources.append(f"{stem}.c")
+    if blobs:  # the codegens' blobs, each a symbol over its file's bytes (assembled by the program's compiler)
+        for name, data in blobs.items():
+            (directory / f"blob_{name}.bin").write_bytes(data)
+        (directory / "blobs.S").write_text(sections_assembly({n: Path(f"blob_{n}.bin") for n in blobs}, "byoc_blob"))
+        program.sources.append("blobs.S")
     if _kernels_object(mod, artifact.target, directory / KERNELS_OBJECT):
         program.objects.append(KERNELS_OBJECT)
     command = " ".join(program.build_command("$(CC)"))

@@ -28,7 +28,7 @@ from byoc.deploy.targets import PRESETS, TargetPreset, host_name, resolve_target
 from byoc.host.compiler import HOST_CALLS_FUNCTION
 from byoc.host.recorded import METADATA_FUNCTION, read_json
 from byoc.pipeline.artifact.library_file import missing_bytes, module_table_span, release_module_table
-from byoc.pipeline.artifact.weights_section import weights_as_sections
+from byoc.pipeline.artifact.weights_section import blob_objects, weights_as_sections
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
@@ -54,8 +54,9 @@ class Artifact:
     """
 
     def __init__(self, executable, metadata: dict, plan=None, target: Optional[TargetPreset] = None,
-                 library=None, threads: Optional[int] = None, host_link=None):
+                 library=None, threads: Optional[int] = None, host_link=None, blobs: Optional[dict] = None):
         self.executable = executable
+        self._blobs = dict(blobs or {})  # the codegens' blobs (byoc.vendor.csource), linked in at export
         self._host_link = host_link  # its build in parts (byoc.host.relink), when built to be relinked
         self.metadata = metadata
         self.plan = plan
@@ -132,7 +133,8 @@ class Artifact:
             return None
         text = json.dumps(metadata, sort_keys=True)
         executable = self._host_link.executable({METADATA_FUNCTION: text})
-        return Artifact(executable, json.loads(text), plan=plan, target=self.target, threads=self.threads)
+        return Artifact(executable, json.loads(text), plan=plan, target=self.target, threads=self.threads,
+                        blobs=self._blobs)
 
     # -- export -----------------------------------------------------------------------
     def export(self, path: Union[str, os.PathLike], overwrite: bool = False) -> Path:
@@ -154,6 +156,7 @@ class Artifact:
         try:
             with tempfile.TemporaryDirectory(prefix="byoc-weights-") as folder, \
                     weights_as_sections(self.executable, cc, Path(folder)) as addons:
+                addons = addons + blob_objects(self._blobs, cc, Path(folder))
                 self.executable.export_library(tmp, cc=cc, addons=addons)
             os.replace(tmp, path)
         except Exception as err:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 #: The alignment of each weights section in the library: a page, so a section's pages hold its bytes alone
 #: (a kernel that gives back the pages of a weight it keeps reordered gives back nothing else).
@@ -43,14 +43,38 @@ def graph_runtime_modules(module) -> list:
     return found
 
 
-def _assembly(sections: dict[str, Path]) -> str:
+def sections_assembly(sections: Mapping[str, Path], kind: str = "byoc_weights") -> str:
+    """Assembly that defines each symbol of ``sections`` over the bytes of its file (``.incbin``), page aligned,
+    each in a read-only section of its own named ``.rodata.<kind>.<symbol>``."""
     lines = []
     for symbol, path in sections.items():
-        lines += [f'\t.section .rodata.byoc_weights.{symbol},"a"', f"\t.balign {SECTION_ALIGN}",
+        lines += [f'\t.section .rodata.{kind}.{symbol},"a"', f"\t.balign {SECTION_ALIGN}",
                   f"\t.globl {symbol}", f"\t.type {symbol}, %object", f"{symbol}:",
                   f'\t.incbin "{path}"', f"\t.size {symbol}, . - {symbol}"]
     lines.append('\t.section .note.GNU-stack,"",%progbits')  # the weights are data: the stack stays non-executable
     return "\n".join(lines) + "\n"
+
+
+def assembled(sections: Mapping[str, Path], compiler: str, folder: Path, stem: str, kind: str) -> str:
+    """The object file (in ``folder``) ``compiler`` assembles from :func:`sections_assembly`; its path."""
+    source, obj = folder / f"{stem}.S", folder / f"{stem}.o"
+    source.write_text(sections_assembly(sections, kind))
+    done = subprocess.run([compiler, "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"assembling the {kind} sections failed: {done.stderr.strip()[:400]}")
+    return str(obj)
+
+
+def blob_objects(blobs: Mapping[str, bytes], compiler: str, folder: Path) -> list[str]:
+    """The object that defines each of a codegen's blobs (:class:`byoc.vendor.csource.CSource`) as a symbol
+    over its bytes, for ``export_library``'s ``addons``; none without blobs."""
+    if not blobs:
+        return []
+    files = {}
+    for name, data in blobs.items():
+        files[name] = folder / f"blob_{name}.bin"
+        files[name].write_bytes(data)
+    return [assembled(files, compiler, folder, "blobs", "byoc_blob")]
 
 
 @contextlib.contextmanager
@@ -75,12 +99,7 @@ def weights_as_sections(executable, compiler: str, folder: Path) -> Iterator[lis
         if not sections:
             yield []
             return
-        source, obj = folder / "weights.S", folder / "weights.o"
-        source.write_text(_assembly(sections))
-        done = subprocess.run([compiler, "-c", str(source), "-o", str(obj)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"assembling the weights sections failed: {done.stderr.strip()[:400]}")
-        yield [str(obj)]
+        yield [assembled(sections, compiler, folder, "weights", "byoc_weights")]
     finally:
         for module, export in zip(modules, exporting):
             export(module, "")

@@ -30,6 +30,7 @@ from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import OptionSetting, Vendor, as_codegen, runtime_memory
+from byoc.vendor.csource import modules_and_blobs
 from byoc.vendor.options import vendor_option_settings
 
 _log = logging.getLogger(__name__)
@@ -61,8 +62,9 @@ def _check_c_sources(modules: list, vendor: Vendor, target: Optional[TargetPrese
 
 
 def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPreset] = None,
-                options: Optional[Mapping] = None) -> tuple[list, dict]:
-    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``, and what they hold.
+                options: Optional[Mapping] = None) -> tuple[list, dict, dict]:
+    """The runtime modules ``vendor``'s codegen makes for its partitions in ``plan``, what they hold, and the
+    blobs its C reads (:class:`~byoc.vendor.csource.CSource`: name -> bytes, linked in at export).
 
     ``options`` are what the codegen's ``compile`` receives (default: the
     vendor's options resolved without the user's, :meth:`Vendor.resolve_options`).
@@ -74,11 +76,12 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     """
     parts = [p for p in plan.partitions if p.vendor == vendor.name]
     if not parts:
-        return [], {}
+        return [], {}, {}
     if options is None:
         options = vendor.compile_options(vendor.resolve_options())
     _log.info("%s: compiling %d partition(s)", vendor.name, len(parts))
-    graphs, modules = _compiled(plan, vendor, parts, options)
+    graphs, items = _compiled(plan, vendor, parts, options)
+    modules, blobs = modules_and_blobs(items, f"the {vendor.name!r} codegen")
     _check_c_sources(modules, vendor, target)
     try:
         memory = runtime_memory(vendor.codegen, graphs, modules)
@@ -86,7 +89,7 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
         warnings.warn(f"vendor {vendor.name!r} could not report its runtime memory: {type(err).__name__}: {err}",
                       RuntimeWarning, stacklevel=3)
         memory = {}
-    return modules, memory
+    return modules, memory, blobs
 
 
 def _compiled(plan: PartitionPlan, vendor: Vendor, parts: list, options: Mapping) -> tuple[list, list]:
@@ -130,28 +133,32 @@ def _check_vendor_targets(plan: PartitionPlan, preset: TargetPreset) -> None:
 
 
 def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
-                 settings: Mapping[str, Mapping[str, OptionSetting]]) -> tuple[PartitionPlan, dict, dict]:
+                 settings: Mapping[str, Mapping[str, OptionSetting]]) -> tuple[PartitionPlan, dict, dict, dict]:
     """Run every vendor's codegen with its options (``settings``, :func:`vendor_option_settings`); a failing
     vendor's partitions go back to the host.
 
-    Returns the (possibly re-partitioned) plan, the modules per vendor, and
-    what each partition's runtime holds (:func:`run_codegen`).
+    Returns the (possibly re-partitioned) plan, the modules per vendor,
+    what each partition's runtime holds and the blobs of every vendor's C (:func:`run_codegen`).
     With ``strict`` a failure raises its :class:`CodegenError` instead.
     """
     while True:
-        modules, memory, failed = {}, {}, None
+        modules, memory, blobs, failed = {}, {}, {}, None
         for vendor in plan.vendors:
             options = vendor.compile_options(settings.get(vendor.name, {}))
             try:
-                modules[vendor.name], reported = run_codegen(plan, vendor, target, options)
+                modules[vendor.name], reported, own = run_codegen(plan, vendor, target, options)
+                clash = sorted(set(own) & set(blobs))
+                if clash:
+                    raise CodegenError(f"the {vendor.name!r} codegen named a blob {clash[0]!r}, as another vendor did")
                 memory.update(reported)
+                blobs.update(own)
             except CodegenError as err:
                 if strict:
                     raise
                 failed = (vendor, err, options)
                 break
         if failed is None:
-            return plan, modules, memory
+            return plan, modules, memory, blobs
         vendor, err, options = failed
         failing = _failing_partitions(plan, vendor, options)
         if not failing:  # it fails on its partitions together only: all of them go back
@@ -277,7 +284,7 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
     plan = _with_options(plan, vendor_options)
     settings = vendor_option_settings(plan.vendors, plan.vendor_options)
     _prepare_vendor_runtimes(plan, threads)
-    plan, modules, memory = _codegen_all(plan, preset, strict, settings)
+    plan, modules, memory, blobs = _codegen_all(plan, preset, strict, settings)
     mod = lower_partitions(plan.mod, modules)
     metadata = _metadata(plan, preset, memory, settings)
     mod = _with_metadata(mod, metadata)
@@ -288,9 +295,9 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
         first = last_line(err)
         raise BuildError(f"TVM could not build the host program for {preset.name}: {first}") from err
     if not relinkable:
-        return Artifact(built, json.loads(metadata), plan=plan, target=preset, threads=threads)
+        return Artifact(built, json.loads(metadata), plan=plan, target=preset, threads=threads, blobs=blobs)
     return Artifact(built.executable(), json.loads(metadata), plan=plan, target=preset, threads=threads,
-                    host_link=built)
+                    host_link=built, blobs=blobs)
 
 
 def _with_options(plan: PartitionPlan, vendor_options: Optional[Mapping]) -> PartitionPlan:

@@ -13,6 +13,7 @@ at once leave no half entry; an entry that does not read back is a miss and is w
 
 How modules are kept, by what they are:
 
+- a :class:`~byoc.vendor.csource.CSource` as itself: its code, symbols and blobs;
 - a C source module (kind ``c``, what ``CSourceModuleCreate`` makes) as its source and the partition symbols
   it defines, made again with ``CSourceModuleCreate``;
 - a module TVM serializes into an exported library (a runtime of the vendor's own, as byoc's graph runtimes)
@@ -36,6 +37,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from byoc._version import __version__
+from byoc.vendor.csource import CSource
 
 _log = logging.getLogger(__name__)
 
@@ -124,6 +126,12 @@ def _records(modules: Sequence[Any], graphs: Sequence[Any]) -> Optional[list[tup
 
     records = []
     for module in modules:
+        if isinstance(module, CSource):
+            blobs = list(module.blobs.items())
+            records.append(({"form": "csource", "symbols": list(module.symbols),
+                             "blobs": [[name, len(data)] for name, data in blobs]},
+                            module.code.encode() + b"".join(data for _, data in blobs)))
+            continue
         kind = str(module.kind)
         if list(module.imports):
             return None
@@ -202,7 +210,14 @@ def _read(path: Path) -> Optional[list]:
         for record in records:
             data = blob[at:at + record["bytes"]]
             at += record["bytes"]
-            if record["form"] == "c":
+            if record["form"] == "csource":
+                sizes = [size for _, size in record["blobs"]]
+                code, at_blob = data[:len(data) - sum(sizes)], len(data) - sum(sizes)
+                blobs = {}
+                for (name, size) in record["blobs"]:
+                    blobs[name], at_blob = data[at_blob:at_blob + size], at_blob + size
+                modules.append(CSource(code.decode(), tuple(record["symbols"]), blobs))
+            elif record["form"] == "c":
                 create = tvm.get_global_func("runtime.CSourceModuleCreate")
                 modules.append(create(data.decode(), "c", record["symbols"], []))
             else:

@@ -6,22 +6,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-from byoc.vendor import Codegen, VendorOption
+from byoc.vendor import Codegen, CSource, VendorOption
 from byoc.vendor.abi import abi_header
 
 NPUC = Path(__file__).with_name("npuc.py")
 
 
-def described(graph) -> dict:
-    """A partition as npuc reads it: tensors by id, constants with their values, ops in order."""
+def described(graph, weights: list) -> dict:
+    """A partition as npuc reads it: tensors by id, ops in order, and each constant's offset (in floats) in
+    the weights, to which its values are appended (float32, little-endian)."""
     tensors = {t.id: t for t in [*graph.inputs, *graph.outputs, *graph.constants]
                + [c.output for c in graph.ops]}
+    offsets = {}
+    for t in graph.constants:
+        offsets[t.id] = sum(w.size for w in weights)
+        weights.append(t.data.astype("<f4").ravel())
     return {
         "symbol": graph.symbol,
         "inputs": [t.id for t in graph.inputs],
         "outputs": [t.id for t in graph.outputs],
         "shapes": {t.id: list(t.shape) for t in tensors.values()},
-        "constants": {t.id: t.data.astype("float32").ravel().tolist() for t in graph.constants},
+        "constants": offsets,
         "ops": [{"op": c.op, "inputs": [t.id for t in c.inputs], "output": c.output.id, "attrs": c.attrs}
                 for c in graph.ops],
     }
@@ -36,19 +41,20 @@ class NpuCodegen(Codegen):
         self.compiler_runs = 0
 
     def compile(self, partitions, options):
-        import tvm
-
-        create = tvm.get_global_func("runtime.CSourceModuleCreate")
-        return [create(self.standalone_source(partitions), "c", [p.symbol for p in partitions], [])]
+        return [self.standalone_source(partitions)]
 
     def standalone_source(self, partitions):
-        """npuc's C for ``partitions``, the entry-point ABI pasted above it (the C needs no include path)."""
+        """npuc's C for ``partitions``, the entry-point ABI pasted above it (the C needs no include path), and
+        their weights as the blob ``npu_weights``, which byoc links in beside the C."""
         with tempfile.TemporaryDirectory() as folder:
             spec, out = Path(folder) / "partitions.json", Path(folder) / "partitions.c"
-            spec.write_text(json.dumps([described(p) for p in partitions]))
+            weights: list = []
+            spec.write_text(json.dumps([described(p, weights) for p in partitions]))
+            floats = sum(w.size for w in weights)
             self.compiler_runs += 1
-            done = subprocess.run([sys.executable, str(NPUC), str(spec), "-o", str(out)],
+            done = subprocess.run([sys.executable, str(NPUC), str(spec), "-o", str(out), "--floats", str(floats)],
                                   capture_output=True, text=True)
             if done.returncode != 0:
                 raise RuntimeError(f"npuc failed: {done.stderr.strip()}")
-            return abi_header() + out.read_text()
+            blob = b"".join(w.tobytes() for w in weights)
+            return CSource(abi_header() + out.read_text(), [p.symbol for p in partitions], {"npu_weights": blob})

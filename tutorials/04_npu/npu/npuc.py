@@ -1,8 +1,9 @@
 """npuc: the NPU's compiler, a program of its own (``python npuc.py partitions.json -o partitions.c``).
 
-It reads the partitions npu's codegen describes and writes C for them: each constant as a float array of
-exact hex literals (any byte order), each op as a loop nest over static shapes, each partition as the entry
-point byoc_abi.h declares (inputs then outputs, each checked with byoc_arg).
+It reads the partitions npu's codegen describes and writes C for them: each op a loop nest over static shapes,
+each partition the entry point byoc_abi.h declares (inputs then outputs, each checked with byoc_arg). The C
+reads the weights (``--floats`` of them, float32 little-endian, at the offsets the description gives) from the
+blob ``npu_weights`` that the codegen hands byoc, converted once on a big-endian machine.
 """
 
 import argparse
@@ -82,13 +83,30 @@ def op_code(op, name, shapes) -> str:
     raise SystemExit(f"npuc: no kernel for {kind}")
 
 
+WEIGHTS = """extern const unsigned char npu_weights[];
+static const float* npu_blob(void) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  static float* words;
+  if (words == NULL) {
+    words = (float*)malloc(%d * sizeof(float));
+    for (long i = 0; i < %d; ++i) {
+      const unsigned char* b = npu_weights + 4 * i;
+      uint32_t u = b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+      memcpy(words + i, &u, 4);
+    }
+  }
+  return words;
+#else
+  return (const float*)npu_weights;
+#endif
+}"""
+
+
 def partition_code(p) -> str:
     shapes, sym = p["shapes"], p["symbol"]
-    name = {int(t): f"{sym}_c{t}" for t in p["constants"]}
-    lines = [f"static const float {name[int(t)]}[] = {{{', '.join(float(v).hex() for v in values)}}};"
-             for t, values in p["constants"].items()]
+    name = {int(t): f"(npu_blob() + {offset})" for t, offset in p["constants"].items()}
     args = p["inputs"] + p["outputs"]
-    lines += [f'static const char {sym}_name[] = "{sym}";', '#ifdef __cplusplus\nextern "C"\n#endif',
+    lines = [f'static const char {sym}_name[] = "{sym}";', '#ifdef __cplusplus\nextern "C"\n#endif',
               f"int __tvm_ffi_{sym}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
               "  int error = 0;", "  (void)self; (void)result;",
               f'  if (num_args != {len(args)}) return byoc_fail("TypeError", {sym}_name, "wrong argument count");']
@@ -111,12 +129,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="the NPU's compiler: partitions (JSON) in, C out")
     parser.add_argument("partitions")
     parser.add_argument("-o", "--output", required=True)
+    parser.add_argument("--floats", type=int, required=True, help="how many floats the weights blob holds")
     args = parser.parse_args()
     with open(args.partitions) as spec:
         partitions = json.load(spec)
-    source = ["#include <math.h>", "#include <stdlib.h>"] + [partition_code(p) for p in partitions]
+    source = ["#include <math.h>", "#include <stdlib.h>", "#include <string.h>", WEIGHTS % (args.floats, args.floats)]
     with open(args.output, "w") as out:
-        out.write("\n\n".join(source) + "\n")
+        out.write("\n\n".join(source + [partition_code(p) for p in partitions]) + "\n")
 
 
 if __name__ == "__main__":
