@@ -535,6 +535,10 @@ def test_a_codegen_that_fails_on_one_partition_sends_back_that_one_alone(monkeyp
     reasons = {d.node.name: d.reasons["dnnl"] for d in artifact.plan.host_ops}
     assert "the dnnl codegen failed on partition dnnl_1" in reasons["residual"] and "no ReLU" in reasons["residual"]
     assert "the dnnl codegen failed on partition dnnl_1" in byoc.report(artifact.plan)
+    (fallback,) = artifact.plan.fallbacks  # a line of the report's own, not only a warning
+    assert (fallback.vendor, fallback.partition, fallback.ops) == ("dnnl", "dnnl_1", 4)  # conv2, its bias, add, relu
+    assert ("dnnl_1 (4 ops) back from dnnl: its codegen: the 'dnnl' codegen failed on dnnl_1: RuntimeError: the NPU "
+            "has no ReLU") in byoc.report(artifact.plan)
     inputs = random_inputs(m)
     np.testing.assert_allclose(artifact.run(inputs)[0], onnxruntime_outputs(m, inputs)[0], rtol=RTOL, atol=ATOL)
 

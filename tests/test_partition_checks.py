@@ -93,6 +93,8 @@ def test_a_refused_partition_goes_to_the_host_alone_with_the_reason():
     plan = artifact.plan
     assert [(p.name, p.onnx_nodes) for p in plan.partitions] == [("npu_0", ["relu5", "add6", "relu7"])]
     assert _host_reason(plan, "mul3") == "the npu partition check refused partition npu_0 (4 ops): 4 ops > 3"
+    assert "npu_0 (4 ops) back from npu: its partition check: 4 ops > 3" in byoc.report(plan)
+    assert byoc.report(plan, "json").count('"fallbacks"') == 1
     _matches_onnxruntime(artifact, m)
 
 

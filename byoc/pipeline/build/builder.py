@@ -26,6 +26,7 @@ from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.frontend.onnx_model import index_inputs
 from byoc.pipeline.build.codegen_cache import compile_cached
 from byoc.pipeline.build.lowering import lower_partitions
+from byoc.pipeline.partitioning.partition_checks import Fallback
 from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
 from byoc.deploy.targets import TargetPreset, resolve_target
@@ -175,7 +176,10 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
         for part, why in failing:
             reason = f"the {vendor.name} codegen failed on partition {part.name}: {why}"
             demoted.update({(vendor.name, binding): reason for binding in part.bindings})
+        given_back = [*plan.fallbacks, *(Fallback(vendor.name, part.name, len(part.bindings), f"its codegen: {why}")
+                                         for part, why in failing)]
         plan = plan.cut_again(demoted)
+        plan.fallbacks = given_back + plan.fallbacks
 
 
 def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,

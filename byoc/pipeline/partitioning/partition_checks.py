@@ -23,6 +23,17 @@ from byoc.errors import UnsupportedConstruct
 from byoc.vendor.rules import SUPPORTED, LeaveOut, Split
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """A partition its vendor gave back: its codegen failed on it, or its partition check refused (some of) its
+    ops. ``ops`` counts the ops given back; they run on another vendor or the host, each with ``reason``."""
+
+    vendor: str
+    partition: str
+    ops: int
+    reason: str
+
+
 @dataclass
 class Verdicts:
     """What the partition checks of one plan decided beyond accepting."""
@@ -33,6 +44,8 @@ class Verdicts:
     pieces: dict = field(default_factory=dict)
     #: ``(vendor, binding) -> reason`` for the first op of each new piece
     split_at: dict = field(default_factory=dict)
+    #: ``(vendor, partition, ops refused, reason)`` for each partition a check refused ops of
+    fallbacks: list = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.demoted or self.pieces)
@@ -65,9 +78,13 @@ def partition_check_verdicts(plan: Any, pieces: Mapping[tuple[str, str], int]) -
                 if piece is not None:
                     verdicts.pieces.update({(part.vendor, b): piece for b in group})
             continue
+        refused: dict[str, list[str]] = {}
         for binding, why in result.items():
             verdicts.demoted[(part.vendor, binding)] = (f"the {part.vendor} partition check refused partition "
                                                         f"{part.name} ({len(part.bindings)} ops): {why}")
+            refused.setdefault(why, []).append(binding)
+        verdicts.fallbacks += [Fallback(part.vendor, part.name, len(bindings), f"its partition check: {why}")
+                               for why, bindings in refused.items()]
     return verdicts
 
 

@@ -28,7 +28,7 @@ from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode, TensorSpe
 from byoc.pipeline.partitioning.merging import merge_regions
 from byoc.vendor.graph import PartitionGraph, partition_graph
 from byoc.vendor.options import vendor_option_settings
-from byoc.pipeline.partitioning.partition_checks import partition_check_verdicts
+from byoc.pipeline.partitioning.partition_checks import Fallback, partition_check_verdicts
 from byoc.pipeline.partitioning.pieces import pieces_named, pieces_unnamed
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
@@ -113,6 +113,8 @@ class PartitionPlan:
     #: the part of ``demoted`` that cutting was given rather than found (measured placement, a failed codegen):
     #: what a cut with other options keeps, while ``min_ops`` and the partition checks judge afresh
     imposed: Mapping = field(default_factory=dict)
+    #: the partitions their vendors gave back while this plan was made (the report's "Fallbacks")
+    fallbacks: list = field(default_factory=list)
     #: vendor name -> option name -> value, as the user gave them (``partition(..., vendor_options=...)``): the
     #: checks judged with these options resolved (:meth:`options_for`), and a build with others cuts again
     vendor_options: Mapping = field(default_factory=dict)
@@ -334,6 +336,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     vendor_options = dict(vendor_options or {})
     pieces: dict[tuple[str, str], int] = {}  # the partition checks' splits (pieces.py)
     split_at: dict[tuple[str, str], str] = {}
+    fallbacks: list[Fallback] = []
     _log.info("annotating and partitioning for %s", ", ".join(v.name for v in vendors) or "the host alone")
     plan = None
     while plan is None:
@@ -368,6 +371,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
             verdicts = partition_check_verdicts(plan, pieces)
             if verdicts:  # cut again without the ops the checks refused, and split: what is left is checked again
+                fallbacks += verdicts.fallbacks
                 demoted.update(verdicts.demoted)
                 pieces.update(verdicts.pieces)
                 split_at.update(verdicts.split_at)
@@ -385,7 +389,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                 demoted[(vendor, binding)] = reason
     if plan is None:  # every op on the host
         plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
-    plan.demoted, plan.imposed = demoted, imposed
+    plan.demoted, plan.imposed, plan.fallbacks = demoted, imposed, fallbacks
     for part in plan.partitions:
         part.split = next((split_at[(part.vendor, b)] for b in part.bindings if (part.vendor, b) in split_at), "")
     return plan

@@ -157,6 +157,8 @@ def build_report(
             }
             for p in plan.partitions
         ],
+        **({"fallbacks": [{"vendor": f.vendor, "partition": f.partition, "ops": f.ops, "reason": f.reason}
+                          for f in plan.fallbacks]} if plan.fallbacks else {}),
         "host_ops": _host_groups(plan),
         "nodes": _nodes(plan),
         "inputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.inputs],

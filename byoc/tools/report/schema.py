@@ -78,6 +78,15 @@ REPORT_SCHEMA = {
                 },
             },
         },
+        "fallbacks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["vendor", "partition", "ops", "reason"],
+                "properties": {"vendor": {"type": "string"}, "partition": {"type": "string"},
+                               "ops": {"type": "integer"}, "reason": {"type": "string"}},
+            },
+        },
         "host_ops": {
             "type": "array",
             "items": {

@@ -73,6 +73,10 @@ def render_text(report: Mapping) -> str:
         lines += _partitions_text(parts, {n["name"] for n in report["nodes"] if n.get("quantized_unit")})
     else:
         lines.append("  none: every op runs on the host")
+    if report.get("fallbacks"):
+        lines += ["", "Fallbacks (partitions their vendors gave back)"]
+        lines += [f"  {f['partition']} ({f['ops']} op{'s' if f['ops'] != 1 else ''}) back from {f['vendor']}: "
+                  f"{f['reason']}" for f in report["fallbacks"]]
     lines += ["", "Host ops (grouped by reason)"]
     if report["host_ops"]:
         for group in report["host_ops"]:
