@@ -3,7 +3,8 @@
 - :mod:`byoc.vendor.rules` - :class:`Vendor`, :class:`OpRule`,
   :class:`PatternRule`, :class:`Match`, :data:`SUPPORTED` and
   :class:`Codegen`, the codegen interface (the required ``compile`` and a
-  default for each optional capability), which a vendor's codegen subclasses;
+  default for each optional capability), which a vendor's codegen subclasses,
+  and what a partition check returns (:class:`LeaveOut`, :class:`Split`);
 - :mod:`byoc.vendor.ops` - :class:`~byoc.vendor.ops.OpCall` and
   :class:`~byoc.vendor.ops.Tensor`, the one plain view of op calls: a check
   reads its match so (``match.op``, ``match.ops_of``, ``match.tensor``), a
@@ -16,6 +17,10 @@
   the plain-Python view of a partition that a codegen compiles;
 - :mod:`byoc.vendor.values` - readers of Relax values (constants, prim
   values, static shapes) that hide TVM 0.27's class names;
+- :mod:`byoc.vendor.abi` - ``byoc_abi.h``, the C ABI of a partition's entry
+  point, to paste or write beside a codegen's C;
+- :mod:`byoc.vendor.csource` - :class:`CSource`, C a codegen returns with
+  binary blobs (weights as bytes) that byoc links in;
 - :mod:`byoc.vendor.registry` - the vendors published as ``byoc.vendors``
   entry points (byoc's own among them), and :func:`register_vendor` for a
   script's.
