@@ -544,6 +544,23 @@ def test_a_vendor_registered_by_a_script_is_usable_with_vendor_module(tmp_path):
     assert done.returncode == 2 and f"--vendor-module {script} raised RuntimeError: no licence" in done.stderr
 
 
+def test_a_module_that_defines_vendor_is_usable_with_vendor_module(tmp_path):
+    """A module exposing VENDOR (what an entry point ``module:VENDOR`` names) needs no register_vendor call."""
+    package = tmp_path / "acme_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from byoc.codegens.c_source import CSourceCodegen\n"
+        "from byoc.vendor import OpRule, Vendor\n"
+        "VENDOR = Vendor('acme_npu', (OpRule('relu', 'relax.nn.relu'),), CSourceCodegen())\n")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(small_cnn().SerializeToString())
+    done = subprocess.run([sys.executable, "-m", "byoc.partition", str(model), "--vendor-module", "acme_npu",
+                           "--vendor", "acme_npu", "--format", "json", "-q"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["partitions"] == {"acme_npu": 2}
+
+
 def test_long_stages_show_progress_on_stderr_unless_quiet(model_dir):
     """The library logs its stages to the ``byoc`` logger (never configuring logging itself); the CLI prints them."""
     code, _, err = run_cli(model_dir / "small_cnn.onnx", "--vendor", "dnnl", "--verify")

@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "see --list-vendors")
     parser.add_argument("--vendor-module", action="append", default=[], metavar="MODULE|FILE.py",
                         help="import this Python module (or run this file) first: a vendor it registers with "
-                             "byoc.register_vendor can then be named by --vendor (repeatable)")
+                             "byoc.register_vendor, or defines as VENDOR, can then be named by --vendor "
+                             "(repeatable)")
     parser.add_argument("--min-ops", type=int, default=1, metavar="N",
                         help="smallest number of ops a partition may have (default 1)")
     parser.add_argument("--keep-on-host", type=_names, action="extend", default=[], metavar="NODE|OPTYPE[,...]",
@@ -214,17 +215,23 @@ def _check_verify_dims(runs: list, dims) -> None:
 
 
 def _import_vendor_module(module: str) -> None:
-    """Import ``module`` (a dotted name, or a ``.py`` file run as a script), for the vendors it registers."""
+    """Import ``module`` (a dotted name, or a ``.py`` file run as a script), for the vendors it registers, and
+    register the ``Vendor`` it defines as ``VENDOR`` (as an entry point ``module:VENDOR`` would publish it)."""
     import importlib
     import runpy
+
+    from byoc.vendor import Vendor
+    from byoc.vendor.registry import register_vendor
 
     try:
         if module.endswith(".py") or os.sep in module:
             if not Path(module).is_file():
                 raise _UsageError(f"--vendor-module {module}: no such file")
-            runpy.run_path(module, run_name="byoc_vendor_module")
+            defined = runpy.run_path(module, run_name="byoc_vendor_module").get("VENDOR")
         else:
-            importlib.import_module(module)
+            defined = getattr(importlib.import_module(module), "VENDOR", None)
+        if isinstance(defined, Vendor):
+            register_vendor(defined)
     except _UsageError:
         raise
     except ModuleNotFoundError as err:
