@@ -16,6 +16,7 @@ import byoc
 from byoc.codegens.c_source import CSourceCodegen
 from byoc.errors import VendorError
 from byoc.vendor import SUPPORTED, LeaveOut, OpRule, Split, Vendor, VendorOption
+from byoc.vendor.checks import output_bytes, within_budget
 
 from models import const, model, onnxruntime_outputs, tensor
 
@@ -194,3 +195,25 @@ def test_a_split_at_the_first_op_alone_refuses_the_partition():
     artifact = byoc.compile(m, [_npu(lambda graph: Split([graph.ops[0]], "no"))])
     assert artifact.plan.partitions == []
     assert _host_reason(artifact.plan, "relu0").endswith("its partition check split it at its first op alone (no)")
+
+
+def test_within_budget_leaves_out_what_is_too_large_and_splits_the_rest():
+    """The checks helper for a per-partition budget: an op over it alone is left out, a total over it split."""
+    budget = within_budget(lambda call: 100 if call.op == "relax.multiply" else 10, lambda graph: 25, "units")
+    m = _chain()
+    plan = byoc.partition(m, [_npu(budget)])
+    assert [p.onnx_nodes for p in plan.partitions] == [["relu0", "add1"], ["relu2"], ["relu5", "add6"], ["relu7"]]
+    assert _host_reason(plan, "mul3").endswith("(4 ops): 100 units alone, over the budget of 25")
+    assert [p.split for p in plan.partitions] == ["", "units over the budget of 25"] * 2
+    _matches_onnxruntime(byoc.build(plan), m)
+
+
+def test_output_bytes_counts_static_results_and_refuses_symbolic_ones():
+    m = _chain()
+    shown = []
+    byoc.partition(m, [_npu(lambda graph: shown.append(graph) or SUPPORTED)], dims={"batch": 3})
+    assert {output_bytes(c) for g in shown for c in g.ops} == {3 * 8 * 4}
+    shown.clear()
+    byoc.partition(m, [_npu(lambda graph: shown.append(graph) or SUPPORTED)])
+    with pytest.raises(ValueError, match="symbolic dims"):
+        output_bytes(shown[0].ops[0])

@@ -11,15 +11,21 @@ on it, and :func:`all_of` chains checks so the first reason wins.
 objects behind the view (``match.root``, ``match.annotated``,
 ``match.calls``): the low-level escape hatch for what the plain view does not
 say. :func:`static_shape`, :func:`dims` and :func:`dynamic_dims` take either.
+
+:func:`within_budget` makes a partition check (``Vendor(partition_check=...)``): a budget per partition, such
+as an on-chip memory, kept by leaving out ops too large alone and splitting where the total would overflow.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+import math
+from typing import Any, Callable, Iterable, Optional
 
-from byoc.vendor.ops import Tensor
+import numpy as np
+
+from byoc.vendor.ops import OpCall, Tensor
 from byoc.vendor.values import Dim, dim_names, shape_dims, static_dims
-from byoc.vendor.rules import SUPPORTED, Check, CheckResult, Match
+from byoc.vendor.rules import SUPPORTED, Check, CheckResult, LeaveOut, Match, Split
 
 
 def static_shape(value) -> Optional[tuple[int, ...]]:
@@ -234,3 +240,36 @@ def avg_pool_plain(match: Match) -> CheckResult:
         if call.attrs["ceil_mode"]:
             return "ceil_mode=1 not supported for average pooling"
     return SUPPORTED
+
+
+def output_bytes(call: OpCall) -> int:
+    """The bytes of ``call``'s result; a :class:`ValueError` for a symbolic dim (a budget of static shapes)."""
+    shape = static_shape(call.output)
+    if shape is None:
+        raise ValueError(f"{call.op}'s result has symbolic dims {call.output.shape}")
+    return math.prod(shape) * np.dtype(call.output.dtype).itemsize
+
+
+def within_budget(cost: Callable[[OpCall], int], budget: Callable[[Any], int], what: str) -> Callable:
+    """A partition check that keeps each partition within ``budget(graph)`` (an on-chip memory, say) counted as
+    the sum of ``cost(call)`` over its op calls, in order: an op whose cost alone is over the budget is left out
+    (:class:`~byoc.vendor.rules.LeaveOut`), and the partition is split before each op that would take the
+    running total over it (:class:`~byoc.vendor.rules.Split`). ``what`` names the cost in the reasons
+    (``"bytes of activations"``). ``within_budget(output_bytes, lambda g: g.options["sram_bytes"], ...)``
+    keeps every value a partition computes in SRAM."""
+
+    def check(graph) -> Any:
+        limit = budget(graph)
+        too_large = [LeaveOut([c], f"{cost(c)} {what} alone, over the budget of {limit}")
+                     for c in graph.ops if cost(c) > limit]
+        if too_large:
+            return too_large
+        starts, used = [], 0
+        for call in graph.ops:
+            used += cost(call)
+            if used > limit:
+                starts, used = starts + [call], cost(call)
+        return Split(starts, f"{what} over the budget of {limit}") if starts else SUPPORTED
+
+    check.__doc__ = f"{what} within the budget."
+    return check

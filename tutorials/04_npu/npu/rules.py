@@ -1,7 +1,8 @@
 """What the NPU takes, and how much of it fits in its SRAM at once."""
 
-from byoc.vendor import SUPPORTED, LeaveOut, OpRule, Split, Vendor
-from byoc.vendor.checks import all_of, attr_equals, constant_conv_weight, conv_layout_nchw, dtypes, static_shapes
+from byoc.vendor import SUPPORTED, OpRule, Vendor
+from byoc.vendor.checks import (all_of, attr_equals, constant_conv_weight, conv_layout_nchw, dtypes, output_bytes,
+                                static_shapes, within_budget)
 
 from npu.codegen import NpuCodegen
 
@@ -13,27 +14,13 @@ def two_dims(match):
     return SUPPORTED if all(len(t.shape) == 2 for t in match.op.inputs) else "matmul of more than 2 dims"
 
 
-def sram_bytes(call) -> int:
-    size = 4
-    for dim in call.output.shape:
-        size *= dim
-    return size
+def sram_bytes(graph) -> int:
+    return graph.options["sram_kib"] * 1024
 
 
-def fits_sram(graph):
-    """Every value a partition computes stays in SRAM: an op too large alone is left out, and the partition is
-    split before each op that would overflow it."""
-    budget = graph.options["sram_kib"] * 1024
-    too_large = [LeaveOut([c], f"its output alone, {sram_bytes(c)} bytes, > SRAM {budget}")
-                 for c in graph.ops if sram_bytes(c) > budget]
-    if too_large:
-        return too_large
-    starts, used = [], 0
-    for call in graph.ops:
-        used += sram_bytes(call)
-        if used > budget:
-            starts, used = starts + [call], sram_bytes(call)
-    return Split(starts, f"its activations > SRAM {budget}") if starts else SUPPORTED
+# Every value a partition computes stays in SRAM: an op too large alone is left out, and the partition is split
+# before each op that would overflow it.
+fits_sram = within_budget(output_bytes, sram_bytes, "bytes of activations")
 
 
 VENDOR = Vendor(
