@@ -264,7 +264,8 @@ def within_budget(cost: Callable[[OpCall], int], budget: Callable[[Any], int], w
                      for c in graph.ops if cost(c) > limit]
         if too_large:
             return too_large
-        starts, used = [], 0
+        starts: list = []
+        used = 0
         for call in graph.ops:
             used += cost(call)
             if used > limit:

@@ -477,7 +477,7 @@ class LeaveOut:
     the report. A call takes the ops its rule matched with it (a pattern's whole match). The rest is cut again
     and shown to the check again. Return several to give several reasons."""
 
-    calls: tuple
+    calls: Sequence[Any]  # kept as a tuple
     reason: str
 
     def __post_init__(self):
@@ -493,7 +493,7 @@ class Split:
     :class:`~byoc.vendor.graph.PartitionGraph`, in its order; the first op starts one anyway). Each piece is
     shown to the check again; the report gives ``reason`` beside the pieces split off."""
 
-    calls: tuple
+    calls: Sequence[Any]  # kept as a tuple
     reason: str
 
     def __post_init__(self):
