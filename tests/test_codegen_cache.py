@@ -129,3 +129,13 @@ def test_a_cache_version_must_be_text():
     codegen.cache_version = 3  # on the instance: checked when the vendor is made from it
     with pytest.raises(byoc.VendorError, match="cache_version must be a string"):
         _npu(codegen)
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_next_builds_time(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv(CACHE_ENV, str(blocker / "cache"))  # a folder inside a file: every write fails
+    m, codegen = small_cnn(), Counting()
+    _matches(byoc.compile(m, [_npu(codegen)]), m)
+    byoc.compile(m, [_npu(codegen)])
+    assert codegen.runs == 2

@@ -123,6 +123,9 @@ def test_left_out_ops_go_to_the_host_and_the_rest_is_checked_again():
 @pytest.mark.parametrize("check, reason", [
     (lambda graph: 1 / 0, "its partition check raised ZeroDivisionError: division by zero"),
     (lambda graph: 42, "its partition check returned 42, not SUPPORTED, a reason, LeaveOut or Split"),
+    (lambda graph: [LeaveOut(graph.ops[:1], "a"), Split(graph.ops[1:2], "b")],
+     "its partition check returned [LeaveOut(call...), reason='a'), Split(calls=(...), reason='b')], not "
+     "SUPPORTED, a reason, LeaveOut or Split"),
     (lambda graph: LeaveOut([object()], "x"), "its partition check named an op call that is not one of the "
                                               "partition's (LeaveOut takes the graph's own OpCalls)"),
 ])

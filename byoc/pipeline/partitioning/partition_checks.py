@@ -16,6 +16,7 @@ refuses it at build, and that refusal is the partition's reason then.
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -112,8 +113,8 @@ def _verdict(check, graph, groups: list[list[str]]):
     leave_outs = [result] if isinstance(result, LeaveOut) else result
     if not isinstance(leave_outs, (list, tuple)) or not leave_outs or not all(
             isinstance(item, LeaveOut) for item in leave_outs):
-        return dict.fromkeys(every, f"its partition check returned {result!r}, not SUPPORTED, a reason, LeaveOut "
-                                    "or Split")
+        return dict.fromkeys(every, f"its partition check returned {reprlib.repr(result)}, not SUPPORTED, a reason, "
+                                    "LeaveOut or Split")
     refused: dict[str, str] = {}
     for item in leave_outs:
         for call in item.calls:
