@@ -139,3 +139,27 @@ def test_a_cache_that_cannot_be_written_costs_only_the_next_builds_time(tmp_path
     _matches(byoc.compile(m, [_npu(codegen)]), m)
     byoc.compile(m, [_npu(codegen)])
     assert codegen.runs == 2
+
+
+def test_per_channel_scales_that_differ_past_what_numpy_prints_name_other_entries():
+    """numpy's repr shortens arrays past 1,000 elements: the key reads every byte of a quantized unit's scales."""
+    from types import SimpleNamespace
+
+    from byoc.pipeline.build.codegen_cache import cache_key
+    from byoc.vendor.ops import OpCall, QParams, QuantizedUnit, Tensor
+
+    def graph(scales):
+        x, y = Tensor(0, (1, 2048), "int8", "input"), Tensor(1, (1, 2048), "int8", "op")
+        per_channel = QParams(scales, np.zeros(2048, np.int8), 1, "int8")
+        unit = QuantizedUnit((per_channel,), per_channel, (-128, 127), ("relax.nn.relu",))
+        call = OpCall("qnn.relu", [x], y, {}, "npu.relu", 0, unit)
+        return SimpleNamespace(symbol="npu_0", inputs=[x], outputs=[y], dims={}, shape_arguments=[], options={},
+                               dim_bounds={}, ops=[call], constants=[])
+
+    scales = np.linspace(0.01, 0.02, 2048, dtype=np.float32)
+    other = scales.copy()
+    other[1024] *= 2
+    assert repr(scales) == repr(other)  # what a key made of reprs would have seen
+    codegen = Counting()
+    assert cache_key(codegen, "npu", [graph(scales)], {}) != cache_key(codegen, "npu", [graph(other)], {})
+    assert cache_key(codegen, "npu", [graph(scales)], {}) == cache_key(codegen, "npu", [graph(scales.copy())], {})

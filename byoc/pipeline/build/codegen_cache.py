@@ -25,6 +25,7 @@ the next time.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -87,7 +88,16 @@ def cache_key(codegen: Any, vendor: str, graphs: Sequence[Any], options: Mapping
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON can hold it, deterministically (numpy scalars as Python ones, tuples as lists)."""
+    """``value`` as JSON can hold it, deterministically and whole: numpy scalars as Python ones, tuples as lists,
+    a dataclass (a quantized unit's parameters) field by field, an array by the digest of its bytes. Never a
+    ``repr``, which numpy shortens past 1,000 elements: two per-channel scales that differ in the middle would
+    name one entry."""
+    if isinstance(value, np.ndarray):
+        data = np.ascontiguousarray(value)
+        return {"array": data.dtype.str, "shape": list(data.shape), "sha256": hashlib.sha256(data.tobytes()).hexdigest()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"dataclass": type(value).__name__,
+                **{f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}}
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda item: str(item[0]))}
     if isinstance(value, (list, tuple)):
@@ -111,7 +121,7 @@ def _digest_graph(digest, graph: Any) -> None:
         "shape_arguments": _plain(graph.shape_arguments), "options": _plain(graph.options),
         "dim_bounds": _plain(graph.dim_bounds),
         "ops": [[c.op, [_tensor(t) for t in c.inputs], _tensor(c.output), _plain(c.attrs), c.rule, c.group,
-                 repr(c.quant)] for c in graph.ops],
+                 _plain(c.quant)] for c in graph.ops],
     }
     digest.update(json.dumps(record, sort_keys=True).encode())
     for constant in graph.constants:
