@@ -220,3 +220,27 @@ def test_output_bytes_counts_static_results_and_refuses_symbolic_ones():
     byoc.partition(m, [_npu(lambda graph: shown.append(graph) or SUPPORTED)])
     with pytest.raises(ValueError, match="symbolic dims"):
         output_bytes(shown[0].ops[0])
+
+
+def test_each_partition_given_back_is_one_fallback_line_when_check_and_codegen_both_give_back():
+    """A partition check refuses one partition; the codegen then fails on the other, and the model is cut again:
+    the check's refusal, worked out afresh by that cut, is still listed once."""
+
+    class NoMultiply(Npu):
+        def compile(self, partitions, options):
+            if any(c.op == "relax.multiply" for g in partitions for c in g.ops):
+                raise RuntimeError("no multiplier")
+            return super().compile(partitions, options)
+
+    def short_only(graph):
+        """Only partitions with a multiply."""
+        return SUPPORTED if any(c.op == "relax.multiply" for c in graph.ops) else "no multiply in it"
+
+    m = _chain()
+    vendor = Vendor("npu", _npu().rules, NoMultiply(), partition_check=short_only)
+    with pytest.warns(RuntimeWarning, match="no multiplier"):
+        artifact = byoc.compile(m, [vendor])  # the check refuses npu_1; npu_0 fails at codegen
+    fallbacks = [(f.partition, f.reason) for f in artifact.plan.fallbacks]
+    assert len(fallbacks) == len(set(fallbacks)), fallbacks
+    assert [reason.split(":")[0] for _, reason in fallbacks].count("its partition check") == 1
+    _matches_onnxruntime(artifact, m)

@@ -142,6 +142,7 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
     what each partition's runtime holds and the blobs of every vendor's C (:func:`run_codegen`).
     With ``strict`` a failure raises its :class:`CodegenError` instead.
     """
+    given_back: list[Fallback] = []  # the codegens' fallbacks; each cut works out its partition checks' afresh
     while True:
         modules, memory, blobs, failed = {}, {}, {}, None
         for vendor in plan.vendors:
@@ -176,8 +177,8 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
         for part, why in failing:
             reason = f"the {vendor.name} codegen failed on partition {part.name}: {why}"
             demoted.update({(vendor.name, binding): reason for binding in part.bindings})
-        given_back = [*plan.fallbacks, *(Fallback(vendor.name, part.name, len(part.bindings), f"its codegen: {why}")
-                                         for part, why in failing)]
+        given_back += [Fallback(vendor.name, part.name, len(part.bindings), f"its codegen: {why}")
+                       for part, why in failing]
         plan = plan.cut_again(demoted)
         plan.fallbacks = given_back + plan.fallbacks
 
