@@ -471,35 +471,30 @@ def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[An
 
 
 @dataclass(frozen=True)
-class LeaveOut:
-    """What a partition check returns to keep some ops out of the partition it was shown: ``calls`` (op calls
-    of that :class:`~byoc.vendor.graph.PartitionGraph`) go to another vendor or the host, each with ``reason`` in
-    the report. A call takes the ops its rule matched with it (a pattern's whole match). The rest is cut again
-    and shown to the check again. Return several to give several reasons."""
+class _Verdict:
+    """A partition check's answer about some op calls of the :class:`~byoc.vendor.graph.PartitionGraph` it was
+    shown (``calls``, any sequence, kept as a tuple), with the ``reason`` the report gives."""
 
-    calls: Sequence[Any]  # kept as a tuple
+    calls: Sequence[Any]
     reason: str
 
     def __post_init__(self):
         object.__setattr__(self, "calls", tuple(self.calls))
         if not isinstance(self.reason, str) or not self.reason:
-            raise VendorError(f"LeaveOut needs a reason, got {self.reason!r}")
+            raise VendorError(f"{type(self).__name__} needs a reason, got {self.reason!r}")
 
 
-@dataclass(frozen=True)
-class Split:
+class LeaveOut(_Verdict):
+    """What a partition check returns to keep some ops out of the partition it was shown: ``calls`` go to another
+    vendor or the host, each with ``reason`` in the report. A call takes the ops its rule matched with it (a
+    pattern's whole match). The rest is cut again and shown to the check again. Return several to give several
+    reasons."""
+
+
+class Split(_Verdict):
     """What a partition check returns to cut the partition it was shown into pieces, each a partition of the
-    vendor's own: a new piece starts at each of ``calls`` (op calls of that
-    :class:`~byoc.vendor.graph.PartitionGraph`, in its order; the first op starts one anyway). Each piece is
-    shown to the check again; the report gives ``reason`` beside the pieces split off."""
-
-    calls: Sequence[Any]  # kept as a tuple
-    reason: str
-
-    def __post_init__(self):
-        object.__setattr__(self, "calls", tuple(self.calls))
-        if not isinstance(self.reason, str) or not self.reason:
-            raise VendorError(f"Split needs a reason, got {self.reason!r}")
+    vendor's own: a new piece starts at each of ``calls`` (in the graph's order; the first op starts one anyway).
+    Each piece is shown to the check again; the report gives ``reason`` beside the pieces split off."""
 
 
 @dataclass(frozen=True)
@@ -534,8 +529,8 @@ class Vendor:
     # the host, with that reason.
     joining_rules: tuple = ()
     # A check of each whole partition: partition_check(graph) -> SUPPORTED, a reason (the partition is refused),
-    # LeaveOut(s) (some ops are kept out) or a Split (pieces, each a partition). ``graph`` is the PartitionGraph the codegen would get, with the
-    # build's options and the model's dim bounds.
+    # LeaveOut(s) (some ops are kept out) or a Split (pieces, each a partition). ``graph`` is the PartitionGraph
+    # the codegen would get, with the build's options and the model's dim bounds.
     partition_check: Optional[Callable[[Any], Any]] = None
 
     def __post_init__(self):
@@ -588,6 +583,11 @@ class Vendor:
             resolve((), self.name, {}, given, environ)  # refuses any name, saying there are none
             return {}
         return resolve(self.declared_options, self.name, self.options, given, environ)
+
+    def options_given(self, given: Optional[Mapping[str, Any]] = None) -> dict:
+        """What every hook of this vendor sees as its options when a build is given ``given`` (the user's options
+        for this vendor): :meth:`compile_options` of :meth:`resolve_options`."""
+        return self.compile_options(self.resolve_options(given))
 
     def compile_options(self, settings: Mapping[str, OptionSetting]) -> dict:
         """What ``codegen.compile`` receives for ``settings`` (:meth:`resolve_options`): their values, or this

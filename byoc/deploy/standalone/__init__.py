@@ -71,7 +71,7 @@ from byoc.deploy.targets import TargetPreset
 from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
 from byoc.pipeline.build.lowering import lower_partitions
-from byoc.pipeline.artifact.weights_section import sections_assembly
+from byoc.pipeline.artifact.weights_section import blob_files, sections_assembly
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
            "run_program", "write_tensors"]
@@ -253,9 +253,8 @@ def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: b
         (directory / f"{stem}.c").write_text(text)
         program.sources.append(f"{stem}.c")
     if blobs:  # the codegens' blobs, each a symbol over its file's bytes (assembled by the program's compiler)
-        for name, data in blobs.items():
-            (directory / f"blob_{name}.bin").write_bytes(data)
-        (directory / "blobs.S").write_text(sections_assembly({n: Path(f"blob_{n}.bin") for n in blobs}, "byoc_blob"))
+        files = {name: Path(path.name) for name, path in blob_files(blobs, directory).items()}  # make runs there
+        (directory / "blobs.S").write_text(sections_assembly(files, "byoc_blob"))
         program.sources.append("blobs.S")
     if _kernels_object(mod, artifact.target, directory / KERNELS_OBJECT):
         program.objects.append(KERNELS_OBJECT)

@@ -279,7 +279,7 @@ def annotate(
 
     state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}),
                    dim_bounds=imported.dim_bounds,
-                   options={v.name: v.compile_options(v.resolve_options((vendor_options or {}).get(v.name)))
+                   options={v.name: v.options_given((vendor_options or {}).get(v.name))
                             for v in vendor_list})
     fused = inline_shape_arguments(FuseOpsByPattern(
         _fusion_patterns([v for v in vendor_list if target_reason(v, target) is None], state),

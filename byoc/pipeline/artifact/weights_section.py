@@ -65,16 +65,22 @@ def assembled(sections: Mapping[str, Path], compiler: str, folder: Path, stem: s
     return str(obj)
 
 
-def blob_objects(blobs: Mapping[str, bytes], compiler: str, folder: Path) -> list[str]:
-    """The object that defines each of a codegen's blobs (:class:`byoc.vendor.csource.CSource`) as a symbol
-    over its bytes, for ``export_library``'s ``addons``; none without blobs."""
-    if not blobs:
-        return []
+def blob_files(blobs: Mapping[str, bytes], folder: Path) -> dict[str, Path]:
+    """Each of a codegen's blobs (:class:`byoc.vendor.csource.CSource`) written to a file of ``folder``: symbol
+    -> the file, for :func:`sections_assembly` (``kind="byoc_blob"``)."""
     files = {}
     for name, data in blobs.items():
         files[name] = folder / f"blob_{name}.bin"
         files[name].write_bytes(data)
-    return [assembled(files, compiler, folder, "blobs", "byoc_blob")]
+    return files
+
+
+def blob_objects(blobs: Mapping[str, bytes], compiler: str, folder: Path) -> list[str]:
+    """The object that defines each of a codegen's blobs as a symbol over its bytes, for ``export_library``'s
+    ``addons``; none without blobs."""
+    if not blobs:
+        return []
+    return [assembled(blob_files(blobs, folder), compiler, folder, "blobs", "byoc_blob")]
 
 
 @contextlib.contextmanager

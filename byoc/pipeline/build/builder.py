@@ -79,7 +79,7 @@ def run_codegen(plan: PartitionPlan, vendor: Vendor, target: Optional[TargetPres
     if not parts:
         return [], {}, {}
     if options is None:
-        options = vendor.compile_options(vendor.resolve_options())
+        options = vendor.options_given()
     _log.info("%s: compiling %d partition(s)", vendor.name, len(parts))
     graphs, items = _compiled(plan, vendor, parts, options)
     modules, blobs = modules_and_blobs(items, f"the {vendor.name!r} codegen")
@@ -311,8 +311,7 @@ def _with_options(plan: PartitionPlan, vendor_options: Optional[Mapping]) -> Par
     if vendor_options is None:
         return plan
     vendor_option_settings(plan.vendors, vendor_options)  # refuses a bad option before anything is cut
-    if all(plan.options_for(v) == v.compile_options(v.resolve_options(vendor_options.get(v.name)))
-           for v in plan.vendors):
+    if all(plan.options_for(v) == v.options_given(vendor_options.get(v.name)) for v in plan.vendors):
         return dataclasses.replace(plan, vendor_options=dict(vendor_options))
     _log.info("cutting again: the build's vendor options differ from those the plan was checked with")
     return plan.cut_again(vendor_options=vendor_options)

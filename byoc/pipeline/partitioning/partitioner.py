@@ -155,8 +155,8 @@ class PartitionPlan:
 
     def options_for(self, vendor: Vendor) -> dict:
         """What ``vendor``'s checks, partition check and codegen see as its options in this plan: its declared
-        options resolved with the user's (:meth:`Vendor.compile_options`)."""
-        return vendor.compile_options(vendor.resolve_options(self.vendor_options.get(vendor.name)))
+        options resolved with the user's (:meth:`Vendor.options_given`)."""
+        return vendor.options_given(self.vendor_options.get(vendor.name))
 
     def graph(self, part: Partition) -> PartitionGraph:
         """``part`` as its codegen gets it: a :class:`~byoc.vendor.graph.PartitionGraph` carrying its vendor's
