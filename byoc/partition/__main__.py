@@ -55,6 +55,18 @@ def _dim(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _specialize(text: str) -> tuple[str, object]:
+    """``batch=1,2,4`` -> ``("batch", [1, 2, 4])``; ``batch=1..4`` -> ``("batch", "1..4")`` (every size in it)."""
+    name, sep, value = text.partition("=")
+    sizes = [v.strip() for v in value.split(",")]
+    if sep and name.strip() and len(sizes) == 1 and ".." in sizes[0]:
+        return name.strip(), sizes[0]
+    if not sep or not name.strip() or not all(v.isdigit() for v in sizes):
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE,SIZE,... or NAME=MIN..MAX, e.g. batch=1,2,4; "
+                                         f"got {text!r}")
+    return name.strip(), [int(v) for v in sizes]
+
+
 def _verify_dims(text: str) -> dict[str, int]:
     """``batch=1,seq=128`` -> ``{"batch": 1, "seq": 128}``: the sizes of one --verify run."""
     sizes = {}
@@ -134,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "dims stay symbolic)")
     parser.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=SIZE|MIN..MAX|..MAX",
                         help="fix a symbolic dim (batch_size=1) or bound it (sequence_length=..512); repeatable")
+    parser.add_argument("--specialize", type=_specialize, action="append", default=[],
+                        metavar="NAME=SIZE,SIZE,...|MIN..MAX",
+                        help="the sizes of a symbolic dim that a static-shape vendor's partitions are compiled for, "
+                             "one program per size (batch=1,2,4); repeatable, one per dim: every combination")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default text)")
     parser.add_argument("-o", "--output", metavar="OUT", help="write the report to OUT instead of stdout")
     parser.add_argument("--export-onnx", metavar="OUT.onnx",
@@ -286,7 +302,7 @@ def _run(args, say) -> int:
     imported = import_model(args.model, input_shapes=shapes or None, dims=dict(args.dim) or None)
     say(f"partitioning for {', '.join(v.name for v in vendors)} on {target.name}")
     plan = partition(imported, vendors, target=target, min_ops=args.min_ops, keep_on_host=args.keep_on_host,
-                     strict=args.strict, vendor_options=vendor_options)
+                     strict=args.strict, vendor_options=vendor_options, specialize=dict(args.specialize) or None)
     given = load_inputs(args.inputs) if args.inputs else None
     verification = artifact = time = None
     if args.placement == "measured":

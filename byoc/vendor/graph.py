@@ -51,6 +51,9 @@ class PartitionGraph:
     #: Each symbolic dim of the model, by name, with its ``(min, max)`` (max None when unbounded): the sizes a
     #: static-shape codegen may specialize for.
     dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
+    #: The sizes this graph is specialized for, by symbolic dim (a static-shape vendor's partition, compiled once
+    #: per size a build names); empty for a graph of the partition as the model has it.
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def constants(self) -> list[Tensor]:
@@ -111,9 +114,10 @@ class _Builder:
 
 
 def partition_graph(func, symbol: str, options: Optional[Mapping[str, Any]] = None,
-                    dim_bounds: Optional[Mapping[str, tuple]] = None) -> PartitionGraph:
-    """Flatten a merged partition function (as given to ``relax.ext.*``); ``options`` and ``dim_bounds`` are
-    carried as they are."""
+                    dim_bounds: Optional[Mapping[str, tuple]] = None,
+                    sizes: Optional[Mapping[str, int]] = None) -> PartitionGraph:
+    """Flatten a merged partition function (as given to ``relax.ext.*``); ``options``, ``dim_bounds`` and
+    ``sizes`` are carried as they are."""
     from tvm import ir, relax
 
     builder = _Builder()
@@ -223,7 +227,7 @@ def partition_graph(func, symbol: str, options: Optional[Mapping[str, Any]] = No
     bound = {d for d in whole if isinstance(d, str) and d.isidentifier()}  # the dims a call's arguments size
     shape_arguments = [(position, _given_dims(dims, bound, builder.dims)) for position, dims in shape_arguments]
     return PartitionGraph(symbol, inputs, outputs, _with_units_folded(ops), func, builder.dims, shape_arguments,
-                          dict(options or {}), dict(dim_bounds or {}))
+                          dict(options or {}), dict(dim_bounds or {}), dict(sizes or {}))
 
 
 def _given_dims(dims: tuple, bound: set[str], trees: dict[str, Any]) -> tuple:

@@ -48,6 +48,10 @@ SUPPORTED = _Supported()
 CheckResult = Union[_Supported, str]
 
 
+#: What a static-shape vendor's partition does at sizes the build did not specialize it for (``Vendor.other_sizes``)
+OTHER_SIZES = ("host", "refuse")
+
+
 @dataclass(frozen=True)
 class Match:
     """What a rule's check sees: one match of its op or pattern.
@@ -68,6 +72,10 @@ class Match:
     ``options`` are the vendor's options. ``dim_bounds`` maps each symbolic
     dim of the model to its ``(min, max)`` (max None when unbounded); a check
     reads a dim's bound with :func:`byoc.vendor.checks.dim_bound`.
+    ``specialized`` maps each symbolic dim the build specializes a static-shape vendor's partitions for
+    (``Vendor(static_shapes=True)``, ``specialize=``) to its sizes: the codegen gets such a dim as a static
+    size, once per size (:func:`byoc.vendor.checks.static_shapes` accepts it so; ``dim_bounds`` gives the
+    least and largest of the sizes).
 
     The low-level escape hatch, for what the plain view does not say: ``root``
     is the matched ``relax.Call``, ``annotated`` maps the rule's annotation
@@ -81,6 +89,7 @@ class Match:
     calls: tuple
     options: Mapping[str, Any]
     dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
+    specialized: Mapping[str, tuple] = field(default_factory=dict)
 
     @cached_property
     def _view(self) -> MatchView:
@@ -510,6 +519,13 @@ class Vendor:
     partition of its own and checked again).
     (:mod:`byoc.pipeline.partitioning.partition_checks`.)
 
+    ``static_shapes=True`` says its codegen compiles static shapes only: on a model with symbolic dims, each of
+    its partitions is compiled once per size the build names (``specialize=``), the codegen gets each as a
+    static partition of its own, and a call at any other size runs the partition on the host
+    (``other_sizes="host"``) or is refused by the artifact (``other_sizes="refuse"``)
+    (:mod:`byoc.pipeline.partitioning.specializations`). A partition with a symbolic dim the build names no
+    sizes for is refused, with that as its reason.
+
     ``options`` are passed to every check (``Match.options``). When the
     codegen declares its options (:attr:`Codegen.declared_options`) they must
     be among those, with values they take, and override the defaults in every
@@ -532,6 +548,11 @@ class Vendor:
     # LeaveOut(s) (some ops are kept out) or a Split (pieces, each a partition). ``graph`` is the PartitionGraph
     # the codegen would get, with the build's options and the model's dim bounds.
     partition_check: Optional[Callable[[Any], Any]] = None
+    # Its codegen compiles static shapes only: its partitions are specialized for the sizes a build names.
+    static_shapes: bool = False
+    # What a call at sizes no specialization has does: "host" (the partition runs on the host) or "refuse"
+    # (the artifact refuses the call, naming the sizes it was built for).
+    other_sizes: str = "host"
 
     def __post_init__(self):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name or ""):
@@ -560,6 +581,9 @@ class Vendor:
         if self.partition_check is not None and not callable(self.partition_check):
             raise VendorError(f"vendor {self.name!r}: partition_check must be a function of a PartitionGraph, "
                               f"got {self.partition_check!r}")
+        if self.other_sizes not in OTHER_SIZES:
+            raise VendorError(f"vendor {self.name!r}: other_sizes must be one of {', '.join(OTHER_SIZES)}, got "
+                              f"{self.other_sizes!r}")
         if self.declared_options:
             for name, value in self.options.items():
                 option(self.declared_options, name, self.name).check(value, self.name)

@@ -71,6 +71,7 @@ from byoc.deploy.targets import TargetPreset
 from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
 from byoc.pipeline.build.lowering import lower_partitions
+from byoc.pipeline.build.specialized import at_sizes
 from byoc.pipeline.artifact.weights_section import blob_files, sections_assembly
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
@@ -122,7 +123,8 @@ def _lowered_module(artifact, sizes: dict[str, int]):
     target = artifact.target.tvm_target()
     mod = artifact.plan.mod
     if sizes:
-        mod = T.BindSymbolicVars(sizes, "main")(mod)
+        _check_refused_sizes(artifact.plan, sizes)
+        mod = T.BindSymbolicVars(sizes, "main")(at_sizes(mod, artifact.plan.partitions, sizes))
     mod = lower_partitions(mod, {vendor.name: [] for vendor in artifact.plan.vendors})
     passes = [
         backend.DispatchSampling(),
@@ -138,6 +140,18 @@ def _lowered_module(artifact, sizes: dict[str, int]):
     ]
     with target:
         return tvm.transform.Sequential(passes)(mod)
+
+
+def _check_refused_sizes(plan, sizes: dict[str, int]) -> None:
+    """A :class:`StandaloneError` when a partition of a vendor that refuses other sizes has none of ``sizes``."""
+    refusing = {v.name for v in plan.vendors if v.other_sizes == "refuse"}
+    for part in plan.partitions:
+        if part.vendor in refusing and part.specializations and not any(
+                all(sizes.get(name) == size for name, size in s.sizes.items()) for s in part.specializations):
+            built = "; ".join(s.describe() for s in part.specializations)
+            raise StandaloneError(f"partition {part.name} of vendor {part.vendor!r} was built for {built} only, and "
+                                  f"{part.vendor} refuses other sizes: export at one of them, or build with these "
+                                  "sizes in specialize=")
 
 
 def _partition_sources(plan) -> tuple[dict[str, str], dict[str, bytes]]:
@@ -162,7 +176,7 @@ def _partition_sources(plan) -> tuple[dict[str, str], dict[str, bytes]]:
                 "Build with such a vendor, or keep these ops on the host (keep_on_host=...)"
             )
         try:
-            graphs = [plan.graph(p) for p in parts]
+            graphs = [graph for p in parts for graph in plan.graphs(p)]
         except UnsupportedConstruct as err:
             raise StandaloneError(f"vendor {vendor.name!r}: a partition holds {err}") from None
         emitted = emit(graphs)
@@ -243,7 +257,7 @@ def export_standalone(artifact, directory: Union[str, os.PathLike], overwrite: b
     plan = artifact.plan
     mod = _lowered_module(artifact, _dim_sizes(artifact, dims))
     partition_sources, blobs = _partition_sources(plan)
-    symbols = {p.name for p in plan.partitions}
+    symbols = {symbol for p in plan.partitions for symbol in [p.name, *(s.symbol for s in p.specializations)]}
     model_c = model_source(artifact, mod, symbols)
     directory.mkdir(parents=True, exist_ok=True)
     program = StandaloneProgram(directory, artifact.target)

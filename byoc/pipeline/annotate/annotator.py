@@ -174,7 +174,7 @@ class _RuleChecker:
             annotated={k: v for k, v in ctx.annotated_expr.items() if k != _ROOT},
             calls=calls,
             options=self.state.options.get(self.vendor.name, self.vendor.options),
-            dim_bounds=self.state.dim_bounds,
+            **self.state.shapes_for(self.vendor),
         )
         try:
             result = self.rule.check(match)
@@ -198,6 +198,17 @@ class _State:
     dim_bounds: Mapping[str, tuple] = field(default_factory=dict)
     # vendor name -> its options resolved with the user's, what a rule's check reads as Match.options
     options: Mapping[str, Mapping] = field(default_factory=dict)
+    # symbolic dim -> the sizes the build specializes static-shape vendors for, what their checks read as
+    # Match.specialized
+    specialized: Mapping[str, tuple] = field(default_factory=dict)
+
+    def shapes_for(self, vendor: Vendor) -> dict:
+        """``Match.dim_bounds`` and ``Match.specialized`` for ``vendor``'s checks: a static-shape vendor sees each
+        specialized dim bounded by its least and largest size."""
+        if not vendor.static_shapes or not self.specialized:
+            return {"dim_bounds": self.dim_bounds}
+        bounds = {**self.dim_bounds, **{name: (min(sizes), max(sizes)) for name, sizes in self.specialized.items()}}
+        return {"dim_bounds": bounds, "specialized": self.specialized}
 
 
 def _fusion_patterns(vendors: list[Vendor], state: _State):
@@ -254,6 +265,7 @@ def annotate(
     demoted: Mapping[tuple[str, str], str] | None = None,
     target: Optional[str] = None,
     vendor_options: Optional[Mapping[str, Mapping]] = None,
+    specialized: Optional[Mapping[str, tuple]] = None,
 ) -> Annotation:
     """Give every op call of ``model`` a :class:`Decision`.
 
@@ -265,7 +277,8 @@ def annotate(
     ``target`` is a target preset name (``"s390x"``): a vendor that cannot
     run there (:attr:`Vendor.targets`) takes nothing, and says so as its reason.
     ``vendor_options`` (vendor name -> option name -> value) are resolved as a build resolves them and reach
-    every check as ``Match.options``.
+    every check as ``Match.options``. ``specialized`` (symbolic dim -> sizes) is what the build specializes
+    static-shape vendors' partitions for: their checks read it as ``Match.specialized``.
     """
     from tvm.relax.transform import FuseOpsByPattern
 
@@ -280,7 +293,8 @@ def annotate(
     state = _State(_keep_set(imported, keep_on_host), dict(demoted or {}),
                    dim_bounds=imported.dim_bounds,
                    options={v.name: v.options_given((vendor_options or {}).get(v.name))
-                            for v in vendor_list})
+                            for v in vendor_list},
+                   specialized=dict(specialized or {}))
     fused = inline_shape_arguments(FuseOpsByPattern(
         _fusion_patterns([v for v in vendor_list if target_reason(v, target) is None], state),
         bind_constants=True, annotate_codegen=False

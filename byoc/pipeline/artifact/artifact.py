@@ -309,7 +309,8 @@ class Artifact:
                 _check_indices(spec.name, array, *self.index_inputs[spec.name])
         static = self._static_shapes
         if static is None or [a.shape for a in checked] != static:
-            bind_dims(specs, [a.shape for a in checked], self.dims)  # binds symbolic dims, or names what is wrong
+            sizes = bind_dims(specs, [a.shape for a in checked], self.dims)  # or names what is wrong
+            _check_sizes_only(sizes, self.metadata.get("sizes_only", {}))
         return checked
 
     def export_standalone(self, directory: Union[str, os.PathLike], overwrite: bool = False,
@@ -348,6 +349,20 @@ class Artifact:
                 f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None
         record = self._run_io()
         return vm_outputs(result, record["fresh_outputs"] if record else None)
+
+
+def _check_sizes_only(sizes: Mapping[str, int], sizes_only: Mapping[str, list]) -> None:
+    """An :class:`InputShapeError` when a call's ``sizes`` are none a partition of a vendor that refuses other
+    sizes was built for (``sizes_only``: partition -> [vendor, [sizes, ...]], the artifact's metadata)."""
+    for partition, (vendor, built) in sizes_only.items():
+        if any(all(sizes.get(name) == size for name, size in each.items()) for each in built):
+            continue
+        names = list(built[0])
+        given = ", ".join(f"{name}={sizes.get(name)}" for name in names)
+        listed = "; ".join(", ".join(f"{name}={size}" for name, size in each.items()) for each in built)
+        raise InputShapeError(
+            f"{given}: partition {partition} of vendor {vendor!r} was built for {listed} only ({vendor} runs static "
+            f"shapes and refuses other sizes); compile again with these sizes in specialize=", "", names[0])
 
 
 def _check_indices(name: str, array: np.ndarray, extent: int, node: str) -> None:

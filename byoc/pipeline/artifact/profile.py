@@ -39,7 +39,9 @@ class CallTime:
     """A partition or a host function: its calls per run and its time per run (median, minimum over runs)."""
 
     name: str
-    where: str  # "<vendor>" for a partition, "host" for a host function, "vm" for the VM's builtins
+    # "<vendor>" for a partition, "host" for a host function, "vm" for the VM's builtins, "dispatch" for the
+    # choice of a static-shape partition's specialization by the call's sizes
+    where: str
     calls: float
     median_ms: float
     min_ms: float
@@ -63,7 +65,7 @@ class Profile:
 
     @property
     def partitions(self) -> list:
-        return [c for c in self.calls if c.where not in ("host", "vm")]
+        return [c for c in self.calls if c.where not in ("host", "vm", "dispatch")]
 
     def to_json(self) -> dict:
         return {"schema": PROFILE_SCHEMA, "runs": self.runs, "run_median_ms": self.run_median_ms,
@@ -169,11 +171,13 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
             if name in keep and name not in kept:
                 tensors = args[:keep[name]]
                 kept[name] = [t.numpy() for t in tensors] if all(hasattr(t, "numpy") for t in tensors) else None
-            started.append(time.perf_counter())
+            started.append([time.perf_counter(), 0.0])
         else:
-            t0 = started.pop()
             t1 = time.perf_counter()
-            trace.append((str(name), t0, t1))
+            t0, inner = started.pop()
+            if started:  # a call inside a function the VM calls (a static-shape partition's dispatcher)
+                started[-1][1] += t1 - t0
+            trace.append((str(name), t0, t1, t1 - t0 - inner))
 
     def timed_run() -> float:
         trace.clear()
@@ -183,9 +187,9 @@ def time_calls(artifact, arrays, runs: int, keep_arguments=(), on_first=None,
 
     def record() -> None:
         totals: dict = {}
-        for name, t0, t1 in trace:
+        for name, _, _, own in trace:  # each call's own time: a dispatcher's does not count the call it makes
             count, seconds = totals.get(name, (0, 0.0))
-            totals[name] = (count + 1, seconds + t1 - t0)
+            totals[name] = (count + 1, seconds + own)
         for name, (count, seconds) in totals.items():
             per_run.setdefault(name, []).append((count, seconds))
 
@@ -219,6 +223,9 @@ def seconds_per_run(samples: list, runs: int) -> list:
 
 def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
     vendors = dict(artifact.metadata.get("partitions", []))
+    for name, specializations in artifact.metadata.get("specializations", {}).items():
+        vendors.update({symbol: vendors.get(name, "host") for _, symbol, _ in specializations})
+        vendors[name] = "dispatch"  # the dispatcher by shape; the specialization it calls is timed on its own
     nodes = artifact.metadata.get("partition_nodes", {})
     if artifact.plan is not None:
         nodes = {p.name: list(p.onnx_nodes) for p in artifact.plan.partitions}
@@ -235,9 +242,9 @@ def _assemble(artifact, runs, plain, hooked, per_run, steps, trace) -> Profile:
         calls.append(CallTime(name, where(name), sum(c for c, _ in samples) / runs, median, min(times) * 1e3,
                               median / hooked_median if hooked_median else 0.0, nodes.get(name, []),
                               steps.get(name, [])))
-    calls.sort(key=lambda c: (c.where in ("host", "vm"), -c.median_ms))
+    calls.sort(key=lambda c: (c.where in ("host", "vm", "dispatch"), -c.median_ms))
     outside = hooked_median - sum(c.median_ms for c in calls)
-    last = [(name, where(name), t0, t1) for name, t0, t1 in trace]
+    last = [(name, where(name), t0, t1) for name, t0, t1, _ in trace]
     return Profile(runs, statistics.median(plain) * 1e3, min(plain) * 1e3, hooked_median, calls,
                    max(outside, 0.0), last)
 

@@ -26,6 +26,7 @@ from byoc.host.threads import check_threads, set_vendor_threads
 from byoc.pipeline.frontend.onnx_model import index_inputs
 from byoc.pipeline.build.codegen_cache import compile_cached
 from byoc.pipeline.build.lowering import lower_partitions
+from byoc.pipeline.build.specialized import dispatched
 from byoc.pipeline.partitioning.partition_checks import Fallback
 from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
@@ -98,7 +99,7 @@ def _compiled(plan: PartitionPlan, vendor: Vendor, parts: list, options: Mapping
     :class:`CodegenError` naming the vendor and the partitions."""
     failed_on = f"the {vendor.name!r} codegen failed on {', '.join(p.name for p in parts)}"
     try:
-        graphs = [plan.graph(p) for p in parts]
+        graphs = [graph for p in parts for graph in plan.graphs(p)]
     except UnsupportedConstruct as err:
         raise CodegenError(f"vendor {vendor.name!r}: a partition holds {err}") from None
     try:
@@ -186,6 +187,7 @@ def _codegen_all(plan: PartitionPlan, target: TargetPreset, strict: bool,
 def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
               settings: Mapping[str, Mapping[str, OptionSetting]]) -> str:
     built = {p.vendor for p in plan.partitions}
+    refusing = {v.name: v.other_sizes == "refuse" for v in plan.vendors}
     return json.dumps(
         {
             "schema": 1,
@@ -199,6 +201,13 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             # input -> [extent, Gather node] for inputs that index a constant's Gather directly (token ids)
             "index_inputs": {name: list(v) for name, v in index_inputs(plan.imported.model).items()},
             "partitions": [[p.name, p.vendor] for p in plan.partitions],
+            # partition -> [[sizes, symbol, why refused ("": compiled)], ...] for a static-shape vendor's partition
+            # specialized per size (at other sizes it runs on the host)
+            "specializations": {p.name: [[dict(s.sizes), s.symbol, s.refused] for s in p.specializations]
+                                for p in plan.partitions if p.specializations},
+            # partition -> [vendor, the sizes it was built for] where the vendor refuses calls at other sizes
+            "sizes_only": {p.name: [p.vendor, [dict(s.sizes) for s in p.specializations]]
+                           for p in plan.partitions if p.specializations and refusing.get(p.vendor)},
             # partition -> the ONNX nodes it holds (a loaded artifact's profile names them)
             "partition_nodes": {p.name: list(p.onnx_nodes) for p in plan.partitions},
             # host binding -> its ONNX node (a loaded artifact's profile names a host function's nodes)
@@ -221,7 +230,8 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
 def _input_alignment(plan: PartitionPlan) -> dict[str, int]:
     """Partition symbol -> the alignment its vendor's modules need of its inputs' addresses."""
     needs = {vendor.name: as_codegen(vendor.codegen).input_alignment for vendor in plan.vendors}
-    return {p.name: needs[p.vendor] for p in plan.partitions}
+    return {symbol: needs[p.vendor] for p in plan.partitions
+            for symbol in [p.name, *(s.symbol for s in p.specializations)]}
 
 
 def _with_metadata(mod, text: str):
@@ -290,7 +300,7 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
     settings = vendor_option_settings(plan.vendors, plan.vendor_options)
     _prepare_vendor_runtimes(plan, threads)
     plan, modules, memory, blobs = _codegen_all(plan, preset, strict, settings)
-    mod = lower_partitions(plan.mod, modules)
+    mod = lower_partitions(dispatched(plan.mod, plan.partitions), modules)
     metadata = _metadata(plan, preset, memory, settings)
     mod = _with_metadata(mod, metadata)
     _log.info("host: compiling %d op(s) with LLVM for %s", len(plan.host_ops), preset.name)
@@ -341,6 +351,7 @@ def compile(  # noqa: A001 - the public name the product promises
     placement: str = "rules",
     min_speedup: float = DEFAULT_MIN_SPEEDUP,
     sample_inputs=None,
+    specialize=None,
 ) -> Artifact:
     """Partition and build ``model`` in one call; ``artifact.plan`` is the plan.
 
@@ -350,7 +361,8 @@ def compile(  # noqa: A001 - the public name the product promises
     nothing. ``threads`` and ``vendor_options`` (e.g. ``{"dnnl": {"winograd":
     False}}``) are as in :func:`build`; the options are checked before the
     model is imported. ``input_shapes`` and ``dims`` are as in :func:`byoc.partition`: by default every
-    symbolic dim stays symbolic and the one artifact runs every size.
+    symbolic dim stays symbolic and the one artifact runs every size. ``specialize`` names the sizes a
+    static-shape vendor's partitions are compiled for (``{"batch": [1, 2, 4]}``), as in :func:`byoc.partition`.
 
     ``placement="measured"`` times each partition on its vendor, on the host and on every other vendor that
     takes all its ops, and keeps it on its vendor only when that is at least ``min_speedup`` times faster
@@ -360,7 +372,8 @@ def compile(  # noqa: A001 - the public name the product promises
     """
     check_placement(placement, min_speedup)
     plan = partition(model, vendors, target=target, min_ops=min_ops, keep_on_host=keep_on_host,
-                     input_shapes=input_shapes, dims=dims, strict=strict, vendor_options=vendor_options)
+                     input_shapes=input_shapes, dims=dims, strict=strict, vendor_options=vendor_options,
+                     specialize=specialize)
     if placement == "rules":
         return build(plan, strict=strict, threads=threads, vendor_options=vendor_options)
     return build_measured(plan, sample_inputs, min_speedup=min_speedup, strict=strict, threads=threads,

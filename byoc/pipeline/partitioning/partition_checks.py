@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from byoc.errors import UnsupportedConstruct
+from byoc.pipeline.partitioning.specializations import (Specialization, partition_sizes, specialized_symbol,
+                                                         symbolic_dims)
 from byoc.vendor.rules import SUPPORTED, LeaveOut, Split
 
 
@@ -47,6 +49,8 @@ class Verdicts:
     split_at: dict = field(default_factory=dict)
     #: ``(vendor, partition, ops refused, reason)`` for each partition a check refused ops of
     fallbacks: list = field(default_factory=list)
+    #: partition name -> its :class:`Specialization` list, for each static-shape partition with symbolic dims
+    specializations: dict = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.demoted or self.pieces)
@@ -55,38 +59,79 @@ class Verdicts:
 def partition_check_verdicts(plan: Any, pieces: Mapping[tuple[str, str], int]) -> Verdicts:
     """What the vendors' partition checks decide of ``plan`` (a
     :class:`~byoc.pipeline.partitioning.partitioner.PartitionPlan` cut with ``pieces``); empty when every check
-    accepts."""
+    accepts. A static-shape vendor's partition with symbolic dims is checked once per size the plan specializes
+    it for (:attr:`Verdicts.specializations`)."""
     verdicts = Verdicts()
-    checks = {v.name: v.partition_check for v in plan.vendors if v.partition_check is not None}
-    next_piece = max(pieces.values(), default=0) + 1
+    next_piece = [max(pieces.values(), default=0) + 1]
     for part in plan.partitions:
-        check = checks.get(part.vendor)
-        if check is None:
-            continue
-        try:
-            graph = plan.graph(part)
-        except UnsupportedConstruct:
-            continue
+        vendor = next(v for v in plan.vendors if v.name == part.vendor)
         groups = _bindings_per_group(plan.mod[part.global_var])
-        result = _verdict(check, graph, groups)
-        if isinstance(result, tuple):  # (group indices starting a piece, reason)
-            starts, why = result
-            piece = None
-            for index, group in enumerate(groups):
-                if index in starts:
-                    piece, next_piece = next_piece, next_piece + 1
-                    verdicts.split_at[(part.vendor, group[0])] = why
-                if piece is not None:
-                    verdicts.pieces.update({(part.vendor, b): piece for b in group})
+        dims = symbolic_dims(plan.mod[part.global_var]) if vendor.static_shapes else []
+        if dims:
+            result = _sized_verdict(plan, part, vendor, dims, groups, verdicts)
+        elif vendor.partition_check is None:
             continue
-        refused: dict[str, list[str]] = {}
-        for binding, why in result.items():
-            verdicts.demoted[(part.vendor, binding)] = (f"the {part.vendor} partition check refused partition "
-                                                        f"{part.name} ({len(part.bindings)} ops): {why}")
-            refused.setdefault(why, []).append(binding)
-        verdicts.fallbacks += [Fallback(part.vendor, part.name, len(bindings), f"its partition check: {why}")
-                               for why, bindings in refused.items()]
+        else:
+            try:
+                graph = plan.graph(part)
+            except UnsupportedConstruct:
+                continue
+            result = _verdict(vendor.partition_check, graph, groups)
+        _record(verdicts, part, result, groups, next_piece)
     return verdicts
+
+
+def _record(verdicts: Verdicts, part, result, groups: list[list[str]], next_piece: list[int]) -> None:
+    """Add one partition's verdict (:func:`_verdict`) to ``verdicts``; ``next_piece`` holds the next piece's
+    number."""
+    if isinstance(result, tuple):  # (group indices starting a piece, reason)
+        starts, why = result
+        piece = None
+        for index, group in enumerate(groups):
+            if index in starts:
+                piece, next_piece[0] = next_piece[0], next_piece[0] + 1
+                verdicts.split_at[(part.vendor, group[0])] = why
+            if piece is not None:
+                verdicts.pieces.update({(part.vendor, b): piece for b in group})
+        return
+    refused: dict[str, list[str]] = {}
+    for binding, why in result.items():
+        verdicts.demoted[(part.vendor, binding)] = (f"the {part.vendor} partition check refused partition "
+                                                    f"{part.name} ({len(part.bindings)} ops): {why}")
+        refused.setdefault(why, []).append(binding)
+    verdicts.fallbacks += [Fallback(part.vendor, part.name, len(bindings), f"its partition check: {why}")
+                           for why, bindings in refused.items()]
+
+
+def _sized_verdict(plan: Any, part, vendor, dims: list[str], groups: list[list[str]], verdicts: Verdicts):
+    """The verdict on a static-shape vendor's partition with symbolic ``dims``: its partition check's on each
+    size the plan specializes it for. A size refused whole is left out of the partition's specializations
+    (recorded in ``verdicts``); a LeaveOut or Split at any size is the partition's verdict; a partition whose
+    every size is refused, or with a dim the plan names no sizes for, is refused."""
+    every = [b for group in groups for b in group]
+    sized = partition_sizes(plan.specialize, dims)
+    if not sized:
+        unnamed = [d for d in dims if not any(d in profile for profile in plan.specialize)]
+        return dict.fromkeys(every, f"dim {unnamed[0]!r} is symbolic and {vendor.name} runs static shapes only: "
+                                    f"name the sizes to compile it for (specialize={{{unnamed[0]!r}: [...]}})")
+    specializations = []
+    for sizes in sized:
+        refused = ""
+        if vendor.partition_check is not None:
+            try:
+                graph = plan.graph(part, sizes)
+            except UnsupportedConstruct:
+                graph = None
+            result = {} if graph is None else _verdict(vendor.partition_check, graph, groups)
+            if isinstance(result, tuple) or (result and len(result) < len(every)):
+                return result  # a Split or LeaveOut: the partition changes at every size
+            refused = next(iter(result.values()), "")
+        specializations.append(Specialization(sizes, specialized_symbol(part.name, sizes), refused))
+    if all(s.refused for s in specializations):
+        first = specializations[0]
+        return dict.fromkeys(every, f"at every size it names ({first.describe()}: {first.refused})")
+    verdicts.specializations[part.name] = specializations
+    return {}
 
 
 def _verdict(check, graph, groups: list[list[str]]):

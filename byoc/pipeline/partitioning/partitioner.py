@@ -30,6 +30,8 @@ from byoc.vendor.graph import PartitionGraph, partition_graph
 from byoc.vendor.options import vendor_option_settings
 from byoc.pipeline.partitioning.partition_checks import Fallback, partition_check_verdicts
 from byoc.pipeline.partitioning.pieces import pieces_named, pieces_unnamed
+from byoc.pipeline.partitioning.specializations import (parse_specialize, specialized_dims, specialized_function,
+                                                         specialized_symbol)
 from byoc.vendor.registry import resolve_vendors
 from byoc.deploy.targets import TargetPreset, resolve_target
 from byoc.vendor import Vendor
@@ -72,6 +74,9 @@ class Partition:
     global_var: object = field(repr=False, default=None)
     #: why its vendor's partition check split it off the partition it was part of ("" when it did not)
     split: str = ""
+    #: a static-shape vendor's partition with symbolic dims: the sizes it is compiled for, one
+    #: :class:`~byoc.pipeline.partitioning.specializations.Specialization` each (empty otherwise)
+    specializations: list = field(default_factory=list)
 
     @property
     def boundary_bytes(self) -> int:
@@ -118,6 +123,9 @@ class PartitionPlan:
     #: vendor name -> option name -> value, as the user gave them (``partition(..., vendor_options=...)``): the
     #: checks judged with these options resolved (:meth:`options_for`), and a build with others cuts again
     vendor_options: Mapping = field(default_factory=dict)
+    #: the sizes static-shape vendors' partitions are specialized for (``partition(..., specialize=...)``), as
+    #: profiles: dim name -> size (:func:`~byoc.pipeline.partitioning.specializations.parse_specialize`)
+    specialize: tuple = ()
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
@@ -158,13 +166,24 @@ class PartitionPlan:
         options resolved with the user's (:meth:`Vendor.options_given`)."""
         return vendor.options_given(self.vendor_options.get(vendor.name))
 
-    def graph(self, part: Partition) -> PartitionGraph:
-        """``part`` as its codegen gets it: a :class:`~byoc.vendor.graph.PartitionGraph` carrying its vendor's
-        options and the model's dim bounds. Raises :class:`~byoc.errors.UnsupportedConstruct` for a partition
-        the plain view cannot show."""
+    def graph(self, part: Partition, sizes: Optional[Mapping[str, int]] = None) -> PartitionGraph:
+        """``part`` as a :class:`~byoc.vendor.graph.PartitionGraph` carrying its vendor's options and the model's
+        dim bounds; with ``sizes`` (dim name -> size), specialized for them. Raises
+        :class:`~byoc.errors.UnsupportedConstruct` for a partition the plain view cannot show."""
         vendor = next(v for v in self.vendors if v.name == part.vendor)
-        return partition_graph(self.mod[part.global_var], part.name, options=self.options_for(vendor),
-                               dim_bounds=self.imported.dim_bounds)
+        func, symbol = self.mod[part.global_var], part.name
+        if sizes is not None:
+            symbol = specialized_symbol(part.name, sizes)
+            func = specialized_function(func, sizes, symbol)
+        return partition_graph(func, symbol, options=self.options_for(vendor), dim_bounds=self.imported.dim_bounds,
+                               sizes=sizes)
+
+    def graphs(self, part: Partition) -> list[PartitionGraph]:
+        """What ``part``'s codegen compiles: its graph (:meth:`graph`), or one graph per size it is specialized
+        for that its partition check did not refuse."""
+        if not part.specializations:
+            return [self.graph(part)]
+        return [self.graph(part, s.sizes) for s in part.specializations if not s.refused]
 
     def cut_again(self, demoted: Optional[Mapping[tuple[str, str], str]] = None,
                   vendor_options: Optional[Mapping] = None) -> "PartitionPlan":
@@ -172,7 +191,7 @@ class PartitionPlan:
         (:attr:`imposed`) and ``demoted`` ones, with its options or ``vendor_options``."""
         return cut(self.imported, self.vendors, self.target, self.min_ops, self.keep_on_host,
                    {**self.imposed, **(demoted or {})},
-                   self.vendor_options if vendor_options is None else vendor_options)
+                   self.vendor_options if vendor_options is None else vendor_options, self.specialize)
 
     def partition(self, name: str) -> Partition:
         for part in self.partitions:
@@ -286,6 +305,7 @@ def partition(
     dims: Optional[Mapping[str, object]] = None,
     strict: bool = False,
     vendor_options: Optional[Mapping[str, Mapping[str, object]]] = None,
+    specialize=None,
 ) -> PartitionPlan:
     """Annotate ``model`` for ``vendors`` and cut it into partitions for ``target``.
 
@@ -303,6 +323,8 @@ def partition(
     :mod:`byoc.pipeline.frontend.dims`); a symbolic dim neither names stays symbolic.
     ``vendor_options`` (vendor name -> option name -> value, as :func:`byoc.build` takes them) reach every
     rule's check (``Match.options``), every partition check and, unless the build is given others, the codegen.
+    ``specialize`` names the sizes of symbolic dims a static-shape vendor's partitions are compiled for
+    (``{"batch": [1, 2, 4]}``, :mod:`byoc.pipeline.partitioning.specializations`).
     The CLI options map one to one onto these arguments.
     """
     if int(min_ops) < 1:
@@ -320,17 +342,19 @@ def partition(
                           f"{' and '.join(vendor.targets)} only): all its ops stay on the host",
                           RuntimeWarning, stacklevel=2)
     imported = import_model(model, input_shapes=input_shapes, dims=dims)
-    return cut(imported, vendors, preset, min_ops, tuple(keep_on_host), {}, vendor_options or {})
+    profiles = parse_specialize(specialize, imported.dims)
+    return cut(imported, vendors, preset, min_ops, tuple(keep_on_host), {}, vendor_options or {}, profiles)
 
 
 def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, min_ops: int,
         keep_on_host: tuple, demoted: Mapping[tuple[str, str], str],
-        vendor_options: Optional[Mapping] = None) -> PartitionPlan:
+        vendor_options: Optional[Mapping] = None, specialize: tuple = ()) -> PartitionPlan:
     """The plan :func:`partition` makes of an imported model, with ``demoted`` ops kept off their vendors.
 
     ``demoted`` maps ``(vendor, binding)`` to the reason that vendor may not
     take the binding (measured placement's decisions, :mod:`byoc.pipeline.placement.placement`);
-    ``min_ops`` and the vendors' partition checks add their own demotions to a copy.
+    ``min_ops`` and the vendors' partition checks add their own demotions to a copy. ``specialize`` holds the
+    profiles static-shape vendors' partitions are specialized for.
     """
     imposed, demoted = dict(demoted), dict(demoted)
     vendor_options = dict(vendor_options or {})
@@ -338,9 +362,10 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     split_at: dict[tuple[str, str], str] = {}
     fallbacks: list[Fallback] = []
     _log.info("annotating and partitioning for %s", ", ".join(v.name for v in vendors) or "the host alone")
+    specialized = specialized_dims(specialize)
     plan = None
     while plan is None:
-        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name, vendor_options)
+        annotation: Annotation = annotate(imported, vendors, keep_on_host, demoted, preset.name, vendor_options, specialized)
         if all(d.on_host for d in annotation.decisions.values()):
             merged = annotation.fused  # nothing to merge (and MergeCompositeFunctions rejects some graphs)
             break
@@ -351,7 +376,8 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             reason = f"TVM's MergeCompositeFunctions cannot partition this graph ({first})"
             warnings.warn(f"byoc: every op stays on the host: {reason}", RuntimeWarning, stacklevel=2)
             everything = {(v.name, b): reason for v in annotation.vendors for b in annotation.decisions}
-            annotation = annotate(imported, vendors, keep_on_host, everything, preset.name, vendor_options)
+            annotation = annotate(imported, vendors, keep_on_host, everything, preset.name, vendor_options,
+                                  specialized)
             merged = annotation.fused
             break
         too_small = []
@@ -368,7 +394,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                 too_small.append((vendor, bindings, f"{rules} only join a partition of other ops, and this region "
                                                     "has none"))
         if not too_small:
-            plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
+            plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options, specialize)
             verdicts = partition_check_verdicts(plan, pieces)
             if verdicts:  # cut again without the ops the checks refused, and split: what is left is checked again
                 fallbacks += verdicts.fallbacks
@@ -376,6 +402,9 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
                 pieces.update(verdicts.pieces)
                 split_at.update(verdicts.split_at)
                 plan = None
+            else:
+                for part in plan.partitions:
+                    part.specializations = verdicts.specializations.get(part.name, [])
             continue
         # Demote only the highest-priority vendor's small regions this round:
         # the ops it gives up may let a lower-priority vendor form a region
@@ -388,7 +417,7 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
             for binding in bindings:
                 demoted[(vendor, binding)] = reason
     if plan is None:  # every op on the host
-        plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options)
+        plan = _plan(imported, annotation, merged, min_ops, keep_on_host, preset, vendor_options, specialize)
     plan.demoted, plan.imposed, plan.fallbacks = demoted, imposed, fallbacks
     for part in plan.partitions:
         part.split = next((split_at[(part.vendor, b)] for b in part.bindings if (part.vendor, b) in split_at), "")
@@ -464,7 +493,7 @@ def _output_labels(func, sources: Mapping[str, str], items: Mapping[str, list[st
     return labels(func.body.body)
 
 
-def _plan(imported, annotation, merged, min_ops, keep_on_host, target, vendor_options) -> PartitionPlan:
+def _plan(imported, annotation, merged, min_ops, keep_on_host, target, vendor_options, specialize) -> PartitionPlan:
     from tvm import relax
 
     original = imported.mod["main"]
@@ -493,7 +522,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host, target, vendor_op
             names = [t.source for t in part.outputs]
             label[binding.var] = names[0] if len(names) == 1 else names
     return PartitionPlan(imported, annotation.vendors, partitions, annotation.decisions, merged,
-                         min_ops, keep_on_host, target, vendor_options=vendor_options)
+                         min_ops, keep_on_host, target, vendor_options=vendor_options, specialize=specialize)
 
 
 def _partition_of(annotation, merged, call, label, naming) -> Partition:

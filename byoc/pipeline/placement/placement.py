@@ -43,6 +43,7 @@ from byoc.errors import ByocError, InputShapeError, TargetError
 from byoc.pipeline.frontend.importer import unique_binding_names
 from byoc.pipeline.frontend.onnx_model import ImportedModel, TensorSpec
 from byoc.pipeline.partitioning.partitioner import Partition, PartitionPlan
+from byoc.pipeline.partitioning.specializations import host_function
 from byoc.pipeline.placement.host_bound import host_lower_bounds
 from byoc.pipeline.artifact.placement_record import PlacedPartition, Placement, quote_times
 from byoc.pipeline.artifact.profile import BUILTIN, seconds_per_run, time_calls
@@ -108,7 +109,10 @@ def place_by_measurement(plan: PartitionPlan, build: Build, inputs=None, *, min_
     arrays = rules_artifact.check_inputs(sample_inputs(rules_artifact) if inputs is None else inputs)
     inputs_of = {p.name: len(plan.mod[p.global_var].params) for p in plan.partitions}
     vendor_times, arguments = _call_times(rules_artifact, arrays, runs, inputs_of)
-    vendor_times = {p.name: _vendor_time(plan, p, vendor_times.get(p.name, 0.0)) for p in plan.partitions}
+    # a static-shape partition is timed in the specialization its dispatcher called
+    vendor_times = {p.name: _vendor_time(plan, p, sum(vendor_times.get(name, 0.0) for name in
+                                                      [p.name, *(s.symbol for s in p.specializations)]))
+                    for p in plan.partitions}
 
     def clearly_slower(host_ms: Mapping[str, float]) -> bool:
         return all(host_ms[p.name] > _CLEAR_LOSS * min_speedup * vendor_times[p.name][0].get(p.vendor, 0.0)
@@ -292,8 +296,7 @@ def _partition_model(plan: PartitionPlan, part: Partition, arguments: list) -> I
         for dim, size in zip(param.ty.shape.values, array.shape):
             if isinstance(dim, tvm.tirx.Var):
                 sizes[dim] = int(size)
-    mod = tvm.IRModule({"main": func.without_attr("Codegen").with_attr("global_symbol", "main")})
-    mod = relax.transform.InlinePrivateFunctions()(relax.transform.LambdaLift()(mod))
+    mod = tvm.IRModule({"main": host_function(func, "main")})
     if sizes:
         mod = relax.transform.BindSymbolicVars(sizes)(mod)
     mod["main"] = unique_binding_names(mod["main"])[0]  # each composite's result was named gv

@@ -100,6 +100,15 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
     return nodes
 
 
+def _specializations(part, plan) -> dict:
+    """A static-shape partition's sizes as the report gives them, and what a call at another size does."""
+    vendor = next(v for v in plan.vendors if v.name == part.vendor)
+    return {"specializations": [{"sizes": dict(s.sizes), "symbol": s.symbol, **({"refused": s.refused} if s.refused
+                                                                                 else {})}
+                                for s in part.specializations],
+            "other_sizes": vendor.other_sizes}
+
+
 def build_report(
     plan: PartitionPlan,
     model_name: str,
@@ -154,6 +163,7 @@ def build_report(
                 "constant_bytes": int(p.constant_bytes),
                 "boundary_bytes": int(p.boundary_bytes),
                 **({"split": p.split} if p.split else {}),
+                **(_specializations(p, plan) if p.specializations else {}),
             }
             for p in plan.partitions
         ],

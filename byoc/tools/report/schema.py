@@ -20,9 +20,9 @@ _TENSOR = {
     "required": ["name", "shape", "dtype", "bytes"],
     "properties": {
         "name": {"type": "string"},
-        "shape": {"type": "array", "items": {"type": "integer"}},
+        "shape": {"type": "array", "items": {"type": ["integer", "string"]}},  # a symbolic dim is its text
         "dtype": {"type": "string"},
-        "bytes": {"type": "integer"},
+        "bytes": {"type": ["integer", "null"]},  # null when a dim is symbolic
     },
 }
 
@@ -75,6 +75,19 @@ REPORT_SCHEMA = {
                     "constant_bytes": {"type": "integer"},
                     "boundary_bytes": {"type": "integer"},
                     "split": {"type": "string"},
+                    # a static-shape vendor's partition with symbolic dims: one entry per size it is compiled for
+                    # ("refused": why its partition check refused that size, which then runs on the host)
+                    "specializations": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["sizes", "symbol"],
+                            "properties": {"sizes": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                           "symbol": {"type": "string"}, "refused": {"type": "string"}},
+                        },
+                    },
+                    # what a call at a size with no specialization does: runs on the host, or is refused
+                    "other_sizes": {"enum": ["host", "refuse"]},
                 },
             },
         },

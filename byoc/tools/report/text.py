@@ -73,6 +73,10 @@ def render_text(report: Mapping) -> str:
         lines += _partitions_text(parts, {n["name"] for n in report["nodes"] if n.get("quantized_unit")})
     else:
         lines.append("  none: every op runs on the host")
+    specialized = [p for p in parts if p.get("specializations")]
+    if specialized:
+        lines += ["", "Specializations (static-shape partitions, compiled once per size)"]
+        lines += [line for p in specialized for line in _specializations_text(p)]
     if report.get("fallbacks"):
         lines += ["", "Fallbacks (partitions their vendors gave back)"]
         lines += [f"  {f['partition']} ({f['ops']} op{'s' if f['ops'] != 1 else ''}) back from {f['vendor']}: "
@@ -152,6 +156,20 @@ def _partitions_text(parts: list, units: set) -> list[str]:
         if p.get("split"):
             lines.append(f"  {p['name']} split off by its vendor's partition check: {p['split']}")
     return lines
+
+
+def _specializations_text(part: Mapping) -> list[str]:
+    """A static-shape partition's sizes: the compiled ones, the refused ones with why, and any other size."""
+    def sizes(entry) -> str:
+        return ", ".join(f"{name}={size}" for name, size in entry["sizes"].items())
+
+    compiled = [f"{sizes(s)} ({s['symbol']})" for s in part["specializations"] if "refused" not in s]
+    lines = [f"  {part['name']} ({part['vendor']}): {'; '.join(compiled)}"]
+    lines += [f"    {sizes(s)}: on the host, its partition check refused it: {s['refused']}"
+              for s in part["specializations"] if "refused" in s]
+    other = "on the host" if part["other_sizes"] == "host" else "refused by the artifact (InputShapeError)"
+    lines.append(f"    any other size: {other}")
+    return [wrapped for line in lines for wrapped in _wrap(line, hang=6)]
 
 
 def _vendor_options_text(report: Mapping) -> list[str]:
