@@ -142,16 +142,24 @@ def test_a_partition_refused_at_every_size_goes_to_the_host():
     assert reasons["conv1"].endswith("at every size it names (batch=1: never)")
 
 
-def test_a_leave_out_at_one_size_changes_the_partition_at_every_size():
-    def no_add_at_two(graph):
-        adds = [c for c in graph.ops if c.op == "relax.add"]
-        return LeaveOut(adds, "no adder at batch 2") if adds and graph.sizes.get("batch") == 2 else SUPPORTED
+def test_a_leave_out_at_one_size_refuses_that_size_while_another_takes_the_partition_whole():
+    def no_add_from(batch):
+        def check(graph):
+            adds = [c for c in graph.ops if c.op == "relax.add"]
+            return LeaveOut(adds, "no adder this wide") if adds and graph.sizes["batch"] >= batch else SUPPORTED
+        return check
 
     m = _residual()
-    artifact = byoc.compile(m, [_fixed(no_add_at_two)], specialize={"batch": [1, 2]})
-    assert "add" not in [n for p in artifact.plan.partitions for n in p.onnx_nodes]
-    assert all(s.refused == "" for p in artifact.plan.partitions for s in p.specializations)
+    artifact = byoc.compile(m, [_fixed(no_add_from(2))], specialize={"batch": [1, 2]})
+    (first, _) = artifact.plan.partitions
+    assert "add" in first.onnx_nodes
+    assert [(s.describe(), s.refused) for s in first.specializations] == [("batch=1", ""),
+                                                                          ("batch=2", "no adder this wide")]
     _matches_onnxruntime(artifact.run, m, 2)
+    everywhere = byoc.compile(m, [_fixed(no_add_from(1))], specialize={"batch": [1, 2]})  # no size takes it whole
+    assert "add" not in [n for p in everywhere.plan.partitions for n in p.onnx_nodes]
+    assert all(s.refused == "" for p in everywhere.plan.partitions for s in p.specializations)
+    _matches_onnxruntime(everywhere.run, m, 2)
 
 
 def test_a_vendor_that_refuses_other_sizes_refuses_the_call_in_every_form_of_the_artifact(tmp_path):

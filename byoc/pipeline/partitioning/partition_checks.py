@@ -105,32 +105,36 @@ def _record(verdicts: Verdicts, part, result, groups: list[list[str]], next_piec
 
 def _sized_verdict(plan: Any, part, vendor, dims: list[str], groups: list[list[str]], verdicts: Verdicts):
     """The verdict on a static-shape vendor's partition with symbolic ``dims``: its partition check's on each
-    size the plan specializes it for. A size refused whole is left out of the partition's specializations
-    (recorded in ``verdicts``); a LeaveOut or Split at any size is the partition's verdict; a partition whose
-    every size is refused, or with a dim the plan names no sizes for, is refused."""
+    size the plan specializes it for.
+
+    While the check accepts the partition whole at some size, each size it does not accept (a reason, a LeaveOut
+    or a Split) is left out of the partition's specializations, with its reason (recorded in ``verdicts``): that
+    size runs on the host, the others keep every op. When it accepts no size whole, the first size's LeaveOut or
+    Split is the partition's verdict (the pieces are checked again at every size); a partition refused at every
+    size, or with a dim the plan names no sizes for, is refused."""
     every = [b for group in groups for b in group]
     sized = partition_sizes(plan.specialize, dims)
     if not sized:
         unnamed = [d for d in dims if not any(d in profile for profile in plan.specialize)]
         return dict.fromkeys(every, f"dim {unnamed[0]!r} is symbolic and {vendor.name} runs static shapes only: "
                                     f"name the sizes to compile it for (specialize={{{unnamed[0]!r}: [...]}})")
-    specializations = []
+    results = []
     for sizes in sized:
-        refused = ""
-        if vendor.partition_check is not None:
-            try:
-                graph = plan.graph(part, sizes)
-            except UnsupportedConstruct:
-                graph = None
-            result = {} if graph is None else _verdict(vendor.partition_check, graph, groups)
-            if isinstance(result, tuple) or (result and len(result) < len(every)):
-                return result  # a Split or LeaveOut: the partition changes at every size
-            refused = next(iter(result.values()), "")
-        specializations.append(Specialization(sizes, specialized_symbol(part.name, sizes), refused))
-    if all(s.refused for s in specializations):
-        first = specializations[0]
-        return dict.fromkeys(every, f"at every size it names ({first.describe()}: {first.refused})")
-    verdicts.specializations[part.name] = specializations
+        try:
+            graph = None if vendor.partition_check is None else plan.graph(part, sizes)
+        except UnsupportedConstruct:  # its codegen refuses it at build, with that as the reason
+            graph = None
+        results.append({} if graph is None else _verdict(vendor.partition_check, graph, groups))
+    if not any(result == {} for result in results):
+        structural = [r for r in results if isinstance(r, tuple) or len(r) < len(every)]
+        if structural:
+            return structural[0]
+        why = next(iter(results[0].values()))
+        return dict.fromkeys(every, f"at every size it names ({Specialization(sized[0], '').describe()}: {why})")
+    verdicts.specializations[part.name] = [
+        Specialization(sizes, specialized_symbol(part.name, sizes),
+                       result[1] if isinstance(result, tuple) else next(iter(result.values()), ""))
+        for sizes, result in zip(sized, results)]
     return {}
 
 

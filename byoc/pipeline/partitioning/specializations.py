@@ -16,8 +16,10 @@ partition on the host at any other size, or the artifact refuses such a call, as
 A mapping is every combination of its dims' sizes; a list of mappings is their union. Each partition gets the
 distinct sizes of the dims it has, so a partition with no ``seq`` is compiled once per batch size.
 
-The vendor's partition check judges each specialization on its own graph: a reason refuses that size alone
-(it runs on the host, and the report says why); a LeaveOut or Split changes the partition for every size.
+The vendor's partition check judges each specialization on its own graph. While it accepts the partition whole
+at some size, any other verdict at a size (a reason, a LeaveOut, a Split) refuses that size alone: it runs on the
+host, and the report says why. When it accepts no size whole, the first size's LeaveOut or Split changes the
+partition for every size (:func:`byoc.pipeline.partitioning.partition_checks.partition_check_verdicts`).
 """
 
 from __future__ import annotations

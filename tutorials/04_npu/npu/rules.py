@@ -37,4 +37,5 @@ VENDOR = Vendor(
     NpuCodegen(),
     description="tutorial 4's NPU: static shapes, an SRAM budget, an external compiler",
     partition_check=fits_sram,
+    static_shapes=True,  # on a model with symbolic dims: one program per size the build names (specialize=)
 )
