@@ -57,6 +57,7 @@ class RuntimeRow:
     workspace_bytes: int
     constant_bytes: int
     model_constant_bytes: Optional[int] = None
+    device_bytes: Optional[int] = None  # what it holds in its vendor's device memory (None: no device)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ SOURCE = ("VmRSS a fresh process gains by byoc.load of the exported library, aft
 class Resident:
     """Bytes a fresh process gained: by loading the library (``load_bytes``), by loading and one run
     (``run_bytes``), and at its peak (``peak_bytes``); ``runtimes``: partition -> [workspace, constants held,
-    the model's constants] as each vendor runtime reported them after the run."""
+    the model's constants, device bytes] as each vendor runtime reported them after the run."""
 
     load_bytes: int
     run_bytes: int
@@ -83,7 +83,7 @@ def _main(library: str, feed: str, threads: str) -> None:
     loaded = _status()["VmRSS"]
     artifact.run(inputs)
     after = _status()
-    runtimes = {name: [m.workspace_bytes, m.constant_bytes, m.model_constant_bytes]
+    runtimes = {name: [m.workspace_bytes, m.constant_bytes, m.model_constant_bytes, m.device_bytes]
                 for name, m in artifact.memory().items()}
     print(json.dumps({"load_bytes": loaded - before, "run_bytes": after["VmRSS"] - before,
                       "peak_bytes": after["VmHWM"] - before, "runtimes": runtimes}))

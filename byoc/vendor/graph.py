@@ -54,6 +54,14 @@ class PartitionGraph:
     #: The sizes this graph is specialized for, by symbolic dim (a static-shape vendor's partition, compiled once
     #: per size a build names); empty for a graph of the partition as the model has it.
     sizes: Mapping[str, int] = field(default_factory=dict)
+    #: For a codegen with a device memory (:mod:`byoc.vendor.device`): input position -> the slot (a device buffer
+    #: shared by the vendor's partitions, named) it is already in, put there by an earlier partition of the vendor:
+    #: it is not copied in, and its host argument is not read.
+    resident_inputs: Mapping[int, str] = field(default_factory=dict)
+    #: Output position -> the slot to leave it in on the device, for later partitions of the vendor.
+    resident_outputs: Mapping[int, str] = field(default_factory=dict)
+    #: The resident outputs nothing on the host reads: not copied out, their host argument is not written.
+    device_only_outputs: frozenset = frozenset()
 
     @property
     def constants(self) -> list[Tensor]:

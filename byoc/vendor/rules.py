@@ -267,6 +267,12 @@ class Codegen:
     #: (a codegen whose output depends on anything else, such as files it reads, keeps it so).
     cache_version: str = ""
 
+    #: The device memory this codegen's partitions run in (:class:`~byoc.vendor.device.DeviceMemory`), apart from
+    #: the host's. byoc then keeps a value that only this vendor's partitions read on the device between them, and
+    #: says so in each graph (``resident_inputs``, ``resident_outputs``, ``device_only_outputs``); byoc's C-source
+    #: codegen writes the transfers (:mod:`byoc.vendor.device`). Default: None, the partitions run on host memory.
+    device_memory: Any = None
+
     def compile(self, partitions: Sequence[Any], options: Mapping[str, Any]) -> list:
         """Required: the TVM runtime modules for ``partitions``, which export each partition's ``symbol``.
 
@@ -312,7 +318,8 @@ class Codegen:
 
 
 #: The optional capabilities of :class:`Codegen`, each with its default.
-CAPABILITIES = ("module_kinds", "declared_options", "input_alignment", "cache_version", "load_runtime",
+CAPABILITIES = ("module_kinds", "declared_options", "input_alignment", "cache_version", "device_memory",
+                "load_runtime",
                 "standalone_source", "runtime_memory", "estimate_cost", "availability")
 _METHODS = ("compile", "load_runtime", "standalone_source", "runtime_memory", "estimate_cost", "availability")
 #: How close (difflib ratio) a codegen's attribute name must be to a capability's to be taken for a misspelling.
@@ -465,12 +472,15 @@ class RuntimeMemory:
     keeps resident, its own copies (reordered for its kernels) included;
     ``model_constant_bytes``: the partition's constants as the model gives
     them (None: not reported), so ``constant_bytes / model_constant_bytes``
-    is how many times over it holds its weights.
+    is how many times over it holds its weights. ``device_bytes``: what it
+    holds in its vendor's device memory (:mod:`byoc.vendor.device`), weights
+    and workspace, apart from the host's (None: no device).
     """
 
     workspace_bytes: int
     constant_bytes: int
     model_constant_bytes: Optional[int] = None
+    device_bytes: Optional[int] = None
 
 
 def runtime_memory(codegen: Any, partitions: Sequence[Any], modules: Sequence[Any]) -> Mapping[str, RuntimeMemory]:

@@ -29,8 +29,9 @@ class CSourceCodegen(Codegen):
     input_alignment = 1
 
     def source(self, partitions: Sequence) -> str:
-        """The C source for ``partitions`` (``byoc.vendor.graph.PartitionGraph``)."""
-        return emit_source(partitions, dict(self.emitters))
+        """The C source for ``partitions`` (``byoc.vendor.graph.PartitionGraph``), on :attr:`device_memory`'s
+        memory when a subclass sets it (:mod:`.device`)."""
+        return emit_source(partitions, dict(self.emitters), self.device_memory)
 
     def standalone_source(self, partitions: Sequence) -> str:
         """The same C, for a standalone program (:meth:`byoc.vendor.Codegen.standalone_source`)."""
@@ -38,9 +39,13 @@ class CSourceCodegen(Codegen):
 
     def runtime_memory(self, partitions: Sequence, modules: Sequence) -> dict:
         """What each partition's C takes (:meth:`byoc.vendor.Codegen.runtime_memory`): the temporaries it
-        mallocs per call, and its constants, compiled into the artifact."""
-        return {symbol: RuntimeMemory(workspace, constants)
-                for symbol, (workspace, constants) in source_memory(partitions, dict(self.emitters)).items()}
+        mallocs per call, and its constants, compiled into the artifact; on a device, both are device memory
+        (the constants' host copy, in the artifact, is what the device's is copied from)."""
+        found = source_memory(partitions, dict(self.emitters), self.device_memory)
+        if self.device_memory is None:
+            return {symbol: RuntimeMemory(workspace, constants) for symbol, (workspace, constants) in found.items()}
+        return {symbol: RuntimeMemory(0, constants, device_bytes=workspace + constants)
+                for symbol, (workspace, constants) in found.items()}
 
     def compile(self, partitions: Sequence, options: Mapping) -> list:
         import tvm

@@ -68,6 +68,7 @@ class _Unit:
         self.counter = 0
         self.literals = literals  # False: only measuring (source_memory), the constants' bytes are not written
         self.memory: dict[str, tuple[int, int]] = {}  # symbol -> (bytes malloc'ed per call, constant bytes)
+        self.slots: dict[str, str] = {}  # a device slot's name -> its C variable (.device)
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

@@ -30,6 +30,7 @@ from byoc.errors import UnsupportedOp
 from byoc.vendor.abi import abi_header, entry_point
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
+from .device import DeviceGlue, device_source
 from .body import _DTYPES, OpEmitter, Body, _int_list, _Unit, c_dim, c_type, float_literal, graph_dim_names
 from .quantized import INTEGER_AS_FLOAT, QDQ_OPS, emit_quantized
 
@@ -211,20 +212,26 @@ def _elements(shape) -> int:
     return max(int(np.prod(shape, dtype=np.int64)), 1)
 
 
-def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter]) -> str:
+def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter], device=None) -> str:
+    """The body function of ``graph``: its kernels over host pointers, or over device ones with ``device`` (a
+    :class:`~byoc.vendor.device.DeviceMemory`, :mod:`.device`)."""
     fn = unit.fresh("byoc_body")
     names: dict[int, str] = {}
+    sizer = Body(unit, graph, {}, [])  # sizes as C, for the device glue (its dims are the body's)
+    glue = None if device is None else DeviceGlue(device, unit, graph, c_type, sizer.size)
     for i, t in enumerate(graph.inputs):
-        names[t.id] = f"(({c_type(t.dtype)}*)in[{i}])"
+        names[t.id] = f"(({c_type(t.dtype)}*)in[{i}])" if glue is None else glue.input(i, t)
     for t in graph.constants:
-        names[t.id] = unit.constant(t)
+        names[t.id] = unit.constant(t) if glue is None else glue.constant(t, unit.constant(t))
     outputs_by_id: dict[int, int] = {}
     for i, t in enumerate(graph.outputs):
         outputs_by_id.setdefault(t.id, i)
+    written = {i: (f"(({c_type(graph.outputs[i].dtype)}*)out[{i}])" if glue is None
+                   else glue.output(i, graph.outputs[i])) for i in outputs_by_id.values()}
     temps = []
     for call in graph.ops:
         if call.output.id in outputs_by_id:
-            names[call.output.id] = f"(({c_type(call.output.dtype)}*)out[{outputs_by_id[call.output.id]}])"
+            names[call.output.id] = written[outputs_by_id[call.output.id]]
         else:
             temp = unit.fresh("t")
             names[call.output.id] = temp
@@ -244,8 +251,11 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
     # Outputs that are not produced by an op here (an input passed through,
     # or one tensor returned twice) are copied.
     for i, t in enumerate(graph.outputs):
-        if names.get(t.id) != f"(({c_type(t.dtype)}*)out[{i}])":
-            body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t)({body.size(t.shape)}));")
+        if names.get(t.id) != written.get(i):
+            if glue is not None:
+                body.lines.append("  " + glue.passed_through(i, t, body.ref(t)))
+            else:
+                body.emit(f"memcpy(out[{i}], {body.ref(t)}, sizeof({c_type(t.dtype)}) * (size_t)({body.size(t.shape)}));")
     # Fused ops leave some temporaries unused: allocate only the ones written.
     used = [(t, dtype, shape) for t, dtype, shape in temps if t in body.referenced]
     if not graph.dims:  # a symbolic graph's temporaries depend on each call's dims: not reported
@@ -253,16 +263,26 @@ def _partition(unit: _Unit, graph: PartitionGraph, emitters: dict[str, OpEmitter
                                      sum(t.size * np.dtype(t.dtype).itemsize for t in graph.constants))
     lines = [f"static int {fn}(void* const* in, void* const* out, const int64_t* dims) {{", "  int status = 0;",
              "  (void)dims;"]
+    if glue is not None:
+        lines += glue.prologue()
     for t, dtype, shape in used:  # malloc(0) may return NULL: one element at least
         static = all(isinstance(d, (int, np.integer)) for d in shape)
         count = str(_elements(shape)) if static else f"{body.size(shape)} + 1"
-        lines.append(f"  {c_type(dtype)}* {t} = ({c_type(dtype)}*)malloc(sizeof({c_type(dtype)}) * (size_t)({count}));")
+        where = f"({c_type(dtype)}*)malloc(sizeof({c_type(dtype)}) * (size_t)({count}))" if glue is None \
+            else glue.allocate(c_type(dtype), count)
+        lines.append(f"  {c_type(dtype)}* {t} = {where};")
     if used:
         lines.append("  if (" + " || ".join(f"!{t}" for t, *_ in used) + ") { status = -2; goto done; }")
+    if glue is not None:
+        lines += glue.before
     lines += body.lines
-    if used:
+    if glue is not None:
+        lines += glue.after
+    if used or glue is not None:
         lines.append("done:")
-    lines += [f"  free({t});" for t, *_ in used]
+    lines += [f"  free({t});" if glue is None else glue.release(t) for t, *_ in used]
+    if glue is not None:
+        lines += glue.epilogue()
     lines += ["  return status;", "}"]
     unit.decls.append("\n".join(lines))
     return fn
@@ -335,27 +355,30 @@ def _entry(unit: _Unit, graph: PartitionGraph, body_fn: str) -> str:
     return "\n".join(lines)
 
 
-def emit_source(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter] | None = None) -> str:
-    """One C source holding every partition in ``graphs``."""
-    return _emitted(graphs, emitters)[0]
+def emit_source(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter] | None = None,
+                device=None) -> str:
+    """One C source holding every partition in ``graphs``; with ``device`` (a
+    :class:`~byoc.vendor.device.DeviceMemory`) they run on its memory (:mod:`.device`)."""
+    return _emitted(graphs, emitters, device=device)[0]
 
 
-def source_memory(graphs: Sequence[PartitionGraph],
-                  emitters: dict[str, OpEmitter] | None = None) -> dict[str, tuple[int, int]]:
+def source_memory(graphs: Sequence[PartitionGraph], emitters: dict[str, OpEmitter] | None = None,
+                  device=None) -> dict[str, tuple[int, int]]:
     """Per partition symbol, what its C takes: bytes malloc'ed per call (its temporaries), and its constants' bytes.
 
     The bodies are emitted again, without the constants' literals (most of the source: 400 MB for ResNet-50)."""
-    return _emitted(graphs, emitters, literals=False)[1]
+    return _emitted(graphs, emitters, literals=False, device=device)[1]
 
 
-def _emitted(graphs, emitters, literals: bool = True) -> tuple[str, dict[str, tuple[int, int]]]:
+def _emitted(graphs, emitters, literals: bool = True, device=None) -> tuple[str, dict[str, tuple[int, int]]]:
     emitters = OP_EMITTERS if emitters is None else emitters
     unit = _Unit(literals)
-    entries = [_entry(unit, g, _partition(unit, g, emitters)) for g in graphs]
+    entries = [_entry(unit, g, _partition(unit, g, emitters, device)) for g in graphs]
     parts = [
         "/* Generated by byoc's c_source codegen. Do not edit. */",
         kernels_source(),
         _ABI,
+        *([] if device is None else [device_source(device)]),
         *unit.decls,
         '#ifdef __cplusplus\nextern "C" {\n#endif',
         *entries,

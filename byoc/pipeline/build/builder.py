@@ -212,9 +212,10 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             "partition_nodes": {p.name: list(p.onnx_nodes) for p in plan.partitions},
             # host binding -> its ONNX node (a loaded artifact's profile names a host function's nodes)
             "host_nodes": {d.binding: d.node.name for d in plan.host_ops if d.node is not None},
-            # partition -> [workspace bytes per call, constant bytes held, the model's constant bytes (or None)],
+            # partition -> [workspace bytes per call, constant bytes held, the model's constant bytes (or None),
+            # device bytes (or None: no device)],
             # as its vendor's runtime reports them
-            "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes, m.model_constant_bytes]
+            "runtime_memory": {name: [m.workspace_bytes, m.constant_bytes, m.model_constant_bytes, m.device_bytes]
                                for name, m in memory.items()},
             # vendor -> option -> {value, default, source[, note]}: the options its codegen was built with
             "vendor_options": {vendor: {name: setting.as_json() for name, setting in options.items()}

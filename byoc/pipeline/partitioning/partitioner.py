@@ -29,6 +29,7 @@ from byoc.pipeline.partitioning.merging import merge_regions
 from byoc.vendor.graph import PartitionGraph, partition_graph
 from byoc.vendor.options import vendor_option_settings
 from byoc.pipeline.partitioning.partition_checks import Fallback, partition_check_verdicts
+from byoc.pipeline.partitioning.device_edges import residencies, transfers
 from byoc.pipeline.partitioning.pieces import pieces_named, pieces_unnamed
 from byoc.pipeline.partitioning.specializations import (parse_specialize, specialized_dims, specialized_function,
                                                          specialized_symbol)
@@ -175,8 +176,20 @@ class PartitionPlan:
         if sizes is not None:
             symbol = specialized_symbol(part.name, sizes)
             func = specialized_function(func, sizes, symbol)
-        return partition_graph(func, symbol, options=self.options_for(vendor), dim_bounds=self.imported.dim_bounds,
-                               sizes=sizes)
+        graph = partition_graph(func, symbol, options=self.options_for(vendor), dim_bounds=self.imported.dim_bounds,
+                                sizes=sizes)
+        residency = residencies(self).get(part.name)
+        if residency is not None:
+            graph.resident_inputs = dict(residency.resident_inputs)
+            graph.resident_outputs = dict(residency.resident_outputs)
+            graph.device_only_outputs = residency.device_only_outputs
+        return graph
+
+    def transfers(self) -> dict:
+        """Partition name -> what one call of it moves between the host and its vendor's device
+        (:class:`~byoc.pipeline.partitioning.device_edges.Transfers`), for each partition of a vendor with a device
+        memory (:mod:`byoc.vendor.device`)."""
+        return transfers(self)
 
     def graphs(self, part: Partition) -> list[PartitionGraph]:
         """What ``part``'s codegen compiles: its graph (:meth:`graph`), or one graph per size it is specialized

@@ -100,6 +100,26 @@ def _nodes(plan: PartitionPlan) -> list[dict]:
     return nodes
 
 
+def _device(plan) -> dict:
+    """The report's "device" entry: per vendor with a device memory, what its partitions move per call and keep
+    there (:meth:`~byoc.pipeline.partitioning.partitioner.PartitionPlan.transfers`); none without such a vendor."""
+    moved = plan.transfers()
+    if not moved:
+        return {}
+    device: dict = {}
+    for name, t in moved.items():
+        entry = device.setdefault(t.vendor, {"memory": t.device, "partitions": []})
+        entry["partitions"].append({"name": name, "to_device_bytes": t.to_device, "to_host_bytes": t.to_host,
+                                    "kept_bytes": t.kept, "weights_bytes": t.weights,
+                                    "reads_on_device": list(t.resident_inputs),
+                                    "leaves_on_device": list(t.resident_outputs)})
+    for entry in device.values():
+        for key in ("to_device_bytes", "to_host_bytes", "kept_bytes", "weights_bytes"):
+            values = [p[key] for p in entry["partitions"]]
+            entry[key] = None if None in values else sum(values)
+    return {"device": device}
+
+
 def _specializations(part, plan) -> dict:
     """A static-shape partition's sizes as the report gives them, and what a call at another size does."""
     vendor = next(v for v in plan.vendors if v.name == part.vendor)
@@ -169,6 +189,7 @@ def build_report(
         ],
         **({"fallbacks": [{"vendor": f.vendor, "partition": f.partition, "ops": f.ops, "reason": f.reason}
                           for f in plan.fallbacks]} if plan.fallbacks else {}),
+        **_device(plan),
         "host_ops": _host_groups(plan),
         "nodes": _nodes(plan),
         "inputs": [_tensor(s.name, s.shape, s.dtype, s.nbytes) for s in plan.imported.inputs],

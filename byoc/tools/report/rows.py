@@ -97,9 +97,11 @@ def memory_rows(memory: Mapping) -> tuple[list[tuple[str, int, str]], list[str]]
     for r in runtimes:
         model = r.get("model_constant_bytes")
         of_model = f" for the model's {model}" if model is not None else ""
+        on_device = (f"; on its device: {r['device_bytes']} bytes (weights and workspace)"
+                     if r.get("device_bytes") is not None else "")
         rows.append((f"{r['partition']} ({r['vendor']})", r["workspace_bytes"],
                      f"workspace per call, as its runtime reports it; constants {r['constant_bytes']} bytes held"
-                     f"{of_model}"))
+                     f"{of_model}{on_device}"))
     if memory.get("at_bounds") is not None or any(isinstance(row[1], str) for row in rows):
         notes.append("a vendor partition with symbolic dims makes its workspace per shape, at the shape's first "
                      "call: it is not listed")

@@ -100,6 +100,23 @@ REPORT_SCHEMA = {
                                "ops": {"type": "integer"}, "reason": {"type": "string"}},
             },
         },
+        # per vendor with a device memory: the bytes its partitions copy to the device and to the host per run
+        # (null: a dim is symbolic), the copies values kept on the device save, and the weights copied there once
+        "device": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["memory", "partitions", "to_device_bytes", "to_host_bytes", "kept_bytes",
+                             "weights_bytes"],
+                "properties": {
+                    "memory": {"type": "string"},
+                    "partitions": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["name", "to_device_bytes", "to_host_bytes", "kept_bytes", "weights_bytes",
+                                     "reads_on_device", "leaves_on_device"]}},
+                },
+            },
+        },
         "host_ops": {
             "type": "array",
             "items": {

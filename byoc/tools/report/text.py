@@ -77,6 +77,9 @@ def render_text(report: Mapping) -> str:
     if specialized:
         lines += ["", "Specializations (static-shape partitions, compiled once per size)"]
         lines += [line for p in specialized for line in _specializations_text(p)]
+    for vendor, device in report.get("device", {}).items():
+        lines += ["", f"Device memory ({vendor}: {device['memory']})"]
+        lines += [line for text in _device_text(device) for line in _wrap(text, hang=4)]
     if report.get("fallbacks"):
         lines += ["", "Fallbacks (partitions their vendors gave back)"]
         lines += [f"  {f['partition']} ({f['ops']} op{'s' if f['ops'] != 1 else ''}) back from {f['vendor']}: "
@@ -155,6 +158,22 @@ def _partitions_text(parts: list, units: set) -> list[str]:
         lines.append(f"  {p['name']} nodes: {', '.join(n + (' (QDQ int8)' if n in units else '') for n in p['onnx_nodes'])}")
         if p.get("split"):
             lines.append(f"  {p['name']} split off by its vendor's partition check: {p['split']}")
+    return lines
+
+
+def _device_text(device: Mapping) -> list[str]:
+    """A device's lines: its totals per run, then what each partition copies and keeps there."""
+    def size(value) -> str:
+        return "? bytes (a dim is symbolic)" if value is None else f"{value} bytes"
+
+    lines = [f"  per run: {size(device['to_device_bytes'])} to the device, {size(device['to_host_bytes'])} to the "
+             f"host, {size(device['kept_bytes'])} of copies saved by values kept there; weights "
+             f"{device['weights_bytes']} bytes, copied there once"]
+    for p in device["partitions"]:
+        kept = [f"reads {', '.join(p['reads_on_device'])} there"] if p["reads_on_device"] else []
+        kept += [f"leaves {', '.join(p['leaves_on_device'])} there"] if p["leaves_on_device"] else []
+        lines.append(f"  {p['name']}: {size(p['to_device_bytes'])} in, {size(p['to_host_bytes'])} out"
+                     + (f"; {'; '.join(kept)}" if kept else ""))
     return lines
 
 
