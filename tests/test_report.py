@@ -128,7 +128,8 @@ def test_runtime_memory_of_dnnl_holds_the_reordered_weights_and_reaches_the_repo
     report = build_report(plan, "model.onnx", memory=built.as_dict())
     assert report["memory"]["runtimes"] == [
         {"partition": "dnnl_0", "vendor": "dnnl", "workspace_bytes": use.workspace_bytes,
-         "constant_bytes": use.constant_bytes, "model_constant_bytes": use.model_constant_bytes}]
+         "constant_bytes": use.constant_bytes, "model_constant_bytes": use.model_constant_bytes,
+         "device_bytes": None}]
     assert 0.9 * weights < use.model_constant_bytes <= weights  # the partition's constants (a bias folded away)
     text = render(report, "text")
     assert f"dnnl_0 (dnnl)      {use.workspace_bytes} bytes" in text and "planned in all" in text
