@@ -21,6 +21,8 @@
   point, to paste or write beside a codegen's C;
 - :mod:`byoc.vendor.csource` - :class:`CSource`, C a codegen returns with
   binary blobs (weights as bytes) that byoc links in;
+- :mod:`byoc.vendor.device` - :class:`DeviceMemory`, a codegen's memory
+  apart from the host's, which byoc keeps values in between partitions;
 - :mod:`byoc.vendor.registry` - the vendors published as ``byoc.vendors``
   entry points (byoc's own among them), and :func:`register_vendor` for a
   script's.
@@ -43,12 +45,13 @@ from byoc.vendor.rules import (SUPPORTED, Check, CheckResult, Codegen, LeaveOut,
                                RuntimeMemory, Split, Vendor, always, as_codegen, cost_estimator, runtime_memory,
                                runtime_module_kinds, standalone_source)
 from byoc.vendor.csource import CSource
+from byoc.vendor.device import DeviceMemory
 from byoc.vendor.ops import OpCall, Tensor
 from byoc.vendor.options import OptionSetting, VendorOption
 from byoc.vendor.registry import get_vendor, list_vendors, register_vendor, unregister_vendor
 
 __all__ = [
-    "SUPPORTED", "CSource", "Check", "CheckResult", "Codegen", "LeaveOut", "Match", "OpCall", "OpRule", "OptionSetting", "PatternRule",
+    "SUPPORTED", "CSource", "Check", "CheckResult", "Codegen", "DeviceMemory", "LeaveOut", "Match", "OpCall", "OpRule", "OptionSetting", "PatternRule",
     "Rule", "RuntimeMemory", "Split", "Tensor", "Vendor", "VendorOption",
     "always", "as_codegen", "cost_estimator", "get_vendor", "list_vendors",
     "register_vendor", "runtime_memory", "runtime_module_kinds", "standalone_source", "unregister_vendor",

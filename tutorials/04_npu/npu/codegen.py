@@ -6,10 +6,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-from byoc.vendor import Codegen, CSource, VendorOption
+from byoc.vendor import Codegen, CSource, DeviceMemory, VendorOption
 from byoc.vendor.abi import abi_header
 
 NPUC = Path(__file__).with_name("npuc.py")
+
+# The NPU's memory, apart from the host's (simulated here): npu_write and npu_read are the only ways in and out.
+NPU_MEMORY = DeviceMemory("npu memory", """#include <stdlib.h>
+#include <string.h>
+void* npu_alloc(size_t bytes) { return malloc(bytes); }
+void npu_free(void* p) { free(p); }
+void npu_write(void* npu, const void* host, size_t bytes) { memcpy(npu, host, bytes); }
+void npu_read(void* host, const void* npu, size_t bytes) { memcpy(host, npu, bytes); }
+""", alloc="npu_alloc", release="npu_free", to_device="npu_write", to_host="npu_read")
 
 
 def described(graph, weights: list) -> dict:
@@ -27,6 +36,9 @@ def described(graph, weights: list) -> dict:
         "outputs": [t.id for t in graph.outputs],
         "shapes": {t.id: list(t.shape) for t in tensors.values()},
         "constants": offsets,
+        # what stays in the NPU's memory between partitions: position -> slot, and the outputs the host never reads
+        "on_npu": {"inputs": graph.resident_inputs, "outputs": graph.resident_outputs,
+                   "only": sorted(graph.device_only_outputs)},
         "ops": [{"op": c.op, "inputs": [t.id for t in c.inputs], "output": c.output.id, "attrs": c.attrs}
                 for c in graph.ops],
     }
@@ -36,6 +48,7 @@ class NpuCodegen(Codegen):
     declared_options = (VendorOption("sram_kib", int, 1024, "on-chip SRAM, KiB", minimum=1),)
     cache_version = "npuc 1.0"  # npuc's output changes only with its version: byoc may cache it
     input_alignment = 1  # npuc's C reads any float address
+    device_memory = NPU_MEMORY  # byoc keeps values the NPU's partitions pass each other in its memory
 
     def __init__(self):
         self.compiler_runs = 0
@@ -57,4 +70,5 @@ class NpuCodegen(Codegen):
             if done.returncode != 0:
                 raise RuntimeError(f"npuc failed: {done.stderr.strip()}")
             blob = b"".join(w.tobytes() for w in weights)
-            return CSource(abi_header() + out.read_text(), [p.symbol for p in partitions], {"npu_weights": blob})
+            return CSource(abi_header() + NPU_MEMORY.source + out.read_text(), [p.symbol for p in partitions],
+                           {"npu_weights": blob})

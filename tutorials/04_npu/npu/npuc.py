@@ -3,7 +3,9 @@
 It reads the partitions npu's codegen describes and writes C for them: each op a loop nest over static shapes,
 each partition the entry point byoc_abi.h declares (inputs then outputs, each checked with byoc_arg). The C
 reads the weights (``--floats`` of them, float32 little-endian, at the offsets the description gives) from the
-blob ``npu_weights`` that the codegen hands byoc, converted once on a big-endian machine.
+blob ``npu_weights`` that the codegen hands byoc, converted once on a big-endian machine. Everything the ops
+touch is in the NPU's memory (npu_alloc, npu_write, npu_read): the weights, copied there once; each input, copied
+in unless an earlier partition left it in a slot; each output, copied out unless only the NPU reads it.
 """
 
 import argparse
@@ -99,29 +101,52 @@ static const float* npu_blob(void) {
 #else
   return (const float*)npu_weights;
 #endif
+}
+
+static const float* npu_weights_on_npu(void) {
+  static float* on_npu;
+  if (on_npu == NULL) {
+    on_npu = (float*)npu_alloc(%d * sizeof(float) + 1);
+    npu_write(on_npu, npu_blob(), %d * sizeof(float));
+  }
+  return on_npu;
 }"""
 
 
+def slot(name: str) -> str:
+    return "npu_slot_" + name.replace(":", "_")
+
+
 def partition_code(p) -> str:
-    shapes, sym = p["shapes"], p["symbol"]
-    name = {int(t): f"(npu_blob() + {offset})" for t, offset in p["constants"].items()}
+    shapes, sym, on_npu = p["shapes"], p["symbol"], p["on_npu"]
+    name = {int(t): f"(npu_weights_on_npu() + {offset})" for t, offset in p["constants"].items()}
     args = p["inputs"] + p["outputs"]
     lines = [f'static const char {sym}_name[] = "{sym}";', '#ifdef __cplusplus\nextern "C"\n#endif',
               f"int __tvm_ffi_{sym}(void* self, const byoc_any* args, int32_t num_args, byoc_any* result) {{",
               "  int error = 0;", "  (void)self; (void)result;",
               f'  if (num_args != {len(args)}) return byoc_fail("TypeError", {sym}_name, "wrong argument count");']
+    freed, after = [], []
     for k, t in enumerate(args):
-        name[t] = f"a{k}"
+        name[t], nbytes, out = f"d{k}", f"{size(shapes[str(t)])} * sizeof(float)", k - len(p["inputs"])
         dims = ", ".join(map(str, shapes[str(t)]))
         lines += [f"  static const int64_t s{k}[] = {{{dims}}};",
                   f"  float* a{k} = (float*)byoc_arg(args, {k}, s{k}, {len(shapes[str(t)])}, 2, 32, {sym}_name, &error);",
                   "  if (error) return error;"]
+        kept = on_npu["inputs"].get(str(k)) if out < 0 else on_npu["outputs"].get(str(out))
+        if kept:
+            lines.append(f"  if (!{slot(kept)}) {slot(kept)} = (float*)npu_alloc({nbytes});")
+        lines.append(f"  float* d{k} = {slot(kept) if kept else f'(float*)npu_alloc({nbytes})'};")
+        freed += [] if kept else [f"d{k}"]
+        if out < 0 and not kept:
+            lines.append(f"  npu_write(d{k}, a{k}, {nbytes});")
+        if out >= 0 and out not in on_npu["only"]:
+            after.append(f"  npu_read(a{k}, d{k}, {nbytes});")
     temps = [op["output"] for op in p["ops"] if op["output"] not in name]
-    for t in temps:  # the values inside the partition: the SRAM's
+    for t in temps:  # the values inside the partition: in the NPU's memory too
         name[t] = f"v{t}"
-        lines.append(f"  float* v{t} = (float*)malloc({size(shapes[str(t)])} * sizeof(float));")
-    lines += [op_code(op, name, shapes) for op in p["ops"]]
-    lines += [f"  free(v{t});" for t in temps] + ["  return 0;", "}"]
+        lines.append(f"  float* v{t} = (float*)npu_alloc({size(shapes[str(t)])} * sizeof(float));")
+    lines += [op_code(op, name, shapes) for op in p["ops"]] + after
+    lines += [f"  npu_free({v});" for v in freed + [f"v{t}" for t in temps]] + ["  return 0;", "}"]
     return "\n".join(lines)
 
 
@@ -133,7 +158,10 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.partitions) as spec:
         partitions = json.load(spec)
-    source = ["#include <math.h>", "#include <stdlib.h>", "#include <string.h>", WEIGHTS % (args.floats, args.floats)]
+    slots = sorted({s for p in partitions for kept in (p["on_npu"]["inputs"], p["on_npu"]["outputs"])
+                    for s in kept.values()})
+    source = ["#include <math.h>", "#include <stdlib.h>", "#include <string.h>", WEIGHTS % ((args.floats,) * 4),
+              *(f"static float* {slot(s)};" for s in slots)]
     with open(args.output, "w") as out:
         out.write("\n\n".join(source + [partition_code(p) for p in partitions]) + "\n")
 
