@@ -317,6 +317,49 @@ def test_a_nan_guard_is_one_kernel(value):
     assert (artifact.run({"x": x})[0][0, 1] == value).all()
 
 
+# -- RMS normalization ------------------------------------------------------------------------------
+def _rms_norm_model(form: str, weighted: bool = True, shape=(2, 5, 24)):
+    """RMSNorm over the last axis as transformers' exports write it ("reciprocal": Pow, ReduceMean, Add, Sqrt,
+    Div(1, s), Mul(x, r), then Mul(weight, .)) and as byoc imports onnxruntime's SimplifiedLayerNormalization
+    ("divide": Mul(x, x), ReduceMean, Add, Sqrt, Div(x, s), then Mul(., weight)); the result goes through a Relu so
+    that the norm is not the partition's output alone."""
+    width = shape[-1]
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"]) if form == "reciprocal"
+             else helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["ms", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["rt"])]
+    if form == "reciprocal":
+        nodes += [helper.make_node("Div", ["one", "rt"], ["inv"]), helper.make_node("Mul", ["x", "inv"], ["n"])]
+    else:
+        nodes.append(helper.make_node("Div", ["x", "rt"], ["n"]))
+    if weighted:
+        nodes.append(helper.make_node("Mul", ["w", "n"] if form == "reciprocal" else ["n", "w"], ["nw"]))
+    nodes.append(helper.make_node("Relu", ["nw" if weighted else "n"], ["y"]))
+    weights = [const("two", np.array(2.0, np.float32)), const("eps", np.array(1e-6, np.float32)),
+               const("one", np.array(1.0, np.float32)), const("w", 1 + 0.1 * _f(width, seed=9))]
+    return model(nodes, [tensor("x", list(shape))], [tensor("y", list(shape))], weights)
+
+
+@pytest.mark.parametrize("form, weighted", [("reciprocal", True), ("divide", True), ("divide", False)])
+def test_an_rms_norm_spelled_as_several_ops_is_one_kernel(form, weighted):
+    """Each RMSNorm a decoder runs twice a layer per token is one byoc kernel, not six or seven primitives; its
+    outputs are onnxruntime's."""
+    artifact = _compile(_rms_norm_model(form, weighted))
+    (steps,) = artifact.implementations().values()
+    assert len(steps) == 2 and steps[0] == "kernel byoc:rms_norm" and steps[1].startswith("eltwise "), steps
+
+
+def test_an_rms_norm_whose_mean_is_read_elsewhere_stays_several_ops():
+    """A form whose intermediate value something else reads (here the mean squares, a second output) is left as
+    its ops: the kernel would not compute that value."""
+    m = _rms_norm_model("divide")
+    m.graph.output.append(tensor("ms", [2, 5, 1]))
+    artifact = _compile(m)
+    (steps,) = artifact.implementations().values()
+    assert "kernel byoc:rms_norm" not in steps and len(steps) > 3, steps
+
+
 # -- PRelu ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("channels,slope_shape", [(10, [10, 1, 1]), (16, [16, 1, 1]), (10, [1])])
 def test_prelu_after_a_conv(channels, slope_shape):

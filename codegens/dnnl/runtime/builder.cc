@@ -179,6 +179,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.stack", Alone<&Builder::Stack>},
       {"relax.nn.softmax", Alone<&Builder::Softmax>},
       {"relax.nn.layer_norm", Alone<&Builder::LayerNorm>},
+      {"byoc.rms_norm", Alone<&Builder::RmsNormOp>},
       {"relax.nn.group_norm", Alone<&Builder::GroupNorm>},
       {"relax.concat", Alone<&Builder::Concat>},
       {"relax.image.resize2d", Alone<&Builder::Resize>},

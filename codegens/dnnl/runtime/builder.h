@@ -336,6 +336,7 @@ class Builder {
   // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
   void Softmax(const BodyOp& op, const Attrs& a);
   void LayerNorm(const BodyOp& op, const Attrs& a);
+  void RmsNormOp(const BodyOp& op, const Attrs& a);
   void GroupNorm(const BodyOp& op, const Attrs& a);
   void Lrn(const BodyOp& op, const Attrs& a);
   void ByteTableOp(const BodyOp& op, const Attrs& a);

@@ -224,6 +224,44 @@ class NanTo : public Kernel {
   float value_;
 };
 
+// x / sqrt(mean(x * x) + epsilon) over each row of `width`, times a weight of `width` values when given
+// (byoc.rms_norm: RMSNorm, which exports spell as six or seven ops; codegens/dnnl/rms_norm.py).
+class RmsNorm : public Kernel {
+ public:
+  RmsNorm(int64_t rows, int64_t width, float epsilon, bool weighted)
+      : rows_(rows), width_(width), epsilon_(epsilon), weighted_(weighted) {}
+  const char* Name() const override { return "rms_norm"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    const float* w = weighted_ ? Data<const float>(args, DNNL_ARG_WEIGHTS) : nullptr;
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    const int64_t width = width_;
+    SplitAcrossTeamIfLarge(rows_, rows_ * width, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * width;
+        float* yr = y + r * width;
+        float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // eight partial sums: a loop the compiler vectorizes
+        int64_t j = 0;
+        for (; j + 8 <= width; j += 8)
+          for (int k = 0; k < 8; ++k) lanes[k] += xr[j + k] * xr[j + k];
+        float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        for (; j < width; ++j) sum += xr[j] * xr[j];
+        const float inv = 1.0f / std::sqrt(sum / static_cast<float>(width) + epsilon_);
+        if (w != nullptr) {
+          for (j = 0; j < width; ++j) yr[j] = xr[j] * inv * w[j];
+        } else {
+          for (j = 0; j < width; ++j) yr[j] = xr[j] * inv;
+        }
+      }
+    });
+  }
+
+ private:
+  int64_t rows_, width_;
+  float epsilon_;
+  bool weighted_;
+};
+
 // Strides (in elements) of a plain tensor of dims `in`, read through the `out` dims it broadcasts to (numpy's
 // right-aligned broadcasting): 0 on an axis it has size 1 on, or lacks.
 inline std::vector<int64_t> BroadcastStrides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {

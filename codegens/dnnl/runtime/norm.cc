@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "builder.h"
+#include "kernels.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -61,6 +62,29 @@ void Builder::LayerNorm(const BodyOp& op, const Attrs& a) {
   if (a.Bool("center")) args.push_back({DNNL_ARG_SHIFT, As(op.inputs[2], Plain(g_.Shape(op.inputs[2]))), param});
   args.push_back({DNNL_ARG_DST, Define(op.output, desc), desc});
   AddStep(dnnl::layer_normalization_forward(pd), std::move(args), pd.scratchpad_desc());
+}
+
+// byoc.rms_norm {epsilon}: x / sqrt(mean(x * x) + epsilon) over the last axis, times a weight of its width when
+// given: the byoc RmsNorm kernel over plain layouts (codegens/dnnl/rms_norm.py makes the op of the exporters' forms).
+void Builder::RmsNormOp(const BodyOp& op, const Attrs& a) {
+  if (op.inputs.size() != 1 && op.inputs.size() != 2) Fail(op.where + ": expected x and an optional weight");
+  SameShape(op, op.inputs[0]);
+  const auto& xs = g_.Shape(op.inputs[0]);
+  if (xs.empty() || xs.back() == 0) Fail(op.where + ": RMS norm of a scalar or an empty axis");
+  int64_t width = xs.back(), rows = 1;
+  for (size_t d = 0; d + 1 < xs.size(); ++d) rows *= xs[d];
+  Desc desc = Plain(xs);
+  std::vector<Arg> args = {{DNNL_ARG_SRC, As(op.inputs[0], desc), desc}};
+  bool weighted = op.inputs.size() == 2;
+  if (weighted) {
+    if (g_.tensor(op.inputs[1]).numel != width)
+      Fail(op.where + ": the weight must have " + std::to_string(width) + " values");
+    Desc param = Plain(g_.Shape(op.inputs[1]));
+    args.push_back({DNNL_ARG_WEIGHTS, As(op.inputs[1], param), param});
+  }
+  args.push_back({DNNL_ARG_DST, Define(op.output, desc), desc});
+  AddStep(dnnl::primitive(), std::move(args), Desc(),
+          std::make_shared<RmsNorm>(rows, width, static_cast<float>(a.Float("epsilon")), weighted));
 }
 
 // relax.nn.group_norm over channel axis 1 (ONNX GroupNormalization-21, and InstanceNormalization, which the
