@@ -360,6 +360,30 @@ def test_an_rms_norm_whose_mean_is_read_elsewhere_stays_several_ops():
     assert "kernel byoc:rms_norm" not in steps and len(steps) > 3, steps
 
 
+# -- rotary embeddings ------------------------------------------------------------------------------
+@pytest.mark.parametrize("order", ["cos_first", "sin_first"])
+def test_a_rotary_embedding_spelled_as_seven_ops_is_one_kernel(order):
+    """x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x[..., d/2:], x[..., :d/2]), as transformers' exports
+    write it for every layer's queries and keys, with one table for every head: one byoc kernel, onnxruntime's
+    outputs."""
+    b, h, s, d = 2, 3, 5, 8
+    ints = lambda name, v: const(name, np.array(v, np.int64))  # noqa: E731 - Slice's inputs
+    nodes = [helper.make_node("Slice", ["x", "half", "end", "last"], ["hi"]),
+             helper.make_node("Neg", ["hi"], ["neg"]),
+             helper.make_node("Slice", ["x", "zero", "half", "last"], ["lo"]),
+             helper.make_node("Concat", ["neg", "lo"], ["rot"], axis=-1),
+             helper.make_node("Mul", ["x", "cos"], ["xc"]),
+             helper.make_node("Mul", ["rot", "sin"] if order == "cos_first" else ["sin", "rot"], ["rs"]),
+             helper.make_node("Add", ["xc", "rs"] if order == "cos_first" else ["rs", "xc"], ["emb"]),
+             helper.make_node("Relu", ["emb"], ["y"])]
+    m = model(nodes, [tensor("x", [b, h, s, d]), tensor("cos", [b, 1, s, d]), tensor("sin", [b, 1, s, d])],
+              [tensor("y", [b, h, s, d])],
+              [ints("half", [d // 2]), ints("end", [2**62]), ints("zero", [0]), ints("last", [-1])])
+    artifact = _compile(m)
+    (steps,) = artifact.implementations().values()
+    assert len(steps) == 2 and steps[0] == "kernel byoc:rotary" and steps[1].startswith("eltwise "), steps
+
+
 # -- PRelu ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("channels,slope_shape", [(10, [10, 1, 1]), (16, [16, 1, 1]), (10, [1])])
 def test_prelu_after_a_conv(channels, slope_shape):

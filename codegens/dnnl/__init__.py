@@ -164,7 +164,8 @@ class DnnlCodegen(JsonRuntimeCodegen):
         int4/int8 matmuls as one op on their packed weight (``nbits.py``), dynamic int8 matmuls as one op each
         (``dynamic.py``), quantized units as the runtime runs them (``quantized.py``; element-wise ones as byte
         tables, ``tables.py``), activations spelled as several ops as one op each (``activations.py``), NaN guards
-        as one op (``nan_guard.py``), RMS norms as one op (``rms_norm.py``), constant gather indices as float32
+        as one op (``nan_guard.py``), RMS norms and rotary embeddings as one op each (``rms_norm.py``,
+        ``rotary.py``), constant gather indices as float32
         (``gather.py``), and the options (their defaults unless ``options`` say otherwise)."""
         from .activations import activations_fused
         from .batch_norm import batch_norms_folded
@@ -174,11 +175,12 @@ class DnnlCodegen(JsonRuntimeCodegen):
         from .nbits import nbits_lowered
         from .quantized import lowered_for_dnnl
         from .rms_norm import rms_norms_fused
+        from .rotary import rotaries_fused
         from .tables import tables_computed
 
         # NaN guards first: their boolean mask is nothing the quantized lowering may read as an integer; then
         # weight-only int4/int8 matmuls: their uint8 ops are no int8 unit (nbits.py)
-        graph = constant_indices_as_floats(rms_norms_fused(activations_fused(lowered_for_dnnl(tables_computed(
-            dynamic_matmuls_fused(nbits_lowered(nan_guards_fused(batch_norms_folded(partition)))))))))
+        graph = constant_indices_as_floats(rotaries_fused(rms_norms_fused(activations_fused(lowered_for_dnnl(
+            tables_computed(dynamic_matmuls_fused(nbits_lowered(nan_guards_fused(batch_norms_folded(partition))))))))))
         return serialize(graph, dtypes=("float32", "uint8", "int8", "bool", "int64"), version=GRAPH_VERSION,
                          options=self.graph_options(options))

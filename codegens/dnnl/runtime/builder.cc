@@ -193,6 +193,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"relax.sin", Alone<&Builder::PerElementOp>},
       {"relax.cos", Alone<&Builder::PerElementOp>},
       {"byoc.nan_to", Alone<&Builder::NanToOp>},
+      {"byoc.rotary", Alone<&Builder::RotaryOp>},
       {"relax.where", Alone<&Builder::WhereOp>},
       {"relax.gather_elements", Alone<&Builder::GatherElementsOp>},
       {"relax.nn.prelu", Alone<&Builder::Prelu>},

@@ -342,6 +342,7 @@ class Builder {
   void ByteTableOp(const BodyOp& op, const Attrs& a);
   void PerElementOp(const BodyOp& op);
   void NanToOp(const BodyOp& op);
+  void RotaryOp(const BodyOp& op);
   void WhereOp(const BodyOp& op);
   void Prelu(const BodyOp& op, const Attrs& a);
   void BatchNorm(const BodyOp& op, const Attrs& a);

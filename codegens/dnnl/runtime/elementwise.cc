@@ -67,6 +67,24 @@ void Builder::NanToOp(const BodyOp& op) {
           std::make_shared<NanTo>(static_cast<int64_t>(desc.get_size() / sizeof(float)), value));
 }
 
+// byoc.rotary: x * cos + rotate_half(x) * sin over the last axis (of even width), byoc's Rotary kernel over plain
+// layouts, cos and sin broadcast (BroadcastStrides) to x's dims (codegens/dnnl/rotary.py makes the op).
+void Builder::RotaryOp(const BodyOp& op) {
+  Arity(op, 3);
+  SameShape(op, op.inputs[0]);
+  const auto& ys = g_.Shape(op.output);
+  if (ys.empty() || ys.back() % 2) Fail(op.where + ": a rotary embedding over an axis of odd width");
+  Desc out = Plain(ys);
+  int x = As(op.inputs[0], out);
+  int cos = As(op.inputs[1], Plain(g_.Shape(op.inputs[1])));
+  int sin = As(op.inputs[2], Plain(g_.Shape(op.inputs[2])));
+  AddStep(dnnl::primitive(),
+          {{DNNL_ARG_SRC_0, x, out}, {DNNL_ARG_SRC_1, cos, values_[cos].desc}, {DNNL_ARG_SRC_2, sin, values_[sin].desc},
+           {DNNL_ARG_DST, Define(op.output, out), out}},
+          Desc(), std::make_shared<Rotary>(ys, BroadcastStrides(g_.Shape(op.inputs[1]), ys),
+                                           BroadcastStrides(g_.Shape(op.inputs[2]), ys)));
+}
+
 // relax.where: byoc's Select kernel over the mask's bytes and the operands in plain layouts, each broadcast
 // (BroadcastStrides) to the output's dims.
 void Builder::WhereOp(const BodyOp& op) {

@@ -285,6 +285,38 @@ inline int64_t RowOffset(int64_t row, const std::vector<int64_t>& dims, const st
   return offset;
 }
 
+// x * cos + rotate_half(x) * sin over the last axis, where rotate_half(x) = concat(-x[d/2:], x[:d/2]), with cos and
+// sin broadcast to x's dims (`cos`, `sin`: BroadcastStrides). byoc.rotary: the rotary position embedding, which
+// exports spell as seven ops (codegens/dnnl/rotary.py).
+class Rotary : public Kernel {
+ public:
+  Rotary(std::vector<int64_t> dims, std::vector<int64_t> cos, std::vector<int64_t> sin)
+      : dims_(std::move(dims)), cos_(std::move(cos)), sin_(std::move(sin)) {}
+  const char* Name() const override { return "rotary"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC_0);
+    const float* c = Data<const float>(args, DNNL_ARG_SRC_1);
+    const float* s = Data<const float>(args, DNNL_ARG_SRC_2);
+    float* out = Data<float>(args, DNNL_ARG_DST);
+    const int64_t width = dims_.back(), half = width / 2, cl = cos_.back(), sl = sin_.back();
+    int64_t rows = 1;
+    for (size_t d = 0; d + 1 < dims_.size(); ++d) rows *= dims_[d];
+    SplitAcrossTeamIfLarge(rows, rows * width, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * width;
+        const float* cr = c + RowOffset(r, dims_, cos_);
+        const float* sr = s + RowOffset(r, dims_, sin_);
+        float* o = out + r * width;
+        for (int64_t j = 0; j < half; ++j) o[j] = xr[j] * cr[j * cl] + (-xr[j + half]) * sr[j * sl];
+        for (int64_t j = half; j < width; ++j) o[j] = xr[j] * cr[j * cl] + xr[j - half] * sr[j * sl];
+      }
+    });
+  }
+
+ private:
+  std::vector<int64_t> dims_, cos_, sin_;
+};
+
 // relax.where (ONNX Where): x where the bool mask is set, else y, each operand broadcast to the output's dims.
 // Transformers' attention masks (a score or the float minimum, by a mask computed from the input's).
 class Select : public Kernel {

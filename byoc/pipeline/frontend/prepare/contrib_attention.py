@@ -169,21 +169,31 @@ def multi_head_attention(u: NodeRewrite) -> None:
 def _rotate(u: NodeRewrite, heads: str, positions: str, cos_cache: str, sin_cache: str, half: int,
             interleaved: bool, name: str) -> str:
     """``[B, N, S, 2*half]`` heads rotated pairwise by the angles of the caches' rows ``positions`` (``[B, S]``,
-    or ``[1, S]`` for every row); the pairs are the two halves of each vector, or neighbours when interleaved."""
+    or ``[1, S]`` for every row); the pairs are the two halves of each vector, or neighbours when interleaved.
+
+    Halves are written as transformers' exports write them, ``x * cos + rotate_half(x) * sin`` with each angle
+    repeated over both halves, which a vendor may take as one rotary embedding (dnnl: ``codegens/dnnl/rotary.py``).
+    """
     cos = u.unsqueeze(u.add("Gather", [cos_cache, positions], f"{name}_cos"), [1], f"{name}_cos_heads")
     sin = u.unsqueeze(u.add("Gather", [sin_cache, positions], f"{name}_sin"), [1], f"{name}_sin_heads")
-    if interleaved:
-        pairs = u.add("Reshape", [heads, u.ints(f"{name}_pairs_shape", [0, 0, 0, half, 2])], f"{name}_pairs")
-        first, second = u.split(pairs, [1, 1], -1, f"{name}_pair_halves")
-        first, second = u.squeeze(first, [-1], f"{name}_first"), u.squeeze(second, [-1], f"{name}_second")
-    else:
-        first, second = u.split(heads, [half, half], -1, f"{name}_halves")
+    if not interleaved:
+        last = u.ints(f"{name}_last", [-1])
+        high = u.add("Slice", [heads, u.ints(f"{name}_half", [half]), u.ints(f"{name}_end", [2 * half]), last],
+                     f"{name}_high")
+        low = u.add("Slice", [heads, u.ints(f"{name}_zero", [0]), u.ints(f"{name}_low_end", [half]), last],
+                    f"{name}_low")
+        turned = u.add("Concat", [u.add("Neg", [high], f"{name}_neg"), low], f"{name}_rotate_half", axis=-1)
+        cos = u.add("Concat", [cos, cos], f"{name}_cos_both", axis=-1)
+        sin = u.add("Concat", [sin, sin], f"{name}_sin_both", axis=-1)
+        return u.add("Add", [u.add("Mul", [heads, cos], f"{name}_x_cos"),
+                             u.add("Mul", [turned, sin], f"{name}_turned_sin")], f"{name}_rotated")
+    pairs = u.add("Reshape", [heads, u.ints(f"{name}_pairs_shape", [0, 0, 0, half, 2])], f"{name}_pairs")
+    first, second = u.split(pairs, [1, 1], -1, f"{name}_pair_halves")
+    first, second = u.squeeze(first, [-1], f"{name}_first"), u.squeeze(second, [-1], f"{name}_second")
     rotated_first = u.add("Sub", [u.add("Mul", [first, cos], f"{name}_first_cos"),
                                   u.add("Mul", [second, sin], f"{name}_second_sin")], f"{name}_rotated_first")
     rotated_second = u.add("Add", [u.add("Mul", [second, cos], f"{name}_second_cos"),
                                    u.add("Mul", [first, sin], f"{name}_first_sin")], f"{name}_rotated_second")
-    if not interleaved:
-        return u.add("Concat", [rotated_first, rotated_second], f"{name}_rotated", axis=-1)
     stacked = u.add("Concat", [u.unsqueeze(rotated_first, [-1], f"{name}_first_pair"),
                                u.unsqueeze(rotated_second, [-1], f"{name}_second_pair")], f"{name}_stacked", axis=-1)
     return u.add("Reshape", [stacked, u.ints(f"{name}_rotated_shape", [0, 0, 0, 2 * half])], f"{name}_rotated")
