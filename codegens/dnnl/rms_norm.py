@@ -20,6 +20,8 @@ from typing import Optional
 
 from byoc.vendor.graph import OpCall, PartitionGraph, Tensor
 
+from .op_index import OpIndex
+
 __all__ = ["RMS_NORM", "rms_norms_fused"]
 
 RMS_NORM = "byoc.rms_norm"
@@ -28,17 +30,12 @@ RMS_NORM = "byoc.rms_norm"
 def rms_norms_fused(graph: PartitionGraph) -> PartitionGraph:
     """``graph`` with each RMSNorm spelled as several ops replaced by one ``byoc.rms_norm`` op (the caller's graph
     is left as it was)."""
-    readers: dict[int, list[int]] = {}
-    for index, call in enumerate(graph.ops):
-        for t in call.inputs:
-            readers.setdefault(t.id, []).append(index)
-    outputs = {t.id for t in graph.outputs}
-    producer = {call.output.id: index for index, call in enumerate(graph.ops)}
+    index_of = OpIndex(graph)
     forms: dict[int, tuple[list[int], OpCall]] = {}  # the first op of a form -> (its ops, the op replacing them)
     taken: set[int] = set()
     for index, call in enumerate(graph.ops):
         if call.op == "relax.mean":
-            found = _form(graph, index, readers, outputs, producer)
+            found = _form(graph, index, index_of)
             if found is not None and not taken.intersection(found[0]):
                 forms[min(found[0])] = found
                 taken.update(found[0])
@@ -53,18 +50,13 @@ def rms_norms_fused(graph: PartitionGraph) -> PartitionGraph:
     return replace(graph, ops=ops)
 
 
-def _form(graph, mean_at: int, readers, outputs, producer) -> Optional[tuple[list[int], OpCall]]:
+def _form(graph, mean_at: int, index_of: OpIndex) -> Optional[tuple[list[int], OpCall]]:
     """The RMSNorm whose mean is ``graph.ops[mean_at]``: its op positions and the op replacing them, or None."""
-    ops = graph.ops
+    ops, only_reader, producer = graph.ops, index_of.only_reader, index_of.producer
     mean = ops[mean_at]
     x_rank = len(mean.output.shape)
     if not mean.attrs.get("keepdims") or [a % max(x_rank, 1) for a in mean.attrs.get("axis") or ()] != [x_rank - 1]:
         return None
-
-    def only_reader(tensor: Tensor) -> Optional[int]:
-        """The one op reading ``tensor``, which nothing else reads (no partition output either)."""
-        found = readers.get(tensor.id, [])
-        return found[0] if len(found) == 1 and tensor.id not in outputs else None
 
     square_at = producer.get(mean.inputs[0].id)
     if square_at is None or only_reader(mean.inputs[0]) != mean_at:

@@ -18,6 +18,8 @@ from typing import Optional
 
 from byoc.vendor.graph import OpCall, PartitionGraph
 
+from .op_index import OpIndex
+
 __all__ = ["ROTARY", "rotaries_fused"]
 
 ROTARY = "byoc.rotary"
@@ -26,22 +28,12 @@ ROTARY = "byoc.rotary"
 def rotaries_fused(graph: PartitionGraph) -> PartitionGraph:
     """``graph`` with each rotary embedding spelled as several ops replaced by one ``byoc.rotary`` op (the caller's
     graph is left as it was)."""
-    readers: dict[int, list[int]] = {}
-    for index, call in enumerate(graph.ops):
-        for t in call.inputs:
-            readers.setdefault(t.id, []).append(index)
-    outputs = {t.id for t in graph.outputs}
-    producer = {call.output.id: index for index, call in enumerate(graph.ops)}
-
-    def only_reader(tensor_id: int) -> Optional[int]:
-        found = readers.get(tensor_id, [])
-        return found[0] if len(found) == 1 and tensor_id not in outputs else None
-
+    index_of = OpIndex(graph)
     forms: dict[int, OpCall] = {}  # the position of a form's add -> the op replacing the form
     taken: set[int] = set()
     for index, call in enumerate(graph.ops):
         if call.op == "relax.add":
-            found = _form(graph.ops, index, producer, only_reader)
+            found = _form(graph.ops, index, index_of)
             if found is not None and not taken.intersection(found[0]):
                 forms[index] = found[1]
                 taken.update(found[0])
@@ -52,18 +44,19 @@ def rotaries_fused(graph: PartitionGraph) -> PartitionGraph:
     return replace(graph, ops=ops)
 
 
-def _form(ops, add_at: int, producer, only_reader) -> Optional[tuple[set, OpCall]]:
+def _form(ops, add_at: int, index_of: OpIndex) -> Optional[tuple[set, OpCall]]:
     """The rotary embedding whose final add is ``ops[add_at]``: its op positions and the op replacing them."""
+    producer, only_reader = index_of.producer, index_of.only_reader
     add = ops[add_at]
     products = [producer.get(t.id) for t in add.inputs]
-    if len(products) != 2 or None in products or any(only_reader(t.id) != add_at for t in add.inputs):
+    if len(products) != 2 or None in products or any(only_reader(t) != add_at for t in add.inputs):
         return None
     for rotated_at, plain_at in (products, products[::-1]):
         rotated, plain = ops[rotated_at], ops[plain_at]
         if rotated.op != "relax.multiply" or plain.op != "relax.multiply":
             continue
         for half_turn, sin in (rotated.inputs, rotated.inputs[::-1]):
-            found = _rotate_half(ops, producer, producer.get(half_turn.id), only_reader, rotated_at)
+            found = _rotate_half(ops, index_of, producer.get(half_turn.id), rotated_at)
             if found is None:
                 continue
             x, positions = found
@@ -78,10 +71,11 @@ def _form(ops, add_at: int, producer, only_reader) -> Optional[tuple[set, OpCall
     return None
 
 
-def _rotate_half(ops, producer, concat_at: Optional[int], only_reader, reader_at: int):
+def _rotate_half(ops, index_of: OpIndex, concat_at: Optional[int], reader_at: int):
     """``(x, op positions)`` when ``ops[concat_at]`` is ``concat(-x[..., d/2:], x[..., :d/2])`` over the last axis,
     read only by ``ops[reader_at]``; else None."""
-    if concat_at is None or ops[concat_at].op != "relax.concat" or only_reader(ops[concat_at].output.id) != reader_at:
+    producer, only_reader = index_of.producer, index_of.only_reader
+    if concat_at is None or ops[concat_at].op != "relax.concat" or only_reader(ops[concat_at].output) != reader_at:
         return None
     concat = ops[concat_at]
     rank = len(concat.output.shape)
@@ -104,7 +98,7 @@ def _rotate_half(ops, producer, concat_at: Optional[int], only_reader, reader_at
     half = width // 2
     if not (_slice_of_last(high, rank, half, width) and _slice_of_last(low_slice, rank, 0, half)):
         return None
-    if any(only_reader(ops[at].output.id) != reader for at, reader in
+    if any(only_reader(ops[at].output) != reader for at, reader in
            ((high_at, neg_at), (neg_at, concat_at), (low_at, concat_at))):
         return None
     return x, {concat_at, neg_at, high_at, low_at}
