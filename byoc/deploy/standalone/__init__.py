@@ -72,6 +72,7 @@ from byoc.errors import StandaloneError, last_line
 from byoc.host import compiler as host_build
 from byoc.pipeline.build.lowering import lower_partitions
 from byoc.pipeline.build.specialized import at_sizes
+from byoc.pipeline.partitioning.specializations import matches
 from byoc.pipeline.artifact.weights_section import blob_files, sections_assembly
 
 __all__ = ["StandaloneProgram", "build_program", "c_array", "export_standalone", "read_tensors", "run_emulated",
@@ -147,7 +148,7 @@ def _check_refused_sizes(plan, sizes: dict[str, int]) -> None:
     refusing = {v.name for v in plan.vendors if v.other_sizes == "refuse"}
     for part in plan.partitions:
         if part.vendor in refusing and part.specializations and not any(
-                all(sizes.get(name) == size for name, size in s.sizes.items()) for s in part.specializations):
+                matches(s.sizes, sizes) for s in part.specializations):
             built = "; ".join(s.describe() for s in part.specializations)
             raise StandaloneError(f"partition {part.name} of vendor {part.vendor!r} was built for {built} only, and "
                                   f"{part.vendor} refuses other sizes: export at one of them, or build with these "

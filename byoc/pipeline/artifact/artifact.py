@@ -21,6 +21,7 @@ import tvm_ffi  # a run's hand-over: imported once here, not per call (a small m
 
 from byoc.errors import (ArtifactLoadError, ArtifactTargetError, BuildError, InputDtypeError, InputError, InputShapeError,
                          TargetError, last_line)
+from byoc.pipeline.partitioning.specializations import matches
 from byoc.pipeline.frontend.dims import bind_dims
 from byoc.pipeline.frontend.onnx_model import DimRange, TensorSpec
 from byoc.pipeline.artifact.placement_record import Placement
@@ -355,7 +356,7 @@ def _check_sizes_only(sizes: Mapping[str, int], sizes_only: Mapping[str, list]) 
     """An :class:`InputShapeError` when a call's ``sizes`` are none a partition of a vendor that refuses other
     sizes was built for (``sizes_only``: partition -> [vendor, [sizes, ...]], the artifact's metadata)."""
     for partition, (vendor, built) in sizes_only.items():
-        if any(all(sizes.get(name) == size for name, size in each.items()) for each in built):
+        if any(matches(each, sizes) for each in built):
             continue
         names = list(built[0])
         given = ", ".join(f"{name}={sizes.get(name)}" for name in names)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from byoc.pipeline.partitioning.specializations import host_function, specialized_function
+from byoc.pipeline.partitioning.specializations import host_function, matches, specialized_function
 
 
 def _dispatcher(func, branches: list, host) -> object:
@@ -106,7 +106,7 @@ def at_sizes(mod, partitions: list, sizes: Mapping[str, int]):
             continue
         func = functions[part.global_var]
         kept = [s for s in part.specializations if not s.refused]
-        spec = next((s for s in kept if all(sizes.get(d) == n for d, n in s.sizes.items())), None)
+        spec = next((s for s in kept if matches(s.sizes, sizes)), None)
         if spec is not None:
             functions[part.global_var] = specialized_function(func, spec.sizes, spec.symbol)
         else:

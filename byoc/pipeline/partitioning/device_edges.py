@@ -76,19 +76,20 @@ def residencies(plan: Any) -> dict[str, Residency]:
                 readers.setdefault(var, []).append(None)
     for var in relax.analysis.free_vars(main.body.body):
         readers.setdefault(var, []).append(None)
-    found: dict[str, Residency] = {p.name: Residency() for p in parts.values()}
+    inputs: dict[str, dict] = {p.name: {} for p in parts.values()}
+    outputs: dict[str, dict] = {p.name: {} for p in parts.values()}
+    only: dict[str, set] = {p.name: set() for p in parts.values()}
     for var, (part, output) in produced.items():
         on_device = [r for r in readers.get(var, []) if r is not None and r[0].vendor == part.vendor]
         if not on_device:
             continue
         slot = f"{part.name}:{output}"
-        found[part.name].resident_outputs[output] = slot
+        outputs[part.name][output] = slot
         if len(on_device) == len(readers[var]):
-            found[part.name] = Residency(found[part.name].resident_inputs, found[part.name].resident_outputs,
-                                        found[part.name].device_only_outputs | {output})
+            only[part.name].add(output)
         for reader, position in on_device:
-            found[reader.name].resident_inputs[position] = slot
-    return found
+            inputs[reader.name][position] = slot
+    return {name: Residency(inputs[name], outputs[name], frozenset(only[name])) for name in inputs}
 
 
 def transfers(plan: Any) -> dict[str, Transfers]:

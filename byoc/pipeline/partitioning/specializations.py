@@ -27,15 +27,12 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Sequence
 
 from byoc.errors import DynamicShapeError
 
 #: The most specializations one build may name: each is a compile of every static-shape partition.
 MAX_SPECIALIZATIONS = 64
-
-SizeSetting = Union[int, str, Sequence[int], tuple]
-SpecializeSetting = Union[Mapping[str, SizeSetting], Sequence[Mapping[str, SizeSetting]]]
 
 
 @dataclass(frozen=True)
@@ -101,7 +98,7 @@ def _sizes(name: str, value, dims: Mapping) -> list[int]:
     else:
         raise bad
     bounds = dims[name]
-    outside = [s for s in sizes if s < bounds.min or (bounds.max is not None and s > bounds.max)]
+    outside = [s for s in sizes if not bounds.holds(s)]
     if not sizes or outside:
         raise DynamicShapeError(f"specialize[{name!r}] = {value!r}: {outside[0] if outside else 'no size'} is "
                                 f"outside the dim's range {bounds.describe()}")
@@ -111,6 +108,11 @@ def _sizes(name: str, value, dims: Mapping) -> list[int]:
 def specialized_symbol(partition: str, sizes: Mapping[str, int]) -> str:
     """The symbol a partition's specialization is exported as: ``npu_0__batch_4``."""
     return "__".join([partition, *(re.sub(r"\W", "_", f"{name}_{size}") for name, size in sizes.items())])
+
+
+def matches(built: Mapping[str, int], sizes: Mapping[str, int]) -> bool:
+    """Whether a call of ``sizes`` (dim name -> size) is at the sizes ``built`` (a specialization's) names."""
+    return all(sizes.get(name) == size for name, size in built.items())
 
 
 def partition_sizes(profiles: Sequence[Mapping[str, int]], names: Sequence[str]) -> list[dict[str, int]]:
