@@ -3,14 +3,19 @@
 Each test builds a small ONNX graph with ``models.py``'s helpers, compiles it for dnnl through
 ``byoc.compile(..., strict=True)`` and compares every output with onnxruntime (``_compile``); ``_rules``
 names the rules that took its ops, ``_reason`` why an op stayed on the host, and ``_onednn_exec`` lists the
-primitives oneDNN executes (its verbose log, from a fresh process).
+primitives oneDNN executes (its verbose log, from a worker process started with oneDNN's verbose log on).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 from onnx import helper
@@ -55,19 +60,65 @@ def _conv(x, out, cin, cout, prefix, k=3, group=1, pads=(1, 1, 1, 1), seed=1):
     return node, [const(f"{prefix}_w", w), const(f"{prefix}_b", b)]
 
 
+# A worker process per environment, with oneDNN's verbose log on, builds and runs every model the tests hand it:
+# Python, TVM and byoc are imported once per environment, not once per model (about 2 s each).
+_WORKER = r"""
+import ctypes, json, os, sys, traceback
+import numpy as np, onnx, byoc
+replies = os.fdopen(os.dup(1), "w")  # fd 1, where oneDNN logs, becomes each request's log file
+flush_c_stdout = ctypes.CDLL(None).fflush
+for request in sys.stdin:
+    model_path, shapes, log_path = json.loads(request)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.close(log)
+    try:
+        a = byoc.compile(onnx.load(model_path), vendors=["dnnl"], strict=True)
+        x = [np.ones(s, np.float32) for s in shapes or [i.shape for i in a.inputs]]
+        a.run(x)  # the first run loads the module: weights are reordered then
+        flush_c_stdout(None)
+        print("RUN", flush=True)
+        a.run(x)
+        flush_c_stdout(None)
+        del a
+        reply = "ok"
+    except Exception:
+        reply = traceback.format_exc()[-2000:]
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()
+"""
+_workers: dict[tuple, subprocess.Popen] = {}
+
+
+def _worker(env: dict) -> subprocess.Popen:
+    key = tuple(sorted(env.items()))
+    if key not in _workers or _workers[key].poll() is not None:
+        _workers[key] = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                         env={**os.environ, "ONEDNN_VERBOSE": "1", **env})
+    return _workers[key]
+
+
+@atexit.register
+def _stop_workers() -> None:
+    for worker in _workers.values():
+        worker.stdin.close()
+        worker.wait(timeout=60)
+
+
 def _onednn_exec(m, env=None, shapes=None) -> list[str]:
-    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a fresh process) executes, on inputs
-    of the model's shapes, or of ``shapes`` (where it has symbolic dims)."""
-    script = ("import sys, numpy as np, onnx, byoc\n"
-              "a = byoc.compile(onnx.load_from_string(sys.stdin.buffer.read()), vendors=['dnnl'], strict=True)\n"
-              f"x = [np.ones(s, np.float32) for s in {shapes!r} or [i.shape for i in a.inputs]]\n"
-              "a.run(x)\n"  # the first run loads the module: weights are reordered then
-              "print('RUN', flush=True)\n"
-              "a.run(x)\n")
-    log = subprocess.run([sys.executable, "-c", script], input=m.SerializeToString(), capture_output=True,
-                         timeout=300, env={**os.environ, "ONEDNN_VERBOSE": "1", **(env or {})})
-    assert log.returncode == 0, log.stderr[-2000:].decode()
-    return [line for line in log.stdout.decode().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
+    """oneDNN's log of the primitives a second run of ``m`` (built for dnnl in a process started with ``env``)
+    executes, on inputs of the model's shapes, or of ``shapes`` (where it has symbolic dims)."""
+    worker = _worker(env or {})
+    with tempfile.TemporaryDirectory(prefix="byoc-onednn-log-") as tmp:
+        model, log = Path(tmp) / "model.onnx", Path(tmp) / "log"
+        model.write_bytes(m.SerializeToString())
+        worker.stdin.write(json.dumps([str(model), shapes, str(log)]) + "\n")
+        worker.stdin.flush()
+        ready, _, _ = select.select([worker.stdout], [], [], 300)  # a hang fails the test; no timing assertion
+        reply = json.loads(worker.stdout.readline() or '"the worker exited"') if ready else "no reply in 300 s"
+        assert reply == "ok", reply
+        return [line for line in log.read_text().split("RUN\n", 1)[1].splitlines() if ",exec," in line]
 
 
 # -- activations as exporters spell them --------------------------------------------------------

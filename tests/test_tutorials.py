@@ -178,10 +178,8 @@ TUTORIAL_1_AGAIN = {"python -m byoc.examples small_cnn.onnx": "small_cnn.onnx al
 
 def test_tutorial_01_runs_as_written_and_again_over_its_own_files(toy_npu, tmp_path):
     readme = TUTORIAL_1 / "README.md"
-    workdir = workdir_of(readme, tutorials_copy(tmp_path))
-    run_tutorial(readme, workdir, TUTORIAL_1_SH)
-    assert (workdir / "small_cnn_toy_npu.so").is_file()
-    run_tutorial(readme, workdir, TUTORIAL_1_SH, again=TUTORIAL_1_AGAIN)  # e.g. export writes over its .so
+    run_twice_in_a_repository(readme, TUTORIAL_1_SH, ["small_cnn.onnx", "small_cnn_toy_npu.so"], tmp_path,
+                              again=TUTORIAL_1_AGAIN)  # e.g. export writes over its .so
     for printed in TUTORIAL_1_AGAIN.values():
         assert f"`{printed.strip()}`" in readme.read_text(), "the README says what a second run prints"
 
@@ -245,11 +243,8 @@ TUTORIAL_2_SH = {"apt-get update && apt-get install -y --no-install-recommends g
 
 
 def test_tutorial_02_runs_as_written_and_again_over_its_own_files(s390x_toolchain, tmp_path):
-    readme = TUTORIAL_2 / "README.md"
-    workdir = workdir_of(readme, tutorials_copy(tmp_path))
-    run_tutorial(readme, workdir, TUTORIAL_2_SH)
-    assert (workdir / "small_cnn_s390x" / "model").exists()
-    run_tutorial(readme, workdir, TUTORIAL_2_SH)  # again, over its own files
+    run_twice_in_a_repository(TUTORIAL_2 / "README.md", TUTORIAL_2_SH, ["small_cnn.onnx", "small_cnn_s390x/model"],
+                              tmp_path)
 
 
 # -- tutorial 3: generation with a KV cache ----------------------------------------------------
@@ -260,10 +255,7 @@ TUTORIAL_3_AGAIN = {"python -m byoc.examples decoder.onnx --model small_decoder"
 
 def test_tutorial_03_runs_as_written_and_again_over_its_own_files(tmp_path):
     readme = TUTORIAL_3 / "README.md"
-    workdir = workdir_of(readme, tutorials_copy(tmp_path))
-    run_tutorial(readme, workdir, TUTORIAL_3_SH)
-    assert (workdir / "decoder.onnx").is_file()
-    run_tutorial(readme, workdir, TUTORIAL_3_SH, again=TUTORIAL_3_AGAIN)
+    run_twice_in_a_repository(readme, TUTORIAL_3_SH, ["decoder.onnx"], tmp_path, again=TUTORIAL_3_AGAIN)
     for printed in TUTORIAL_3_AGAIN.values():
         assert f"`{printed.strip()}`" in readme.read_text(), "the README says what a second run prints"
 
@@ -273,10 +265,8 @@ TUTORIAL_4_SH = {"rm -f small_cnn.onnx"}
 
 
 def test_tutorial_04_runs_as_written_and_again_over_its_own_files(s390x_toolchain, tmp_path):
-    readme = TUTORIAL_4 / "README.md"
-    workdir = workdir_of(readme, tutorials_copy(tmp_path))
-    run_tutorial(readme, workdir, TUTORIAL_4_SH)
-    run_tutorial(readme, workdir, TUTORIAL_4_SH)  # again, over its own files: the cache is the script's own
+    # The second run is over its own files: the cache is the script's own.
+    run_twice_in_a_repository(TUTORIAL_4 / "README.md", TUTORIAL_4_SH, ["small_cnn.onnx"], tmp_path)
 
 
 def test_the_npu_is_as_short_and_as_plain_as_tutorial_4_says():
@@ -298,32 +288,26 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("tutorial, fixture, sh, outputs", [
-    (TUTORIAL_1, "toy_npu", TUTORIAL_1_SH, ["small_cnn.onnx", "small_cnn_toy_npu.so"]),
-    (TUTORIAL_2, "s390x_toolchain", TUTORIAL_2_SH, ["small_cnn.onnx", "small_cnn_s390x/model"]),
-    (TUTORIAL_3, None, TUTORIAL_3_SH, ["decoder.onnx"]),
-    (TUTORIAL_4, "s390x_toolchain", TUTORIAL_4_SH, ["small_cnn.onnx"]),
-], ids=["01_new_vendor", "02_deploy_s390x", "03_generate", "04_npu"])
-def test_a_tutorial_run_as_its_readme_says_leaves_git_status_clean(tutorial, fixture, sh, outputs, request, tmp_path):
-    """Run where the README says, in a repository holding the tutorials: git sees nothing new; its clean-up
-    deletes every file it wrote."""
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    if fixture:
-        request.getfixturevalue(fixture)
+def run_twice_in_a_repository(readme: Path, sh: set[str], outputs: list[str], tmp_path: Path,
+                              again: dict[str, str] | None = None) -> None:
+    """Run ``readme`` as written, then again over its own files, where it says, in a git repository holding the
+    tutorials: after each run git sees nothing new and ``outputs`` are in the tutorial's folder, not the
+    repository root; the README's one ``rm`` command then deletes every file it wrote."""
     root = tutorials_copy(tmp_path / "clone")
-    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "tutorials"]):
-        _git(root, *args)
-    readme = tutorial / "README.md"
+    git = shutil.which("git") is not None  # without git, the runs are checked and the status is not
+    if git:
+        for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "tutorials"]):
+            _git(root, *args)
     workdir = workdir_of(readme, root)
-    run_tutorial(readme, workdir, sh)
-    assert _git(root, "status", "--porcelain", "--untracked-files=all") == ""
-    assert all((workdir / name).exists() for name in outputs), "the outputs are in the tutorial's folder"
-    assert not any((root / name.split("/")[0]).exists() for name in outputs), "and not in the repository root"
+    for run_again in (None, again or {}):
+        run_tutorial(readme, workdir, sh, run_again)
+        assert not git or _git(root, "status", "--porcelain", "--untracked-files=all") == ""
+        assert all((workdir / name).exists() for name in outputs), "the outputs are in the tutorial's folder"
+        assert not any((root / name.split("/")[0]).exists() for name in outputs), "and not in the repository root"
     cleanup = [line for line in sh if line.startswith("rm ")]
     assert len(cleanup) == 1 and f"\n{cleanup[0]}\n" in readme.read_text(), "the README says how to delete them"
     _run(cleanup[0], workdir, shell=True)
-    assert _git(root, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
+    assert not git or _git(root, "status", "--porcelain", "--ignored", "--untracked-files=all") == ""
 
 
 DEPLOY = TUTORIAL_2 / "deploy_s390x.py"
