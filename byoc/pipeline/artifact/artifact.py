@@ -344,10 +344,13 @@ class Artifact:
         except Exception as err:  # TVM's VM raises its own error types
             if "match_cast" not in str(err):
                 raise
-            # the importer's run-time check where no analysis of the dims could tell (byoc.pipeline.frontend.importer)
+            # the importer's run-time checks where no analysis of the dims could tell (byoc.pipeline.frontend.importer,
+            # .run_time_values)
             raise InputShapeError(
-                "these input sizes break a relation between dims that the model holds at run time (a Squeeze of "
-                f"a dim that must be 1, or a Concat of dims that must be equal): {last_line(err).strip()}") from None
+                "these inputs break a relation between dims that the model holds at run time (a Squeeze of a dim "
+                "that must be 1, a Concat of dims that must be equal, or a value given at run time that decides a "
+                "shape: reduction axes out of range or named twice, a Reshape's shape of another element count, "
+                f"Split sizes that do not add up to the axis, a TopK k over it): {last_line(err).strip()}") from None
         record = self._run_io()
         return vm_outputs(result, record["fresh_outputs"] if record else None)
 

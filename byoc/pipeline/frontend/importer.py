@@ -23,7 +23,13 @@ from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADI
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
                                                     without_implied_broadcasts)
 from byoc.pipeline.frontend.onnx_model import OnnxNode
+from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, reduce_over_run_time_axes, reshape_to_run_time_shape,
+                                                     split_at_run_time_sizes, top_k_of_run_time_k)
 from byoc.vendor.values import const_array, is_tensor_const
+
+
+#: Converters of ops whose shape-deciding input is computed at run time (TVM's need it constant)
+_RUN_TIME_VALUES = {"Reshape": reshape_to_run_time_shape, "Split": split_at_run_time_sizes, "TopK": top_k_of_run_time_k}
 
 
 class ProvenanceImporter(ONNXGraphImporter):
@@ -118,6 +124,10 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name in VARIADIC_AS_BINARY and (sym := variadic_as_binary_chain(
                 op_name, _agreeing_on_broadcast_dims(inputs, self.bb), self.bb)) is not None:
+            pass
+        elif op_name in REDUCTIONS and (sym := reduce_over_run_time_axes(op_name, inputs, attrs, self.bb)) is not None:
+            pass
+        elif op_name in _RUN_TIME_VALUES and (sym := _RUN_TIME_VALUES[op_name](inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "NonMaxSuppression":
             inputs, sym = _nms_parameters(inputs, node), None
