@@ -30,3 +30,36 @@ def test_batch_normalization_in_training_mode_is_refused_by_name():
     _, model_bytes, _, _, _ = collect_cases(["test_batchnorm_example_training_mode"])[0]
     with pytest.raises(UnsupportedAttributeError, match="BatchNormalization node .*training_mode=1"):
         byoc.compile(onnx.load_from_string(model_bytes), vendors=["dnnl"])
+
+
+@pytest.mark.parametrize("vendors", [[], ["dnnl"]], ids=["host", "dnnl"])  # c_source takes no reduction
+def test_a_max_or_min_of_infinities_is_that_infinity_on_every_vendor(vendors):
+    """TVM's and oneDNN's max (min) start from the least (greatest) finite float: a row of -inf gave -3.4e38."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from models import onnxruntime_outputs
+
+    axes = helper.make_tensor("axes", TensorProto.INT64, [1], [1])
+    nodes = [helper.make_node("ReduceMax", ["x", "axes"], ["high"], keepdims=1),
+             helper.make_node("ReduceMin", ["x", "axes"], ["low"], keepdims=0)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("high", TensorProto.FLOAT, [3, 1]),
+         helper.make_tensor_value_info("low", TensorProto.FLOAT, [3])], [axes]),
+        opset_imports=[helper.make_opsetid("", 18)])
+    x = np.array([[-np.inf] * 4, [np.inf] * 4, [1, -2, 3, -4]], np.float32)
+    got = byoc.compile(model, vendors=vendors).run([x])
+    for g, e in zip(got, onnxruntime_outputs(model, {"x": x})):
+        np.testing.assert_array_equal(g, e)
+
+
+# ONNX's Attention function (opset 23) finds the rows its mask hides entirely by comparing their max with -inf.
+FULLY_MASKED_ROWS = ["test_attention_23_fullymasked_qk_matmul_output_mode3_zero",
+                     "test_attention_causal_boolmask_nan_robustness"]
+
+
+def test_attention_rows_a_mask_hides_entirely_are_zero_not_nan():
+    summary = run_cases(collect_cases(FULLY_MASKED_ROWS), jobs=2, timeout=180)
+    assert [(r.name, r.byoc_error) for r in summary.results if not r.byoc] == []
+    assert len(summary.results) == len(FULLY_MASKED_ROWS)

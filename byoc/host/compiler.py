@@ -51,7 +51,7 @@ from tvm.relax.expr_functor import PyExprMutator
 from tvm.relax.expr_functor import mutator as relax_mutator
 
 from byoc.deploy.targets import TargetPreset
-from byoc.host.legalize import quiet_in_range_take
+from byoc.host.legalize import install_legalizations
 from byoc.host.recorded import text_function
 from byoc.host.relink import compile_linkable
 from byoc.host.run_io import RecordRunIO
@@ -91,7 +91,7 @@ def compile_host(mod, preset: TargetPreset, extern_alignment: Optional[Mapping[s
             return compile_linkable(mod, target, pipeline)
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
-    quiet_in_range_take()
+    install_legalizations()
     target = preset.tvm_target()
     try:
         return compile_with(host_pipeline(target, extern_alignment or {}))

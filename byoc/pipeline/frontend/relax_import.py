@@ -16,7 +16,7 @@ from typing import Mapping, Sequence, Union
 import onnx
 
 from byoc.errors import ModelLoadError, first_line
-from byoc.host.legalize import quiet_in_range_take
+from byoc.host.legalize import install_legalizations
 from byoc.pipeline.frontend.check import (
     check_build_memory,
     check_model,
@@ -147,7 +147,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     from byoc.pipeline.frontend.importer import ProvenanceImporter, bind_trailing_params, unique_binding_names
     from byoc.pipeline.frontend.prepare.qdq_form import held_integer_constants
 
-    quiet_in_range_take()  # the constant folding below legalizes takes
+    install_legalizations()  # the constant folding below legalizes
     opset = default_opset(model)
     # FoldConstant would compute DQ(integer weight) into a float constant: the weights
     # are parameters while it runs, and bound as constants after.

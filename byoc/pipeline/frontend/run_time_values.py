@@ -12,7 +12,7 @@ variable of its own (``match_cast``), as TVM's importer does for a Range's lengt
   Reducing one dim after another gives the whole reduction: a sum of sums, a max of maxes, a mean of means of
   equal groups, a log-sum-exp of log-sum-exps, with an element-wise op before (L1's abs, L2's and
   SumSquare's square) or after (L2's sqrt, LogSum's log). A max or min over an empty dim is ONNX's -inf or
-  +inf (TVM's would be the dtype's finite extreme). Without
+  +inf (byoc/host/legalize.py), a bool's False or True. Without
   keepdims, the reduced dims are dropped by a reshape to the kept dims, in order.
 * **A Reshape to a shape given at run time**: ONNX's 0 (copy the input's dim, unless ``allowzero``) and -1
   (the count the others leave) are worked out on the tensor, and the input is reshaped to the result.
@@ -39,8 +39,8 @@ _ONE_DIM: dict[str, Callable] = {
 _BEFORE: dict[str, Callable] = {"ReduceL1": relax.op.abs, "ReduceL2": relax.op.square,
                                 "ReduceSumSquare": relax.op.square}
 _AFTER: dict[str, Callable] = {"ReduceL2": relax.op.sqrt, "ReduceLogSum": relax.op.log}
-#: The reductions whose value over an empty dim is an infinity (a float one; a bool's is False / True)
-_IDENTITY = {"ReduceMax": -np.inf, "ReduceMin": np.inf}
+#: A bool's max and min over an empty dim (False, True): reduced as int8, they would start from -128 and 127
+_BOOL_IDENTITY = {"ReduceMax": 0, "ReduceMin": 1}
 #: The reductions this module converts when their axes are computed at run time
 REDUCTIONS = frozenset(_ONE_DIM) | {"ReduceLogSumExp"}
 
@@ -124,10 +124,9 @@ def _one_dim(op_name: str, value, dim: int, boolean: bool, bb) -> relax.Expr:
         total = relax.op.sum(relax.op.exp(relax.op.subtract(value, top)), axis=[dim], keepdims=True)
         return bb.normalize(relax.op.add(top, relax.op.log(total)))
     reduced = bb.normalize(_ONE_DIM[op_name](value, axis=[dim], keepdims=True))
-    if op_name not in _IDENTITY:
+    if not boolean or op_name not in _BOOL_IDENTITY:  # a float's max starts from -inf (byoc/host/legalize.py)
         return reduced
-    # TVM's max starts from the dtype's least finite value, so an infinity in the data cannot be the empty one.
-    identity = (0 if _IDENTITY[op_name] < 0 else 1) if boolean else _IDENTITY[op_name]
+    identity = _BOOL_IDENTITY[op_name]
     empty = relax.op.equal(relax.op.shape_to_tensor(relax.ShapeExpr([_static_shape(value)[dim]])),
                            relax.const(0, "int64"))
     return bb.normalize(relax.op.where(empty, relax.const(identity, str(value.ty.dtype)), reduced))

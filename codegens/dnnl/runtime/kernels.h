@@ -224,6 +224,24 @@ class NanTo : public Kernel {
   float value_;
 };
 
+// One value replaced by another (`from` by `to`) in place: the finite extreme a max (min) reduction of oneDNN starts
+// from, by the infinity ONNX's starts from (Builder::Reduce).
+class ValueTo : public Kernel {
+ public:
+  ValueTo(int64_t count, float from, float to) : count_(count), from_(from), to_(to) {}
+  const char* Name() const override { return "value_to"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    SplitAcrossTeamIfLarge(count_, count_, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) y[i] = y[i] == from_ ? to_ : y[i];
+    });
+  }
+
+ private:
+  int64_t count_;
+  float from_, to_;
+};
+
 // x / sqrt(mean(x * x) + epsilon) over each row of `width`, times a weight of `width` values when given
 // (byoc.rms_norm: RMSNorm, which exports spell as six or seven ops; codegens/dnnl/rms_norm.py).
 class RmsNorm : public Kernel {

@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "builder.h"
+#include "kernels.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -94,14 +96,27 @@ void Builder::Reduce(const BodyOp& op, const Attrs& a, algorithm alg) {
   if ((mean || alg == algorithm::reduction_max) && (xs.size() == 3 || xs.size() == 4) && kept[0] == xs[0] &&
       kept[1] == xs[1] && std::all_of(kept.begin() + 2, kept.end(), [](int64_t d) { return d == 1; })) {
     GlobalPool(op, src, kept, mean ? algorithm::pooling_avg_exclude_padding : algorithm::pooling_max);
-    return;
+  } else {
+    // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
+    dnnl::reduction::primitive_desc pd(Engine(), alg, values_[src].desc, Plain(kept), 0.0f, 0.0f, UserScratchpad());
+    if (IsReference(pd) && additive && ReduceByMatmul(op, kept, mean)) return;
+    int dst = Define(op.output, Plain(g_.Shape(op.output)));
+    AddStep(dnnl::reduction(pd), {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, dst, Plain(kept)}},
+            pd.scratchpad_desc());
   }
-  // The result is plain with the reduced axes kept; the graph's tensor is the same bytes without them.
-  dnnl::reduction::primitive_desc pd(Engine(), alg, values_[src].desc, Plain(kept), 0.0f, 0.0f, UserScratchpad());
-  if (IsReference(pd) && additive && ReduceByMatmul(op, kept, mean)) return;
-  int dst = Define(op.output, Plain(g_.Shape(op.output)));
-  AddStep(dnnl::reduction(pd), {{DNNL_ARG_SRC, src, values_[src].desc}, {DNNL_ARG_DST, dst, Plain(kept)}},
-          pd.scratchpad_desc());
+  if (!additive && DataType(g_.tensor(op.output)) == memory::data_type::f32) {
+    // oneDNN's max (min) starts from the least (greatest) finite float, so the max of a row of -inf was -3.4e38:
+    // ONNX's Attention function compares such a max with -inf to find the rows its mask hides entirely. The
+    // result is that infinity wherever it is the finite extreme, which differs from ONNX only where an input
+    // holds that extreme exactly and nothing beyond it (the host's max starts from -inf: byoc/host/legalize.py).
+    bool max = alg == algorithm::reduction_max;
+    float lowest = std::numeric_limits<float>::lowest(), infinity = std::numeric_limits<float>::infinity();
+    int dst = values_.of(op.output);
+    const Desc& desc = values_[dst].desc;
+    AddStep(dnnl::primitive(), {{DNNL_ARG_DST, dst, desc}}, Desc(),
+            std::make_shared<ValueTo>(static_cast<int64_t>(desc.get_size() / sizeof(float)), max ? lowest : -lowest,
+                                      max ? -infinity : infinity));
+  }
 }
 
 // The element-wise max (min) of `terms` (ONNX Max / Min of n tensors, stacked then reduced):
