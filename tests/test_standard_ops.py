@@ -63,3 +63,35 @@ def test_attention_rows_a_mask_hides_entirely_are_zero_not_nan():
     summary = run_cases(collect_cases(FULLY_MASKED_ROWS), jobs=2, timeout=180)
     assert [(r.name, r.byoc_error) for r in summary.results if not r.byoc] == []
     assert len(summary.results) == len(FULLY_MASKED_ROWS)
+
+
+def _resize(scales, size: int = 8, mode: str = "linear", **attrs) -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    out = [int(size * s) for s in scales[2:]]
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="resize", mode=mode, **attrs)
+    return helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, *out])],
+        [helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]), opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("model, what", [
+    (_resize([1, 1, 0.6, 0.6], size=4), r"scales .* \(axis 2 of size 4 times 0.6 is no whole size\)"),
+    (_resize([1, 1, 0.5, 0.5], antialias=1), "antialias=1"),
+], ids=["scales-not-whole", "antialias-downsampling"])
+def test_a_resize_tvm_computes_as_another_function_is_refused_by_name(model, what):
+    with pytest.raises(UnsupportedAttributeError, match=f"Resize node 'resize': {what}"):
+        byoc.compile(model, vendors=["dnnl"])
+
+
+@pytest.mark.parametrize("model", [_resize([1, 1, 0.5, 0.5]), _resize([1, 1, 2.0, 2.0], antialias=1),
+                                   _resize([1, 1, 0.25, 0.5], mode="cubic")], ids=["half", "antialias-up", "cubic"])
+def test_a_resize_of_whole_sizes_matches_onnxruntime(model):
+    import numpy as np
+
+    from models import onnxruntime_outputs
+
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)
+    got = byoc.compile(model, vendors=["dnnl"]).run([x])
+    np.testing.assert_allclose(got[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

@@ -10,7 +10,10 @@ attributes TVM's converters read past, giving a wrong answer without an error:
 * SpaceToDepth in ``mode="CRD"`` (opset 28; TVM computes DCR);
 * ConvTranspose with ``output_shape`` (TVM ignores it): explicit pads and output padding instead, as ONNX
   works them out;
-* BatchNormalization with ``training_mode=1`` is refused by name (TVM computes the inference form).
+* BatchNormalization with ``training_mode=1`` is refused by name (TVM computes the inference form);
+* Resize is refused by name where TVM computes another function: ``antialias=1`` when downsampling (TVM reads
+  past it), and constant ``scales`` whose sizes are not whole (ONNX maps coordinates by the scale, TVM by the
+  ratio of the sizes, which is the scale's only when the product is whole).
 
 Each entry says which nodes it applies to; :func:`standard_rewrites` gives the entries a graph needs, so a model
 with none of these forms is not copied. The entries go through
@@ -105,6 +108,30 @@ def _batch_norm_training(u: NodeRewrite) -> None:
     raise u.refuse_attr("training_mode", "training_mode=0 (inference)")
 
 
+def _resize(u: NodeRewrite) -> bool:
+    """Resize forms TVM computes as another function, refused by name (module docstring); False keeps the rest."""
+    def given(index: int):
+        return u.constants.get(u.node.input[index]) if len(u.node.input) > index and u.node.input[index] else None
+
+    scales, sizes, shape = given(2), given(3), u.shapes.get(u.input(0))
+    axes = list(u.attr("axes", [])) or (list(range(len(shape))) if shape else [])
+    ratios = None  # output size / input size, per resized axis, where both are known
+    if shape is not None and axes and all(isinstance(shape[a], int) and shape[a] > 0 for a in axes):
+        if scales is not None and scales.size == len(axes):
+            ratios = [float(s) for s in scales.reshape(-1)]
+            for a, s in zip(axes, ratios):
+                if abs(shape[a] * s - round(shape[a] * s)) > 1e-6:
+                    raise u.refuse(f"scales {[round(r, 6) for r in ratios]} (axis {a} of size {shape[a]} times "
+                                   f"{s:.6g} is no whole size)",
+                                   "give sizes instead of scales, or scales whose products with the sizes are whole")
+        elif sizes is not None and sizes.size == len(axes):
+            ratios = [int(n) / shape[a] for a, n in zip(axes, sizes.reshape(-1))]
+    mode = u.attr("mode", b"nearest")
+    if u.attr("antialias", 0) and mode not in (b"nearest", "nearest") and (ratios is None or min(ratios) < 1):
+        raise u.refuse_attr("antialias", "antialias=0, or antialias=1 where every axis is upsampled")
+    return False
+
+
 #: (domain, op type) -> (which of its nodes need the entry, the rewrite)
 _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable[[NodeRewrite], None]]] = {
     ("", "LpNormalization"): (lambda node: True, _lp_normalization),
@@ -113,6 +140,7 @@ _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable
     ("", "SpaceToDepth"): (lambda node: _attr(node, "mode", b"DCR") in (b"CRD", "CRD"), _space_to_depth_crd),
     ("", "ConvTranspose"): (lambda node: _attr(node, "output_shape") is not None, _conv_transpose_output_shape),
     ("", "BatchNormalization"): (lambda node: bool(_attr(node, "training_mode", 0)), _batch_norm_training),
+    ("", "Resize"): (lambda node: True, _resize),
 }
 
 
