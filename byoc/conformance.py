@@ -26,6 +26,10 @@ counted as failed for both builds.
 CLI::
 
     python -m byoc.conformance [--subset N] [--timeout S] [--jobs J] [--match SUBSTR ...] [--families]
+                               [--constant-inputs]
+
+A case byoc runs and answers wrong, where onnxruntime answers right, is listed as WRONG: no error told the user.
+``--constant-inputs`` runs the cases as real models give their ops (every input but the first a constant).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class CaseResult:
     partitions: int = 0
     error: str = ""  # why plain (TVM alone) failed
     byoc_error: str = ""
+    byoc_wrong: bool = False  # byoc ran and its outputs were wrong: no error said so
     ort_error: str = ""
 
 
@@ -112,6 +117,11 @@ class Summary:
         """Cases onnxruntime passes and byoc fails."""
         return [r for r in self.results if r.ort and not r.byoc]
 
+    @property
+    def wrong_without_error(self) -> list[CaseResult]:
+        """Cases onnxruntime passes where byoc ran and answered wrong: no error said so, the worst way to fail."""
+        return [r for r in self.behind_ort if r.byoc_wrong]
+
     def families(self) -> list[tuple[str, int, int, str]]:
         """Per op family with cases onnxruntime passes and byoc fails: (family, how many, of how many cases,
         the first such case and its error), most first."""
@@ -143,6 +153,7 @@ class Summary:
             ("offloaded (>=1 partition)", self.offloaded),
             ("pass plain, fail byoc", len(self.regressions)),
             ("pass byoc, fail plain", len(self.byoc_only)),
+            ("wrong without an error", len(self.wrong_without_error)),
             ("recurrent cases", len(recurrent)),
             ("recurrent passed byoc", sum(r.byoc for r in recurrent)),
         ]
@@ -151,6 +162,7 @@ class Summary:
         lines += [f"  REGRESSION {r.name}: {r.byoc_error}" for r in self.regressions]
         lines += [f"  BYOC-ONLY {r.name} (plain: {r.error})" for r in self.byoc_only]
         lines += [f"  RECURRENT FAIL {r.name}: {r.byoc_error}" for r in recurrent if not r.byoc]
+        lines += [f"  WRONG {r.name}: {r.byoc_error}" for r in self.wrong_without_error]
         return "\n".join(lines)
 
     def family_table(self) -> str:
@@ -179,6 +191,29 @@ def _op_names() -> tuple:
 
 
 # -- collecting -------------------------------------------------------------------------
+def with_constant_inputs(cases: Sequence[Case]) -> list[Case]:
+    """``cases`` as real models give their ops: every input but the first a constant (axes, shapes, scales,
+    weights), in the cases with more than one input and one data set; the others are left out. Exporters write
+    such inputs as initializers, where ONNX's node tests feed them at run time."""
+    import onnx
+    from onnx import numpy_helper
+
+    out = []
+    for name, model_bytes, data, rtol, atol in cases:
+        model = onnx.load_from_string(model_bytes)
+        if len(model.graph.input) < 2 or len(data) != 1:
+            continue
+        inputs, outputs = data[0]
+        if any(not hasattr(x, "dtype") or x.dtype.kind == "O" for x in inputs[1:]):  # a sequence, an optional, text
+            continue
+        model.graph.initializer.extend(numpy_helper.from_array(x, vi.name)
+                                       for vi, x in zip(list(model.graph.input)[1:], inputs[1:]))
+        del model.graph.input[1:]
+        out.append((name, model.SerializeToString(), [([inputs[0]], outputs)], rtol, atol))
+    return out
+
+
+
 def collect_cases(names: Optional[Iterable[str]] = None) -> list[Case]:
     """The ONNX backend node test cases, sorted by name (optionally only ``names``)."""
     import warnings
@@ -339,6 +374,7 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
         for inputs, (_, expected) in zip(arrays, data_sets):
             problem = _compare(artifact.run(inputs), expected, rtol, atol)
             if problem:
+                result.byoc_wrong = True
                 raise AssertionError(problem)
         result.byoc = True
     except Exception as err:  # noqa: BLE001
@@ -455,12 +491,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every case as it finishes")
     parser.add_argument("--families", action="store_true",
                         help="also print, per op family, the cases onnxruntime passes and byoc fails")
+    parser.add_argument("--constant-inputs", action="store_true",
+                        help="every input but the first as a constant, as real models give axes, shapes and "
+                             "scales (the cases with one input are left out)")
     parser.add_argument("--vendors", default=None,
                         help="comma-separated vendors in priority order (default: every registered vendor)")
     args = parser.parse_args(argv)
     vendors = args.vendors.split(",") if args.vendors else None
 
     cases = collect_cases()
+    if args.constant_inputs:
+        cases = with_constant_inputs(cases)
     if args.match:
         cases = [c for c in cases if any(text in c[0] for text in args.match)]
     if args.subset and args.subset < len(cases):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from byoc.conformance import collect_cases, run_cases
+import onnx
+
+from byoc.conformance import collect_cases, run_cases, with_constant_inputs
 
 # ONNX ops the c_source / json_runtime rules cover (after TVM's import).
 PREFIXES = (
@@ -43,11 +45,14 @@ FORMER_REGRESSIONS = [
 
 # One case per family this work closed (issue 49), each checked against its expected outputs (ONNX's reference):
 # Scan unrolled, ONNX functions inlined (SoftmaxCrossEntropyLoss through NegativeLogLikelihoodLoss, opset 23's
-# Attention and RotaryEmbedding, Celu, LayerNormalization's statistics), LpNormalization rewritten.
+# Attention and RotaryEmbedding, Celu, LayerNormalization's statistics), LpNormalization rewritten; and ops whose
+# shape-deciding input is given at run time (reductions' axes, Reshape's shape, Split's sizes, TopK's k).
 CLOSED_FAMILIES = [
     "test_scan9_sum", "test_scan9_multi_state", "test_sce_mean_weight_ii", "test_nllloss_NCd1d2_with_weight",
     "test_attention_4d_causal", "test_rotary_embedding", "test_celu", "test_layer_normalization_2d_axis0",
     "test_l2normalization_axis_1", "test_rms_normalization_2d_axis0",
+    "test_reduce_l2_do_not_keepdims_example", "test_reduce_sum_empty_axes_input_noop", "test_reduce_max_empty_set",
+    "test_reshape_allowzero_reordered", "test_split_variable_parts_2d_opset18", "test_top_k_smallest",
 ]
 
 
@@ -91,3 +96,26 @@ def test_former_regressions_pass_in_byoc():
     # TVM alone passes them too: they are regressions only if byoc fails.
     assert [r.name for r in result.results if not r.plain] == []
     assert result.regressions == [] and result.passed_byoc == len(FORMER_REGRESSIONS)
+
+
+def test_constant_inputs_give_the_cases_as_real_models_give_their_ops():
+    cases = with_constant_inputs(collect_cases(["test_reduce_sum_keepdims_example", "test_abs"]))
+    assert [c[0] for c in cases] == ["test_reduce_sum_keepdims_example"]  # one input: nothing to make constant
+    model = onnx.load_from_string(cases[0][1])
+    assert [i.name for i in model.graph.input] == ["data"] and [t.name for t in model.graph.initializer] == ["axes"]
+    result = run_cases(cases, jobs=1, timeout=180)
+    assert result.passed_byoc == 1 and result.wrong_without_error == []
+
+
+def test_a_case_byoc_runs_and_answers_wrong_is_told_from_one_it_refuses():
+    (name, model, data, rtol, atol), = collect_cases(["test_abs"])
+    (inputs, (expected,)), = data
+    wrong = (name, model, [(inputs, [expected + 1])], rtol, atol)  # byoc's right answer now differs from "expected"
+    refused = ("test_refused", onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Abs", ["x"], ["y"], domain="no.such.domain")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])).SerializeToString(),
+        [([inputs[0].reshape(-1)[:2]], [expected.reshape(-1)[:2]])], rtol, atol)
+    results = {r.name: r for r in run_cases([wrong, refused], jobs=1, timeout=180).results}
+    assert results[name].byoc_wrong and results[name].byoc_error.startswith("AssertionError: output 0")
+    assert not results["test_refused"].byoc and not results["test_refused"].byoc_wrong
