@@ -16,6 +16,8 @@ SILENTLY_WRONG_IN_TVM = [
     "test_spacetodepth_crd_mode_example",  # SpaceToDepth mode=CRD computed as DCR
     "test_convtranspose_output_shape",  # ConvTranspose's output_shape ignored: (1, 2, 9, 7) for (1, 2, 10, 8)
     "test_expand_dim_changed",  # Expand to a run-time shape: a 1 in the shape did not keep the input's 3
+    "test_bitshift_left_int32_negative_shift", "test_bitshift_right_int32_shift_ge_width",  # the amount wrapped
+    "test_mod_float_edge_cases_fmod_0_float32",  # x % inf was NaN
 ]
 
 

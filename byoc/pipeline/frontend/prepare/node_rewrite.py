@@ -34,11 +34,14 @@ class NodeRewrite:
     """Builds the standard nodes that replace one node; names derive from the node's."""
 
     def __init__(self, node: onnx.NodeProto, constants: dict[str, np.ndarray], opset: int,
-                 shapes: Optional[dict[str, list]] = None, readers: Optional[dict[str, list]] = None):
+                 shapes: Optional[dict[str, list]] = None, readers: Optional[dict[str, list]] = None,
+                 types: Optional[dict[str, np.dtype]] = None):
         self.node, self.constants, self.opset = node, constants, opset
         #: tensor name -> its dims (an int, or None where symbolic), where the model says them (inputs, inferred
         #: value_info) or a rewrite made the tensor; shared by the rewrites of one model
         self.shapes = shapes if shapes is not None else {}
+        #: tensor name -> its element type, where the model says it
+        self._types = types if types is not None else {}
         #: tensor name -> the nodes that read it; a graph output is read by ``None``
         self._readers = readers if readers is not None else {}
         self.nodes: list[onnx.NodeProto] = []
@@ -67,6 +70,12 @@ class NodeRewrite:
         return bool(found) and all(
             r is not None and r.op_type == "Cast" and [(a.name, helper.get_attribute_value(a)) for a in r.attribute]
             == [("to", TensorProto.FLOAT)] for r in found)
+
+    def dtype(self, name: str) -> Optional[np.dtype]:
+        """The element type of tensor ``name``, where the model or a constant says it."""
+        if name in self.constants:
+            return self.constants[name].dtype
+        return self._types.get(name)
 
     def rank(self, name: str) -> Optional[int]:
         """The rank of tensor ``name`` when it is known before the import, else None."""
@@ -269,6 +278,9 @@ def rewrite_nodes(model: onnx.ModelProto, table: Rewrites) -> tuple[onnx.ModelPr
     opset = default_opset(out)
     shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
               for vi in (*graph.input, *graph.value_info, *graph.output) if vi.type.tensor_type.HasField("shape")}
+    types = {vi.name: np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+             for vi in (*graph.input, *graph.value_info, *graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type}
     readers = _readers(out.graph)
     nodes, made_from, initializers, retyped = [], {}, [], set()
     for node in out.graph.node:
@@ -276,7 +288,7 @@ def rewrite_nodes(model: onnx.ModelProto, table: Rewrites) -> tuple[onnx.ModelPr
         if rewrite is None:
             nodes.append(node)
             continue
-        unit = NodeRewrite(node, constants, opset, shapes, readers)
+        unit = NodeRewrite(node, constants, opset, shapes, readers, types)
         if rewrite(unit) is False:
             nodes.append(node)
             continue

@@ -11,6 +11,10 @@ attributes TVM's converters read past, giving a wrong answer without an error:
 * ConvTranspose with ``output_shape`` (TVM ignores it): explicit pads and output padding instead, as ONNX
   works them out;
 * BatchNormalization with ``training_mode=1`` is refused by name (TVM computes the inference form);
+* BitShift by an amount outside ``[0, bits)``: ONNX's 0 (a right shift of a negative signed value: -1), where
+  TVM's shift is the machine's, which wraps the amount;
+* a float Mod with ``fmod=0`` by an infinity: ONNX's (Python's) x where x has the divisor's sign or is zero, else
+  the divisor, where TVM's ``x - floor(x / y) * y`` is NaN;
 * Resize is refused by name where TVM computes another function: ``antialias=1`` when downsampling (TVM reads
   past it), and constant ``scales`` whose sizes are not whole (ONNX maps coordinates by the scale, TVM by the
   ratio of the sizes, which is the scale's only when the product is whole).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -108,6 +113,41 @@ def _batch_norm_training(u: NodeRewrite) -> None:
     raise u.refuse_attr("training_mode", "training_mode=0 (inference)")
 
 
+def _bit_shift(u: NodeRewrite) -> bool:
+    """BitShift whose amount may be outside [0, bits): the shift where it is inside, ONNX's fill elsewhere."""
+    x, amount, dtype = u.input(0), u.input(1), u.dtype(u.input(0))
+    if dtype is None or dtype.kind not in "iu":
+        return False  # BitShift is of integers: a type the model does not say keeps TVM's shift
+    bits, right = dtype.itemsize * 8, u.attr("direction", b"LEFT") in (b"RIGHT", "RIGHT")
+    inside = u.add("Less", [amount, u.int_scalar("bits", bits, dtype)], "inside")
+    if dtype.kind == "i":
+        inside = u.add("And", [inside, u.add("GreaterOrEqual", [amount, u.int_scalar("zero", 0, dtype)],
+                                             "not_negative")], "in_range")
+    safe = u.add("Where", [inside, amount, u.int_scalar("no_shift", 0, dtype)], "safe_amount")
+    shifted = u.add("BitShift", [x, safe], "shifted", direction="RIGHT" if right else "LEFT")
+    fill = u.int_scalar("fill", 0, dtype)
+    if right and dtype.kind == "i":  # the sign, shifted in from the left
+        fill = u.add("Where", [u.add("Less", [x, fill], "negative"), u.int_scalar("ones", -1, dtype), fill], "sign")
+    u.add("Where", [inside, shifted, fill], "bit_shift", output=u.output(0))
+    return True
+
+
+def _float_mod(u: NodeRewrite) -> bool:
+    """Mod (fmod=0) of floats, with ONNX's remainder by an infinity: x where x is zero or has y's sign, else y."""
+    x, y, dtype = u.input(0), u.input(1), u.dtype(u.input(0))
+    if dtype is None or dtype.kind != "f":
+        return False
+    plain = u.add("Mod", [x, y], "remainder", fmod=0)
+    zero = u.const("zero", np.array(0, dtype))
+    kept = u.add("Or", [u.add("Equal", [u.add("Sign", [x], "x_sign"), u.add("Sign", [y], "y_sign")], "same_sign"),
+                        u.add("Equal", [x, zero], "x_zero")], "x_kept")
+    finite = u.add("Not", [u.add("Or", [u.add("IsInf", [x], "x_inf"), u.add("IsNaN", [x], "x_nan")], "x_unbounded")],
+                   "x_finite")
+    by_infinity = u.add("And", [u.add("IsInf", [y], "y_inf"), finite], "by_infinity")
+    u.add("Where", [by_infinity, u.add("Where", [kept, x, y], "infinite_case"), plain], "mod", output=u.output(0))
+    return True
+
+
 def _resize(u: NodeRewrite) -> bool:
     """Resize forms TVM computes as another function, refused by name (module docstring); False keeps the rest."""
     def given(index: int):
@@ -141,6 +181,8 @@ _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable
     ("", "ConvTranspose"): (lambda node: _attr(node, "output_shape") is not None, _conv_transpose_output_shape),
     ("", "BatchNormalization"): (lambda node: bool(_attr(node, "training_mode", 0)), _batch_norm_training),
     ("", "Resize"): (lambda node: True, _resize),
+    ("", "BitShift"): (lambda node: True, _bit_shift),
+    ("", "Mod"): (lambda node: not _attr(node, "fmod", 0), _float_mod),
 }
 
 
