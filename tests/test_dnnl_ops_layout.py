@@ -88,7 +88,8 @@ REJECTED_RESIZES = [
      "coordinate_transformation_mode=align_corners"),
     ("linear", "pytorch_half_pixel", "round_prefer_floor", None, [1, 2, 1, 4], "pytorch_half_pixel only when"),
     ("nearest", "asymmetric", "floor", None, [1, 2, 7, 14], "not an integer upscale"),
-    ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 0.6, 0.6], None, "not an integer upscale"),
+    # a downscale of whole sizes (5 x 0.6, 7 x 2/7): other scales are refused at import (prepare/standard_ops.py)
+    ("nearest", "half_pixel", "round_prefer_floor", [1, 1, 0.6, 2 / 7], None, "not an integer upscale"),
     ("nearest", "asymmetric", "round_prefer_floor", [1, 1, 2, 2], None, "nearest_mode=round_prefer_floor"),
     ("nearest", "align_corners", "floor", [1, 1, 2, 2], None, "coordinate_transformation_mode=align_corners"),
     ("nearest", "half_pixel", "floor", [1, 1, 4, 1], None, "nearest_mode=floor"),
