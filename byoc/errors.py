@@ -66,6 +66,17 @@ class DynamicShapeError(ModelLoadError):
     """An input has a non-static shape and the user gave none."""
 
 
+class UnsupportedTypeError(ModelLoadError):
+    """A graph input or output is of a type byoc does not run: a sequence or a map.
+
+    ``values`` lists each as ``(name, type)``.
+    """
+
+    def __init__(self, message: str, values: list[tuple[str, str]]):
+        super().__init__(message)
+        self.values = values
+
+
 class UnsupportedAttributeError(ModelLoadError):
     """A node sets an attribute or input to a value byoc cannot convert.
 

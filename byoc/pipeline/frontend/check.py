@@ -11,7 +11,8 @@ import numpy as np
 import onnx
 from onnx import shape_inference
 
-from byoc.errors import InsufficientMemoryError, InvalidModelError, UnsupportedOpsError, first_line
+from byoc.errors import (InsufficientMemoryError, InvalidModelError, UnsupportedOpsError, UnsupportedTypeError,
+                         first_line)
 from byoc.pipeline.frontend.matmul_nbits import IMPORTED_CONTRIB_OPS, check_matmul_nbits
 from byoc.pipeline.frontend.onnx_model import subgraphs
 
@@ -141,6 +142,19 @@ def check_tensor_sizes(graph: onnx.GraphProto) -> None:
                 f"tensor {name!r} has shape {dims} ({count * itemsize / 2**30:.1f} GiB); byoc refuses "
                 f"tensors of 2 GiB or more: check the model's shapes (or input_shapes=)"
             )
+
+
+def check_tensor_values(graph: onnx.GraphProto) -> None:
+    """An :class:`UnsupportedTypeError` naming the graph's inputs and outputs that are sequences or maps: an
+    artifact takes and returns tensors (an optional tensor is one), and a sequence returned as its tensors would be
+    another answer than the model's."""
+    others = [(vi.name, vi.type.WhichOneof("value")) for vi in (*graph.input, *graph.output)
+              if vi.type.WhichOneof("value") in ("sequence_type", "map_type")]
+    if others:
+        listed = ", ".join(f"{name} ({kind.removesuffix('_type')})" for name, kind in others)
+        raise UnsupportedTypeError(
+            f"graph inputs or outputs that are no tensors: {listed}; byoc runs models whose inputs and outputs are "
+            "tensors (give or return the sequence's elements, or their concatenation, instead)", others)
 
 
 def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:

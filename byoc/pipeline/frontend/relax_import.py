@@ -22,6 +22,7 @@ from byoc.pipeline.frontend.check import (
     check_model,
     check_supported_ops,
     check_tensor_sizes,
+    check_tensor_values,
     inline_local_functions,
     read_as_the_writers_meant,
     sort_nodes,
@@ -54,6 +55,7 @@ def import_model(
         return source
     fixed, ranges = split_dim_settings(dims)
     model = inline_local_functions(load_model(source, base_dir))
+    check_tensor_values(model.graph)
     check_build_memory(model.graph, str(source) if isinstance(source, (str, os.PathLike)) else "the model")
     name_nodes(model.graph)
     sort_nodes(model.graph)
