@@ -49,7 +49,7 @@ def _matches(model: onnx.ModelProto, artifact, x: np.ndarray, value) -> None:
 def test_a_reduction_over_axes_given_at_run_time_matches_onnxruntime_for_every_axes_value(op, keepdims):
     for count, values in ((1, [[0], [1], [-1], [2]]), (2, [[0, 2], [-1, 1], [2, 0]])):
         model = _model(op, {"keepdims": keepdims}, count, [("y", TensorProto.FLOAT, 3 if keepdims else 3 - count)])
-        artifact = byoc.compile(model, vendors=VENDORS)
+        artifact = byoc.compile(model, vendors=["dnnl"])  # c_source takes no reduction
         for batch in (1, 3):
             for axes in values:
                 _matches(model, artifact, _x(batch), axes)

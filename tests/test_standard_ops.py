@@ -18,6 +18,9 @@ SILENTLY_WRONG_IN_TVM = [
     "test_expand_dim_changed",  # Expand to a run-time shape: a 1 in the shape did not keep the input's 3
     "test_bitshift_left_int32_negative_shift", "test_bitshift_right_int32_shift_ge_width",  # the amount wrapped
     "test_mod_float_edge_cases_fmod_0_float32",  # x % inf was NaN
+    # ONNX's Attention function finds the rows its mask hides entirely by comparing their max with -inf: TVM's max
+    # of -inf values was -3.4e38, and those rows were NaN (TVM alone cannot import opset 23's Attention at all)
+    "test_attention_23_fullymasked_qk_matmul_output_mode3_zero", "test_attention_causal_boolmask_nan_robustness",
 ]
 
 
@@ -54,17 +57,6 @@ def test_a_max_or_min_of_infinities_is_that_infinity_on_every_vendor(vendors):
     got = byoc.compile(model, vendors=vendors).run([x])
     for g, e in zip(got, onnxruntime_outputs(model, {"x": x})):
         np.testing.assert_array_equal(g, e)
-
-
-# ONNX's Attention function (opset 23) finds the rows its mask hides entirely by comparing their max with -inf.
-FULLY_MASKED_ROWS = ["test_attention_23_fullymasked_qk_matmul_output_mode3_zero",
-                     "test_attention_causal_boolmask_nan_robustness"]
-
-
-def test_attention_rows_a_mask_hides_entirely_are_zero_not_nan():
-    summary = run_cases(collect_cases(FULLY_MASKED_ROWS), jobs=2, timeout=180)
-    assert [(r.name, r.byoc_error) for r in summary.results if not r.byoc] == []
-    assert len(summary.results) == len(FULLY_MASKED_ROWS)
 
 
 def _resize(scales, size: int = 8, mode: str = "linear", **attrs) -> onnx.ModelProto:
