@@ -70,15 +70,14 @@ def reduce_over_run_time_axes(op_name: str, inputs, attrs, bb: relax.BlockBuilde
         return x if noop else _reduce(op_name, x, [True] * rank, keepdims, bb)
     named = _named_dims(axes, rank, bb)
     # As many dims named as axes given: none out of range or given twice (checked when the model runs).
-    _bound(relax.op.reshape(relax.op.sum(relax.op.astype(named, "int64")), relax.ShapeExpr([1])), [length], bb)
+    _bound_scalar(relax.op.sum(relax.op.astype(named, "int64")), length, bb)
     if not isinstance(length, tirx.IntImm):
         # An empty input is given a symbolic length (ProvenanceImporter): no axes is every dim unless noop. The
         # rank of a result without keepdims would depend on the length.
         if not keepdims:
             return None
         if not noop:
-            empty = relax.op.equal(relax.op.shape_to_tensor(relax.ShapeExpr([length])), relax.const(0, "int64"))
-            named = bb.normalize(relax.op.logical_or(named, empty))
+            named = bb.normalize(relax.op.logical_or(named, _is_zero(length)))
     choices = [bb.normalize(relax.op.take(named, relax.const(i, "int64"), axis=0)) for i in range(rank)]
     return _reduce(op_name, x, choices, keepdims, bb, named, 0 if keepdims else rank - int(length))
 
@@ -127,8 +126,7 @@ def _one_dim(op_name: str, value, dim: int, boolean: bool, bb) -> relax.Expr:
     if not boolean or op_name not in _BOOL_IDENTITY:  # a float's max starts from -inf (byoc/host/legalize.py)
         return reduced
     identity = _BOOL_IDENTITY[op_name]
-    empty = relax.op.equal(relax.op.shape_to_tensor(relax.ShapeExpr([_static_shape(value)[dim]])),
-                           relax.const(0, "int64"))
+    empty = _is_zero(_static_shape(value)[dim])
     return bb.normalize(relax.op.where(empty, relax.const(identity, str(value.ty.dtype)), reduced))
 
 
@@ -214,7 +212,7 @@ def split_at_run_time_sizes(inputs, attrs, bb: relax.BlockBuilder) -> Optional[r
     sizes = bb.normalize(relax.op.astype(sizes, "int64"))
     # None negative, and all of the axis between them: checked when the model runs.
     counts = _run_time_dims(relax.op.maximum(sizes, relax.const(0, "int64")), int(sizes_shape[0]), "split_size", bb)
-    _bound(relax.op.reshape(relax.op.sum(sizes), relax.ShapeExpr([1])), [shape[axis]], bb)
+    _bound_scalar(relax.op.sum(sizes), shape[axis], bb)
     _bound(sizes, counts, bb)
     pieces, begin = [], tirx.IntImm("int64", 0)
     for count in counts:
@@ -249,6 +247,16 @@ def top_k_of_run_time_k(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax
 def _slice(x, axis: int, begin, end, bb) -> relax.Expr:
     """``x[begin:end]`` along ``axis``; the caller has checked the bounds."""
     return bb.normalize(relax.op.strided_slice(x, [axis], [begin], [end], assume_inbound=True))
+
+
+def _bound_scalar(tensor, dim, bb) -> None:
+    """A check, when the model runs, that the one value of ``tensor`` equals the dim ``dim`` (:func:`_bound`)."""
+    _bound(relax.op.reshape(tensor, relax.ShapeExpr([1])), [dim], bb)
+
+
+def _is_zero(dim) -> relax.Expr:
+    """A bool tensor [1]: whether the dim ``dim`` is 0 when the model runs."""
+    return relax.op.equal(relax.op.shape_to_tensor(relax.ShapeExpr([dim])), relax.const(0, "int64"))
 
 
 def _product(dims: list):
