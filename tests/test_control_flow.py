@@ -1,5 +1,6 @@
-"""Loop and Scan (byoc.pipeline.frontend.prepare.control_flow): unrolled, partitioned for the vendors, and
-checked against onnxruntime running the model as written (with its own loop)."""
+"""Loop and Scan: unrolled (byoc.pipeline.frontend.prepare.control_flow) or run by the host with their bodies
+partitioned on their own (byoc.pipeline.frontend.loop_bodies, byoc.pipeline.partitioning.host_loops), partitioned
+for the vendors, and checked against onnxruntime running the model as written (with its own loop)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import byoc
-from byoc.errors import UnsupportedAttributeError
+from byoc.errors import StandaloneError, UnsupportedAttributeError
+from byoc.pipeline.frontend.prepare import control_flow
 
 OPSET = 17
 RNG = np.random.default_rng(0)
@@ -74,7 +76,8 @@ def dense_body(weight: str, bias: str, scan_output: bool = True) -> onnx.GraphPr
                                             tensor("h", TensorProto.FLOAT, [2, 16])], outputs)
 
 
-def dense_loop(trip_nodes, trip: str, extra_inputs=(), iterations=4, scan_output=True) -> onnx.ModelProto:
+def dense_loop(trip_nodes, trip: str, extra_inputs=(), iterations: int | str = 4,
+               scan_output=True) -> onnx.ModelProto:
     weight = numpy_helper.from_array((RNG.standard_normal((16, 16)) * 0.3).astype(np.float32), "W")
     bias = numpy_helper.from_array(RNG.standard_normal(16).astype(np.float32), "b")
     outputs = [tensor("h_final", TensorProto.FLOAT, [2, 16])]
@@ -183,10 +186,31 @@ def test_a_loop_inside_a_loop_with_an_if_reading_the_body():
     assert_matches(artifact, model, {"x": np.array([0.5, -1.0], np.float32)})
 
 
-def test_a_trip_count_given_at_run_time_is_refused_by_node_name():
-    model = dense_loop([], "M", [tensor("M", TensorProto.INT64, [])])
-    with pytest.raises(UnsupportedAttributeError, match="Loop node 'dense_loop'.*trip count 'M' is computed at run"):
-        compiled(model)
+def test_a_trip_count_given_at_run_time_runs_on_the_host_with_its_body_on_dnnl():
+    model = dense_loop([], "M", [tensor("M", TensorProto.INT64, [])], iterations="iterations")
+    artifact = compiled(model)
+    plan = artifact.plan
+    assert [(p.name, p.vendor) for p in plan.partitions] == [("dnnl_loop0_0", "dnnl")]
+    assert "relax.matmul" in plan.partitions[0].ops and list(plan.loops) == ["dense_loop"]
+    assert [d.node.name for d in plan.host_ops if d.op == "host_loop(loop0)"] == ["dense_loop"]
+    for m in (0, 1, 3, 6):  # the scan output stacks as many steps as ran, none at 0
+        feed = {"x": RNG.standard_normal((2, 16)).astype(np.float32), "M": np.array(m, np.int64)}
+        assert_matches(artifact, model, feed, tol=1e-4)
+
+
+def test_a_host_loop_runs_more_iterations_than_the_call_stack_holds():
+    # a chain of 2,500 calls overflows the VM's C stack: the iterations nest (host_loops.LEVELS)
+    body = helper.make_graph([const("one", np.array(1.0, np.float32)), helper.make_node("Add", ["h", "one"], ["h_out"]),
+                              helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+                             [tensor("i", TensorProto.INT64, []), tensor("cond", TensorProto.BOOL, []),
+                              tensor("h", TensorProto.FLOAT, [1])],
+                             [tensor("cond_out", TensorProto.BOOL, []), tensor("h_out", TensorProto.FLOAT, [1])])
+    model = model_of([helper.make_node("Loop", ["M", "", "x"], ["h_final"], name="counting", body=body)],
+                     [tensor("x", TensorProto.FLOAT, [1]), tensor("M", TensorProto.INT64, [])],
+                     [tensor("h_final", TensorProto.FLOAT, [1])])
+    artifact = compiled(model, vendors=("c_source",))
+    (out,) = artifact.run({"x": np.zeros(1, np.float32), "M": np.array(20000, np.int64)})
+    assert float(np.asarray(out)[0]) == 20000.0
 
 
 def test_an_unbounded_loop_is_refused_by_node_name():
@@ -195,10 +219,12 @@ def test_an_unbounded_loop_is_refused_by_node_name():
         compiled(model)
 
 
-def test_a_loop_unrolling_into_too_many_nodes_is_refused():
-    model = dense_loop([const("M", np.array(100000, dtype=np.int64))], "M", iterations=100000)
-    with pytest.raises(UnsupportedAttributeError, match="would unroll into 700000 nodes"):
-        compiled(model)
+def test_a_loop_too_long_to_unroll_runs_on_the_host():
+    count = control_flow.MAX_UNROLLED_NODES // 5  # 4,000 iterations of 6 body nodes
+    model = dense_loop([const("M", np.array(count, dtype=np.int64))], "M", scan_output=False)
+    artifact = compiled(model)
+    assert list(artifact.plan.loops) == ["dense_loop"]
+    assert_matches(artifact, model, {"x": RNG.standard_normal((2, 16)).astype(np.float32) * 0.01}, tol=1e-4)
 
 
 # -- what torch's exporters write (tests/exported/make_loop_models.py) -----------------------------
@@ -217,10 +243,15 @@ def test_loops_torch_exports_write_offload_their_bodies_to_dnnl(name, inputs, op
     assert_matches(artifact, model, {k: RNG.standard_normal(s).astype(np.float32) for k, s in inputs.items()})
 
 
-def test_a_torch_while_loop_is_refused_by_node_name():
-    # dynamo's while_loop: no trip count, a condition computed from an input.
-    with pytest.raises(UnsupportedAttributeError, match="Loop node .*no trip count"):
-        compiled(onnx.load(EXPORTED / "dynamo_while.onnx"))
+def test_a_torch_while_loop_runs_on_the_host_with_its_body_on_dnnl():
+    # dynamo's while_loop: no trip count, a condition computed from an input (i < 4), a Linear and a Tanh.
+    model = onnx.load(EXPORTED / "dynamo_while.onnx")
+    artifact = compiled(model)
+    assert [p.vendor for p in artifact.plan.partitions] == ["dnnl"]
+    assert {"relax.matmul", "relax.tanh"} <= set(artifact.plan.partitions[0].ops)
+    for start in (0, 2, 4, 9):  # 4, 2, 0 and 0 iterations
+        assert_matches(artifact, model, {"i": np.array(start, np.int64),
+                                         "x": RNG.standard_normal((2, 8)).astype(np.float32)})
 
 
 def test_a_loop_that_may_stop_early_and_grows_its_value_is_refused_by_name():
@@ -236,5 +267,53 @@ def test_a_loop_that_may_stop_early_and_grows_its_value_is_refused_by_name():
                       helper.make_node("Loop", ["M", "go", "x"], ["h_final"], name="growing", body=body)],
                      [tensor("x", TensorProto.FLOAT, [1]), tensor("limit", TensorProto.FLOAT, [])],
                      [tensor("h_final", TensorProto.FLOAT, ["k"])])
-    with pytest.raises(UnsupportedAttributeError, match="Loop node 'growing'.*shape its body does not declare"):
+    with pytest.raises(UnsupportedAttributeError, match=r"Loop node 'growing'.*carried value 0 enters the body as "
+                                                        r"float32\[1\] and leaves it as float32\[2\]"):
         compiled(model, vendors=("c_source",))
+
+
+def nested_host_loops() -> onnx.ModelProto:
+    """for i < M: s = i * scale; for j < N: h = tanh(h @ W + s); y_i = sum(h)   (M and N given at run time)."""
+    weight = numpy_helper.from_array((RNG.standard_normal((8, 8)) * 0.3).astype(np.float32), "W")
+    inner = helper.make_graph([
+        helper.make_node("MatMul", ["hi", "W"], ["mm"]), helper.make_node("Add", ["mm", "s"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["hi_out"]), helper.make_node("Identity", ["ci"], ["ci_out"]),
+    ], "inner", [tensor("j", TensorProto.INT64, []), tensor("ci", TensorProto.BOOL, []),
+                 tensor("hi", TensorProto.FLOAT, [2, 8])],
+        [tensor("ci_out", TensorProto.BOOL, []), tensor("hi_out", TensorProto.FLOAT, [2, 8])])
+    outer = helper.make_graph([
+        helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT), helper.make_node("Mul", ["fi", "scale"], ["s"]),
+        helper.make_node("Loop", ["N", "", "h"], ["h_in"], body=inner, name="inner_loop"),
+        helper.make_node("ReduceSum", ["h_in"], ["total"], keepdims=0),
+        helper.make_node("Identity", ["c"], ["c_out"]),
+    ], "outer", [tensor("i", TensorProto.INT64, []), tensor("c", TensorProto.BOOL, []),
+                 tensor("h", TensorProto.FLOAT, [2, 8])],
+        [tensor("c_out", TensorProto.BOOL, []), tensor("h_in", TensorProto.FLOAT, [2, 8]),
+         tensor("total", TensorProto.FLOAT, [])])
+    return model_of([helper.make_node("Loop", ["M", "", "x"], ["h_final", "ys"], body=outer, name="outer_loop")],
+                    [tensor("x", TensorProto.FLOAT, [2, 8]), tensor("M", TensorProto.INT64, []),
+                     tensor("N", TensorProto.INT64, []), tensor("scale", TensorProto.FLOAT, [])],
+                    [tensor("h_final", TensorProto.FLOAT, [2, 8]), tensor("ys", TensorProto.FLOAT, ["k"])], [weight])
+
+
+def test_a_host_loop_in_a_host_loop_reads_the_outer_body_and_survives_export(tmp_path):
+    model = nested_host_loops()
+    artifact = compiled(model)
+    plan = artifact.plan
+    assert list(plan.loops) == ["outer_loop"] and list(plan.loops["outer_loop"].loops) == ["outer_loop/inner_loop"]
+    inner = plan.partition("dnnl_loop0_loop0_0")  # the inner body, which reads s from the outer one
+    assert inner.ops == ["relax.matmul", "relax.add", "relax.tanh"]
+    assert inner.onnx_nodes == ["outer_loop/inner_loop/MatMul_0", "outer_loop/inner_loop/Add_1",
+                                "outer_loop/inner_loop/Tanh_2"]
+    feeds = [{"x": RNG.standard_normal((2, 8)).astype(np.float32), "M": np.array(m), "N": np.array(n),
+              "scale": np.array(0.1, np.float32)} for m, n in ((0, 2), (3, 0), (3, 4))]
+    for feed in feeds:
+        assert_matches(artifact, model, feed)
+    artifact.export(tmp_path / "nested.so")
+    assert_matches(byoc.load(tmp_path / "nested.so"), model, feeds[-1])
+
+
+def test_a_host_loop_is_refused_by_the_standalone_export_by_name(tmp_path):
+    artifact = compiled(onnx.load(EXPORTED / "dynamo_while.onnx"), vendors=("c_source",))
+    with pytest.raises(StandaloneError, match="Loop 'node_while_loop__1' runs on the host as a loop of calls"):
+        artifact.export_standalone(tmp_path / "standalone")

@@ -148,7 +148,9 @@ def test_the_report_gives_what_a_fresh_process_holds(exported, tmp_path):
     memory = json.loads(done.stdout)["memory"]
     resident = memory["resident"]
     weights = _weight_bytes(m)
-    assert 0 < resident["load_bytes"] <= resident["run_bytes"] <= resident["peak_bytes"]
+    # a run may hold less than the load did: a runtime that reorders a weight releases the library's copy it read
+    # (the AVX-512 machines' blocked layouts)
+    assert 0 < resident["load_bytes"] <= resident["peak_bytes"] and 0 < resident["run_bytes"] <= resident["peak_bytes"]
     # one copy of the weights, the workspace and the runtimes' code: not the weights twice over
     assert resident["run_bytes"] < 2 * weights + 40 * MIB, resident
     (row,) = memory["runtimes"]

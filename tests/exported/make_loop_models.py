@@ -7,7 +7,7 @@ Run in a venv with torch (``pip install torch==2.13.0 onnx onnxscript``), from t
   17): a Loop whose trip count is the input's first dim.
 * ``dynamo_scan.onnx``: ``torch._higher_order_ops.scan`` over a Linear (dynamo exporter): a Scan.
 * ``dynamo_while.onnx``: ``torch._higher_order_ops.while_loop`` (dynamo exporter): a Loop with no trip count,
-  whose condition is computed from an input; byoc refuses it by name.
+  whose condition is computed from an input; the host runs it (byoc.pipeline.frontend.loop_bodies).
 """
 
 import onnx

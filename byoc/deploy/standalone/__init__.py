@@ -121,6 +121,12 @@ def _lowered_module(artifact, sizes: dict[str, int]):
     # in the order of relax.pipeline.default_build_pipeline, stopping before the VM-specific
     # lowering. RunCodegen only rewrites the partition calls here: no module is handed to
     # it, the partitions' C is emitted again by _partition_sources.
+    if artifact.plan.loops:
+        raise StandaloneError(
+            f"Loop {', '.join(repr(name) for name in artifact.plan.loops)} runs on the host as a loop of calls "
+            "(its iterations are known only when the model runs), which a standalone program, one pass of its "
+            "steps, does not have; give the loop a trip count known when the model is compiled, or deploy the "
+            "artifact's library (Artifact.export)")
     target = artifact.target.tvm_target()
     mod = artifact.plan.mod
     if sizes:

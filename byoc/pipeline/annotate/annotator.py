@@ -80,6 +80,10 @@ class _Attempt:
     reason: Optional[str]
 
 
+#: the op name :func:`op_calls` gives a Loop the host runs (``host_loop(loop0)``)
+HOST_LOOP = "host_loop"
+
+
 def op_calls(main) -> list[tuple[str, str]]:
     """``(binding name, op name)`` for every op call in ``main``, in order."""
     from tvm import ir, relax
@@ -93,6 +97,9 @@ def op_calls(main) -> list[tuple[str, str]]:
                 if name == "relax.call_tir":
                     name = f"call_tir({value.args[0].name_hint})"
                 calls.append((binding.var.name, name))
+            elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
+                # an imported main calls no function but a loop the host runs (frontend.loop_bodies)
+                calls.append((binding.var.name, f"{HOST_LOOP}({value.op.name_hint})"))
     return calls
 
 
@@ -253,6 +260,9 @@ def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt], target: Optio
     if unusable is not None:
         return unusable
     mine = [a for a in attempts if a.vendor == vendor.name and a.reason]
+    if op.startswith(f"{HOST_LOOP}("):
+        return ("a loop whose iterations are known only when the model runs: the host runs it, and its body is "
+                "partitioned on its own")
     if not mine:
         return f"no {vendor.name} rule for {op}"
     return min(mine, key=lambda a: a.size).reason  # the most specific rule speaks

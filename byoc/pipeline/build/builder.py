@@ -27,6 +27,7 @@ from byoc.pipeline.frontend.onnx_model import index_inputs
 from byoc.pipeline.build.codegen_cache import compile_cached
 from byoc.pipeline.build.lowering import lower_partitions
 from byoc.pipeline.build.specialized import dispatched
+from byoc.pipeline.partitioning.host_loops import run_host_loops
 from byoc.pipeline.partitioning.partition_checks import Fallback
 from byoc.pipeline.partitioning.partitioner import PartitionPlan, partition
 from byoc.pipeline.placement.placement import DEFAULT_MIN_SPEEDUP, check_placement, place_by_measurement
@@ -301,7 +302,7 @@ def _build_plan(plan: PartitionPlan, preset: TargetPreset, strict: bool, threads
     settings = vendor_option_settings(plan.vendors, plan.vendor_options)
     _prepare_vendor_runtimes(plan, threads)
     plan, modules, memory, blobs = _codegen_all(plan, preset, strict, settings)
-    mod = lower_partitions(dispatched(plan.mod, plan.partitions), modules)
+    mod = run_host_loops(lower_partitions(dispatched(plan.mod, plan.partitions), modules), plan.imported.loops)
     metadata = _metadata(plan, preset, memory, settings)
     mod = _with_metadata(mod, metadata)
     _log.info("host: compiling %d op(s) with LLVM for %s", len(plan.host_ops), preset.name)

@@ -22,7 +22,8 @@ from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
                                                     without_implied_broadcasts)
-from byoc.pipeline.frontend.onnx_model import OnnxNode
+from byoc.pipeline.frontend.loop_bodies import convert_loop
+from byoc.pipeline.frontend.onnx_model import LoopSpec, OnnxNode
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, reduce_over_run_time_axes, reshape_to_run_time_shape,
                                                      split_at_run_time_sizes, top_k_of_run_time_k)
 from byoc.vendor.values import const_array, is_tensor_const
@@ -35,8 +36,11 @@ _RUN_TIME_VALUES = {"Reshape": reshape_to_run_time_shape, "Split": split_at_run_
 class ProvenanceImporter(ONNXGraphImporter):
     """ONNXGraphImporter that records the ONNX node of each converted expression."""
 
-    def __init__(self, shape_dict, dtype_dict, dim_ranges=None):
+    def __init__(self, shape_dict, dtype_dict, dim_ranges=None, scope: str = ""):
         from tvm import tirx
+
+        #: the host loop whose body this imports ("" for a model's main graph): names its own loops' symbols
+        self.scope = scope
 
         # An input with an empty (zero) extent is left to TVM's own reading of the model,
         # which makes that extent symbolic: TVM's converters and passes break on a static
@@ -53,6 +57,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         self.current_node: OnnxNode | None = None
         #: ONNX node name -> why the import made nothing of it (:mod:`byoc.pipeline.frontend.import_rewrites`)
         self.absorbed: dict[str, str] = {}
+        #: the Loops the host runs, in import order (:mod:`byoc.pipeline.frontend.loop_bodies`)
+        self.loops: list[LoopSpec] = []
 
     def _dim(self, text: str):
         """A symbolic dim's TIR variable, or the expression of them a dim named by one is (shapes.name_dims)."""
@@ -92,7 +98,8 @@ class ProvenanceImporter(ONNXGraphImporter):
     def _check_for_unsupported_ops(self, graph):
         """TVM's check, which knows no contrib op, on the graph without the contrib ops byoc converts itself."""
         plain = onnx.GraphProto()
-        plain.node.extend(n for n in graph.node if (n.domain, n.op_type) not in matmul_nbits.IMPORTED_CONTRIB_OPS)
+        plain.node.extend(n for n in graph.node if (n.domain, n.op_type) not in matmul_nbits.IMPORTED_CONTRIB_OPS
+                          and n.op_type != "Loop")  # loop_bodies: the Loops preparation left run on the host
         return super()._check_for_unsupported_ops(plain)
 
     def _parse_value_proto(self, value_proto):
@@ -129,6 +136,10 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name in _RUN_TIME_VALUES and (sym := _RUN_TIME_VALUES[op_name](inputs, attrs, self.bb)) is not None:
             pass
+        elif op_name == "Loop":
+            symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
+            sym, spec = convert_loop(self.bb, node.name, symbol, inputs, attrs, self._nodes, opset)
+            self.loops.append(spec)
         elif op_name == "NonMaxSuppression":
             inputs, sym = _nms_parameters(inputs, node), None
         else:
@@ -155,6 +166,7 @@ class ProvenanceImporter(ONNXGraphImporter):
             _expand_target_broadcast(inputs, self.bb)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
+        sym = _with_run_time_dims(sym, node.name, self.bb)
         self._owner[sym] = node
         if isinstance(sym, relax.Tuple):
             for item in sym.fields:
@@ -261,11 +273,28 @@ class _Renamer(PyExprMutator):
         return self.visit_var_def_(var)
 
 
-def unique_binding_names(main: relax.Function) -> tuple[relax.Function, dict]:
+def _with_run_time_dims(sym, name: str, bb):
+    """``sym``, or where it is a tensor whose rank is known and shape is not (a Slice at run-time positions), the
+    same tensor with a new symbolic dim per axis (``<node>_dim<k>``), bound when the model runs: TVM's converters
+    and legalization read shapes, and refuse a tensor without one."""
+    from tvm import tirx
+
+    if isinstance(sym, relax.Call):
+        sym = bb.normalize(sym)
+    ty = getattr(sym, "ty", None) if isinstance(sym, relax.Expr) else None
+    if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 0:
+        return sym
+    dims = [tirx.Var(f"{name}_dim{k}", "int64") for k in range(ty.ndim)]
+    return bb.match_cast(sym, relax.TensorType(dims, ty.dtype))
+
+
+def unique_binding_names(main: relax.Function, scope: str = "") -> tuple[relax.Function, dict]:
     """``main`` with every binding var uniquely named, and the map old var -> new var.
 
     TVM's converters sometimes emit two bindings with the same name (``lv``);
     byoc keys decisions and reports by binding name, so they must be unique.
+    With ``scope`` (a host loop's body, :mod:`~byoc.pipeline.frontend.loop_bodies`) every name is
+    ``<scope>/<name>``: unique in the model whose plan the body's joins.
     """
     seen: set[str] = {p.name for p in main.params}
     names: dict = {}
@@ -278,6 +307,8 @@ def unique_binding_names(main: relax.Function) -> tuple[relax.Function, dict]:
                     k += 1
                 name = names[binding.var] = f"{name}_{k}"
             seen.add(name)
+            if scope:
+                names[binding.var] = f"{scope}/{name}"
     if not names:
         return main, {}
     renamer = _Renamer(names)

@@ -104,11 +104,44 @@ class ImportedModel:
     tensor_of: dict[str, str] = field(default_factory=dict)
     #: Each symbolic dim of the inputs, by name, with its range (empty for a static model).
     dims: dict[str, DimRange] = field(default_factory=dict)
+    #: The Loops the host runs (:mod:`byoc.pipeline.frontend.loop_bodies`), each with its body imported.
+    loops: list[HostLoop] = field(default_factory=list)
+    #: The host loop whose body this is ("" for a model): its bindings are named ``<scope>/...`` and its
+    #: partitions ``<vendor>_<scope>_<k>``, apart from the enclosing model's.
+    scope: str = ""
 
     @property
     def dim_bounds(self) -> dict[str, tuple]:
         """Each symbolic dim's ``(min, max)`` (max None when unbounded): what checks and codegens read."""
         return {name: (d.min, d.max) for name, d in self.dims.items()}
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """A Loop node the host runs, as the import found it, its body a model of its own
+    (:mod:`byoc.pipeline.frontend.loop_bodies`)."""
+
+    node: str  #: the Loop node's name in the imported graph
+    symbol: str  #: the placeholder's name: a C identifier, unique in the model (``loop0``)
+    body: onnx.ModelProto  #: inputs iteration, condition, carried..., captured...; outputs the body's
+    carried: int  #: loop-carried values
+    scans: int  #: scan outputs
+    has_trip: bool  #: whether the loop has a trip count (else it runs while its condition holds)
+    elements: tuple  #: each scan output's element: (dtype, static dims)
+
+
+@dataclass(eq=False)
+class HostLoop:
+    """A Loop node the host runs, its body imported as a model of its own (:mod:`byoc.pipeline.frontend.loop_bodies`).
+
+    In ``main`` it is a call of the placeholder ``spec.symbol`` taking ``(trip?, cond, carried..., captured...)``
+    and giving ``(carried..., scan outputs...)``, which the build defines
+    (:mod:`byoc.pipeline.partitioning.host_loops`).
+    """
+
+    node: str  #: the user's Loop node
+    spec: LoopSpec
+    body: ImportedModel  #: inputs iteration, condition, carried..., captured...; outputs condition, carried..., scans...
 
 
 # -- ONNX graph helpers -----------------------------------------------------------

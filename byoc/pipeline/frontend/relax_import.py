@@ -29,7 +29,9 @@ from byoc.pipeline.frontend.check import (
 )
 from byoc.pipeline.frontend.dims import DimSetting, split_dim_settings
 from byoc.pipeline.frontend.load import ModelSource, load_model
-from byoc.pipeline.frontend.onnx_model import DimRange, ImportedModel, OnnxNode, TensorSpec, default_opset, name_nodes
+from byoc.pipeline.frontend.loop_bodies import check_body
+from byoc.pipeline.frontend.onnx_model import (DimRange, HostLoop, ImportedModel, OnnxNode, TensorSpec, default_opset,
+                                               name_nodes)
 from byoc.pipeline.frontend.prepare import prepare
 from byoc.pipeline.frontend.prepare.simplify import QUIET_LOCK
 from byoc.pipeline.frontend.shapes import apply_input_shapes, model_inputs, name_dims
@@ -53,6 +55,11 @@ def import_model(
     """
     if isinstance(source, ImportedModel):
         return source
+    return _imported(source, input_shapes, base_dir, dims)
+
+
+def _imported(source: ModelSource, input_shapes=None, base_dir=None, dims=None, scope: str = "") -> ImportedModel:
+    """:func:`import_model`; with ``scope``, of the body of the host loop of that symbol (``loop_bodies``)."""
     fixed, ranges = split_dim_settings(dims)
     model = inline_local_functions(load_model(source, base_dir))
     check_tensor_values(model.graph)
@@ -72,8 +79,8 @@ def import_model(
     try:
         check_supported_ops(prep.model.graph, prep.origin)
         _log.info("importing %d prepared nodes into Relax", len(prep.model.graph.node))
-        mod, node_of, tensor_of, absorbed = to_relax(prep.model, inputs, prep.origin,
-                                                      _op_types(model, prep.origin), dim_ranges)
+        mod, node_of, tensor_of, absorbed, loops = to_relax(prep.model, inputs, prep.origin,
+                                                             _op_types(model, prep.origin), dim_ranges, scope)
     except ModelLoadError as err:
         if not prep.simplifier:
             raise
@@ -82,17 +89,28 @@ def import_model(
         given = prep.unfolded.model if prep.unfolded else model
         try:
             check_supported_ops(given.graph)
-            mod, node_of, tensor_of, absorbed = to_relax(given, inputs, dim_ranges=dim_ranges)
+            mod, node_of, tensor_of, absorbed, loops = to_relax(given, inputs, dim_ranges=dim_ranges, scope=scope)
         except ModelLoadError:
             raise err from None
         warnings.warn(f"the model prepared by {prep.simplifier} does not import ({err}); "
                       "imported the model as given, without folding", stacklevel=2)
         removed = prep.unfolded.fate if prep.unfolded else {}
         return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of, prepared={**removed, **absorbed},
-                             prepared_model=given, tensor_of=tensor_of, dims=dim_ranges)
+                             prepared_model=given, tensor_of=tensor_of, dims=dim_ranges,
+                             loops=_host_loops(loops, {}), scope=scope)
     return ImportedModel(mod, model, inputs, _output_specs(model, mod), node_of,
                          prepared={**prep.fate, **absorbed}, prepared_model=prep.model, simplifier=prep.simplifier,
-                         tensor_of=tensor_of, dims=dim_ranges)
+                         tensor_of=tensor_of, dims=dim_ranges, loops=_host_loops(loops, prep.origin), scope=scope)
+
+
+def _host_loops(specs: list, origin: Mapping[str, str]) -> list[HostLoop]:
+    """Each Loop the host runs, its body imported (its own loops too) and checked (``loop_bodies``)."""
+    loops = []
+    for spec in specs:
+        body = _imported(spec.body, scope=spec.symbol)
+        check_body(spec, body.mod["main"])
+        loops.append(HostLoop(origin.get(spec.node, spec.node), spec, body))
+    return loops
 
 
 def _op_types(model: onnx.ModelProto, origin: Mapping[str, str]) -> dict[str, str]:
@@ -132,8 +150,9 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
 
 
 def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[str, str] | None = None,
-              op_types: Mapping[str, str] | None = None, dim_ranges: Mapping[str, DimRange] | None = None):
-    """Import ``model`` into Relax: ``(mod, node_of, tensor_of, absorbed)``; see :class:`ImportedModel`.
+              op_types: Mapping[str, str] | None = None, dim_ranges: Mapping[str, DimRange] | None = None,
+              scope: str = ""):
+    """Import ``model`` into Relax: ``(mod, node_of, tensor_of, absorbed, loops)``; see :class:`ImportedModel`.
 
     ``node_of`` names the user's nodes through ``origin``, which maps a
     (prepared) node name of ``model`` to the user's node, and ``op_types``
@@ -141,6 +160,8 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     is the user's own. ``tensor_of`` names the tensors of ``model``: a fused
     node's result holds the tensor it was fused into. ``absorbed`` maps a user
     node the import made nothing of to why (:mod:`byoc.pipeline.frontend.import_rewrites`).
+    ``loops`` are the Loops the host runs (:class:`~byoc.pipeline.frontend.loop_bodies.LoopSpec`), their
+    bodies not yet imported; ``scope`` names the host loop whose body ``model`` is (:class:`ImportedModel`).
     """
 
     from tvm import relax
@@ -157,7 +178,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     specs = list(inputs) + [TensorSpec(name, tuple(t.dims), str(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)))
                             for name, t in held.items()]
     importer = ProvenanceImporter({s.name: list(s.shape) for s in specs}, {s.name: s.dtype for s in specs},
-                                  dim_ranges or {})
+                                  dim_ranges or {}, scope)
     try:
         # TVM's importer prints and warns on its own; a library must not. The silencing swaps process-wide
         # state (sys.stdout, the warning filters) and the importer keeps some of its own: one import at a time.
@@ -172,7 +193,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
             if held:
                 mod = bind_trailing_params(mod, [onnx.numpy_helper.to_array(t) for t in held.values()])
             main, merged = merged_common_subexpressions(mod["main"])
-            main, renamed = unique_binding_names(main)
+            main, renamed = unique_binding_names(main, scope)
             mod.update_func(mod.get_global_var("main"), main)
     except ModelLoadError:
         raise
@@ -209,7 +230,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
         if user and user not in computed and user not in absorbed:
             other = (origin or {}).get(same.name, same.name) if same else "an earlier node"
             absorbed[user] = f"computes what {other} computes (one computation serves both)"
-    return mod, node_of, tensor_of, absorbed
+    return mod, node_of, tensor_of, absorbed, importer.loops
 
 
 def _fold_constants(mod):

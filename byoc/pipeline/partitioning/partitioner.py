@@ -25,6 +25,7 @@ from byoc.pipeline.annotate.annotator import BINDINGS_ATTR, Annotation, Decision
 from byoc.errors import ByocError, TargetError, last_line
 from byoc.pipeline.frontend import import_model
 from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode, TensorSpec
+from byoc.pipeline.partitioning.host_loops import with_host_loops
 from byoc.pipeline.partitioning.merging import merge_regions
 from byoc.vendor.graph import PartitionGraph, partition_graph
 from byoc.vendor.options import vendor_option_settings
@@ -127,6 +128,9 @@ class PartitionPlan:
     #: the sizes static-shape vendors' partitions are specialized for (``partition(..., specialize=...)``), as
     #: profiles: dim name -> size (:func:`~byoc.pipeline.partitioning.specializations.parse_specialize`)
     specialize: tuple = ()
+    #: each Loop the host runs (its node's name) -> the plan of its body, whose partitions and decisions this
+    #: plan's lists hold too (:mod:`~byoc.pipeline.partitioning.host_loops`)
+    loops: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         parts = ", ".join(p.name for p in self.partitions) or "none"
@@ -434,11 +438,15 @@ def cut(imported: ImportedModel, vendors: list[Vendor], preset: TargetPreset, mi
     plan.demoted, plan.imposed, plan.fallbacks = demoted, imposed, fallbacks
     for part in plan.partitions:
         part.split = next((split_at[(part.vendor, b)] for b in part.bindings if (part.vendor, b) in split_at), "")
+    if imported.loops:  # each body cut as a model of its own, under the same policies (its names are its own)
+        with_host_loops(plan, {loop: cut(loop.body, vendors, preset, min_ops, keep_on_host, imposed, vendor_options)
+                               for loop in imported.loops})
     return plan
 
 
-def _rename_regions(mod):
-    """Name each Codegen function ``<vendor>_<index>`` in call order (GlobalVar and symbol)."""
+def _rename_regions(mod, scope: str = ""):
+    """Name each Codegen function ``<vendor>_<index>`` in call order (GlobalVar and symbol); in a host loop's body
+    (``scope``), ``<vendor>_<scope>_<index>``."""
     import tvm
     from tvm import relax
     from tvm.relax.expr import _update_type
@@ -449,7 +457,7 @@ def _rename_regions(mod):
         vendor = str(mod[gvar].attrs["Codegen"])
         index = counters.get(vendor, 0)
         counters[vendor] = index + 1
-        new = tvm.ir.GlobalVar(f"{vendor}_{index}")
+        new = tvm.ir.GlobalVar(f"{vendor}_{scope}_{index}" if scope else f"{vendor}_{index}")
         _update_type(new, gvar.ty)
         renamed[gvar] = new
 
@@ -513,7 +521,7 @@ def _plan(imported, annotation, merged, min_ops, keep_on_host, target, vendor_op
     items = _tuple_outputs(imported, original)
     sources = _source_names(imported, original, items)
     order = {b.var.name: i for i, b in enumerate(b for block in original.body.blocks for b in block.bindings)}
-    merged = _rename_regions(merged)
+    merged = _rename_regions(merged, imported.scope)
     main = merged["main"]
     # Label every value of the partitioned main by what produced it, walking in
     # order: merging creates new variables whose names may collide with the

@@ -6,17 +6,20 @@ over a few layers becomes one partition, as the layers would be. onnxruntime
 keeps the loop on its CPU provider and partitions each body alone; onnx-mlir
 lowers both ops for static shapes, as this does.
 
-* **Loop** (opset 11+ semantics). The trip count ``M`` must be a constant (an
+* **Loop** (opset 11+ semantics), where the trip count ``M`` is a constant (an
   initializer or a Constant node; folding makes most computed counts one:
   the unrolling runs again after it). Iteration ``k`` reads the constant
   ``k`` as ``iteration_num``. When the body's condition passes its input
   through (or is a constant true), every iteration runs. When the body
   computes it, the loop runs its ``M`` iterations with each carried value
   kept (``Where``) once the condition has been false: what ONNX's loop
-  returns, with no data-dependent shape. Scan outputs then depend on data
-  and are refused, and so is a carried value whose shape the body does not
-  declare unchanged (one that grows would have a shape only the data tells). Scan outputs of a full loop are each iteration's value,
-  stacked on a new first axis.
+  returns, with no data-dependent shape. Scan outputs of a full loop are
+  each iteration's value, stacked on a new first axis. Every other Loop
+  stays as it is, for the host to run (:mod:`byoc.pipeline.frontend.loop_bodies`):
+  a trip count known only when the model runs, no trip count (a while loop),
+  scan outputs of a loop that may stop early, a carried value whose shape
+  the body does not declare unchanged in such a loop, scan outputs of 0
+  iterations, and more iterations than :data:`MAX_UNROLLED_NODES` allows.
 * **Scan** (opset 9+). The sequence length is the static size of the scan
   inputs' scan axis. Iteration ``t`` reads each scan input's slice ``t``
   (``Gather``; from the end for a reverse direction) and each scan output is
@@ -27,12 +30,10 @@ values ``<loop node>/<k>/<body value>``. Subgraphs inside a body (an ``If``)
 are copied with the body's names renamed. Nested loops unroll from the
 outside in, each pass taking what the last one exposed.
 
-What is not unrolled raises :class:`~byoc.errors.UnsupportedAttributeError`
-naming the node and why: a trip count that is not a constant, a loop with
-neither trip count nor condition (unbounded), an unrolling above
-:data:`MAX_UNROLLED_NODES`, scan outputs of a loop that may stop early (or a
-carried value of it whose shape may change), a Scan over a length that is not
-static.
+What cannot run raises :class:`~byoc.errors.UnsupportedAttributeError` naming
+the node and why: a loop with neither trip count nor condition (unbounded),
+a Scan over a length that is not static or more steps than
+:data:`MAX_UNROLLED_NODES` allows, a Scan before opset 9.
 """
 
 from __future__ import annotations
@@ -132,15 +133,8 @@ class _Unroller:
             self._cannot(node, "a loop with neither a trip count nor a condition runs without bound",
                          "give it a trip count (ONNX Loop's input M)")
             return None
-        if not trip:
-            self._cannot(node, "a loop with no trip count runs until its condition is false, a number of "
-                         "iterations known only at run time", "give it a constant trip count (ONNX Loop's input M)")
-            return None
-        count = self.constants.get(trip)
-        if count is None:
-            self._cannot(node, f"its trip count {trip!r} is computed at run time",
-                         "give the model static input shapes (dims=) so that it folds to a constant, or export "
-                         "the loop with a constant trip count")
+        count = self.constants.get(trip) if trip else None
+        if count is None:  # iterations known only when the model runs: the host runs the loop (loop_bodies)
             return None
         count = int(np.asarray(count).reshape(-1)[0])
         if cond and cond in self.constants and not bool(np.asarray(self.constants[cond]).reshape(-1)[0]):
@@ -150,22 +144,14 @@ class _Unroller:
         stops = not _passes_condition_through(body, self.constants)
         if cond and cond not in self.constants:
             stops = True
-        if stops and n_scan and count:
-            self._cannot(node, "a loop that may stop early has scan outputs, whose length then depends on the data",
-                         "return the values as loop-carried state instead")
-            return None
+        if stops and n_scan and count:  # as many scan outputs as iterations run, which the data tells: the host
+            return None                 # runs the loop (loop_bodies)
         if stops and count and not _carried_shapes_kept(body, n_carried):
-            # Where(running, new, old) is the loop's value only if new and old have one shape: a value that grows
-            # in a loop that may stop early has a shape only the data tells
-            self._cannot(node, "a loop that may stop early carries a value whose shape its body does not declare "
-                         "unchanged", "declare the body's carried inputs and outputs with the same shapes")
+            # Where(running, new, old) is the loop's value only if new and old have one shape: a value whose shape
+            # may change runs in the host loop, which checks the body keeps it
             return None
-        if not self._fits(node, body, count):
-            return None
-        if n_scan and not count:
-            self._cannot(node, "a loop of 0 iterations with scan outputs (their element shape is unknown)",
-                         "give it at least one iteration")
-            return None
+        if not self._fits(node, body, count, refuse=False) or (n_scan and not count):
+            return None  # too many to unroll, or scan outputs of no iteration: the host runs the loop
         nodes: list[onnx.NodeProto] = []
         prefix = node.name
         running = cond if (stops and cond) else ""
@@ -246,10 +232,13 @@ class _Unroller:
         return nodes + self._bind_outputs(node, finals)
 
     # -- shared pieces -------------------------------------------------------------------------------------------
-    def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int) -> bool:
-        """Whether ``count`` iterations of ``body`` fit in what the model may still unroll; takes them from it."""
+    def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int, refuse: bool = True) -> bool:
+        """Whether ``count`` iterations of ``body`` fit in what the model may still unroll; takes them from it.
+        When they do not, ``refuse`` raises (where required) naming the node."""
         size = count * max(1, _node_count(body))
         if size > self.budget[0]:
+            if not refuse:
+                return False
             self._cannot(node, f"{count} iterations of a {len(body.node)}-node body would unroll into {size} nodes "
                          f"(byoc unrolls at most {MAX_UNROLLED_NODES} per model, nested loops included)",
                          "export fewer iterations per loop")

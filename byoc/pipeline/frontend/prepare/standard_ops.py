@@ -5,7 +5,7 @@ Ops ONNX defines by a function are inlined as that function instead
 (:mod:`~byoc.pipeline.frontend.prepare.function_ops`); this table holds ops whose definition is prose only, and
 attributes TVM's converters read past, giving a wrong answer without an error:
 
-* LpNormalization (TVM has none);
+* LpNormalization and ReverseSequence (TVM has neither);
 * IsInf with ``detect_negative`` or ``detect_positive`` 0 (TVM flags both infinities);
 * SpaceToDepth in ``mode="CRD"`` (opset 28; TVM computes DCR);
 * ConvTranspose with ``output_shape`` (TVM ignores it): explicit pads and output padding instead, as ONNX
@@ -172,6 +172,25 @@ def _resize(u: NodeRewrite) -> bool:
     return False
 
 
+def _reverse_sequence(u: NodeRewrite) -> None:
+    """ReverseSequence (TVM has none): ``y[t, b] = x[len_b - 1 - t, b]`` where ``t < len_b``, else ``x[t, b]``, as a
+    GatherElements along the time axis of indices worked out from the lengths (rows: time, columns: batch)."""
+    shape, time_axis = u.shapes.get(u.input(0)), u.attr("time_axis", 0)  # the batch axis is the other of 0 and 1
+    if shape is None or not isinstance(shape[time_axis], int):
+        raise u.refuse("a time axis whose length is not known when the model is compiled",
+                       "give the model static input shapes (dims=)")
+    steps = np.arange(shape[time_axis], dtype=np.int64).reshape((-1, 1) if time_axis == 0 else (1, -1))
+    t = u.const("steps", steps)
+    lengths = u.unsqueeze(u.input(1), [0 if time_axis == 0 else 1], "lengths")
+    last = u.add("Sub", [lengths, u.int_scalar("one", 1)], "last")
+    inside = u.add("Less", [t, lengths], "inside")
+    index = u.add("Where", [inside, u.add("Sub", [last, t], "reversed"), t], "index")
+    if len(shape) > 2:  # the same index for every element of a step: broadcast over the trailing axes
+        index = u.unsqueeze(index, list(range(2, len(shape))), "index_expanded")
+        index = u.add("Expand", [index, u.add("Shape", [u.input(0)], "shape")], "index_full")
+    u.add("GatherElements", [u.input(0), index], "reversed_sequence", output=u.output(0), axis=time_axis)
+
+
 #: (domain, op type) -> (which of its nodes need the entry, the rewrite)
 _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable[[NodeRewrite], None]]] = {
     ("", "LpNormalization"): (lambda node: True, _lp_normalization),
@@ -183,6 +202,7 @@ _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable
     ("", "Resize"): (lambda node: True, _resize),
     ("", "BitShift"): (lambda node: True, _bit_shift),
     ("", "Mod"): (lambda node: not _attr(node, "fmod", 0), _float_mod),
+    ("", "ReverseSequence"): (lambda node: True, _reverse_sequence),
 }
 
 
