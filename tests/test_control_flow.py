@@ -317,3 +317,21 @@ def test_a_host_loop_is_refused_by_the_standalone_export_by_name(tmp_path):
     artifact = compiled(onnx.load(EXPORTED / "dynamo_while.onnx"), vendors=("c_source",))
     with pytest.raises(StandaloneError, match="Loop 'node_while_loop__1' runs on the host as a loop of calls"):
         artifact.export_standalone(tmp_path / "standalone")
+
+
+def test_a_carried_value_whose_shape_changes_at_run_time_is_an_input_shape_error():
+    # h' = (h ++ h)[:i + 2]: 2 long in the first iteration, 3 in the second; only the run tells
+    body = helper.make_graph([
+        helper.make_node("Concat", ["h", "h"], ["hh"], axis=0), const("zero", np.array([0], np.int64)),
+        const("two", np.array(2, np.int64)), helper.make_node("Add", ["i", "two"], ["end0"]),
+        helper.make_node("Unsqueeze", ["end0", "zero"], ["end"]), helper.make_node("Slice", ["hh", "zero", "end"], ["h_out"]),
+        helper.make_node("Identity", ["cond"], ["cond_out"]),
+    ], "body", [tensor("i", TensorProto.INT64, []), tensor("cond", TensorProto.BOOL, []), tensor("h", TensorProto.FLOAT, ["n"])],
+        [tensor("cond_out", TensorProto.BOOL, []), tensor("h_out", TensorProto.FLOAT, ["m"])])
+    model = model_of([helper.make_node("Loop", ["M", "", "x"], ["y"], body=body, name="slicing")],
+                     [tensor("x", TensorProto.FLOAT, [2]), tensor("M", TensorProto.INT64, [])],
+                     [tensor("y", TensorProto.FLOAT, ["k"])])
+    artifact = compiled(model, vendors=("c_source",))
+    assert_matches(artifact, model, {"x": np.array([1, 2], np.float32), "M": np.array(1)})  # one iteration: 2 long
+    with pytest.raises(byoc.InputShapeError, match="a Loop the host runs carries whose shape changes"):
+        artifact.run({"x": np.array([1, 2], np.float32), "M": np.array(3)})

@@ -345,12 +345,14 @@ class Artifact:
             if "match_cast" not in str(err):
                 raise
             # the importer's run-time checks where no analysis of the dims could tell (byoc.pipeline.frontend.importer,
-            # .run_time_values)
+            # .run_time_values, .loop_bodies)
             raise InputShapeError(
                 "these inputs break a relation between dims that the model holds at run time (a Squeeze of a dim "
                 "that must be 1, a Concat of dims that must be equal, or a value given at run time that decides a "
                 "shape: reduction axes out of range or named twice, a Reshape's shape of another element count, "
-                f"Split sizes that do not add up to the axis, a TopK k over it): {last_line(err).strip()}") from None
+                "Split sizes that do not add up to the axis, a TopK k over it; or a value a Loop the host runs "
+                "carries whose shape changes from one iteration to the next, which the loop keeps): "
+                f"{last_line(err).strip()}") from None
         record = self._run_io()
         return vm_outputs(result, record["fresh_outputs"] if record else None)
 
