@@ -4,9 +4,11 @@ for the vendors, and checked against onnxruntime running the model as written (w
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import byoc
 from byoc.errors import StandaloneError, UnsupportedAttributeError
+from byoc.tools.report import REPORT_SCHEMA
 from byoc.pipeline.frontend.prepare import control_flow
 
 OPSET = 17
@@ -311,6 +314,14 @@ def test_a_host_loop_in_a_host_loop_reads_the_outer_body_and_survives_export(tmp
         assert_matches(artifact, model, feed)
     artifact.export(tmp_path / "nested.so")
     assert_matches(byoc.load(tmp_path / "nested.so"), model, feeds[-1])
+    report = json.loads(byoc.report(plan, format="json"))
+    jsonschema.validate(report, REPORT_SCHEMA)
+    assert report["loops"] == [
+        {"node": "outer_loop", "partitions": ["dnnl_loop0_0", "dnnl_loop0_1", "dnnl_loop0_loop0_0"],
+         "host_nodes": ["outer_loop/Cast_0", "outer_loop/inner_loop"]},
+        {"node": "outer_loop/inner_loop", "partitions": ["dnnl_loop0_loop0_0"], "host_nodes": []}]
+    assert "  outer_loop/inner_loop: body partitions dnnl_loop0_loop0_0; body nodes with host ops none" \
+        in byoc.report(plan)
 
 
 def test_a_host_loop_is_refused_by_the_standalone_export_by_name(tmp_path):

@@ -120,6 +120,17 @@ def _device(plan) -> dict:
     return {"device": device}
 
 
+def _loops(plan: PartitionPlan) -> list[dict]:
+    """Each Loop the host runs (nested ones after the loop that holds them): its body's partitions, and the body's
+    ONNX nodes with ops on the host."""
+    loops = []
+    for node, body in plan.loops.items():
+        loops.append({"node": node, "partitions": [p.name for p in body.partitions],
+                      "host_nodes": list(dict.fromkeys(d.node.name for d in body.host_ops if d.node is not None))})
+        loops += _loops(body)
+    return loops
+
+
 def _specializations(part, plan) -> dict:
     """A static-shape partition's sizes as the report gives them, and what a call at another size does."""
     vendor = next(v for v in plan.vendors if v.name == part.vendor)
@@ -189,6 +200,7 @@ def build_report(
         ],
         **({"fallbacks": [{"vendor": f.vendor, "partition": f.partition, "ops": f.ops, "reason": f.reason}
                           for f in plan.fallbacks]} if plan.fallbacks else {}),
+        **({"loops": _loops(plan)} if plan.loops else {}),
         **_device(plan),
         "host_ops": _host_groups(plan),
         "nodes": _nodes(plan),

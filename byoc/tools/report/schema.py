@@ -91,6 +91,17 @@ REPORT_SCHEMA = {
                 },
             },
         },
+        # each Loop the host runs: its body's partitions and the body's nodes with host ops (their names
+        # "<loop>/<node>"); absent when the model has none
+        "loops": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["node", "partitions", "host_nodes"],
+                "properties": {"node": {"type": "string"}, "partitions": {"type": "array", "items": {"type": "string"}},
+                               "host_nodes": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
         "fallbacks": {
             "type": "array",
             "items": {

@@ -80,6 +80,10 @@ def render_text(report: Mapping) -> str:
     for vendor, device in report.get("device", {}).items():
         lines += ["", f"Device memory ({vendor}: {device['memory']})"]
         lines += [line for text in _device_text(device) for line in _wrap(text, hang=4)]
+    if report.get("loops"):
+        lines += ["", "Loops the host runs (each body partitioned on its own)"]
+        lines += [f"  {loop['node']}: body partitions {', '.join(loop['partitions']) or 'none'}; body nodes with "
+                  f"host ops {', '.join(loop['host_nodes']) or 'none'}" for loop in report["loops"]]
     if report.get("fallbacks"):
         lines += ["", "Fallbacks (partitions their vendors gave back)"]
         lines += [f"  {f['partition']} ({f['ops']} op{'s' if f['ops'] != 1 else ''}) back from {f['vendor']}: "
