@@ -131,20 +131,23 @@ def test_a_loop_that_stops_on_a_computed_condition_keeps_its_last_state():
         assert_matches(artifact, model, {"x": np.array(x, np.float32), "limit": np.array(limit, np.float32)})
 
 
-def scan_model(reverse: int, out_axis: int) -> onnx.ModelProto:
-    """A running sum over the scan axis of x [2, 5, 3] (axis 1), each step's state @ W also a scan output."""
+def scan_model(reverse: int, out_axis: int, batch: int | str = 2, length: int | str = 5,
+               out_reverse: int = 0) -> onnx.ModelProto:
+    """A running sum over the scan axis of x [batch, length, 3] (axis 1), each step's state @ W also a scan output."""
     weight = numpy_helper.from_array(RNG.standard_normal((3, 4)).astype(np.float32), "W")
     body = helper.make_graph([
         helper.make_node("Add", ["acc", "x_t"], ["acc_out"]),
         helper.make_node("MatMul", ["acc_out", "W"], ["y_t"]),
-    ], "body", [tensor("acc", TensorProto.FLOAT, [2, 3]), tensor("x_t", TensorProto.FLOAT, [2, 3])],
-        [tensor("acc_out", TensorProto.FLOAT, [2, 3]), tensor("y_t", TensorProto.FLOAT, [2, 4])])
+    ], "body", [tensor("acc", TensorProto.FLOAT, [batch, 3]), tensor("x_t", TensorProto.FLOAT, [batch, 3])],
+        [tensor("acc_out", TensorProto.FLOAT, [batch, 3]), tensor("y_t", TensorProto.FLOAT, [batch, 4])])
     scan = helper.make_node("Scan", ["init", "x"], ["acc_final", "ys"], name="running_sum", body=body,
                             num_scan_inputs=1, scan_input_axes=[1], scan_input_directions=[reverse],
-                            scan_output_axes=[out_axis])
-    out_shape = [5, 2, 4] if out_axis == 0 else [2, 5, 4] if out_axis in (1, -2) else [2, 4, 5]
-    return model_of([scan], [tensor("init", TensorProto.FLOAT, [2, 3]), tensor("x", TensorProto.FLOAT, [2, 5, 3])],
-                    [tensor("acc_final", TensorProto.FLOAT, [2, 3]), tensor("ys", TensorProto.FLOAT, out_shape)],
+                            scan_output_axes=[out_axis], scan_output_directions=[out_reverse])
+    out_shape = [length, batch, 4] if out_axis == 0 else [batch, length, 4] if out_axis in (1, -2) \
+        else [batch, 4, length]
+    return model_of([scan], [tensor("init", TensorProto.FLOAT, [batch, 3]),
+                             tensor("x", TensorProto.FLOAT, [batch, length, 3])],
+                    [tensor("acc_final", TensorProto.FLOAT, [batch, 3]), tensor("ys", TensorProto.FLOAT, out_shape)],
                     [weight])
 
 
@@ -346,3 +349,16 @@ def test_a_carried_value_whose_shape_changes_at_run_time_is_an_input_shape_error
     assert_matches(artifact, model, {"x": np.array([1, 2], np.float32), "M": np.array(1)})  # one iteration: 2 long
     with pytest.raises(byoc.InputShapeError, match="a Loop the host runs carries whose shape changes"):
         artifact.run({"x": np.array([1, 2], np.float32), "M": np.array(3)})
+
+
+@pytest.mark.parametrize("reverse,out_axis,out_reverse", [(0, 0, 0), (1, -1, 1)])
+def test_a_scan_over_a_symbolic_length_and_batch_runs_on_the_host_with_its_body_on_dnnl(reverse, out_axis,
+                                                                                        out_reverse):
+    model = scan_model(reverse, out_axis, batch="batch", length="steps", out_reverse=out_reverse)
+    artifact = compiled(model)
+    (body,) = artifact.plan.loops.values()  # the Scan's, as a Loop the host runs: its body one dnnl partition
+    assert list(artifact.plan.loops) == ["running_sum"] and [p.vendor for p in body.partitions] == ["dnnl"]
+    assert "relax.matmul" in body.partitions[0].ops
+    for batch, length in ((2, 5), (3, 1), (1, 7)):
+        assert_matches(artifact, model, {"init": RNG.standard_normal((batch, 3)).astype(np.float32),
+                                         "x": RNG.standard_normal((batch, length, 3)).astype(np.float32)})

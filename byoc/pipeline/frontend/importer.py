@@ -22,7 +22,7 @@ from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
                                                     without_implied_broadcasts)
-from byoc.pipeline.frontend.loop_bodies import convert_loop
+from byoc.pipeline.frontend.loop_bodies import convert_loop, loop_reads
 from byoc.pipeline.frontend.onnx_model import LoopSpec, OnnxNode
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, reduce_over_run_time_axes, reshape_to_run_time_shape,
                                                      split_at_run_time_sizes, top_k_of_run_time_k)
@@ -138,7 +138,11 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
-            sym, spec = convert_loop(self.bb, node.name, symbol, inputs, attrs, self._nodes, opset)
+            # a count from a Shape, a carried dim: tensors, as the body's inputs are
+            outer = {name: _shape_value_as_tensor(value, self.bb) for name, value in self._nodes.items()
+                     if name in loop_reads(attrs["body"])}
+            values = [_shape_value_as_tensor(x, self.bb) for x in inputs]
+            sym, spec = convert_loop(self.bb, node.name, symbol, values, attrs, outer, opset)
             self.loops.append(spec)
         elif op_name == "NonMaxSuppression":
             inputs, sym = _nms_parameters(inputs, node), None
@@ -446,12 +450,20 @@ def _shapes_as_tensors(op_name: str, inputs, bb) -> None:
         if not computed:
             return
     for i in symbolic:
-        value = inputs[i]
-        if isinstance(value, relax.ShapeExpr):
-            inputs[i] = bb.normalize(relax.op.shape_to_tensor(value))
-        else:
-            vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
-            inputs[i] = bb.normalize(relax.op.reshape(vector, ()))
+        inputs[i] = _shape_value_as_tensor(inputs[i], bb)
+
+
+def _shape_value_as_tensor(value, bb):
+    """A symbolic shape value (a ShapeExpr, :class:`_ShapeValue` or scalar int prim) as an int64 tensor (a scalar for
+    the prim); any other value as it is."""
+    if isinstance(value, _ShapeValue):
+        value = value.shape
+    if isinstance(value, relax.ShapeExpr):
+        return bb.normalize(relax.op.shape_to_tensor(value))
+    if not _is_int_prim(value):
+        return value
+    vector = bb.normalize(relax.op.shape_to_tensor(relax.ShapeExpr([value])))
+    return bb.normalize(relax.op.reshape(vector, ()))
 
 
 def _agree_on_concat_dims(inputs, axis: int, bb) -> None:

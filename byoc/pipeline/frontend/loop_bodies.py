@@ -1,20 +1,22 @@
-"""Loops the host runs: a Loop whose trip count is known only when the model runs (dynamo's ``while_loop``, a
-count computed from a symbolic dim), which :mod:`~byoc.pipeline.frontend.prepare.control_flow` cannot unroll.
+"""Loops the host runs: a Loop whose iterations are known only when the model runs (dynamo's ``while_loop``, a
+count computed from a symbolic dim, a Scan over a symbolic length), which
+:mod:`~byoc.pipeline.frontend.prepare.control_flow` cannot unroll.
 
 The import makes two things of such a node (:func:`convert_loop`):
 
 * **a placeholder** in the graph being imported: a call of a function named by the loop's symbol (``loop0``,
-  ...), which only declares its type until the build defines it, with the loop's inputs (trip count and condition as scalars, the carried values, then the outer tensors the
-  body reads) and its outputs' types. A carried value keeps its initial value's type: the body is checked to
-  keep it (:func:`check_body`). Each scan output is ``(iterations, *element)``, its element shape static;
-* **the body as an ONNX model of its own** (:class:`~byoc.pipeline.frontend.onnx_model.LoopSpec`): inputs ``iteration, condition, carried...,
-  captured...`` (the outer tensors it reads that are not constants; constants become its initializers), outputs
-  the body's. Its nodes are named ``<loop node>/<body node>``, so that reports name them apart from the main
-  graph's.
+  ...), which only declares its type until the build defines it. It takes the trip count and condition as
+  scalars, the carried values, then the outer tensors the body reads; it gives the loop's outputs. A carried value
+  keeps its initial value's type: the body is checked to keep it (:func:`check_body`). Each scan output is
+  ``(iterations, *element)``, its element's dims static or the body's inputs';
+* **the body as an ONNX model of its own** (:class:`~byoc.pipeline.frontend.onnx_model.LoopSpec`): inputs
+  ``iteration, condition, carried..., captured...`` (the outer tensors it reads that are not constants; constants
+  become its initializers), outputs the body's. Its nodes are named ``<loop node>/<body node>``, so that reports
+  name them apart from the main graph's.
 
 ``relax_import`` imports each body as a model (nested loops included), and partitioning cuts it for the vendors
-as it cuts the main graph; :mod:`byoc.pipeline.partitioning.host_loops` then replaces the placeholder by a call of
-a recursive function that runs the body's partitions. The loop control (count, condition, stacking the scan
+as it cuts the main graph; :mod:`byoc.pipeline.partitioning.host_loops` then defines the placeholder as a
+recursive function that runs the body's partitions. The loop control (count, condition, stacking the scan
 outputs) runs on the host, as onnxruntime runs it on its CPU provider.
 """
 
@@ -28,7 +30,7 @@ from byoc.errors import UnsupportedAttributeError
 from byoc.pipeline.frontend.onnx_model import LoopSpec, subgraphs
 from byoc.vendor.values import const_array, dim_text, is_tensor_const
 
-__all__ = ["PLACEHOLDER", "check_body", "convert_loop"]
+__all__ = ["PLACEHOLDER", "check_body", "convert_loop", "element_type", "loop_reads"]
 
 #: what a loop's function calls until the build defines it: no such function exists, so a module that kept one
 #: fails to run rather than run something else
@@ -62,7 +64,7 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
                      "carried values", "write the body as ONNX's Loop defines it")
     constants: list[onnx.TensorProto] = []
     captured: list[tuple[str, object]] = []
-    for outer_name in _captured(body):
+    for outer_name in loop_reads(body):
         value = outer.get(outer_name)
         if value is not None and is_tensor_const(value):
             constants.append(numpy_helper.from_array(const_array(value), outer_name))
@@ -80,11 +82,10 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
     elements, scan_types = [], []
     for vi in list(inferred)[1 + n_carried:]:
         tensor = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        if not tensor.HasField("shape") or None in dims:
-            raise refuse(f"its scan output {vi.name!r} has an element shape known only when the model runs",
-                         "give the body's scan outputs static shapes, or carry the values instead")
-        elements.append(tuple(dims))
+        if not tensor.HasField("shape"):
+            raise refuse(f"its scan output {vi.name!r} has no known rank",
+                         "declare the rank of the body's scan outputs")
+        elements.append(tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim))
         scan_types.append(str(helper.tensor_dtype_to_np_dtype(tensor.elem_type)))
 
     args = []
@@ -97,8 +98,10 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
     call = bb.emit(relax.Call(_placeholder(bb, symbol, args, types), args), symbol)
     iterations = tirx.Var(f"{symbol}_iterations", "int64")
     outputs = [bb.emit(relax.TupleGetItem(call, k)) for k in range(n_carried)]
-    outputs += [bb.match_cast(relax.TupleGetItem(call, n_carried + j),
-                              relax.TensorType([iterations, *element], dtype))
+    # an element dim the import cannot tell (one of the body's symbolic dims) is a new variable the run binds
+    outputs += [bb.match_cast(relax.TupleGetItem(call, n_carried + j), relax.TensorType(
+        [iterations, *[tirx.Var(f"{symbol}_scan{j}_dim{k}", "int64") if d is None else d
+                       for k, d in enumerate(element)]], dtype))
                 for j, (dtype, element) in enumerate(zip(scan_types, elements))]
     spec = LoopSpec(name, symbol, model, n_carried, n_scan, trip is not None, tuple(zip(scan_types, elements)))
     if len(outputs) == 1:
@@ -119,37 +122,59 @@ def _placeholder(bb, symbol: str, args: list, types: list):
 
 def check_body(spec: LoopSpec, main) -> None:
     """Refuse, naming the Loop node, a body whose imported function ``main`` does not keep a carried value's dtype,
-    rank and static dims from one iteration to the next, or gives a scan output of another element than the
-    placeholder promised. Where its types say less (a dim computed in the body), the loop casts its outputs to
-    them, a cast each run checks (:mod:`byoc.pipeline.partitioning.host_loops`)."""
+    rank and static dims from one iteration to the next, or gives a scan output of another element than ONNX's
+    shape inference promised, or one whose dims are neither static nor dims of the body's inputs (the loop must
+    type what it stacks). Where its types say less (a dim computed in the body), the loop casts its outputs to
+    the carried types, a cast each run checks (:mod:`byoc.pipeline.partitioning.host_loops`)."""
     from tvm import relax
 
     def refuse(why: str):
         return UnsupportedAttributeError(
             f"Loop node {spec.node!r}: {why}; the host loop runs a body whose carried values keep their shapes "
-            "(declare the body's carried inputs and outputs with the same shapes)", node=spec.node)
+            "and whose scan outputs' shapes follow from its inputs' (declare the body's carried inputs and outputs "
+            "with the same shapes)", node=spec.node)
 
     ret = main.ret_ty if hasattr(main, "ret_ty") else main.body.ty
     fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
     if len(fields) != 1 + spec.carried + spec.scans:
         raise refuse(f"its body imports with {len(fields)} outputs, not {1 + spec.carried + spec.scans}")
-    expected = [(f"carried value {k}", param.ty) for k, param in enumerate(list(main.params)[2:2 + spec.carried])]
-    expected += [(f"scan output {j}", relax.TensorType(list(dims), dtype)) for j, (dtype, dims) in enumerate(spec.elements)]
-    for (what, given), returned in zip(expected, fields[1:]):
-        if not _may_equal(given, returned):
-            raise refuse(f"{what} enters the body as {_type_text(given)} and leaves it as {_type_text(returned)}"
-                         if what.startswith("carried") else
-                         f"{what} is {_type_text(returned)}, not {_type_text(given)} as ONNX's shape inference says")
+    params = list(main.params)
+    for k, (given, returned) in enumerate(zip((p.ty for p in params[2:2 + spec.carried]), fields[1:])):
+        if not _may_equal(given, returned, list(given.shape.values)):
+            raise refuse(f"carried value {k} enters the body as {_type_text(given)} and leaves it as "
+                         f"{_type_text(returned)}")
+    defined = {v for p in params for v in relax.analysis.definable_tir_vars_in_type(p.ty)}
+    for j, ((dtype, dims), returned) in enumerate(zip(spec.elements, fields[1 + spec.carried:])):
+        promised = f"{dtype}[{', '.join('?' if d is None else str(d) for d in dims)}]"
+        if str(returned.dtype) != dtype or returned.ndim != len(dims) or not _may_equal(returned, returned, dims):
+            raise refuse(f"scan output {j} is {_type_text(returned)}, not {promised} as ONNX's shape inference says")
+        if None in dims and (returned.shape is None
+                             or not set(relax.analysis.tir_vars_in_type(returned)) <= defined):
+            raise refuse(f"scan output {j} is {_type_text(returned)}: a dim computed in the body")
 
 
-def _may_equal(given, returned) -> bool:
-    """Whether tensor types ``given`` and ``returned`` may be one: dtype and rank, and each dim both know statically."""
-    if str(given.dtype) != str(returned.dtype) or given.ndim != returned.ndim:
+def element_type(spec: LoopSpec, body, j: int):
+    """The type of scan output ``j``'s element in the body function ``body``: static where ONNX's shape inference
+    says so, else as the body returns it, in its inputs' dims (:func:`check_body`)."""
+    from tvm import relax
+
+    dtype, dims = spec.elements[j]
+    if None not in dims:
+        return relax.TensorType(list(dims), dtype)
+    ret = body.ret_ty if hasattr(body, "ret_ty") else body.body.ty
+    return list(ret.fields)[1 + spec.carried + j]
+
+
+def _may_equal(given, returned, dims: list) -> bool:
+    """Whether tensor type ``returned`` may be ``given``'s, whose dims are ``dims`` (ints, None or Relax dims):
+    dtype, rank, and each dim both know statically."""
+    if str(given.dtype) != str(returned.dtype) or len(dims) != returned.ndim:
         return False
-    if given.shape is None or returned.shape is None:
+    if returned.shape is None:
         return True
     return all(not (isinstance(a, int) and isinstance(b, int)) or a == b
-               for a, b in zip((dim_text(d) for d in given.shape.values), (dim_text(d) for d in returned.shape.values)))
+               for a, b in zip((d if d is None or isinstance(d, int) else dim_text(d) for d in dims),
+                               (dim_text(d) for d in returned.shape.values)))
 
 
 def _type_text(ty) -> str:
@@ -187,7 +212,7 @@ def _value_info(name: str, value) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, [d if isinstance(d, int) else str(d) for d in dims])
 
 
-def _captured(body: onnx.GraphProto) -> list[str]:
+def loop_reads(body: onnx.GraphProto) -> list[str]:
     """The names ``body`` (and the graphs inside it) reads but does not define, in order of first use."""
     defined = {vi.name for vi in body.input} | {t.name for t in body.initializer}
     names: list[str] = []

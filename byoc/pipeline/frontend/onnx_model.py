@@ -127,7 +127,7 @@ class LoopSpec:
     carried: int  #: loop-carried values
     scans: int  #: scan outputs
     has_trip: bool  #: whether the loop has a trip count (else it runs while its condition holds)
-    elements: tuple  #: each scan output's element: (dtype, static dims)
+    elements: tuple  #: each scan output's element: (dtype, its dims: an int each, None where only the run tells)
 
 
 @dataclass(eq=False)

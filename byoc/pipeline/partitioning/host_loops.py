@@ -23,6 +23,7 @@ from typing import Mapping
 import numpy as np
 
 from byoc.errors import ByocError
+from byoc.pipeline.frontend.loop_bodies import PLACEHOLDER, element_type
 
 __all__ = ["FANOUT", "LEVELS", "run_host_loops", "with_host_loops"]
 
@@ -90,20 +91,27 @@ def _loop_functions(bb, loop, body_gv, entry_gv) -> None:
     params = list(body.params)
     carried = [p.ty for p in params[2:2 + loop.spec.carried]]
     captured = [p.ty for p in params[2 + loop.spec.carried:]]
-    scan_types = [relax.TensorType(list(dims), dtype) for dtype, dims in loop.spec.elements]
+    scan_types = [element_type(loop.spec, body, j) for j in range(loop.spec.scans)]
     scalar, flag = relax.TensorType((), "int64"), relax.TensorType((), "bool")
 
     def fresh(name: str, types: list) -> list:
         return [relax.Var(f"{name}{k}", ty) for k, ty in enumerate(types)]
 
-    def add(name: str, func_params: list, build, declared=None) -> object:
-        """Add function ``name``, its body made by ``build(builder, its GlobalVar)``; with ``declared``, a result of
-        its type, the function is declared first so that its body may call it."""
-        gvar = None if declared is None else bb.add_func(relax.Function(func_params, declared[0], declared[1]), name)
+    def add(name: str, func_params: list, build, ret_type=None) -> object:
+        """Add function ``name``, its body made by ``build(builder, its GlobalVar)``. With ``ret_type`` the function
+        is declared first, so that its body may call it, and returns that type: a level's state, whose stacked
+        outputs grow (a type inferred from one branch would say they keep their length)."""
+        gvar = None
+        if ret_type is not None:
+            declared = relax.op.call_pure_packed(PLACEHOLDER, *func_params, ty_args=[ret_type])
+            gvar = bb.add_func(relax.Function(func_params, declared, ret_type), name)
         fb = relax.BlockBuilder()
         with fb.function(name, func_params, private=True):
             fb.emit_func_output(build(fb, gvar))
-        func = copy_with_new_vars(fb.get()[name])
+        func = fb.get()[name]
+        if ret_type is not None:
+            func = relax.Function(func.params, func.body, ret_type, func.is_pure, func.attrs)
+        func = copy_with_new_vars(func)
         if gvar is None:
             return bb.add_func(func, name)
         bb.update_func(gvar, func)
@@ -174,8 +182,7 @@ def _loop_functions(bb, loop, body_gv, entry_gv) -> None:
             done = relax.Tuple([s["i"], s["cond"], *s["carried"], *s["stacked"]])
             return fb.emit(relax.If(go, then, done))
 
-        below = add(f"{loop.spec.symbol}_level{level}", p, level_body,
-                    (relax.Tuple([s["i"], s["cond"], *s["carried"], *s["stacked"]]), state_type))
+        below = add(f"{loop.spec.symbol}_level{level}", p, level_body, state_type)
 
     entry_params = ([relax.Var("trip", scalar)] if loop.spec.has_trip else []) + [relax.Var("cond", flag)] \
         + fresh("carried", carried) + fresh("captured", captured)
@@ -183,7 +190,7 @@ def _loop_functions(bb, loop, body_gv, entry_gv) -> None:
     def entry(fb, _):
         trip = entry_params[0] if loop.spec.has_trip else None
         rest = entry_params[1:] if loop.spec.has_trip else entry_params
-        empty = [relax.const(np.zeros((0, *[int(d) for d in ty.shape.values]), str(ty.dtype))) for ty in scan_types]
+        empty = [relax.op.zeros(relax.ShapeExpr([0, *ty.shape.values]), str(ty.dtype)) for ty in scan_types]
         state = fb.emit(relax.Call(below, args(relax.const(_UNBOUNDED, "int64"), relax.const(0, "int64"), trip,
                                                rest[0], rest[1:1 + loop.spec.carried], rest[1 + loop.spec.carried:], empty)))
         return relax.Tuple([fb.emit(relax.TupleGetItem(state, 2 + k))

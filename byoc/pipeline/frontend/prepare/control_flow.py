@@ -197,17 +197,10 @@ class _Unroller:
             shape = self._shape(name)
             size = None if shape is None or not shape else shape[axis % len(shape)]
             lengths.add(size if isinstance(size, int) else None)
-        if None in lengths or len(lengths) != 1:
-            self._cannot(node, "the length of its scan inputs is not static",
-                         "give the model static input shapes (dims=) for the scanned axis")
-            return None
-        length = lengths.pop()
-        if n_scan_out and not length:
-            self._cannot(node, "a Scan of length 0 with scan outputs (their element shape is unknown)",
-                         "give it a sequence of at least one element")
-            return None
-        if not self._fits(node, body, length):
-            return None
+        length = lengths.pop() if len(lengths) == 1 else None
+        if length is None or (n_scan_out and not length) or not self._fits(node, body, length, refuse=False):
+            # a length only the run tells, no step to type the outputs by, or too many steps: the host loops
+            return self._scan_as_loop(node, body, n_state, in_axes, in_dirs, out_axes, out_dirs)
         prefix = node.name
         nodes: list[onnx.NodeProto] = []
         states = list(node.input[:n_state])
@@ -230,6 +223,64 @@ class _Unroller:
         for i, (items, axis, reverse) in enumerate(zip(scans, out_axes, out_dirs)):
             finals.append(self._stack(nodes, items[::-1] if reverse else items, axis, f"{prefix}/scan_{i}"))
         return nodes + self._bind_outputs(node, finals)
+
+    def _scan_as_loop(self, node: onnx.NodeProto, body: onnx.GraphProto, n_state: int, in_axes: list,
+                      in_dirs: list, out_axes: list, out_dirs: list) -> Optional[list[onnx.NodeProto]]:
+        """The Scan as a Loop the host runs (:mod:`byoc.pipeline.frontend.loop_bodies`): its trip count the first
+        scan input's length, each step's slices Gathers in the body, each scan output stacked by the Loop on a
+        new first axis, then reversed and moved to its axis where the Scan says so."""
+        prefix, scan_inputs = node.name, list(node.input[n_state:])
+        ranks = [len(shape) if (shape := self._shape(name)) is not None else None for name in scan_inputs]
+        out_ranks = [len(vi.type.tensor_type.shape.dim) if vi.type.tensor_type.HasField("shape") else None
+                     for vi in body.output[n_state:]]
+        if None in ranks or None in out_ranks:
+            self._cannot(node, "a scan input or output of unknown rank", "give the scanned tensors known ranks")
+            return None
+        if any(out_dirs) and self.opset < 10:
+            self._cannot(node, "a reverse scan output over a length known only when the model runs, before "
+                         "opset 10 (no Slice step)", "export at opset 10 or later")
+            return None
+        nodes: list[onnx.NodeProto] = []
+        shape = self._node(nodes, "Shape", [scan_inputs[0]], f"{prefix}/input_shape")
+        axis = self._constant(f"{prefix}/scan_axis", np.array(in_axes[0] % ranks[0], dtype=np.int64))
+        count = self._node(nodes, "Gather", [shape, axis], f"{prefix}/length", axis=0)
+        iteration, cond = f"{prefix}/iteration", f"{prefix}/cond"
+        steps: list[onnx.NodeProto] = []
+        last = None
+        for i, (name, in_axis, reverse) in enumerate(zip(scan_inputs, in_axes, in_dirs)):
+            index = iteration
+            if reverse:  # step t reads slice length - 1 - t
+                last = last or self._node(steps, "Sub", [count, self._constant(f"{prefix}/one", np.array(1, np.int64))],
+                                          f"{prefix}/last")
+                index = self._node(steps, "Sub", [last, iteration], f"{prefix}/index_{i}")
+            steps.append(helper.make_node("Gather", [name, index], [body.input[n_state + i].name],
+                                          name=f"{prefix}/slice_{i}", axis=in_axis % ranks[i]))
+        steps.append(helper.make_node("Identity", [cond], [f"{prefix}/cond_out"], name=f"{prefix}/cond_out"))
+        loop_body = helper.make_graph(
+            steps + list(body.node), f"{body.name or prefix}_loop",
+            [helper.make_tensor_value_info(iteration, onnx.TensorProto.INT64, []),
+             helper.make_tensor_value_info(cond, onnx.TensorProto.BOOL, []), *body.input[:n_state]],
+            [helper.make_tensor_value_info(f"{prefix}/cond_out", onnx.TensorProto.BOOL, []), *body.output],
+            list(body.initializer))
+        stacked = [f"{prefix}/stacked_{j}" for j in range(len(out_axes))]
+        states = [output or f"{prefix}/state_{k}" for k, output in enumerate(node.output[:n_state])]
+        nodes.append(helper.make_node("Loop", [count, "", *node.input[:n_state]], states + stacked,
+                                      name=f"{prefix}/loop", body=loop_body))
+        finals = list(states)
+        for j, (value, out_axis, reverse, rank) in enumerate(zip(stacked, out_axes, out_dirs, out_ranks)):
+            if reverse:
+                value = self._node(nodes, "Slice", [
+                    value, *(self._constant(f"{prefix}/flip_{what}", np.array([v], np.int64))
+                             for what, v in (("start", -1), ("end", np.iinfo(np.int64).min), ("axis", 0),
+                                             ("step", -1)))], f"{prefix}/reversed_{j}")
+            out_axis %= rank + 1
+            if out_axis:
+                perm = list(range(1, out_axis + 1)) + [0] + list(range(out_axis + 1, rank + 1))
+                value = self._node(nodes, "Transpose", [value], f"{prefix}/moved_{j}", perm=perm)
+            finals.append(value)
+        return nodes + [helper.make_node("Identity", [value], [output], name=f"{prefix}/output_{i}")
+                        for i, (output, value) in enumerate(zip(node.output, finals))
+                        if output and output != value]
 
     # -- shared pieces -------------------------------------------------------------------------------------------
     def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int, refuse: bool = True) -> bool:
