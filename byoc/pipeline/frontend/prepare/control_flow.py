@@ -20,10 +20,12 @@ lowers both ops for static shapes, as this does.
   scan outputs of a loop that may stop early, a carried value whose shape
   the body does not declare unchanged in such a loop, scan outputs of 0
   iterations, and more iterations than :data:`MAX_UNROLLED_NODES` allows.
-* **Scan** (opset 9+). The sequence length is the static size of the scan
-  inputs' scan axis. Iteration ``t`` reads each scan input's slice ``t``
+* **Scan** (opset 9+), where the sequence length is the static size of the
+  scan inputs' scan axis. Iteration ``t`` reads each scan input's slice ``t``
   (``Gather``; from the end for a reverse direction) and each scan output is
-  the slices stacked along its axis.
+  the slices stacked along its axis. Any other Scan (a length known only when
+  the model runs, more steps than :data:`MAX_UNROLLED_NODES` allows, scan
+  outputs of 0 steps) becomes a Loop the host runs (:meth:`_Unroller._scan_as_loop`).
 
 Nodes of iteration ``k`` are named ``<loop node>/<k>/<body node>`` and their
 values ``<loop node>/<k>/<body value>``. Subgraphs inside a body (an ``If``)
@@ -32,8 +34,8 @@ outside in, each pass taking what the last one exposed.
 
 What cannot run raises :class:`~byoc.errors.UnsupportedAttributeError` naming
 the node and why: a loop with neither trip count nor condition (unbounded),
-a Scan over a length that is not static or more steps than
-:data:`MAX_UNROLLED_NODES` allows, a Scan before opset 9.
+a Scan before opset 9, a Scan the host would run whose scanned tensors have no
+known rank, or a reverse scan output of one before opset 10.
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ __all__ = ["CONTROL_FLOW_OPS", "MAX_UNROLLED_NODES", "unroll_control_flow"]
 
 CONTROL_FLOW_OPS = ("Loop", "Scan")
 
-#: Body nodes a model's Loops and Scans may unroll into, nested ones included; beyond it the node is refused rather
-#: than the graph grown without bound.
+#: Body nodes a model's Loops and Scans may unroll into, nested ones included; beyond it the host runs the loop
+#: rather than the graph growing without bound.
 MAX_UNROLLED_NODES = 20000
 
 
@@ -150,7 +152,7 @@ class _Unroller:
             # Where(running, new, old) is the loop's value only if new and old have one shape: a value whose shape
             # may change runs in the host loop, which checks the body keeps it
             return None
-        if not self._fits(node, body, count, refuse=False) or (n_scan and not count):
+        if not self._fits(body, count) or (n_scan and not count):
             return None  # too many to unroll, or scan outputs of no iteration: the host runs the loop
         nodes: list[onnx.NodeProto] = []
         prefix = node.name
@@ -198,7 +200,7 @@ class _Unroller:
             size = None if shape is None or not shape else shape[axis % len(shape)]
             lengths.add(size if isinstance(size, int) else None)
         length = lengths.pop() if len(lengths) == 1 else None
-        if length is None or (n_scan_out and not length) or not self._fits(node, body, length, refuse=False):
+        if length is None or (n_scan_out and not length) or not self._fits(body, length):
             # a length only the run tells, no step to type the outputs by, or too many steps: the host loops
             return self._scan_as_loop(node, body, n_state, in_axes, in_dirs, out_axes, out_dirs)
         prefix = node.name
@@ -283,16 +285,11 @@ class _Unroller:
                         if output and output != value]
 
     # -- shared pieces -------------------------------------------------------------------------------------------
-    def _fits(self, node: onnx.NodeProto, body: onnx.GraphProto, count: int, refuse: bool = True) -> bool:
-        """Whether ``count`` iterations of ``body`` fit in what the model may still unroll; takes them from it.
-        When they do not, ``refuse`` raises (where required) naming the node."""
+    def _fits(self, body: onnx.GraphProto, count: int) -> bool:
+        """Whether ``count`` iterations of ``body`` fit in what the model may still unroll; takes them from it
+        (:data:`MAX_UNROLLED_NODES`: beyond it the host runs the loop)."""
         size = count * max(1, _node_count(body))
         if size > self.budget[0]:
-            if not refuse:
-                return False
-            self._cannot(node, f"{count} iterations of a {len(body.node)}-node body would unroll into {size} nodes "
-                         f"(byoc unrolls at most {MAX_UNROLLED_NODES} per model, nested loops included)",
-                         "export fewer iterations per loop")
             return False
         self.budget[0] -= size
         return True
