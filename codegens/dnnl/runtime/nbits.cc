@@ -19,6 +19,18 @@ constexpr int64_t kGemvRows = 3;
 // Rows of B^T (columns of y) per unit of work, and codes of K per chunk (AVX2: each 16 columns' 256 x 16 floats,
 // in L1, against a chunk of x's strips, in L2).
 constexpr int64_t kPanel = 256, kDepth = 256;
+
+// The columns of a unit of a GEMM's work: kPanel, halved (down to 64) while the panels would not share out evenly
+// between the team (BERT's 768 columns were 3 panels on 2 threads: one thread did two, the other waited).
+int64_t PanelWidth(int64_t n, int64_t threads) {
+  int64_t width = kPanel;
+  while (width > 64) {
+    const int64_t panels = (n + width - 1) / width;
+    if (panels % threads == 0 || panels >= 4 * threads) break;
+    width /= 2;
+  }
+  return width;
+}
 // Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
 constexpr int64_t kGemvChunk = 64;
 
@@ -91,7 +103,8 @@ class MatmulNBitsKernel : public Kernel {
 
   void Gemm(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
             float* y) const {
-    const int64_t panels = (g_.n + kPanel - 1) / kPanel;
+    const int64_t width = PanelWidth(g_.n, omp_get_max_threads());
+    const int64_t panels = (g_.n + width - 1) / width;
     // K in chunks of whole blocks, about kDepth codes (a chunk of x and of a panel stay in the core's caches),
     // the chunks' products summed into y.
     const int64_t chunk_blocks = std::max<int64_t>(1, kDepth / g_.block), ld = chunk_blocks * g_.block;
@@ -113,11 +126,11 @@ class MatmulNBitsKernel : public Kernel {
         bp.resize(static_cast<size_t>(ld * nbits::kNr));
         tile.resize(static_cast<size_t>(rows_ * nbits::kNr));
       } else {
-        w.resize(static_cast<size_t>(std::min(kPanel, g_.n) * ld));
+        w.resize(static_cast<size_t>(std::min(width, g_.n) * ld));
       }
 #pragma omp for schedule(dynamic, 1) nowait
       for (int64_t q = 0; q < panels; ++q) {
-        const int64_t n0 = q * kPanel, n1 = std::min(g_.n, n0 + kPanel);
+        const int64_t n0 = q * width, n1 = std::min(g_.n, n0 + width);
         if (avx2_) {
           if (!packed_x) {
             ap.resize(static_cast<size_t>(strips * nbits::kMr * g_.k));
