@@ -362,3 +362,21 @@ def test_a_scan_over_a_symbolic_length_and_batch_runs_on_the_host_with_its_body_
     for batch, length in ((2, 5), (3, 1), (1, 7)):
         assert_matches(artifact, model, {"init": RNG.standard_normal((batch, 3)).astype(np.float32),
                                          "x": RNG.standard_normal((batch, length, 3)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("name,shapes,op", [
+    # TorchScript, dynamic_axes n, h, w: the trip count is x's first dim
+    ("scripted_loop_dynamic.onnx", [{"x": (3, 4, 8, 8)}, {"x": (5, 4, 6, 10)}, {"x": (1, 4, 8, 8)}],
+     "relax.nn.conv2d"),
+    # dynamo, dynamic_shapes steps and batch: a Scan over a symbolic length
+    ("dynamo_scan_dynamic.onnx", [{"init": (2, 16), "xs": (5, 2, 16)}, {"init": (3, 16), "xs": (9, 3, 16)},
+                                  {"init": (1, 16), "xs": (1, 1, 16)}], "relax.matmul"),
+])
+def test_loops_torch_exports_write_with_symbolic_dims_run_on_the_host_with_their_bodies_on_dnnl(name, shapes, op):
+    model = onnx.load(EXPORTED / name)
+    artifact = compiled(model)
+    (body,) = artifact.plan.loops.values()
+    assert [p.vendor for p in body.partitions] == ["dnnl"] and op in body.partitions[0].ops
+    assert not artifact.plan.fallbacks
+    for feed in shapes:
+        assert_matches(artifact, model, {k: RNG.standard_normal(s).astype(np.float32) for k, s in feed.items()})

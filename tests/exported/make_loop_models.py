@@ -8,6 +8,9 @@ Run in a venv with torch (``pip install torch==2.13.0 onnx onnxscript``), from t
 * ``dynamo_scan.onnx``: ``torch._higher_order_ops.scan`` over a Linear (dynamo exporter): a Scan.
 * ``dynamo_while.onnx``: ``torch._higher_order_ops.while_loop`` (dynamo exporter): a Loop with no trip count,
   whose condition is computed from an input; the host runs it (byoc.pipeline.frontend.loop_bodies).
+* ``scripted_loop_dynamic.onnx``, ``dynamo_scan_dynamic.onnx``: the first two exported with symbolic dims (the
+  TorchScript exporter's ``dynamic_axes`` n, h, w; the dynamo exporter's ``dynamic_shapes`` steps and batch): the
+  trip count and the scan length are known only when the model runs, so the host runs both loops.
 """
 
 import onnx
@@ -57,5 +60,12 @@ if __name__ == "__main__":
     torch.onnx.export(ScanModel().eval(), (torch.randn(2, 16), torch.randn(5, 2, 16)), "dynamo_scan.onnx",
                       dynamo=True, input_names=["init", "xs"])
     torch.onnx.export(WhileModel().eval(), (torch.tensor(0), torch.randn(2, 8)), "dynamo_while.onnx", dynamo=True)
-    for name in ("dynamo_scan.onnx", "dynamo_while.onnx"):  # the dynamo exporter writes weights beside the file
-        onnx.save(onnx.load(name), name, save_as_external_data=False)
+    torch.onnx.export(torch.jit.script(ScriptedLoop().eval()), (torch.randn(3, 4, 8, 8),),
+                      "scripted_loop_dynamic.onnx", dynamo=False, opset_version=17, input_names=["x"],
+                      output_names=["h"], dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    steps, batch = torch.export.Dim("steps", min=1, max=512), torch.export.Dim("batch", min=1, max=64)
+    torch.onnx.export(ScanModel().eval(), (torch.randn(2, 16), torch.randn(5, 2, 16)), "dynamo_scan_dynamic.onnx",
+                      dynamo=True, input_names=["init", "xs"],
+                      dynamic_shapes={"init": {0: batch}, "xs": {0: steps, 1: batch}})
+    for name in ("dynamo_scan.onnx", "dynamo_while.onnx", "dynamo_scan_dynamic.onnx"):  # the dynamo exporter
+        onnx.save(onnx.load(name), name, save_as_external_data=False)  # writes weights beside the file

@@ -10,6 +10,7 @@ node that consumes them.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import onnx
@@ -288,7 +289,8 @@ def _with_run_time_dims(sym, name: str, bb):
     ty = getattr(sym, "ty", None) if isinstance(sym, relax.Expr) else None
     if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 0:
         return sym
-    dims = [tirx.Var(f"{name}_dim{k}", "int64") for k in range(ty.ndim)]
+    stem = re.sub(r"\W", "_", name)  # a dim's name is an identifier: codegens and reports match dims by it
+    dims = [tirx.Var(f"{stem}_dim{k}", "int64") for k in range(ty.ndim)]
     return bb.match_cast(sym, relax.TensorType(dims, ty.dtype))
 
 
