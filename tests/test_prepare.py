@@ -423,7 +423,7 @@ def test_simplifier_output_that_fails_the_checker_is_refused(monkeypatch):
 def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monkeypatch):
     real = relax_import.to_relax
 
-    def prepared_fails(model, inputs, origin=None, op_types=None, dim_ranges=None):
+    def prepared_fails(model, inputs, origin=None, op_types=None, dim_ranges=None, scope=""):
         if origin:  # the prepared graph comes with its origin map, the model as given without
             raise ModelLoadError("simulated importer failure")
         return real(model, inputs, dim_ranges=dim_ranges)
@@ -434,7 +434,7 @@ def test_prepared_graph_tvm_cannot_import_falls_back_to_the_model_as_given(monke
     assert imported.prepared == {} and imported.simplifier == ""
     assert imported.prepared_model is imported.model
     # Both failing: the error of the prepared graph is the one raised.
-    def both_fail(model, inputs, origin=None, op_types=None, dim_ranges=None):
+    def both_fail(model, inputs, origin=None, op_types=None, dim_ranges=None, scope=""):
         raise ModelLoadError("simulated importer failure" if origin else "the model as given fails too")
 
     monkeypatch.setattr(relax_import, "to_relax", both_fail)

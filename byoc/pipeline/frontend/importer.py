@@ -278,15 +278,22 @@ class _Renamer(PyExprMutator):
         return self.visit_var_def_(var)
 
 
+#: Ops whose result's shape only the run tells, which TVM legalizes all the same (a shape function computes it)
+_RUN_TIME_SHAPED = frozenset({"relax.dynamic_strided_slice"})
+
+
 def _with_run_time_dims(sym, name: str, bb):
-    """``sym``, or where it is a tensor whose rank is known and shape is not (a Slice at run-time positions), the
+    """``sym``, or where it is the result of one of :data:`_RUN_TIME_SHAPED` (a Slice at run-time positions), the
     same tensor with a new symbolic dim per axis (``<node>_dim<k>``), bound when the model runs: TVM's converters
-    and legalization read shapes, and refuse a tensor without one."""
+    read shapes, and refuse a tensor without one. Other shapeless results are left as they are: TVM could not
+    legalize the op that made them either (a product of a 4 and a dim that may be 1), and the import refuses them
+    by the node that reads them."""
     from tvm import tirx
 
-    if isinstance(sym, relax.Call):
-        sym = bb.normalize(sym)
-    ty = getattr(sym, "ty", None) if isinstance(sym, relax.Expr) else None
+    if not (isinstance(sym, relax.Call) and isinstance(sym.op, tvm.ir.Op) and sym.op.name in _RUN_TIME_SHAPED):
+        return sym
+    sym = bb.normalize(sym)
+    ty = sym.ty
     if not isinstance(ty, relax.TensorType) or ty.shape is not None or ty.ndim < 0:
         return sym
     stem = re.sub(r"\W", "_", name)  # a dim's name is an identifier: codegens and reports match dims by it

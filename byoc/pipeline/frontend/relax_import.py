@@ -80,7 +80,7 @@ def _imported(source: ModelSource, input_shapes=None, base_dir=None, dims=None, 
         check_supported_ops(prep.model.graph, prep.origin)
         _log.info("importing %d prepared nodes into Relax", len(prep.model.graph.node))
         mod, node_of, tensor_of, absorbed, loops = to_relax(prep.model, inputs, prep.origin,
-                                                             _op_types(model, prep.origin), dim_ranges, scope)
+                                                             _op_types(model, prep.origin), dim_ranges, scope=scope)
     except ModelLoadError as err:
         if not prep.simplifier:
             raise

@@ -63,8 +63,9 @@ def with_host_loops(plan, bodies: Mapping) -> None:
 
 def run_host_loops(mod, loops: list):
     """``mod`` (a plan's module after ``RunCodegen``) with the functions that run ``loops`` (the model's
-    :class:`~byoc.pipeline.frontend.onnx_model.HostLoop` list), and each placeholder replaced by a call of its
-    loop. Added after ``RunCodegen``, which follows every call into its callee and would recurse without end."""
+    :class:`~byoc.pipeline.frontend.onnx_model.HostLoop` list, and the loops in their bodies), each loop's
+    placeholder function defined as its entry. Added after ``RunCodegen``, which follows every call into its
+    callee and would recurse without end."""
     from tvm import relax
 
     everything = []
