@@ -74,10 +74,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import importlib.util
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -319,7 +321,10 @@ def write_qdq(arch: Arch, source: Path, path: Path) -> None:
     try:
         with dyn._quiet_export():
             try:  # what onnxruntime tells users to run first
-                quant_pre_process(str(source), str(prepared))
+                # its symbolic shape inference leaves sym_shape_infer_temp.onnx and a <uuid>.data copy of the
+                # weights (437 MB for BERT-base) in the working directory: give it one of its own
+                with tempfile.TemporaryDirectory(prefix="byoc-qdq-") as scratch, contextlib.chdir(scratch):
+                    quant_pre_process(str(source.resolve()), str(prepared.resolve()))
                 model = prepared
             except Exception as err:  # noqa: BLE001 - its symbolic shape inference fails on some graphs
                 log(f"  quant_pre_process failed ({type(err).__name__}: {str(err)[:200]}); quantizing the export")
