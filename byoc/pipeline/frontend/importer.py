@@ -140,8 +140,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
             # a count from a Shape, a carried dim: tensors, as the body's inputs are
-            outer = {name: _shape_value_as_tensor(value, self.bb) for name, value in self._nodes.items()
-                     if name in loop_reads(attrs["body"])}
+            outer = {name: _shape_value_as_tensor(self._nodes[name], self.bb) for name in loop_reads(attrs["body"])
+                     if name in self._nodes}
             values = [_shape_value_as_tensor(x, self.bb) for x in inputs]
             sym, spec = convert_loop(self.bb, node.name, symbol, values, attrs, outer, opset)
             self.loops.append(spec)

@@ -27,7 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import UnsupportedAttributeError
-from byoc.pipeline.frontend.onnx_model import LoopSpec, subgraphs
+from byoc.pipeline.frontend.onnx_model import LoopSpec, all_graphs, subgraphs
 from byoc.vendor.values import const_array, dim_text, is_tensor_const
 
 __all__ = ["PLACEHOLDER", "check_body", "convert_loop", "element_type", "loop_reads"]
@@ -245,15 +245,8 @@ def _body_model(name: str, body: onnx.GraphProto, inputs: list, constants: list,
     graph.initializer.extend(constants)
     for index, node in enumerate(graph.node):
         node.name = f"{name}/{node.name or f'{node.op_type}_{index}'}"
-    domains = sorted({n.domain for sub in _graphs(graph) for n in sub.node} - {"", "ai.onnx"})
+    domains = sorted({n.domain for sub in all_graphs(graph) for n in sub.node} - {"", "ai.onnx"})
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]
                               + [helper.make_opsetid(domain, 1) for domain in domains])
     model.ir_version = 8
     return model
-
-
-def _graphs(graph: onnx.GraphProto):
-    yield graph
-    for node in graph.node:
-        for sub in subgraphs(node):
-            yield from _graphs(sub)

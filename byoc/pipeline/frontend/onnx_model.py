@@ -184,6 +184,14 @@ def subgraphs(node: onnx.NodeProto):
             yield from attr.graphs
 
 
+def all_graphs(graph: onnx.GraphProto):
+    """``graph`` and every graph inside it (If branches, Loop and Scan bodies), at any depth."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from all_graphs(sub)
+
+
 def index_inputs(model: Optional[onnx.ModelProto]) -> dict[str, tuple[int, str]]:
     """Model inputs that index a Gather of a constant directly (token ids into an embedding table): input name ->
     (the extent of the gathered axis, the Gather's node name), the smallest where one input indexes several.

@@ -160,7 +160,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     is the user's own. ``tensor_of`` names the tensors of ``model``: a fused
     node's result holds the tensor it was fused into. ``absorbed`` maps a user
     node the import made nothing of to why (:mod:`byoc.pipeline.frontend.import_rewrites`).
-    ``loops`` are the Loops the host runs (:class:`~byoc.pipeline.frontend.loop_bodies.LoopSpec`), their
+    ``loops`` are the Loops the host runs (:class:`~byoc.pipeline.frontend.onnx_model.LoopSpec`), their
     bodies not yet imported; ``scope`` names the host loop whose body ``model`` is (:class:`ImportedModel`).
     """
 

@@ -265,7 +265,7 @@ class _Unroller:
             [helper.make_tensor_value_info(f"{prefix}/cond_out", onnx.TensorProto.BOOL, []), *body.output],
             list(body.initializer))
         stacked = [f"{prefix}/stacked_{j}" for j in range(len(out_axes))]
-        states = [output or f"{prefix}/state_{k}" for k, output in enumerate(node.output[:n_state])]
+        states = [f"{prefix}/state_{k}" for k in range(n_state)]
         nodes.append(helper.make_node("Loop", [count, "", *node.input[:n_state]], states + stacked,
                                       name=f"{prefix}/loop", body=loop_body))
         finals = list(states)
@@ -280,9 +280,7 @@ class _Unroller:
                 perm = list(range(1, out_axis + 1)) + [0] + list(range(out_axis + 1, rank + 1))
                 value = self._node(nodes, "Transpose", [value], f"{prefix}/moved_{j}", perm=perm)
             finals.append(value)
-        return nodes + [helper.make_node("Identity", [value], [output], name=f"{prefix}/output_{i}")
-                        for i, (output, value) in enumerate(zip(node.output, finals))
-                        if output and output != value]
+        return nodes + self._bind_outputs(node, finals)
 
     # -- shared pieces -------------------------------------------------------------------------------------------
     def _fits(self, body: onnx.GraphProto, count: int) -> bool:

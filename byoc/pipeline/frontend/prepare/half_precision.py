@@ -36,6 +36,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from byoc.errors import HalfPrecisionError
+from byoc.pipeline.frontend.onnx_model import all_graphs
 
 __all__ = ["HALF_TYPES", "compute_in_float32", "has_half_precision"]
 
@@ -93,7 +94,7 @@ def _refuse(graph: onnx.GraphProto) -> None:
                 "which takes no sequence, map or optional: make it a tensor, or convert the model to float32 "
                 "(onnxconverter_common.float16 models keep float32 I/O with keep_io_types=True)",
                 attribute=vi.name)
-    for sub in _all_graphs(graph):
+    for sub in all_graphs(graph):
         types = _elem_types(sub)
         for node in sub.node:
             if node.op_type != "BitCast" or node.domain not in _ONNX_DOMAINS:
@@ -113,7 +114,7 @@ class _Names:
 
     def __init__(self, graph: onnx.GraphProto):
         self.used = set()
-        for sub in _all_graphs(graph):
+        for sub in all_graphs(graph):
             self.used |= {vi.name for vi in (*sub.input, *sub.output, *sub.value_info)}
             self.used |= {t.name for t in sub.initializer}
             for node in sub.node:
@@ -146,7 +147,7 @@ def _outputs_in_half(graph: onnx.GraphProto, declared: dict[str, int], names: _N
         writer = producer.get(vi.name)
         if writer is not None and _is_onnx(writer, "Cast") and _attribute(writer, "to") == dtype:
             kept.add(writer.name)
-            readers = [n for sub in _all_graphs(graph) for n in sub.node if vi.name in n.input]
+            readers = [n for sub in all_graphs(graph) for n in sub.node if vi.name in n.input]
             if readers:  # the graph computes on with the float32 value it rounds
                 widened = names.fresh(f"{vi.name}_float32")
                 cast = helper.make_node("Cast", [writer.input[0]], [widened], name=names.fresh(widened),
@@ -181,7 +182,7 @@ def _inputs_to_float32(graph: onnx.GraphProto, declared: dict[str, int], names: 
     for vi in graph.input:
         if declared[vi.name] not in HALF_TYPES or vi.name in initializers:
             continue
-        readers = [n for sub in _all_graphs(graph) for n in sub.node if vi.name in n.input]
+        readers = [n for sub in all_graphs(graph) for n in sub.node if vi.name in n.input]
         computing = [n for n in readers if not _is_onnx(n, "Cast")]
         if not computing:
             continue
@@ -297,18 +298,6 @@ def _attribute(node: onnx.NodeProto, name: str):
     return None if attr is None else helper.get_attribute_value(attr)
 
 
-def _all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and every graph inside it, at any depth."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                yield from _all_graphs(attr.g)
-            elif attr.type == AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _all_graphs(sub)
-
-
 def _elem_types(graph: onnx.GraphProto) -> dict[str, int]:
     """Tensor name -> element type, for the tensors of ``graph`` whose type is known."""
     types = {vi.name: vi.type.tensor_type.elem_type
@@ -356,7 +345,7 @@ def _widen_type(type_proto: onnx.TypeProto) -> None:
 
 def _half_places(graph: onnx.GraphProto) -> Iterator[str]:
     """The names of what is half in ``graph`` and its subgraphs (not its own inputs and outputs)."""
-    for sub in _all_graphs(graph):
+    for sub in all_graphs(graph):
         for tensor in sub.initializer:
             if tensor.data_type in HALF_TYPES:
                 yield tensor.name

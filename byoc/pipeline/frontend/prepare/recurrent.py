@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
-from byoc.pipeline.frontend.onnx_model import default_opset, subgraphs
+from byoc.pipeline.frontend.onnx_model import all_graphs, default_opset
 
 __all__ = ["RECURRENT_OPS", "decompose_recurrent"]
 
@@ -77,7 +77,7 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    every_graph = list(graphs(out.graph))
+    every_graph = list(all_graphs(out.graph))
     if not any(_is_recurrent(n) for g in every_graph for n in g.node):
         return out, {}
     context = _Context(out, every_graph)
@@ -107,14 +107,6 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
 # -- model-wide facts -------------------------------------------------------------------
 def _is_recurrent(node: onnx.NodeProto) -> bool:
     return node.domain in ("", "ai.onnx") and node.op_type in RECURRENT_OPS
-
-
-def graphs(graph: onnx.GraphProto):
-    """``graph`` and every subgraph under it (If/Loop/Scan bodies)."""
-    yield graph
-    for node in graph.node:
-        for sub in subgraphs(node):
-            yield from graphs(sub)
 
 
 def _value_infos(graph_list):
@@ -183,7 +175,7 @@ class _Context:
             except Exception:  # noqa: BLE001 - inference is a best effort; unknown stays unknown
                 self._inferred = self._model
             else:
-                self._read_types(list(graphs(self._inferred.graph)))
+                self._read_types(list(all_graphs(self._inferred.graph)))
             known = self.types.get(name)
         return known if known is not None else (TensorProto.UNDEFINED, None)
 
