@@ -14,6 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
+from byoc.deploy.targets import host_cpu_features
 from dnnl_op_helpers import _compile, _f, _onednn_exec, _rules
 from models import const, model, tensor
 
@@ -169,3 +170,47 @@ def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
     assert kinds == ["reorder", "matmul", "softmax", "matmul"], "\n".join(executed)
     assert f"1x{heads}x{dim}x{tokens}" in executed[0]  # the copy is K^T's
     assert not [line for line in executed if ",ref:" in line], executed
+
+
+# -- a few rows by a constant weight: byoc's GEMV (AVX-512) ----------------------------------------
+#: Whether byoc's GEMV runs here: AVX-512 by cpuid, and oneDNN not held below it (ONEDNN_MAX_CPU_ISA).
+GEMV_RUNS = "avx512f" in host_cpu_features() and os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
+
+
+def _ffn_model(x, n, residual):
+    """A decoder's feed-forward on `x` rows: SiLU(x Wg + bg) * (x Wu), then x Wd (+ x, a residual)."""
+    k = x[-1]
+    nodes = [helper.make_node("MatMul", ["x", "wg"], ["g0"], name="gate"), helper.make_node("Add", ["g0", "bg"], ["g"]),
+             helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["silu"]),
+             helper.make_node("MatMul", ["x", "wu"], ["u"], name="up"), helper.make_node("Mul", ["silu", "u"], ["h"]),
+             helper.make_node("MatMul", ["h", "wd"], ["d"], name="down")]
+    if residual:
+        nodes.append(helper.make_node("Add", ["d", "x"], ["y"]))
+    out = "y" if residual else "d"
+    return model(nodes, [tensor("x", x)], [tensor(out, x[:-1] + [k])],
+                 [const("wg", _f(k, n, seed=3, scale=0.2)), const("bg", _f(n, seed=4)),
+                  const("wu", _f(k, n, seed=5, scale=0.2)), const("wd", _f(n, k, seed=6, scale=0.1))])
+
+
+@pytest.mark.parametrize("x,n,residual", [([1, 64], 48, True), ([1, 1, 129], 96, False), ([3, 80], 64, True),
+                                          ([4, 1, 33], 112, True), ([2, 2, 48], 272, False)])
+def test_a_few_rows_by_constant_weights_are_a_gemv(x, n, residual):
+    """A decoder's token: each matmul by a constant weight, at most 4 rows, is byoc's GEMV on the weight in the
+    layout oneDNN chose (odd depths, several column blocks, one partial block), with the bias in it and the SiLU,
+    product and residual after it; onnxruntime's outputs."""
+    artifact = _compile(_ffn_model(x, n, residual))
+    (steps,) = artifact.implementations().values()
+    # the down projection's width is the depth: a GEMV where it is a multiple of 16
+    gemvs = 2 + (x[-1] % 16 == 0) if GEMV_RUNS else 0
+    assert steps.count("kernel byoc:gemv") == gemvs, steps
+    assert sum("matmul" in step for step in steps) == 3 - gemvs, steps
+
+
+@pytest.mark.parametrize("x,n", [([5, 64], 64), ([2, 64], 40)])
+def test_more_rows_or_columns_off_the_vector_width_stay_onednn_matmuls(x, n):
+    """Five rows (a prompt), or a width not a multiple of 16: oneDNN's matmul, as before."""
+    artifact = _compile(_ffn_model(x, n, residual=True))
+    (steps,) = artifact.implementations().values()
+    # the down projection's width is the depth, 64: a GEMV at two rows
+    assert steps.count("kernel byoc:gemv") == (1 if GEMV_RUNS and x[0] <= 4 else 0), steps

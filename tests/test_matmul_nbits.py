@@ -83,10 +83,13 @@ def test_dnnl_matches_onnxruntime(k, n, bits, block, zp, bias, rows):
     (384, 40, 4, 64, "none", False, 3),  # the GEMV's most rows
     (200, 24, 8, 64, "packed", False, 1),  # K not a multiple of the block, 8-bit
     (512, 36, 4, 256, "packed", False, 1),  # a block the kernels know no constant for
+    (96, 48, 4, 32, "packed", True, 1),  # an odd number of blocks of 32 (AVX-512 VNNI: the last one alone)
+    (160, 40, 8, 32, "none", False, 5),  # 8-bit, odd blocks, a few rows (AVX-512 VNNI: integer dots too)
+    (512, 72, 4, 32, "packed", True, 64),  # a prompt's rows (AVX-512 VNNI: integer dots per chunk of B^T)
 ])
 def test_int8_activations_match_onnxruntime(k, n, bits, block, zp, bias, rows):
-    """accuracy_level 4: A quantized to int8 per block, as onnxruntime does (GEMV: integer block sums; GEMM: the
-    dequantized int8 values into the float GEMM)."""
+    """accuracy_level 4: A quantized to int8 per block, as onnxruntime does (GEMV, and any rows on AVX-512 VNNI:
+    integer block sums; a GEMM elsewhere: the dequantized int8 values into the float GEMM)."""
     m = _with_level(nbits_model(k, n, bits, block, zp, bias, a_shape=(1, rows))[0], 4)
     feeds = _inputs((1, rows), k)
     artifact = byoc.compile(m, vendors=["dnnl"], strict=True)

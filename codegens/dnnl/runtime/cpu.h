@@ -12,6 +12,20 @@ inline bool CpuHasAvx2Fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+// AVX-512 F: what byoc's GEMV (gemv.h) needs.
+inline bool CpuHasAvx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f");
+}
+
+// AVX-512 with VNNI (and BW, VL): what the int8 dots of nbits.h's VNNI form need.
+inline bool CpuHasAvx512Vnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
 }  // namespace dnnl_runtime
 }  // namespace byoc
 

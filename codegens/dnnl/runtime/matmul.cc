@@ -1,13 +1,115 @@
-// matmul.cc -- matmuls, and one-row matmuls by constant weights that read the same row run side by side.
+// matmul.cc -- matmuls; one-row matmuls by constant weights that read the same row run side by side; a few rows by
+// a constant weight as byoc's GEMV (gemv.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "builder.h"
+#include "gemv.h"
+#include "kernels.h"
 
 namespace byoc {
 namespace dnnl_runtime {
+namespace {
+
+// How gemv.h reads a float32 weight [K, N] held in layout `d`: plain rows, or oneDNN's blocks of nb columns (and of
+// kb rows inside them, the rows of a block nb floats apart); nothing for any other layout, or N not a multiple of 16.
+std::optional<gemv::Layout> GemvLayout(const Desc& d) {
+  const Dims dims = d.get_dims();
+  if (d.get_data_type() != memory::data_type::f32 || dims.size() != 2 || dims[1] % 16 ||
+      d.get_format_kind() != memory::format_kind::blocked)
+    return std::nullopt;
+  const int64_t k = dims[0], n = dims[1];
+  const Dims strides = d.get_strides(), blocks = d.get_inner_blks(), which = d.get_inner_idxs();
+  const int nblocks = d.get_inner_nblks();
+  auto columns_ok = [](int64_t nb) { return nb % 16 == 0 && nb <= 64; };
+  if (nblocks == 0 && strides[1] == 1) return gemv::Layout{k, n, k, 64, 0, 64, strides[0]};
+  if (nblocks == 1 && which[0] == 1 && columns_ok(blocks[0]))
+    return gemv::Layout{k, n, k, blocks[0], 0, strides[1], strides[0]};
+  if (nblocks == 2 && which[0] == 0 && which[1] == 1 && columns_ok(blocks[1]))
+    return gemv::Layout{k, n, blocks[0], blocks[1], strides[0], strides[1], blocks[1]};
+  return std::nullopt;
+}
+
+class GemvKernel : public Kernel {
+ public:
+  GemvKernel(gemv::Layout layout, int64_t rows, bool bias) : layout_(layout), rows_(rows), bias_(bias) {}
+  const char* Name() const override { return "gemv"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* x = Data<const float>(args, DNNL_ARG_SRC);
+    const float* w = Data<const float>(args, DNNL_ARG_WEIGHTS);
+    const float* bias = bias_ ? Data<const float>(args, DNNL_ARG_BIAS) : nullptr;
+    float* y = Data<float>(args, DNNL_ARG_DST);
+    // Whole column blocks per thread, contiguous ranges: each thread streams its panels once.
+    SplitAcrossTeamIfLarge(layout_.blocks(), layout_.k * layout_.n, [&](int64_t b0, int64_t b1) {
+      gemv::Blocks(layout_, x, rows_, w, bias, y, b0, b1);
+    });
+  }
+
+ private:
+  gemv::Layout layout_;
+  int64_t rows_;
+  bool bias_;
+};
+
+}  // namespace
+
+bool Builder::Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, int src, int weights, const Desc& dst,
+                   const Desc& dst_write) {
+  // The CPU's AVX-512, and oneDNN allowed it (ONEDNN_MAX_CPU_ISA holds a process to a class: so are byoc's kernels).
+  static const bool avx512 = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);
+  const Desc src_desc = pd.src_desc(), w_desc = pd.weights_desc();
+  const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
+  if (!avx512 || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
+      dst != Plain(dst_dims) || pd.dst_desc() != dst)
+    return false;
+  const std::optional<gemv::Layout> layout = GemvLayout(w_desc);
+  if (!layout || layout->k != src_dims[1]) return false;
+  // The post-ops, as a primitive on y in place: the first one as an eltwise or binary primitive, the others as its
+  // own post-ops. Only where oneDNN has a generated kernel for that.
+  const std::vector<int64_t> shape(dst_dims.begin(), dst_dims.end());
+  dnnl::primitive post;
+  Desc post_scratchpad;
+  std::vector<Arg> post_args;
+  if (!f.post.empty()) {
+    const PostOp& first = f.post[0];
+    Fused rest = f;
+    rest.post.erase(rest.post.begin());
+    const primitive_attr attr = UserScratchpad(BuildPostOps(rest, shape, &dst));
+    if (first.tensor < 0) {
+      dnnl::eltwise_forward::primitive_desc epd(Engine(), dnnl::prop_kind::forward_inference, first.alg, dst, dst,
+                                                first.alpha, first.beta, attr);
+      if (!IsJit(epd)) return false;
+      post = dnnl::eltwise_forward(epd), post_scratchpad = epd.scratchpad_desc();
+    } else {
+      dnnl::binary::primitive_desc bpd(Engine(), first.alg, dst, BinaryDesc(first.tensor, shape, &dst), dst, attr);
+      if (!IsJit(bpd)) return false;
+      Fused head = f;
+      head.post = {first};
+      AddBinaryArgs(head, &post_args, shape, dst);
+      post_args.back().key = DNNL_ARG_SRC_1;
+      post = dnnl::binary(bpd), post_scratchpad = bpd.scratchpad_desc();
+    }
+    AddBinaryArgs(rest, &post_args, shape, dst);
+  }
+  std::vector<Arg> args = {{DNNL_ARG_SRC, src, src_desc}, {DNNL_ARG_WEIGHTS, weights, w_desc}};
+  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), Plain({layout->n})});
+  const int y = Define(f.last, dst_write);
+  args.push_back({DNNL_ARG_DST, y, dst});
+  AddStep(dnnl::primitive(), std::move(args), Desc(), std::make_shared<GemvKernel>(*layout, src_dims[0], f.bias >= 0));
+  if (f.post.empty()) return true;
+  const bool binary = f.post[0].tensor >= 0;
+  post_args.push_back({binary ? DNNL_ARG_SRC_0 : DNNL_ARG_SRC, y, dst});
+  post_args.push_back({DNNL_ARG_DST, y, dst});
+  // A few rows' post-ops on the calling thread: waking the team for them cost more than they do (4-8 us each).
+  const int threads = plan_.threads();
+  plan_.set_threads(1);
+  AddStep(post, std::move(post_args), post_scratchpad);
+  plan_.set_threads(threads);
+  return true;
+}
 
 // The matmuls of one row vector by constant 2-D weights of the same depth, each alone in its group (no
 // post-ops), as one matmul by the weights side by side, each result a view of its columns: an unrolled LSTM's
@@ -175,6 +277,7 @@ size_t Builder::Matmul(size_t k) {
                               : As(b, b_read);
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
   if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias_desc});
+  if (const_weights && dst_write == Plain(ys) && Gemv(f, pd, src, weights, dst_desc, dst_write)) return f.next;
   AddBinaryArgs(f, &args, out_shape, dst_desc);
   args.push_back({DNNL_ARG_DST, Define(f.last, dst_write), dst_desc});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());

@@ -38,8 +38,12 @@ class MatmulNBitsKernel : public Kernel {
  public:
   MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias, bool int8)
       : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias), int8_(int8),
-        dot_(nbits::ChooseDot()), dot_int8_(nbits::ChooseDotInt8()), avx2_(CpuHasAvx2Fma()) {}
-  const char* Name() const override { return rows_ <= kGemvRows ? "matmul_nbits_gemv" : "matmul_nbits_gemm"; }
+        vnni_(CpuHasAvx512Vnni() && OnednnRuns(dnnl::cpu_isa::avx512_core_vnni)), dot_(nbits::ChooseDot()),
+        dot_int8_(nbits::ChooseDotInt8(g, vnni_)), avx2_(CpuHasAvx2Fma()) {}
+  const char* Name() const override {
+    return rows_ <= kGemvRows ? "matmul_nbits_gemv" : int8_ && vnni_ && VnniBlock() ? "matmul_nbits_gemm_int8"
+                                                                                     : "matmul_nbits_gemm";
+  }
 
   void Run(const std::unordered_map<int, memory>& args) const override {
     const float* x = Data<const float>(args, DNNL_ARG_SRC);
@@ -51,7 +55,11 @@ class MatmulNBitsKernel : public Kernel {
     if (zero_kind_ == 2) zeros.floats = Data<const float>(args, kZeroPoints);
     const float* bias = bias_ ? Data<const float>(args, DNNL_ARG_BIAS) : nullptr;
     float* y = Data<float>(args, DNNL_ARG_DST);
-    if (rows_ <= kGemvRows) {
+    if (int8_ && (rows_ <= kGemvRows || (vnni_ && VnniBlock()))) {
+      // accuracy_level 4 with integer dots: a GEMV's rows, or on VNNI any number of rows (each chunk of B^T's rows
+      // stays in the core's caches while every row of x meets it)
+      DotsInt8(x, packed, scales, zeros, bias, y);
+    } else if (rows_ <= kGemvRows) {
       Gemv(x, packed, scales, zeros, bias, y);
     } else if (int8_) {
       // accuracy_level 4 on many rows: x's int8 quantization, dequantized, into the float GEMM (the products
@@ -65,39 +73,64 @@ class MatmulNBitsKernel : public Kernel {
   }
 
  private:
+  // Blocks the VNNI dots take (nbits::ChooseDotInt8).
+  bool VnniBlock() const { return g_.block == 32 || g_.block % 64 == 0; }
+
+  // Row m of x, padded to whole blocks: the last block's codes past K meet zeros (`copy` holds it when K is not).
+  const float* PaddedRow(const float* x, int64_t m, std::vector<float>* copy) const {
+    const float* row = x + m * g_.k;
+    if (g_.padded_k() == g_.k) return row;
+    copy->assign(static_cast<size_t>(g_.padded_k()), 0.0f);
+    std::copy(row, row + g_.k, copy->begin());
+    return copy->data();
+  }
+
   void Gemv(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
             float* y) const {
-    const int64_t padded = g_.padded_k();
     for (int64_t m = 0; m < rows_; ++m) {
-      const float* row = x + m * g_.k;
       std::vector<float> copy;
-      if (padded != g_.k) {  // the last block's codes past K meet zeros
-        copy.assign(static_cast<size_t>(padded), 0.0f);
-        std::copy(row, row + g_.k, copy.begin());
-        row = copy.data();
-      }
+      const float* row = PaddedRow(x, m, &copy);
       std::vector<float> sums(static_cast<size_t>(g_.blocks));
       float* out = y + m * g_.n;
       // Chunks of rows of B^T taken as threads come free (a thread the machine slows down takes fewer).
       const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
-      if (int8_) {  // accuracy_level 4: x quantized to int8 per block once, integer block sums (nbits.h)
-        std::vector<int8_t> q(static_cast<size_t>(padded));
-        std::vector<float> x_scales(static_cast<size_t>(g_.blocks));
-        if (avx2_) {
-          nbits::QuantizeRowAvx2(g_, row, q.data(), x_scales.data(), sums.data());
-        } else {
-          nbits::QuantizeRow(g_, row, q.data(), x_scales.data(), sums.data());
-        }
-        const nbits::QuantizedRow xq{q.data(), x_scales.data(), sums.data()};
-#pragma omp parallel for schedule(dynamic, 1)
-        for (int64_t c = 0; c < chunks; ++c)
-          dot_int8_(g_, packed, scales, zeros, bias, xq, out, c * kGemvChunk, std::min(g_.n, (c + 1) * kGemvChunk));
-        continue;
-      }
       nbits::BlockSums(g_, row, sums.data());
 #pragma omp parallel for schedule(dynamic, 1)
       for (int64_t c = 0; c < chunks; ++c)
         dot_(g_, packed, scales, zeros, bias, row, sums.data(), out, c * kGemvChunk, std::min(g_.n, (c + 1) * kGemvChunk));
+    }
+  }
+
+  // accuracy_level 4: each row of x quantized to int8 per block once (nbits.h's QuantizeRow), then per chunk of B^T's
+  // rows, taken as threads come free, every row's integer block sums.
+  void DotsInt8(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
+                float* y) const {
+    const int64_t padded = g_.padded_k();
+    std::vector<int8_t> q(static_cast<size_t>(rows_ * padded));
+    std::vector<float> x_scales(static_cast<size_t>(rows_ * g_.blocks)), sums(x_scales.size());
+    for (int64_t m = 0; m < rows_; ++m) {
+      std::vector<float> copy;
+      const float* row = PaddedRow(x, m, &copy);
+      auto quantize = avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
+      quantize(g_, row, q.data() + m * padded, x_scales.data() + m * g_.blocks, sums.data() + m * g_.blocks);
+    }
+    std::vector<nbits::QuantizedRow> xq;
+    for (int64_t m = 0; m < rows_; ++m)
+      xq.push_back({q.data() + m * padded, x_scales.data() + m * g_.blocks, sums.data() + m * g_.blocks});
+    const bool gemm = rows_ > kGemvRows;  // on VNNI (Run): the codes unpacked once per chunk
+    const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
+#pragma omp parallel
+    {
+      std::vector<uint8_t> unpacked;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t n0 = c * kGemvChunk, n1 = std::min(g_.n, n0 + kGemvChunk);
+        if (gemm) {
+          nbits::GemmInt8Vnni(g_, packed, scales, zeros, bias, xq.data(), rows_, y, n0, n1, &unpacked);
+          continue;
+        }
+        for (int64_t m = 0; m < rows_; ++m) dot_int8_(g_, packed, scales, zeros, bias, xq[m], y + m * g_.n, n0, n1);
+      }
     }
   }
 
@@ -162,6 +195,7 @@ class MatmulNBitsKernel : public Kernel {
   float zero_point_;
   bool bias_;
   bool int8_;  // accuracy_level 4: int8 activations (onnxruntime's CompInt8)
+  bool vnni_;  // AVX-512 VNNI here, and oneDNN allowed it
   nbits::DotRows dot_;
   nbits::DotInt8Fn dot_int8_;
   bool avx2_;

@@ -13,7 +13,8 @@
 //   panels for oneDNN's sgemm.
 // - int8 activations (MatMulNBits' accuracy_level 4, onnxruntime's CompInt8): x quantized per block to int8 as
 //   MLAS does (QuantizeRow), the GEMV's block sums of code * q in integers (maddubs for 4-bit codes, widened
-//   for 8-bit ones: DotInt8Avx2), scaled once per block; the GEMM takes q * scale as its float x.
+//   for 8-bit ones: DotInt8Avx2), scaled once per block; the GEMM takes q * scale as its float x. On AVX-512 VNNI
+//   both are integer dots (DotInt8Vnni, GemmInt8Vnni: vpdpbusd, 64 codes a register).
 // Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded); the GEMM
 // dequantizes them where its products do not reach (each chunk's depth stops at K).
 #ifndef BYOC_DNNL_NBITS_H_
@@ -487,8 +488,153 @@ inline void DotInt8Avx2(const Geometry& g, const uint8_t* packed, const float* s
 using DotInt8Fn = void (*)(const Geometry&, const uint8_t*, const float*, const Zeros&, const float*,
                               const QuantizedRow&, float*, int64_t, int64_t);
 
-inline DotInt8Fn ChooseDotInt8() {
+// -- int8 activations on AVX-512 VNNI: vpdpbusd sums four u8 code x s8 q products into each int32 lane in one
+// instruction (AVX2's maddubs + madd, and no widening of 8-bit codes first). 64 codes a register: 4-bit codes are
+// 32 bytes, two chunks, unpacked to [chunk 0's low nibbles, its high nibbles, chunk 1's low, high], q's order; 8-bit
+// codes are 64 bytes as they are. Blocks of 32 are two a register, each half scaled by its own block's scales;
+// larger blocks (multiples of 64) sum their registers in int32 first.
+#define BYOC_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+template <int Bits>
+BYOC_VNNI inline __m512i Codes64(const uint8_t* codes) {
+  if (Bits == 8) return _mm512_loadu_si512(codes);
+  const __m512i both = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))));
+  return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
+}
+
+// The same for 32 codes (the last block of 32 when the blocks are odd).
+template <int Bits>
+BYOC_VNNI inline __m256i Codes32(const uint8_t* codes) {
+  if (Bits == 8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), _mm256_set1_epi8(15));
+}
+
+// [s[0] x 8, s[1] x 8]: two blocks' scales for the two halves of a register (a load and a permute).
+BYOC_VNNI inline __m512 ScalePair(const float* s) {
+  const __m512 both = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(s))));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), both);
+}
+
+// As DotInt8Rows, R rows of B^T at a time from row n's codes at `codes` (rows `row_bytes` apart; Bits 8 for codes
+// that are bytes in q's order, 4-bit ones unpacked already), for blocks of 32 or a multiple of 64 (Block: the block
+// when known at compile time, else 0).
+template <int Bits, int Block, int R>
+BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                      const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n) {
+  const int64_t block = Block ? Block : g.block;
+  const int64_t block_bytes = block * Bits / 8;
+  __m512 total[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  const float* scale = scales + n * g.blocks;
+  if (block == 32) {
+    int64_t b = 0;
+    for (; b + 2 <= g.blocks; b += 2) {
+      const __m512i q = _mm512_loadu_si512(x.q + b * 32);
+      const __m512 sx = ScalePair(x.scales + b);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes64<Bits>(codes + r * row_bytes + b * block_bytes), q);
+        total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, ScalePair(scale + r * g.blocks + b)),
+                                   total[r]);
+      }
+    }
+    if (b < g.blocks) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), Codes32<Bits>(codes + r * row_bytes + b * block_bytes), q);
+        const __m512 product = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(d));
+        total[r] = _mm512_fmadd_ps(product, _mm512_set1_ps(x.scales[b] * scale[r * g.blocks + b]), total[r]);
+      }
+    }
+  } else {
+    for (int64_t b = 0; b < g.blocks; ++b) {
+      __m512i d[R];
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) d[r] = _mm512_setzero_si512();
+      for (int64_t j = 0; j < block; j += 64) {
+        const __m512i q = _mm512_loadu_si512(x.q + b * block + j);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+          d[r] = _mm512_dpbusd_epi32(d[r], Codes64<Bits>(codes + r * row_bytes + b * block_bytes + j * Bits / 8), q);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r)
+        total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r]), _mm512_set1_ps(x.scales[b] * scale[r * g.blocks + b]),
+                                   total[r]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const float v = _mm512_reduce_add_ps(total[r]) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
+    y[n + r] = bias ? v + bias[n + r] : v;
+  }
+}
+
+// Outputs [n0, n1) of one quantized row, B^T's row n0 at `codes`.
+template <int Bits, int Block>
+BYOC_VNNI inline void DotInt8VnniOf(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                    const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
+                                    int64_t n1) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4)
+    DotInt8RowsVnni<Bits, Block, 4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
+  for (; n < n1; ++n)
+    DotInt8RowsVnni<Bits, Block, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
+}
+
+template <int Bits>
+inline void DotInt8VnniBits(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                            const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
+                            int64_t n1) {
+  switch (g.block) {
+    case 32: return DotInt8VnniOf<Bits, 32>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    case 64: return DotInt8VnniOf<Bits, 64>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    case 128: return DotInt8VnniOf<Bits, 128>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    default: return DotInt8VnniOf<Bits, 0>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  }
+}
+
+inline void DotInt8Vnni(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                        const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
+  const int64_t row_bytes = g.blocks * g.bytes_per_block();
+  if (g.bits == 4) return DotInt8VnniBits<4>(g, packed + n0 * row_bytes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  return DotInt8VnniBits<8>(g, packed + n0 * row_bytes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+}
+
+// Many rows of x (a prompt) on VNNI: B^T's rows [n0, n1) against each of the `count` quantized rows in turn, y's rows
+// g.n apart. 4-bit codes are unpacked once into `unpacked` (their bytes in q's order, padded_k a row), not once per
+// row of x: the rows then read them from the core's caches as bytes.
+BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
+                                   const float* bias, const QuantizedRow* rows, int64_t count, float* y, int64_t n0,
+                                   int64_t n1, std::vector<uint8_t>* unpacked) {
+  const int64_t packed_row = g.blocks * g.bytes_per_block(), padded = g.padded_k();
+  const uint8_t* codes = packed + n0 * packed_row;
+  int64_t row_bytes = packed_row;
+  if (g.bits == 4) {
+    unpacked->resize(static_cast<size_t>((n1 - n0) * padded));
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint8_t* from = codes + (n - n0) * packed_row;
+      uint8_t* to = unpacked->data() + (n - n0) * padded;
+      int64_t j = 0;
+      for (; j + 64 <= padded; j += 64) _mm512_storeu_si512(to + j, Codes64<4>(from + j / 2));
+      if (j < padded) _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j), Codes32<4>(from + j / 2));
+    }
+    codes = unpacked->data(), row_bytes = padded;
+  }
+  for (int64_t m = 0; m < count; ++m)
+    DotInt8VnniBits<8>(g, codes, row_bytes, scales, zeros, bias, rows[m], y + m * g.n, n0, n1);
+}
+#undef BYOC_VNNI
+
+// The int8 dot for this CPU: VNNI's where `vnni` (the CPU has AVX-512 VNNI and oneDNN may use it: the caller asks
+// oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too) and the blocks are 32 or a multiple of 64.
+inline DotInt8Fn ChooseDotInt8(const Geometry& g, bool vnni) {
   __builtin_cpu_init();
+  if (vnni && (g.block == 32 || g.block % 64 == 0)) return DotInt8Vnni;
   if (CpuHasAvx2Fma()) return DotInt8Avx2;
   return DotInt8Scalar;
 }

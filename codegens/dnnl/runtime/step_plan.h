@@ -28,6 +28,7 @@ class StepPlan {
   // -- while a program is built (step_plan.cc) --
   // The team size of the steps added from now on (the op being compiled).
   void set_threads(int threads) { threads_ = threads; }
+  int threads() const { return threads_; }
   // A new value in layout `desc` whose buffer is in the arena, live from the first step that reads or writes it to
   // the last.
   int NewTemp(const Desc& desc);
