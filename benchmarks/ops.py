@@ -302,6 +302,10 @@ CASES = [
     ("matmul", "Linear dynamo 4-D [1,14,14,1536]x[1536,384]+b", linear([1, 14, 14], 1536, 384)),
     ("matmul", "Linear [1,64,768]x[768,3072]+b", linear([1, 64], 768, 3072)),
     ("matmul", "LM head [1,64,768]x[768,50257]", linear([1, 64], 768, 50257, bias=False)),
+    # one token (a decoder's step): byoc's GEMV on AVX-512, weights streamed from the caches or from memory
+    ("matmul", "Linear one token [1,1,512]x[512,1408]+b", linear([1, 1], 512, 1408)),
+    ("matmul", "Linear one token [1,1,2048]x[2048,2048]+b", linear([1, 1], 2048, 2048)),
+    ("matmul", "LM head one token [1,1,768]x[768,32000]", linear([1, 1], 768, 32000, bias=False)),
     # quantize_dynamic's int8 Linear (BERT-base at 128 tokens: QKV/out, FFN up, FFN down)
     ("matmul_dynamic_int8", "Linear [1,128,768]x[768,768]+b", dynamic_linear([1, 128], 768, 768)),
     ("matmul_dynamic_int8", "Linear [1,128,768]x[768,3072]+b", dynamic_linear([1, 128], 768, 3072)),

@@ -21,10 +21,15 @@ import numpy as np
 from onnx import helper
 
 import byoc
+from byoc.deploy.targets import host_cpu_features
 
 from models import const, onnxruntime_outputs, random_inputs, rng
 
 RTOL, ATOL = 1e-4, 1e-4
+#: Whether byoc's GEMV runs here (a few rows by a constant weight, runtime/gemv.h): AVX-512 by cpuid, and oneDNN
+#: not held below it (ONEDNN_MAX_CPU_ISA). It is no oneDNN primitive: oneDNN's log has no matmul for it.
+GEMV_RUNS = "avx512f" in host_cpu_features() and os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
 
 
 def _f(*shape, seed=5, scale=1.0):

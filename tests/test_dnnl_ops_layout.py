@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from dnnl_op_helpers import _compile, _conv, _f, _onednn_exec, _reason, _rules
+from dnnl_op_helpers import GEMV_RUNS, _compile, _conv, _f, _onednn_exec, _reason, _rules
 from models import const, model, single_op, tensor
 
 
@@ -208,7 +208,8 @@ def test_split_results_each_a_sub_memory_copy(split, axis, outs):
 
 def test_split_into_contiguous_parts_reads_them_in_place():
     """An unrolled LSTM cuts its input projection into one run of rows per step and gate (ddddocr's OCR model:
-    256 of them): each part is those bytes of the matmul's output, not a copy."""
+    256 of them): each part is those bytes of the matmul's output, not a copy. (Four rows are byoc's GEMV where it
+    runs, which oneDNN's log does not show.)"""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="projection"),
              helper.make_node("Split", ["p"], ["p0", "p1", "p2", "p3"], name="steps", axis=0, num_outputs=4),
              helper.make_node("Mul", ["p0", "p1"], ["m"], name="mul"),
@@ -217,7 +218,7 @@ def test_split_into_contiguous_parts_reads_them_in_place():
     m = model(nodes, [tensor("x", [4, 16])], [tensor("y", [1, 32])], [const("w", _f(16, 32, seed=4))], opset=18)
     _compile(m)
     executed = [line.split(",")[3] for line in _onednn_exec(m)]
-    assert executed == ["matmul", "binary", "binary", "binary"], executed
+    assert executed == ([] if GEMV_RUNS else ["matmul"]) + ["binary", "binary", "binary"], executed
 
 
 def test_split_of_a_conv_output_feeding_a_conv_and_a_concat():

@@ -14,8 +14,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from byoc.deploy.targets import host_cpu_features
-from dnnl_op_helpers import _compile, _f, _onednn_exec, _rules
+from dnnl_op_helpers import GEMV_RUNS, _compile, _f, _onednn_exec, _rules
 from models import const, model, tensor
 
 
@@ -173,9 +172,6 @@ def test_transposed_operands_of_a_matmul_are_read_through_their_strides(isa):
 
 
 # -- a few rows by a constant weight: byoc's GEMV (AVX-512) ----------------------------------------
-#: Whether byoc's GEMV runs here: AVX-512 by cpuid, and oneDNN not held below it (ONEDNN_MAX_CPU_ISA).
-GEMV_RUNS = "avx512f" in host_cpu_features() and os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper() not in (
-    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
 
 
 def _ffn_model(x, n, residual):
