@@ -54,19 +54,29 @@ class GemvKernel : public Kernel {
   bool bias_;
 };
 
+// How byoc's GEMV runs the matmul `pd` (its result plain as `dst`), or nothing where it does not: no AVX-512 (by
+// cpuid, or oneDNN held below it: ONEDNN_MAX_CPU_ISA holds byoc's kernels to a class too), more than a few rows, a
+// source or result that is not plain rows, a weight layout gemv.h does not read.
+std::optional<gemv::Layout> GemvFor(const dnnl::matmul::primitive_desc& pd, const Desc& dst) {
+  static const bool avx512 = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);
+  const Desc src_desc = pd.src_desc();
+  const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
+  if (!avx512 || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
+      dst != Plain(dst_dims) || pd.dst_desc() != dst)
+    return std::nullopt;
+  const std::optional<gemv::Layout> layout = GemvLayout(pd.weights_desc());
+  if (!layout || layout->k != src_dims[1]) return std::nullopt;
+  return layout;
+}
+
 }  // namespace
 
 bool Builder::Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, int src, int weights, const Desc& dst,
                    const Desc& dst_write) {
-  // The CPU's AVX-512, and oneDNN allowed it (ONEDNN_MAX_CPU_ISA holds a process to a class: so are byoc's kernels).
-  static const bool avx512 = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);
+  const std::optional<gemv::Layout> layout = GemvFor(pd, dst);
+  if (!layout) return false;
   const Desc src_desc = pd.src_desc(), w_desc = pd.weights_desc();
   const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
-  if (!avx512 || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
-      dst != Plain(dst_dims) || pd.dst_desc() != dst)
-    return false;
-  const std::optional<gemv::Layout> layout = GemvLayout(w_desc);
-  if (!layout || layout->k != src_dims[1]) return false;
   // The post-ops, as a primitive on y in place: the first one as an eltwise or binary primitive, the others as its
   // own post-ops. Only where oneDNN has a generated kernel for that.
   const std::vector<int64_t> shape(dst_dims.begin(), dst_dims.end());
@@ -159,9 +169,13 @@ size_t Builder::SideBySide(size_t k) {
   }
   int weights = joined->second;
   int result = NewTemp(dst);
-  AddStep(dnnl::matmul(pd), {{DNNL_ARG_SRC, As(a, src), src}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()},
-                             {DNNL_ARG_DST, result, dst}},
-          pd.scratchpad_desc());
+  std::vector<Arg> args = {{DNNL_ARG_SRC, As(a, src), src}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()},
+                           {DNNL_ARG_DST, result, dst}};
+  if (const std::optional<gemv::Layout> layout = GemvFor(pd, dst)) {  // on AVX-512: byoc's GEMV (gemv.h)
+    AddStep(dnnl::primitive(), std::move(args), Desc(), std::make_shared<GemvKernel>(*layout, 1, false));
+  } else {
+    AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());
+  }
   int64_t column = 0;
   for (size_t j : siblings) {
     int64_t n = g_.Shape(ops[j].inputs[1])[1];
