@@ -250,10 +250,10 @@ class Builder {
   // matmul.cc: matmuls, and one-row matmuls by constant weights that read the same row run side by side
   size_t SideBySide(size_t k);
   size_t Matmul(size_t k);
-  // A matmul of a few rows by the constant `weights` (held as pd's weights) as byoc's GEMV, its post-ops as a
-  // primitive after it; false (nothing added) where the GEMV or that primitive does not apply. `dst` is how the
-  // steps see the plain result, `dst_write` how the graph's tensor is defined (the same buffer).
-  bool Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, int src, int weights, const Desc& dst,
+  // A matmul of a few rows by a constant weight as byoc's GEMV on the matmul's `args` (source, weights held as pd's,
+  // bias), its post-ops as a primitive after it; false (nothing added) where the GEMV or that primitive does not
+  // apply. `dst` is how the steps see the plain result, `dst_write` how the graph's tensor is defined (one buffer).
+  bool Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, std::vector<Arg> args, const Desc& dst,
             const Desc& dst_write);
 
   // nbits.cc: weight-only int4/int8 matmuls on the packed weight (onnxruntime's MatMulNBits)

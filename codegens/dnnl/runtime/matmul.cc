@@ -71,12 +71,11 @@ std::optional<gemv::Layout> GemvFor(const dnnl::matmul::primitive_desc& pd, cons
 
 }  // namespace
 
-bool Builder::Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, int src, int weights, const Desc& dst,
+bool Builder::Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, std::vector<Arg> args, const Desc& dst,
                    const Desc& dst_write) {
   const std::optional<gemv::Layout> layout = GemvFor(pd, dst);
   if (!layout) return false;
-  const Desc src_desc = pd.src_desc(), w_desc = pd.weights_desc();
-  const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
+  const Dims src_dims = pd.src_desc().get_dims(), dst_dims = dst.get_dims();
   // The post-ops, as a primitive on y in place: the first one as an eltwise or binary primitive, the others as its
   // own post-ops. Only where oneDNN has a generated kernel for that.
   const std::vector<int64_t> shape(dst_dims.begin(), dst_dims.end());
@@ -104,8 +103,6 @@ bool Builder::Gemv(const Fused& f, const dnnl::matmul::primitive_desc& pd, int s
     }
     AddBinaryArgs(rest, &post_args, shape, dst);
   }
-  std::vector<Arg> args = {{DNNL_ARG_SRC, src, src_desc}, {DNNL_ARG_WEIGHTS, weights, w_desc}};
-  if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), Plain({layout->n})});
   const int y = Define(f.last, dst_write);
   args.push_back({DNNL_ARG_DST, y, dst});
   AddStep(dnnl::primitive(), std::move(args), Desc(), std::make_shared<GemvKernel>(*layout, src_dims[0], f.bias >= 0));
@@ -291,7 +288,7 @@ size_t Builder::Matmul(size_t k) {
                               : As(b, b_read);
   std::vector<Arg> args = {{DNNL_ARG_SRC, src, pd.src_desc()}, {DNNL_ARG_WEIGHTS, weights, pd.weights_desc()}};
   if (f.bias >= 0) args.push_back({DNNL_ARG_BIAS, values_.of(f.bias), bias_desc});
-  if (const_weights && dst_write == Plain(ys) && Gemv(f, pd, src, weights, dst_desc, dst_write)) return f.next;
+  if (const_weights && dst_write == Plain(ys) && Gemv(f, pd, args, dst_desc, dst_write)) return f.next;
   AddBinaryArgs(f, &args, out_shape, dst_desc);
   args.push_back({DNNL_ARG_DST, Define(f.last, dst_write), dst_desc});
   AddStep(dnnl::matmul(pd), std::move(args), pd.scratchpad_desc());

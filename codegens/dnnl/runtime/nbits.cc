@@ -41,8 +41,7 @@ class MatmulNBitsKernel : public Kernel {
         vnni_(CpuHasAvx512Vnni() && OnednnRuns(dnnl::cpu_isa::avx512_core_vnni)), dot_(nbits::ChooseDot()),
         dot_int8_(nbits::ChooseDotInt8(g, vnni_)), avx2_(CpuHasAvx2Fma()) {}
   const char* Name() const override {
-    return rows_ <= kGemvRows ? "matmul_nbits_gemv" : int8_ && vnni_ && VnniBlock() ? "matmul_nbits_gemm_int8"
-                                                                                     : "matmul_nbits_gemm";
+    return rows_ <= kGemvRows ? "matmul_nbits_gemv" : IntegerGemm() ? "matmul_nbits_gemm_int8" : "matmul_nbits_gemm";
   }
 
   void Run(const std::unordered_map<int, memory>& args) const override {
@@ -55,7 +54,7 @@ class MatmulNBitsKernel : public Kernel {
     if (zero_kind_ == 2) zeros.floats = Data<const float>(args, kZeroPoints);
     const float* bias = bias_ ? Data<const float>(args, DNNL_ARG_BIAS) : nullptr;
     float* y = Data<float>(args, DNNL_ARG_DST);
-    if (int8_ && (rows_ <= kGemvRows || (vnni_ && VnniBlock()))) {
+    if (int8_ && (rows_ <= kGemvRows || IntegerGemm())) {
       // accuracy_level 4 with integer dots: a GEMV's rows, or on VNNI any number of rows (each chunk of B^T's rows
       // stays in the core's caches while every row of x meets it)
       DotsInt8(x, packed, scales, zeros, bias, y);
@@ -73,8 +72,8 @@ class MatmulNBitsKernel : public Kernel {
   }
 
  private:
-  // Blocks the VNNI dots take (nbits::ChooseDotInt8).
-  bool VnniBlock() const { return g_.block == 32 || g_.block % 64 == 0; }
+  // Whether many rows at accuracy_level 4 are integer dots too (VNNI, and blocks its dots take).
+  bool IntegerGemm() const { return int8_ && vnni_ && nbits::VnniBlocks(g_); }
 
   // Row m of x, padded to whole blocks: the last block's codes past K meet zeros (`copy` holds it when K is not).
   const float* PaddedRow(const float* x, int64_t m, std::vector<float>* copy) const {
@@ -108,15 +107,15 @@ class MatmulNBitsKernel : public Kernel {
     const int64_t padded = g_.padded_k();
     std::vector<int8_t> q(static_cast<size_t>(rows_ * padded));
     std::vector<float> x_scales(static_cast<size_t>(rows_ * g_.blocks)), sums(x_scales.size());
+    const auto quantize = avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
+    std::vector<nbits::QuantizedRow> xq;
     for (int64_t m = 0; m < rows_; ++m) {
       std::vector<float> copy;
-      const float* row = PaddedRow(x, m, &copy);
-      auto quantize = avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
-      quantize(g_, row, q.data() + m * padded, x_scales.data() + m * g_.blocks, sums.data() + m * g_.blocks);
+      int8_t* qm = q.data() + m * padded;
+      float *scale_m = x_scales.data() + m * g_.blocks, *sum_m = sums.data() + m * g_.blocks;
+      quantize(g_, PaddedRow(x, m, &copy), qm, scale_m, sum_m);
+      xq.push_back({qm, scale_m, sum_m});
     }
-    std::vector<nbits::QuantizedRow> xq;
-    for (int64_t m = 0; m < rows_; ++m)
-      xq.push_back({q.data() + m * padded, x_scales.data() + m * g_.blocks, sums.data() + m * g_.blocks});
     const bool gemm = rows_ > kGemvRows;  // on VNNI (Run): the codes unpacked once per chunk
     const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
 #pragma omp parallel

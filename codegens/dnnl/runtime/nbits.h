@@ -630,11 +630,14 @@ BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, con
 }
 #undef BYOC_VNNI
 
+// Whether the VNNI dots take g's blocks: 32, or a multiple of 64.
+inline bool VnniBlocks(const Geometry& g) { return g.block == 32 || g.block % 64 == 0; }
+
 // The int8 dot for this CPU: VNNI's where `vnni` (the CPU has AVX-512 VNNI and oneDNN may use it: the caller asks
-// oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too) and the blocks are 32 or a multiple of 64.
+// oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too) and it takes the blocks.
 inline DotInt8Fn ChooseDotInt8(const Geometry& g, bool vnni) {
   __builtin_cpu_init();
-  if (vnni && (g.block == 32 || g.block % 64 == 0)) return DotInt8Vnni;
+  if (vnni && VnniBlocks(g)) return DotInt8Vnni;
   if (CpuHasAvx2Fma()) return DotInt8Avx2;
   return DotInt8Scalar;
 }
