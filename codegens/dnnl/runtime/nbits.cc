@@ -75,6 +75,12 @@ class MatmulNBitsKernel : public Kernel {
   // Whether many rows at accuracy_level 4 are integer dots too (VNNI, and blocks its dots take).
   bool IntegerGemm() const { return int8_ && vnni_ && nbits::VnniBlocks(g_); }
 
+  // How DotsInt8 quantizes a row: for the VNNI dots (their order of 4-bit codes' q), else for AVX2's or plain C++'s.
+  decltype(&nbits::QuantizeRow) Quantizer() const {
+    if (vnni_ && nbits::VnniBlocks(g_)) return nbits::QuantizeRowVnni;
+    return avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
+  }
+
   // Row m of x, padded to whole blocks: the last block's codes past K meet zeros (`copy` holds it when K is not).
   const float* PaddedRow(const float* x, int64_t m, std::vector<float>* copy) const {
     const float* row = x + m * g_.k;
@@ -107,7 +113,7 @@ class MatmulNBitsKernel : public Kernel {
     const int64_t padded = g_.padded_k();
     std::vector<int8_t> q(static_cast<size_t>(rows_ * padded));
     std::vector<float> x_scales(static_cast<size_t>(rows_ * g_.blocks)), sums(x_scales.size());
-    const auto quantize = avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
+    const auto quantize = Quantizer();
     std::vector<nbits::QuantizedRow> xq;
     for (int64_t m = 0; m < rows_; ++m) {
       std::vector<float> copy;

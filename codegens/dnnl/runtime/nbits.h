@@ -14,7 +14,7 @@
 // - int8 activations (MatMulNBits' accuracy_level 4, onnxruntime's CompInt8): x quantized per block to int8 as
 //   MLAS does (QuantizeRow), the GEMV's block sums of code * q in integers (maddubs for 4-bit codes, widened
 //   for 8-bit ones: DotInt8Avx2), scaled once per block; the GEMM takes q * scale as its float x. On AVX-512 VNNI
-//   both are integer dots (DotInt8Vnni, GemmInt8Vnni: vpdpbusd, 64 codes a register).
+//   both are integer dots (DotInt8Vnni, GemmInt8Vnni: vpdpbusd; 4-bit codes 128 a load, in groups).
 // Both read codes past K in the last block (padding): Dot multiplies them by zeros (x padded); the GEMM
 // dequantizes them where its products do not reach (each chunk's depth stops at K).
 #ifndef BYOC_DNNL_NBITS_H_
@@ -489,26 +489,39 @@ using DotInt8Fn = void (*)(const Geometry&, const uint8_t*, const float*, const 
                               const QuantizedRow&, float*, int64_t, int64_t);
 
 // -- int8 activations on AVX-512 VNNI: vpdpbusd sums four u8 code x s8 q products into each int32 lane in one
-// instruction (AVX2's maddubs + madd, and no widening of 8-bit codes first). 64 codes a register: 4-bit codes are
-// 32 bytes, two chunks, unpacked to [chunk 0's low nibbles, its high nibbles, chunk 1's low, high], q's order; 8-bit
-// codes are 64 bytes as they are. Blocks of 32 are two a register, each half scaled by its own block's scales;
-// larger blocks (multiples of 64) sum their registers in int32 first.
+// instruction (AVX2's maddubs + madd, and no widening of 8-bit codes first).
+// - 8-bit codes: 64 a register as they are, q in x's order; blocks of 32 are two a register, each half scaled by
+//   its own block's scales; larger blocks (multiples of 64) sum their registers in int32 first.
+// - 4-bit codes: q in groups of 128 codes (QuantizeRowVnni), each group's even codes then its odd ones, so that
+//   one 64-byte load of a group's codes splits into the even codes (low nibbles) and the odd ones (high nibbles)
+//   with an AND and a shift, and both dots sum into one register: int32 lane l holds codes [8l, 8l + 8) of the
+//   group, so with blocks of 32 lanes 4b..4b+3 are its block b, and one permute spreads a group's scales over its
+//   lanes. (The chunk-of-32 order had a permute per 64 codes to unpack them and one more for each pair of scales:
+//   on AMD Zen 4 the GEMV ran at 10 GB/s a core, onnxruntime's at 17.)
 #define BYOC_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 
-template <int Bits>
-BYOC_VNNI inline __m512i Codes64(const uint8_t* codes) {
-  if (Bits == 8) return _mm512_loadu_si512(codes);
-  const __m512i both = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
-                                                _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes))));
-  return _mm512_and_si512(_mm512_srlv_epi64(both, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(15));
+constexpr int64_t kVnniGroup = 128;  // 4-bit codes per group (64 bytes)
+
+// Codes [g0, g0 + size) of a row in QuantizeRowVnni's order, from x's order (`plain`): each group's even codes,
+// then its odd ones (a last group of fewer codes the same over its own size).
+inline void GroupOrder(const int8_t* plain, int64_t padded, int8_t* q) {
+  for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
+    const int64_t half = std::min(kVnniGroup, padded - g0) / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      q[g0 + i] = plain[g0 + 2 * i];
+      q[g0 + half + i] = plain[g0 + 2 * i + 1];
+    }
+  }
 }
 
-// The same for 32 codes (the last block of 32 when the blocks are odd).
-template <int Bits>
-BYOC_VNNI inline __m256i Codes32(const uint8_t* codes) {
-  if (Bits == 8) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
-  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), _mm256_set1_epi8(15));
+// QuantizeRow for the VNNI dots: the same values, 4-bit codes' q in groups (above), 8-bit codes' in x's order.
+inline void QuantizeRowVnni(const Geometry& g, const float* x, int8_t* q, float* scales, float* sums) {
+  Geometry plain = g;
+  plain.bits = 8;  // x's order
+  if (g.bits == 8) return QuantizeRowAvx2(plain, x, q, scales, sums);
+  std::vector<int8_t> ordered(static_cast<size_t>(g.padded_k()));
+  QuantizeRowAvx2(plain, x, ordered.data(), scales, sums);
+  GroupOrder(ordered.data(), g.padded_k(), q);
 }
 
 // [s[0] x 8, s[1] x 8]: two blocks' scales for the two halves of a register (a load and a permute).
@@ -517,14 +530,12 @@ BYOC_VNNI inline __m512 ScalePair(const float* s) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), both);
 }
 
-// As DotInt8Rows, R rows of B^T at a time from row n's codes at `codes` (rows `row_bytes` apart; Bits 8 for codes
-// that are bytes in q's order, 4-bit ones unpacked already), for blocks of 32 or a multiple of 64 (Block: the block
-// when known at compile time, else 0).
-template <int Bits, int Block, int R>
+// As DotInt8Rows for 8-bit codes, R rows of B^T at a time from row n's codes at `codes` (rows `row_bytes` apart),
+// for blocks of 32 or a multiple of 64 (Block: the block when known at compile time, else 0).
+template <int Block, int R>
 BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
                                       const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n) {
   const int64_t block = Block ? Block : g.block;
-  const int64_t block_bytes = block * Bits / 8;
   __m512 total[R];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
@@ -536,7 +547,7 @@ BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, i
       const __m512 sx = ScalePair(x.scales + b);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes64<Bits>(codes + r * row_bytes + b * block_bytes), q);
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(codes + r * row_bytes + b * 32), q);
         total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, ScalePair(scale + r * g.blocks + b)),
                                    total[r]);
       }
@@ -545,8 +556,8 @@ BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, i
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + b * 32));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
-        const __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), Codes32<Bits>(codes + r * row_bytes + b * block_bytes), q);
-        const __m512 product = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(d));
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * row_bytes + b * 32));
+        const __m512 product = _mm512_zextps256_ps512(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), c, q)));
         total[r] = _mm512_fmadd_ps(product, _mm512_set1_ps(x.scales[b] * scale[r * g.blocks + b]), total[r]);
       }
     }
@@ -559,7 +570,7 @@ BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, i
         const __m512i q = _mm512_loadu_si512(x.q + b * block + j);
 #pragma GCC unroll 4
         for (int r = 0; r < R; ++r)
-          d[r] = _mm512_dpbusd_epi32(d[r], Codes64<Bits>(codes + r * row_bytes + b * block_bytes + j * Bits / 8), q);
+          d[r] = _mm512_dpbusd_epi32(d[r], _mm512_loadu_si512(codes + r * row_bytes + b * block + j), q);
       }
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r)
@@ -574,64 +585,139 @@ BYOC_VNNI inline void DotInt8RowsVnni(const Geometry& g, const uint8_t* codes, i
   }
 }
 
-// Outputs [n0, n1) of one quantized row, B^T's row n0 at `codes`.
-template <int Bits, int Block>
+// The group's lanes' blocks, counted from the group's first block (lane l holds codes [8l, 8l + 8)).
+BYOC_VNNI inline __m512i GroupLaneBlocks(int64_t block) {
+  alignas(64) int32_t index[16];
+  for (int l = 0; l < 16; ++l) index[l] = static_cast<int32_t>(8 * l / block);
+  return _mm512_load_si512(index);
+}
+
+// The even and the odd codes of one group of `size` codes (64 bytes when whole; `mask` its bytes of each half):
+// from the packed 4-bit codes at `codes` + g0 / 2, or from bytes already in the group order (Unpacked) at codes + g0.
+template <bool Unpacked, bool Whole>
+BYOC_VNNI inline void GroupCodes(const uint8_t* codes, int64_t g0, int64_t size, __mmask64 mask, __m512i* even,
+                                 __m512i* odd) {
+  if (Unpacked) {
+    *even = Whole ? _mm512_loadu_si512(codes + g0) : _mm512_maskz_loadu_epi8(mask, codes + g0);
+    *odd = Whole ? _mm512_loadu_si512(codes + g0 + size / 2) : _mm512_maskz_loadu_epi8(mask, codes + g0 + size / 2);
+    return;
+  }
+  const __m512i v = Whole ? _mm512_loadu_si512(codes + g0 / 2) : _mm512_maskz_loadu_epi8(mask, codes + g0 / 2);
+  const __m512i low = _mm512_set1_epi8(15);
+  *even = _mm512_and_si512(v, low);
+  *odd = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+}
+
+// One group's products summed into total[r] for R rows of B^T (Whole: 128 codes, else `size`).
+template <bool Unpacked, bool Whole, int R>
+BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scale,
+                                const QuantizedRow& x, int64_t g0, int64_t size, __m512i lanes, __m512* total) {
+  const __mmask64 bytes = Whole ? ~0ULL : (1ULL << (size / 2)) - 1;
+  const int64_t b = g0 / g.block, count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - b);
+  const __mmask16 blocks = static_cast<__mmask16>((1u << count) - 1);
+  const __m512i qe = Whole ? _mm512_loadu_si512(x.q + g0) : _mm512_maskz_loadu_epi8(bytes, x.q + g0);
+  const __m512i qo = Whole ? _mm512_loadu_si512(x.q + g0 + size / 2) : _mm512_maskz_loadu_epi8(bytes, x.q + g0 + size / 2);
+  const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, x.scales + b));
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    __m512i even, odd;
+    GroupCodes<Unpacked, Whole>(codes + r * row_bytes, g0, size, bytes, &even, &odd);
+    const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, qe), odd, qo);
+    const __m512 sw = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
+    total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw), total[r]);
+  }
+}
+
+// As DotInt8Rows for 4-bit codes in groups (above), R rows of B^T at a time from row n's codes at `codes`.
+template <bool Unpacked, int R>
+BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                      const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n,
+                                      __m512i lanes) {
+  const int64_t padded = g.padded_k();
+  __m512 total[R];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
+  const float* scale = scales + n * g.blocks;
+  int64_t g0 = 0;
+  for (; g0 + kVnniGroup <= padded; g0 += kVnniGroup)
+    GroupDots<Unpacked, true, R>(g, codes, row_bytes, scale, x, g0, kVnniGroup, lanes, total);
+  if (g0 < padded) GroupDots<Unpacked, false, R>(g, codes, row_bytes, scale, x, g0, padded - g0, lanes, total);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const float v = _mm512_reduce_add_ps(total[r]) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
+    y[n + r] = bias ? v + bias[n + r] : v;
+  }
+}
+
+// Outputs [n0, n1) of one quantized row, B^T's row n0 at `codes` (4-bit codes packed, or Unpacked in q's order).
+template <bool Unpacked>
+BYOC_VNNI inline void DotInt4Vnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                  const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
+                                  int64_t n1) {
+  const __m512i lanes = GroupLaneBlocks(g.block);
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4)
+    DotInt4RowsVnni<Unpacked, 4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
+  for (; n < n1; ++n)
+    DotInt4RowsVnni<Unpacked, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
+}
+
+template <int Block>
 BYOC_VNNI inline void DotInt8VnniOf(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
                                     const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
                                     int64_t n1) {
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4)
-    DotInt8RowsVnni<Bits, Block, 4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
+    DotInt8RowsVnni<Block, 4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
   for (; n < n1; ++n)
-    DotInt8RowsVnni<Bits, Block, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
+    DotInt8RowsVnni<Block, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n);
 }
 
-template <int Bits>
-inline void DotInt8VnniBits(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
-                            const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
-                            int64_t n1) {
-  switch (g.block) {
-    case 32: return DotInt8VnniOf<Bits, 32>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
-    case 64: return DotInt8VnniOf<Bits, 64>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
-    case 128: return DotInt8VnniOf<Bits, 128>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
-    default: return DotInt8VnniOf<Bits, 0>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
-  }
-}
-
+// Outputs [n0, n1) of one row quantized by QuantizeRowVnni.
 inline void DotInt8Vnni(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
                         const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block();
-  if (g.bits == 4) return DotInt8VnniBits<4>(g, packed + n0 * row_bytes, row_bytes, scales, zeros, bias, x, y, n0, n1);
-  return DotInt8VnniBits<8>(g, packed + n0 * row_bytes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  const uint8_t* codes = packed + n0 * row_bytes;
+  if (g.bits == 4) return DotInt4Vnni<false>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  switch (g.block) {
+    case 32: return DotInt8VnniOf<32>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    case 64: return DotInt8VnniOf<64>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    case 128: return DotInt8VnniOf<128>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+    default: return DotInt8VnniOf<0>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  }
 }
 
 // Many rows of x (a prompt) on VNNI: B^T's rows [n0, n1) against each of the `count` quantized rows in turn, y's rows
-// g.n apart. 4-bit codes are unpacked once into `unpacked` (their bytes in q's order, padded_k a row), not once per
+// g.n apart. 4-bit codes are unpacked once into `unpacked` (bytes in q's group order, padded_k a row), not once per
 // row of x: the rows then read them from the core's caches as bytes.
 BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
                                    const float* bias, const QuantizedRow* rows, int64_t count, float* y, int64_t n0,
                                    int64_t n1, std::vector<uint8_t>* unpacked) {
+  if (g.bits == 8) {
+    for (int64_t m = 0; m < count; ++m) DotInt8Vnni(g, packed, scales, zeros, bias, rows[m], y + m * g.n, n0, n1);
+    return;
+  }
   const int64_t packed_row = g.blocks * g.bytes_per_block(), padded = g.padded_k();
-  const uint8_t* codes = packed + n0 * packed_row;
-  int64_t row_bytes = packed_row;
-  if (g.bits == 4) {
-    unpacked->resize(static_cast<size_t>((n1 - n0) * padded));
-    for (int64_t n = n0; n < n1; ++n) {
-      const uint8_t* from = codes + (n - n0) * packed_row;
-      uint8_t* to = unpacked->data() + (n - n0) * padded;
-      int64_t j = 0;
-      for (; j + 64 <= padded; j += 64) _mm512_storeu_si512(to + j, Codes64<4>(from + j / 2));
-      if (j < padded) _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + j), Codes32<4>(from + j / 2));
+  unpacked->resize(static_cast<size_t>((n1 - n0) * padded));
+  const __m512i low = _mm512_set1_epi8(15);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* from = packed + n * packed_row;
+    uint8_t* to = unpacked->data() + (n - n0) * padded;
+    for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
+      const int64_t half = std::min(kVnniGroup, padded - g0) / 2;
+      const __mmask64 mask = half == 64 ? ~0ULL : (1ULL << half) - 1;
+      const __m512i v = _mm512_maskz_loadu_epi8(mask, from + g0 / 2);
+      _mm512_mask_storeu_epi8(to + g0, mask, _mm512_and_si512(v, low));
+      _mm512_mask_storeu_epi8(to + g0 + half, mask, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
     }
-    codes = unpacked->data(), row_bytes = padded;
   }
   for (int64_t m = 0; m < count; ++m)
-    DotInt8VnniBits<8>(g, codes, row_bytes, scales, zeros, bias, rows[m], y + m * g.n, n0, n1);
+    DotInt4Vnni<true>(g, unpacked->data(), padded, scales, zeros, bias, rows[m], y + m * g.n, n0, n1);
 }
 #undef BYOC_VNNI
 
-// Whether the VNNI dots take g's blocks: 32, or a multiple of 64.
-inline bool VnniBlocks(const Geometry& g) { return g.block == 32 || g.block % 64 == 0; }
+// Whether the VNNI dots take g's blocks: any (of 16 or more) for 4-bit codes, 32 or a multiple of 64 for 8-bit ones.
+inline bool VnniBlocks(const Geometry& g) { return g.bits == 4 || g.block == 32 || g.block % 64 == 0; }
 
 // The int8 dot for this CPU: VNNI's where `vnni` (the CPU has AVX-512 VNNI and oneDNN may use it: the caller asks
 // oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too) and it takes the blocks.
