@@ -215,7 +215,9 @@ def _where_new_entries(logits: np.ndarray, presents: list, exact: np.ndarray, un
 
     if not close(logits, exact):
         return None
-    for place, start in (("end", capacity), ("length", length)):
+    # "length" first: byoc's GroupQueryAttention leaves the Concat's copy of the new entries at the end too (slots
+    # onnxruntime leaves unspecified), while a Concat's present holds the buffer's padding at "length"
+    for place, start in (("length", length), ("end", capacity)):
         if all(close(p[:, :, start:start + new], u[:, :, length:length + new]) for p, u in zip(presents, unpadded)):
             return place
     return None

@@ -235,26 +235,6 @@ def rotary_embedding(u: NodeRewrite) -> None:
         u.add("Identity", [rotated], "identity", output=u.output(0))
 
 
-def _inserted_order(u: NodeRewrite, past: str, past_lengths: str, sequence: str) -> str:
-    """Where each slot of the present cache comes from in ``Concat(past, new)`` (``[B, 1, P + S, 1]``, for
-    GatherElements along axis 2): row b's new keys go right after its ``past_lengths[b]`` cached ones, and the
-    cache slots after those move S on. The past may be longer than the tokens cached in it (onnxruntime-genai
-    passes one buffer of the model's maximum length as every call's past): onnxruntime writes the new keys at
-    ``past_lengths``, so each key sits at its position. With ``past_lengths = P`` this is the Concat itself."""
-    slots_before = u.squeeze(u.add("Gather", [u.add("Shape", [past], "past_dims"), u.ints("past_axis", [2])],
-                                   "past_slots"), [0], "past_length")  # P
-    slots = u.add("Range", [u.int_scalar("slot_zero", 0), u.add("Add", [slots_before, sequence], "slot_count"),
-                            u.int_scalar("slot_one", 1)], "slots")  # [P + S]
-    row = u.unsqueeze(slots, [0], "slot_row")  # [1, P + S]
-    cached = u.unsqueeze(past_lengths, [1], "cached")  # [B, 1]
-    from_new = u.add("Add", [u.add("Sub", [row, cached], "new_index"), slots_before], "from_new")
-    moved = u.add("Sub", [row, sequence], "moved_on")
-    is_new = u.add("Less", [row, u.add("Add", [cached, sequence], "cached_and_new")], "is_new")
-    order = u.add("Where", [u.add("Less", [row, cached], "is_cached"), row,
-                            u.add("Where", [is_new, from_new, moved], "new_or_moved")], "order")  # [B, P + S]
-    return u.unsqueeze(order, [1, 3], "order_heads")
-
-
 def group_query_attention(u: NodeRewrite) -> None:
     """GroupQueryAttention (onnxruntime-genai's decoders): ``query [B, S, N*H]`` and ``key``/``value``
     ``[B, S, kvN*H]`` (or one packed query), the cache ``past_key``/``past_value`` ``[B, kvN, P, H]`` that the new
@@ -306,17 +286,22 @@ def group_query_attention(u: NodeRewrite) -> None:
         q = _rotate(u, q, rotary_positions, u.input(7), u.input(8), half, interleaved, "q_rope")
         k = _rotate(u, k, rotary_positions, u.input(7), u.input(8), half, interleaved, "k_rope")
     # The keys attended to are Concat(past, new), whose slots P.. hold the new keys; the present outputs put them
-    # right after the cached ones, as onnxruntime does (they differ where the past is longer than its tokens).
-    # The present is an output alone, so a vendor's chain through the attention does not wait for the reorder.
+    # right after the cached ones, as onnxruntime does (they differ where the past is longer than its tokens): the
+    # Concat with the new keys written again at each row's positions (a ScatterElements of index [B, kvN, S, H],
+    # the size of the new keys). The slots after the tokens are the past's and the new keys' copies there, where
+    # onnxruntime leaves them unspecified. (A GatherElements of the Concat in a computed order, the earlier form,
+    # computed an int64 index the size of the whole cache every call: on a decoder's token most of the host's time.)
+    # The present is an output alone, so a vendor's chain through the attention does not wait for it.
     # An attention bias is laid out by position: the keys are then the present itself.
     in_order = bool(u.input(10))
-    order = _inserted_order(u, u.input(3), past_lengths, sequence) if u.input(3) else None
+    past_given = bool(u.input(3))
+    slots_of_new = u.unsqueeze(positions, [1, 3], "new_slots") if past_given else None  # [B, 1, S, 1]
     for index, new, name in ((3, k, "key"), (4, v, "value")):
         joined = present = new
-        if order is not None:
+        if past_given:
             joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
-            orders = u.add("Expand", [order, u.add("Shape", [joined], f"{name}_dims")], f"{name}_order")
-            present = u.add("GatherElements", [joined, orders], f"present_{name}", axis=2)
+            slots = u.add("Expand", [slots_of_new, u.add("Shape", [new], f"new_{name}_dims")], f"{name}_slots")
+            present = u.add("ScatterElements", [joined, slots, new], f"present_{name}", axis=2)
         if u.read(index - 2):
             u.add("Identity", [present], f"present_{name}_out", output=u.output(index - 2))
         if name == "key":
@@ -337,7 +322,7 @@ def group_query_attention(u: NodeRewrite) -> None:
     slots = u.unsqueeze(_sequence_positions(u, k, 2, "key_slots"), [0], "slot_row")  # [1, T]
     rows = u.unsqueeze(positions, [2], "query_column")  # [B, S, 1]
     columns, valid = slots, None
-    if order is not None and not in_order:  # slot j < P: cached if j < past_lengths; slot P + i: position past + i
+    if past_given and not in_order:  # slot j < P: cached if j < past_lengths; slot P + i: position past + i
         past_slots = u.squeeze(u.add("Gather", [u.add("Shape", [u.input(3)], "cache_dims"), u.ints("cache_axis", [2])],
                                      "cache_slots"), [0], "cache_length")
         cached = u.unsqueeze(past_lengths, [1], "cached_count")  # [B, 1]
