@@ -355,3 +355,36 @@ def test_a_bad_dnnl_setting_is_named(monkeypatch, setting):
     monkeypatch.setenv(setting, "maybe")
     with pytest.raises(ByocError, match=f"{setting}=maybe is neither on nor off"):
         byoc.compile(byoc.examples.small_cnn(), vendors=["dnnl"]).run([np.zeros((1, 3, 16, 16), np.float32)])
+
+
+@TWO_CPUS
+def test_threads_1_runs_host_loops_on_the_caller_and_leaves_its_cpus_alone():
+    """threads=1 sets TVM's count for the calling thread: a parallel host loop runs on the caller, no worker is
+    started, and no loop reads /sys/devices/system/cpu/online (TVM's count when none is set, asked at every
+    parallel loop: a read syscall each, which /proc/self/io counts). The caller gets its CPUs back."""
+    got = _run("""
+        import json, os, threading
+        import numpy as np, onnx
+        from onnx import helper, TensorProto
+        import byoc
+        x = np.random.default_rng(0).standard_normal((1, 64, 224, 224)).astype(np.float32)
+        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(x.shape))])
+        artifact = byoc.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), vendors=[],
+                                threads=1)
+        def reads():
+            with open("/proc/self/io") as io:
+                return int(next(line for line in io if line.startswith("syscr:")).split()[1])
+        cpus, threads = sorted(os.sched_getaffinity(0)), len(os.listdir("/proc/self/task"))
+        y = artifact.run([x])[0]
+        before = reads()
+        for _ in range(100):
+            artifact.run([x])
+        print(json.dumps({"same": bool(np.array_equal(y, np.maximum(x, 0))), "reads": reads() - before,
+                          "cpus_kept": sorted(os.sched_getaffinity(0)) == cpus,
+                          "new_threads": len(os.listdir("/proc/self/task")) - threads}))
+    """)
+    assert got["reads"] < 20, got  # a read per run would be 100
+    assert {k: got[k] for k in ("same", "cpus_kept", "new_threads")} == {"same": True, "cpus_kept": True,
+                                                                        "new_threads": 0}

@@ -272,7 +272,8 @@ def ScheduleHost(target, skip=frozenset()):  # noqa: N802 - a pass, named like T
     """A module pass that schedules every PrimFunc not named in ``skip`` for the CPU ``target``.
 
     See the module docstring for the schedule. Functions it cannot read or
-    must not parallelize (:func:`_schedulable`) are left as they are.
+    must not parallelize (:func:`_schedulable`) are left as they are, but for
+    the gate of their parallel loops (:func:`_parallel_when_worth_it`).
     """
     import tvm
 
@@ -282,10 +283,13 @@ def ScheduleHost(target, skip=frozenset()):  # noqa: N802 - a pass, named like T
     def schedule_host(mod, _ctx):
         updates = {}
         for gv, func in mod.functions.items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or gv.name_hint in skip or not _schedulable(func):
+            if not isinstance(func, tvm.tirx.PrimFunc) or gv.name_hint in skip:
                 continue
-            scheduled = _schedule_func(func, vector)
-            if scheduled is not None:
+            scheduled = _schedule_func(func, vector) if _schedulable(func) else None
+            if scheduled is None:
+                # TVM's own parallel loops (topi's scatter, sort, ...) get the same gate as byoc's
+                scheduled = _parallel_when_worth_it(func)
+            if not scheduled.same_as(func):
                 updates[gv] = scheduled
         mod = mod.clone()  # assigning into the module given would change it for its other holders
         for gv, func in updates.items():
