@@ -34,6 +34,20 @@ int64_t PanelWidth(int64_t n, int64_t threads) {
 // Rows of B^T per chunk of a GEMV's work (64 rows: 128 kB of int4 codes at K = 4096).
 constexpr int64_t kGemvChunk = 64;
 
+// The calling thread's buffers for a call's rows of x (padded, quantized), kept from call to call: a decoder's
+// token runs a dozen of these kernels, and fresh vectors cost each call several trips to malloc. A call fills them
+// and its parallel region only reads them.
+struct RowScratch {
+  std::vector<float> padded, scales, sums;
+  std::vector<int8_t> q;
+  std::vector<nbits::QuantizedRow> rows;
+};
+
+RowScratch& Scratch() {
+  thread_local RowScratch scratch;
+  return scratch;
+}
+
 class MatmulNBitsKernel : public Kernel {
  public:
   MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias, bool int8)
@@ -92,10 +106,11 @@ class MatmulNBitsKernel : public Kernel {
 
   void Gemv(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
             float* y) const {
+    RowScratch& scratch = Scratch();
+    std::vector<float>& sums = scratch.sums;
+    sums.resize(static_cast<size_t>(g_.blocks));
     for (int64_t m = 0; m < rows_; ++m) {
-      std::vector<float> copy;
-      const float* row = PaddedRow(x, m, &copy);
-      std::vector<float> sums(static_cast<size_t>(g_.blocks));
+      const float* row = PaddedRow(x, m, &scratch.padded);
       float* out = y + m * g_.n;
       // Chunks of rows of B^T taken as threads come free (a thread the machine slows down takes fewer).
       const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;
@@ -111,15 +126,17 @@ class MatmulNBitsKernel : public Kernel {
   void DotsInt8(const float* x, const uint8_t* packed, const float* scales, const nbits::Zeros& zeros, const float* bias,
                 float* y) const {
     const int64_t padded = g_.padded_k();
-    std::vector<int8_t> q(static_cast<size_t>(rows_ * padded));
-    std::vector<float> x_scales(static_cast<size_t>(rows_ * g_.blocks)), sums(x_scales.size());
+    RowScratch& scratch = Scratch();
+    scratch.q.resize(static_cast<size_t>(rows_ * padded));
+    scratch.scales.resize(static_cast<size_t>(rows_ * g_.blocks));
+    scratch.sums.resize(scratch.scales.size());
     const auto quantize = Quantizer();
-    std::vector<nbits::QuantizedRow> xq;
+    std::vector<nbits::QuantizedRow>& xq = scratch.rows;
+    xq.clear();
     for (int64_t m = 0; m < rows_; ++m) {
-      std::vector<float> copy;
-      int8_t* qm = q.data() + m * padded;
-      float *scale_m = x_scales.data() + m * g_.blocks, *sum_m = sums.data() + m * g_.blocks;
-      quantize(g_, PaddedRow(x, m, &copy), qm, scale_m, sum_m);
+      int8_t* qm = scratch.q.data() + m * padded;
+      float *scale_m = scratch.scales.data() + m * g_.blocks, *sum_m = scratch.sums.data() + m * g_.blocks;
+      quantize(g_, PaddedRow(x, m, &scratch.padded), qm, scale_m, sum_m);
       xq.push_back({qm, scale_m, sum_m});
     }
     const bool gemm = rows_ > kGemvRows;  // on VNNI (Run): the codes unpacked once per chunk

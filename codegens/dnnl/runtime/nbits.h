@@ -518,10 +518,14 @@ inline void GroupOrder(const int8_t* plain, int64_t padded, int8_t* q) {
 inline void QuantizeRowVnni(const Geometry& g, const float* x, int8_t* q, float* scales, float* sums) {
   Geometry plain = g;
   plain.bits = 8;  // x's order
-  if (g.bits == 8) return QuantizeRowAvx2(plain, x, q, scales, sums);
-  std::vector<int8_t> ordered(static_cast<size_t>(g.padded_k()));
-  QuantizeRowAvx2(plain, x, ordered.data(), scales, sums);
-  GroupOrder(ordered.data(), g.padded_k(), q);
+  QuantizeRowAvx2(plain, x, q, scales, sums);
+  if (g.bits == 8) return;
+  int8_t group[kVnniGroup];  // each group reordered in place, from a copy of it
+  for (int64_t g0 = 0; g0 < g.padded_k(); g0 += kVnniGroup) {
+    const int64_t size = std::min(kVnniGroup, g.padded_k() - g0);
+    std::memcpy(group, q + g0, static_cast<size_t>(size));
+    GroupOrder(group, size, q + g0);
+  }
 }
 
 // [s[0] x 8, s[1] x 8]: two blocks' scales for the two halves of a register (a load and a permute).
