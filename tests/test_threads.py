@@ -112,6 +112,8 @@ def test_the_user_environment_wins_over_the_default(monkeypatch):
     assert threads.vendor_threads(None) == 0  # 0: OpenMP's own default, which reads OMP_NUM_THREADS
     assert threads.host_threads(None) is None  # TVM reads it itself
     assert threads.vendor_threads(2) == 2 and threads.host_threads(2) == 2  # an explicit threads= wins
+    # ... but for the host's pool beside a vendor's own team, which keeps TVM's cap of one per physical core
+    assert threads.host_threads(64, vendor_team=True) == min(64, threads._tvm_default_pool())
 
 
 @pytest.mark.parametrize("count", [1, 2])
@@ -126,7 +128,18 @@ def test_threads_reach_the_host_pool_and_the_dnnl_runtime(count):
         host = tvm_ffi.get_global_func("runtime.NumThreads")()
         print(json.dumps([dnnl, host]))
     """)
-    assert got == [count, count]
+    assert got == [count, min(count, threads._tvm_default_pool())]  # the host's pool beside dnnl's team: capped
+
+
+@TWO_CPUS
+def test_threads_size_the_host_pool_whole_without_a_vendor_team():
+    got = _run("""
+        import json, numpy as np, tvm_ffi, byoc, byoc.examples
+        artifact = byoc.compile(byoc.examples.small_cnn(), vendors=[], threads=2)
+        artifact.run([np.zeros(artifact.inputs[0].shape, np.float32)])
+        print(json.dumps(tvm_ffi.get_global_func("runtime.NumThreads")()))
+    """)
+    assert got == 2
 
 
 def test_load_takes_threads_too(tmp_path):

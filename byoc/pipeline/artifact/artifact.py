@@ -195,10 +195,19 @@ class Artifact:
             from tvm import relax
 
             library = self._loaded_library()
-            configure_host_pool(self.threads)  # TVM's pool is per thread: sized before this thread's first run
+            # TVM's pool is per thread: sized before this thread's first run
+            configure_host_pool(self.threads, vendor_team=self._runs_vendor_team())
             vm = relax.VirtualMachine(library, tvm.cpu())
             self._local.vm = vm
         return vm
+
+    def _runs_vendor_team(self) -> bool:
+        """Whether a partition's runtime runs a team of its own (it takes a thread count: dnnl's OpenMP team)."""
+        import tvm_ffi
+
+        vendors = {vendor for _, vendor in self.metadata.get("partitions", [])}
+        return any(tvm_ffi.get_global_func(f"byoc.{vendor}.set_max_threads", allow_missing=True) is not None
+                   for vendor in vendors)
 
     def _main(self):
         """This thread's VM's ``main``, looked up once: a lookup by name costs more than a microsecond a call,
