@@ -596,16 +596,10 @@ BYOC_VNNI inline __m512i GroupLaneBlocks(int64_t block) {
   return _mm512_load_si512(index);
 }
 
-// The even and the odd codes of one group of `size` codes (64 bytes when whole; `mask` its bytes of each half):
-// from the packed 4-bit codes at `codes` + g0 / 2, or from bytes already in the group order (Unpacked) at codes + g0.
-template <bool Unpacked, bool Whole>
-BYOC_VNNI inline void GroupCodes(const uint8_t* codes, int64_t g0, int64_t size, __mmask64 mask, __m512i* even,
-                                 __m512i* odd) {
-  if (Unpacked) {
-    *even = Whole ? _mm512_loadu_si512(codes + g0) : _mm512_maskz_loadu_epi8(mask, codes + g0);
-    *odd = Whole ? _mm512_loadu_si512(codes + g0 + size / 2) : _mm512_maskz_loadu_epi8(mask, codes + g0 + size / 2);
-    return;
-  }
+// The even and the odd codes of one group of `size` 4-bit codes packed at `codes` + g0 / 2 (64 bytes when Whole;
+// `mask` the bytes of each half).
+template <bool Whole>
+BYOC_VNNI inline void GroupCodes(const uint8_t* codes, int64_t g0, __mmask64 mask, __m512i* even, __m512i* odd) {
   const __m512i v = Whole ? _mm512_loadu_si512(codes + g0 / 2) : _mm512_maskz_loadu_epi8(mask, codes + g0 / 2);
   const __m512i low = _mm512_set1_epi8(15);
   *even = _mm512_and_si512(v, low);
@@ -613,7 +607,7 @@ BYOC_VNNI inline void GroupCodes(const uint8_t* codes, int64_t g0, int64_t size,
 }
 
 // One group's products summed into total[r] for R rows of B^T (Whole: 128 codes, else `size`).
-template <bool Unpacked, bool Whole, int R>
+template <bool Whole, int R>
 BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scale,
                                 const QuantizedRow& x, int64_t g0, int64_t size, __m512i lanes, __m512* total) {
   const __mmask64 bytes = Whole ? ~0ULL : (1ULL << (size / 2)) - 1;
@@ -625,7 +619,7 @@ BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     __m512i even, odd;
-    GroupCodes<Unpacked, Whole>(codes + r * row_bytes, g0, size, bytes, &even, &odd);
+    GroupCodes<Whole>(codes + r * row_bytes, g0, bytes, &even, &odd);
     const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, qe), odd, qo);
     const __m512 sw = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
     total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw), total[r]);
@@ -633,7 +627,7 @@ BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t
 }
 
 // As DotInt8Rows for 4-bit codes in groups (above), R rows of B^T at a time from row n's codes at `codes`.
-template <bool Unpacked, int R>
+template <int R>
 BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
                                       const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n,
                                       __m512i lanes) {
@@ -644,8 +638,8 @@ BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, i
   const float* scale = scales + n * g.blocks;
   int64_t g0 = 0;
   for (; g0 + kVnniGroup <= padded; g0 += kVnniGroup)
-    GroupDots<Unpacked, true, R>(g, codes, row_bytes, scale, x, g0, kVnniGroup, lanes, total);
-  if (g0 < padded) GroupDots<Unpacked, false, R>(g, codes, row_bytes, scale, x, g0, padded - g0, lanes, total);
+    GroupDots<true, R>(g, codes, row_bytes, scale, x, g0, kVnniGroup, lanes, total);
+  if (g0 < padded) GroupDots<false, R>(g, codes, row_bytes, scale, x, g0, padded - g0, lanes, total);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const float v = _mm512_reduce_add_ps(total[r]) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
@@ -653,17 +647,16 @@ BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, i
   }
 }
 
-// Outputs [n0, n1) of one quantized row, B^T's row n0 at `codes` (4-bit codes packed, or Unpacked in q's order).
-template <bool Unpacked>
+// Outputs [n0, n1) of one quantized row, B^T's row n0's packed 4-bit codes at `codes`.
 BYOC_VNNI inline void DotInt4Vnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
                                   const Zeros& zeros, const float* bias, const QuantizedRow& x, float* y, int64_t n0,
                                   int64_t n1) {
   const __m512i lanes = GroupLaneBlocks(g.block);
   int64_t n = n0;
   for (; n + 4 <= n1; n += 4)
-    DotInt4RowsVnni<Unpacked, 4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
+    DotInt4RowsVnni<4>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
   for (; n < n1; ++n)
-    DotInt4RowsVnni<Unpacked, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
+    DotInt4RowsVnni<1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, x, y, n, lanes);
 }
 
 template <int Block>
@@ -682,7 +675,7 @@ inline void DotInt8Vnni(const Geometry& g, const uint8_t* packed, const float* s
                         const float* bias, const QuantizedRow& x, float* y, int64_t n0, int64_t n1) {
   const int64_t row_bytes = g.blocks * g.bytes_per_block();
   const uint8_t* codes = packed + n0 * row_bytes;
-  if (g.bits == 4) return DotInt4Vnni<false>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
+  if (g.bits == 4) return DotInt4Vnni(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
   switch (g.block) {
     case 32: return DotInt8VnniOf<32>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
     case 64: return DotInt8VnniOf<64>(g, codes, row_bytes, scales, zeros, bias, x, y, n0, n1);
@@ -691,9 +684,70 @@ inline void DotInt8Vnni(const Geometry& g, const uint8_t* packed, const float* s
   }
 }
 
-// Many rows of x (a prompt) on VNNI: B^T's rows [n0, n1) against each of the `count` quantized rows in turn, y's rows
-// g.n apart. 4-bit codes are unpacked once into `unpacked` (bytes in q's group order, padded_k a row), not once per
-// row of x: the rows then read them from the core's caches as bytes.
+// A tile of a prompt's products on VNNI: MR rows of x by NR rows of B^T (from row n), the codes unpacked to bytes
+// in q's group order (`row_bytes` apart). Each group's codes are loaded once for the MR rows of x and each row's q
+// once for the NR rows of B^T: as 32 GEMVs, a prompt of 32 tokens ran at a GEMV's pace per row, compute-bound
+// with its weight in the caches.
+template <int MR, int NR>
+BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                   const Zeros& zeros, const float* bias, const QuantizedRow* rows, float* y,
+                                   int64_t n, __m512i lanes) {
+  const int64_t padded = g.padded_k();
+  __m512 total[MR][NR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) total[m][r] = _mm512_setzero_ps();
+  const float* scale = scales + n * g.blocks;
+  for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
+    const int64_t size = std::min(kVnniGroup, padded - g0), half = size / 2;
+    const __mmask64 bytes = half == 64 ? ~0ULL : (1ULL << half) - 1;
+    const int64_t b = g0 / g.block, count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - b);
+    const __mmask16 blocks = static_cast<__mmask16>((1u << count) - 1);
+    __m512i even[NR], odd[NR];
+    __m512 sw[NR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      even[r] = _mm512_maskz_loadu_epi8(bytes, codes + r * row_bytes + g0);
+      odd[r] = _mm512_maskz_loadu_epi8(bytes, codes + r * row_bytes + g0 + half);
+      sw[r] = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const __m512i qe = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0);
+      const __m512i qo = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0 + half);
+      const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, rows[m].scales + b));
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even[r], qe), odd[r], qo);
+        total[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw[r]), total[m][r]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const float v = _mm512_reduce_add_ps(total[m][r]) - ShiftAvx2(g, scales, zeros, rows[m].sums, n + r);
+      y[m * g.n + n + r] = bias ? v + bias[n + r] : v;
+    }
+}
+
+// MR (1-4) rows of x by B^T's unpacked rows [n0, n1), three at a time.
+template <int MR>
+BYOC_VNNI inline void GemmRowsVnni(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scales,
+                                   const Zeros& zeros, const float* bias, const QuantizedRow* rows, float* y,
+                                   int64_t n0, int64_t n1, __m512i lanes) {
+  int64_t n = n0;
+  for (; n + 3 <= n1; n += 3)
+    GemmTileVnni<MR, 3>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, rows, y, n, lanes);
+  for (; n < n1; ++n)
+    GemmTileVnni<MR, 1>(g, codes + (n - n0) * row_bytes, row_bytes, scales, zeros, bias, rows, y, n, lanes);
+}
+
+// Many rows of x (a prompt) on VNNI: B^T's rows [n0, n1) against the `count` quantized rows, y's rows g.n apart.
+// 4-bit codes are unpacked once into `unpacked` (bytes in q's group order, padded_k a row), not once per row of x,
+// and read from the core's caches by tiles of four rows of x (GemmTileVnni); 8-bit codes are bytes already.
 BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, const float* scales, const Zeros& zeros,
                                    const float* bias, const QuantizedRow* rows, int64_t count, float* y, int64_t n0,
                                    int64_t n1, std::vector<uint8_t>* unpacked) {
@@ -715,8 +769,17 @@ BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, con
       _mm512_mask_storeu_epi8(to + g0 + half, mask, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
     }
   }
-  for (int64_t m = 0; m < count; ++m)
-    DotInt4Vnni<true>(g, unpacked->data(), padded, scales, zeros, bias, rows[m], y + m * g.n, n0, n1);
+  const __m512i lanes = GroupLaneBlocks(g.block);
+  const uint8_t* codes = unpacked->data();
+  int64_t m = 0;
+  for (; m + 4 <= count; m += 4)
+    GemmRowsVnni<4>(g, codes, padded, scales, zeros, bias, rows + m, y + m * g.n, n0, n1, lanes);
+  switch (count - m) {
+    case 3: return GemmRowsVnni<3>(g, codes, padded, scales, zeros, bias, rows + m, y + m * g.n, n0, n1, lanes);
+    case 2: return GemmRowsVnni<2>(g, codes, padded, scales, zeros, bias, rows + m, y + m * g.n, n0, n1, lanes);
+    case 1: return GemmRowsVnni<1>(g, codes, padded, scales, zeros, bias, rows + m, y + m * g.n, n0, n1, lanes);
+    default: return;
+  }
 }
 #undef BYOC_VNNI
 
