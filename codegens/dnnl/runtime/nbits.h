@@ -596,6 +596,22 @@ BYOC_VNNI inline __m512i GroupLaneBlocks(int64_t block) {
   return _mm512_load_si512(index);
 }
 
+// Whether the zero point is folded into the integer dots: a uniform whole zero point z (MatMulNBits' default
+// 2^(bits-1)) is taken off each lane as z * sum q, in int32 before the scaling, which makes the sum that of
+// (code - z) * q exactly; other zero points are taken off after (ShiftAvx2). At K = 384 the shift and the sum of
+// each output's lanes cost more than its three groups of dots (a Llama prompt's [32,384]x[384,1024]).
+inline bool FoldsZero(const Zeros& zeros) {
+  return !zeros.bytes && !zeros.floats && zeros.uniform >= 0.0f && zeros.uniform <= 255.0f &&
+         zeros.uniform == static_cast<float>(static_cast<int>(zeros.uniform));
+}
+
+// The dots' starting value for one row of q's group: -z * (the sum of each lane's q), or zeros when not folded.
+BYOC_VNNI inline __m512i FoldedZero(__m512i qe, __m512i qo, __m512i negative_zero) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qe), ones, qo);
+  return _mm512_mullo_epi32(sums, negative_zero);
+}
+
 // The even and the odd codes of one group of `size` 4-bit codes packed at `codes` + g0 / 2 (64 bytes when Whole;
 // `mask` the bytes of each half).
 template <bool Whole>
@@ -609,18 +625,20 @@ BYOC_VNNI inline void GroupCodes(const uint8_t* codes, int64_t g0, __mmask64 mas
 // One group's products summed into total[r] for R rows of B^T (Whole: 128 codes, else `size`).
 template <bool Whole, int R>
 BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scale,
-                                const QuantizedRow& x, int64_t g0, int64_t size, __m512i lanes, __m512* total) {
+                                const QuantizedRow& x, int64_t g0, int64_t size, __m512i lanes, __m512i negative_zero,
+                                bool fold, __m512* total) {
   const __mmask64 bytes = Whole ? ~0ULL : (1ULL << (size / 2)) - 1;
   const int64_t b = g0 / g.block, count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - b);
   const __mmask16 blocks = static_cast<__mmask16>((1u << count) - 1);
   const __m512i qe = Whole ? _mm512_loadu_si512(x.q + g0) : _mm512_maskz_loadu_epi8(bytes, x.q + g0);
   const __m512i qo = Whole ? _mm512_loadu_si512(x.q + g0 + size / 2) : _mm512_maskz_loadu_epi8(bytes, x.q + g0 + size / 2);
   const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, x.scales + b));
+  const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     __m512i even, odd;
     GroupCodes<Whole>(codes + r * row_bytes, g0, bytes, &even, &odd);
-    const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, qe), odd, qo);
+    const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even, qe), odd, qo);
     const __m512 sw = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
     total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw), total[r]);
   }
@@ -636,13 +654,16 @@ BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, i
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
   const float* scale = scales + n * g.blocks;
+  const bool fold = FoldsZero(zeros);
+  const __m512i negative_zero = _mm512_set1_epi32(fold ? -static_cast<int>(zeros.uniform) : 0);
   int64_t g0 = 0;
   for (; g0 + kVnniGroup <= padded; g0 += kVnniGroup)
-    GroupDots<true, R>(g, codes, row_bytes, scale, x, g0, kVnniGroup, lanes, total);
-  if (g0 < padded) GroupDots<false, R>(g, codes, row_bytes, scale, x, g0, padded - g0, lanes, total);
+    GroupDots<true, R>(g, codes, row_bytes, scale, x, g0, kVnniGroup, lanes, negative_zero, fold, total);
+  if (g0 < padded)
+    GroupDots<false, R>(g, codes, row_bytes, scale, x, g0, padded - g0, lanes, negative_zero, fold, total);
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
-    const float v = _mm512_reduce_add_ps(total[r]) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
+    const float v = _mm512_reduce_add_ps(total[r]) - (fold ? 0.0f : ShiftAvx2(g, scales, zeros, x.sums, n + r));
     y[n + r] = bias ? v + bias[n + r] : v;
   }
 }
@@ -699,6 +720,8 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) total[m][r] = _mm512_setzero_ps();
   const float* scale = scales + n * g.blocks;
+  const bool fold = FoldsZero(zeros);
+  const __m512i negative_zero = _mm512_set1_epi32(fold ? -static_cast<int>(zeros.uniform) : 0);
   for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
     const int64_t size = std::min(kVnniGroup, padded - g0), half = size / 2;
     const __mmask64 bytes = half == 64 ? ~0ULL : (1ULL << half) - 1;
@@ -717,9 +740,10 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
       const __m512i qe = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0);
       const __m512i qo = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0 + half);
       const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, rows[m].scales + b));
+      const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
-        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even[r], qe), odd[r], qo);
+        const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even[r], qe), odd[r], qo);
         total[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw[r]), total[m][r]);
       }
     }
@@ -728,7 +752,7 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
   for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      const float v = _mm512_reduce_add_ps(total[m][r]) - ShiftAvx2(g, scales, zeros, rows[m].sums, n + r);
+      const float v = _mm512_reduce_add_ps(total[m][r]) - (fold ? 0.0f : ShiftAvx2(g, scales, zeros, rows[m].sums, n + r));
       y[m * g.n + n + r] = bias ? v + bias[n + r] : v;
     }
 }
