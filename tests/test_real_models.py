@@ -131,3 +131,39 @@ except ValueError as err:
     assert scaled == pytest.approx(0.001)  # 0.004 / max |ref| = 4
     assert nan == float("inf")
     assert "shape (1, 2)" in message
+
+
+def test_yolov8_with_symbolic_image_dims_builds_for_dnnl_and_matches_onnxruntime():
+    """NudeNet 320n, a YOLOv8n as ultralytics exports it with ``dynamic=True`` (batch, height and width symbolic):
+    each detection head's anchors are a Range over its feature map. Its three Range lengths were three dims of
+    one name (one partition bound them as one), and the merge put an anchor's Range before the cast that defines
+    its length (the host build failed: "has not been computed")."""
+    code = """
+import json, sys
+import numpy as np, onnxruntime as ort
+sys.path.insert(0, sys.argv[1])
+import real_models_catalog as catalog
+try:
+    path = catalog.model_path("nudenet_320n")
+except catalog.FetchError as err:
+    print(json.dumps({"unreachable": err.unreachable, "why": str(err)}))
+    raise SystemExit
+import byoc
+artifact = byoc.compile(str(path), vendors=["dnnl"])
+session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+errors = []
+for shape in [(1, 3, 320, 320), (2, 3, 192, 256)]:
+    x = np.random.default_rng(0).random(shape, dtype=np.float32)
+    got, want = artifact.run({"images": x})[0], session.run(None, {"images": x})[0]
+    errors.append([list(got.shape) == list(want.shape), float(np.abs(got - want).max() / np.abs(want).max())])
+print(json.dumps({"errors": errors, "dnnl": sum(p.vendor == "dnnl" for p in artifact.plan.partitions)}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "benchmarks")], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    if got.get("unreachable"):
+        pytest.skip(f"PyPI unreachable: {got['why']}")
+    assert got["dnnl"] >= 1, got
+    for same_shape, error in got["errors"]:
+        assert same_shape and error <= RTOL, got

@@ -331,6 +331,36 @@ def unique_binding_names(main: relax.Function, scope: str = "") -> tuple[relax.F
     return new, dict(zip(old_vars, new_vars))
 
 
+def unique_dim_names(mod):
+    """``mod`` whose ``main`` gives each of its symbolic dims a name of its own.
+
+    TVM's converters name every Range's length ``range_len_0``: YOLOv8's three detection heads make three such
+    dims, each its own variable. Vendors see dims by name (:mod:`byoc.vendor.graph`), so a partition holding two
+    heads bound them as one (``range_len_0 = 20 ..., another input has 40``). The second and later variables of a
+    name become ``<name>_1``, ``<name>_2``, ... (a name no other dim has).
+    """
+    import tvm_ffi
+    from tvm import relax, tirx
+
+    found: dict[str, list] = {}
+
+    def visit(var):
+        same = found.setdefault(str(var.name), [])
+        if not any(var.same_as(other) for other in same):
+            same.append(var)
+
+    tvm_ffi.structural_walk(mod["main"], [(tirx.Var, visit)])
+    taken, renamed = set(found), {}
+    for name, variables in found.items():
+        for k, var in enumerate(variables[1:], 1):
+            new = f"{name}_{k}"
+            while new in taken:
+                new += "_"
+            taken.add(new)
+            renamed[var] = tirx.Var(new, var.ty)
+    return relax.transform.BindSymbolicVars(renamed, "main")(mod) if renamed else mod
+
+
 def bind_trailing_params(mod, values: list):
     """``mod`` whose ``main`` has its last ``len(values)`` parameters bound to ``values`` (numpy) as constants.
 

@@ -167,7 +167,8 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
     from tvm import relax
 
     from byoc.pipeline.frontend.common_subexpressions import merged_common_subexpressions
-    from byoc.pipeline.frontend.importer import ProvenanceImporter, bind_trailing_params, unique_binding_names
+    from byoc.pipeline.frontend.importer import (ProvenanceImporter, bind_trailing_params, unique_binding_names,
+                                                 unique_dim_names)
     from byoc.pipeline.frontend.prepare.qdq_form import held_integer_constants
 
     install_legalizations()  # the constant folding below legalizes
@@ -195,6 +196,7 @@ def to_relax(model: onnx.ModelProto, inputs: list[TensorSpec], origin: Mapping[s
             main, merged = merged_common_subexpressions(mod["main"])
             main, renamed = unique_binding_names(main, scope)
             mod.update_func(mod.get_global_var("main"), main)
+            mod = unique_dim_names(mod)
     except ModelLoadError:
         raise
     except Exception as err:  # noqa: BLE001 - TVM's converters raise every kind of error

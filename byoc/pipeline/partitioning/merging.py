@@ -47,8 +47,8 @@ def _ordered_by_dims(mod):
     A binding may read a dim without reading the variable whose cast defines it: a host Tile's result is sized
     by a shape computed in a region, and TVM's merge, seeing no variable between them, put the region's call
     after the Tile. The bindings of each dataflow block are put in an order that respects both kinds of
-    dependence, as near their order as it allows (a stable topological sort). ``mod`` itself when the order
-    holds already.
+    dependence, as near their order as it allows (a stable topological sort; at a cycle, its first binding
+    where it was). ``mod`` itself when the order holds already.
     """
     import heapq
 
@@ -75,16 +75,24 @@ def _ordered_by_dims(mod):
         waiting = [len(deps) for deps in needs]
         ready = [n for n, w in enumerate(waiting) if w == 0]
         heapq.heapify(ready)
-        order = []
-        while ready:
+        order, placed = [], [False] * len(bindings)
+        while len(order) < len(bindings):
+            if not ready:
+                # A cycle, which no order would hold: its first binding stays where it was, and the rest of the
+                # block is still put in order (YOLOv8's anchors, a Range per detection head, each after the cast
+                # of its length: leaving the whole block as it was failed the host build, "has not been computed")
+                ready = [min(n for n in range(len(bindings)) if not placed[n])]
             n = heapq.heappop(ready)
+            if placed[n]:
+                continue
+            placed[n] = True
             order.append(n)
             for r in readers.get(n, []):
                 waiting[r] -= 1
-                if waiting[r] == 0:
+                if waiting[r] == 0 and not placed[r]:
                     heapq.heappush(ready, r)
-        if len(order) != len(bindings) or order == sorted(order):
-            blocks.append(block)  # a cycle (no order would hold) or the order holds: as it was
+        if order == sorted(order):
+            blocks.append(block)  # the order holds: as it was
             continue
         changed = True
         blocks.append(relax.DataflowBlock([bindings[n] for n in order], block.span))
