@@ -267,14 +267,17 @@ def _binding(user_setting: str | None) -> dict:
     main thread and from another thread, with ``OMP_PROC_BIND=user_setting`` (None: byoc's default)."""
     return _run(BIG_CONV + f"""
 import json, os, threading
-if {user_setting!r} is not None:
+if {user_setting is not None}:
     os.environ["OMP_PROC_BIND"] = {user_setting!r}
 import byoc
 
 def cpus_of_threads():
     lists = []
     for tid in os.listdir("/proc/self/task"):
-        status = open(f"/proc/self/task/{{tid}}/status").read()
+        try:
+            status = open(f"/proc/self/task/{{tid}}/status").read()
+        except FileNotFoundError:  # a thread that ended since the listing (a finished caller's OpenMP team)
+            continue
         lists.append(status.split("Cpus_allowed_list:")[1].split()[0])
     return lists
 
