@@ -47,8 +47,8 @@ def _ordered_by_dims(mod):
     A binding may read a dim without reading the variable whose cast defines it: a host Tile's result is sized
     by a shape computed in a region, and TVM's merge, seeing no variable between them, put the region's call
     after the Tile. The bindings of each dataflow block are put in an order that respects both kinds of
-    dependence, as near their order as it allows (a stable topological sort; at a cycle, its first binding
-    where it was). ``mod`` itself when the order holds already.
+    dependence, as near their order as it allows (a stable topological sort; at a cycle, the earliest binding
+    not yet placed goes next). ``mod`` itself when the order holds already.
     """
     import heapq
 
@@ -78,8 +78,8 @@ def _ordered_by_dims(mod):
         order, placed = [], [False] * len(bindings)
         while len(order) < len(bindings):
             if not ready:
-                # A cycle, which no order would hold: its first binding stays where it was, and the rest of the
-                # block is still put in order (YOLOv8's anchors, a Range per detection head, each after the cast
+                # A cycle, which no order would hold: the earliest binding not yet placed goes next (so the
+                # bindings stuck in it keep their relative order), and the rest of the block is still put in order (YOLOv8's anchors, a Range per detection head, each after the cast
                 # of its length: leaving the whole block as it was failed the host build, "has not been computed")
                 ready = [min(n for n in range(len(bindings)) if not placed[n])]
             n = heapq.heappop(ready)

@@ -52,8 +52,8 @@ class MatmulNBitsKernel : public Kernel {
  public:
   MatmulNBitsKernel(nbits::Geometry g, int64_t rows, int zero_kind, float zero_point, bool bias, bool int8)
       : g_(g), rows_(rows), zero_kind_(zero_kind), zero_point_(zero_point), bias_(bias), int8_(int8),
-        vnni_(CpuHasAvx512Vnni() && OnednnRuns(dnnl::cpu_isa::avx512_core_vnni)), dot_(nbits::ChooseDot()),
-        dot_int8_(nbits::ChooseDotInt8(g, vnni_)), avx2_(CpuHasAvx2Fma()) {}
+        vnni_dots_(CpuHasAvx512Vnni() && OnednnRuns(dnnl::cpu_isa::avx512_core_vnni) && nbits::VnniBlocks(g)),
+        dot_(nbits::ChooseDot()), dot_int8_(nbits::ChooseDotInt8(vnni_dots_)), avx2_(CpuHasAvx2Fma()) {}
   const char* Name() const override {
     return rows_ <= kGemvRows ? "matmul_nbits_gemv" : IntegerGemm() ? "matmul_nbits_gemm_int8" : "matmul_nbits_gemm";
   }
@@ -87,11 +87,11 @@ class MatmulNBitsKernel : public Kernel {
 
  private:
   // Whether many rows at accuracy_level 4 are integer dots too (VNNI, and blocks its dots take).
-  bool IntegerGemm() const { return int8_ && vnni_ && nbits::VnniBlocks(g_); }
+  bool IntegerGemm() const { return int8_ && vnni_dots_; }
 
   // How DotsInt8 quantizes a row: for the VNNI dots (their order of 4-bit codes' q), else for AVX2's or plain C++'s.
   decltype(&nbits::QuantizeRow) Quantizer() const {
-    if (vnni_ && nbits::VnniBlocks(g_)) return nbits::QuantizeRowVnni;
+    if (vnni_dots_) return nbits::QuantizeRowVnni;
     return avx2_ ? nbits::QuantizeRowAvx2 : nbits::QuantizeRow;
   }
 
@@ -217,7 +217,7 @@ class MatmulNBitsKernel : public Kernel {
   float zero_point_;
   bool bias_;
   bool int8_;  // accuracy_level 4: int8 activations (onnxruntime's CompInt8)
-  bool vnni_;  // AVX-512 VNNI here, and oneDNN allowed it
+  bool vnni_dots_;  // AVX-512 VNNI here, oneDNN allowed it, and its dots take g_'s blocks
   nbits::DotRows dot_;
   nbits::DotInt8Fn dot_int8_;
   bool avx2_;

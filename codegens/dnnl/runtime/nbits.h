@@ -612,6 +612,21 @@ BYOC_VNNI inline __m512i FoldedZero(__m512i qe, __m512i qo, __m512i negative_zer
   return _mm512_mullo_epi32(sums, negative_zero);
 }
 
+// One group of `size` (<= kVnniGroup) codes from code g0: the codes of each half (its even codes, then its odd
+// ones), the bytes a half spans, the group's first block and the mask of its blocks' scales.
+struct GroupSpan {
+  int64_t half;
+  __mmask64 bytes;
+  int64_t first;
+  __mmask16 blocks;
+};
+
+inline GroupSpan SpanOf(const Geometry& g, int64_t g0, int64_t size) {
+  const int64_t half = size / 2, first = g0 / g.block;
+  const int64_t count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - first);
+  return {half, half == 64 ? ~0ULL : (1ULL << half) - 1, first, static_cast<__mmask16>((1u << count) - 1)};
+}
+
 // The even and the odd codes of one group of `size` 4-bit codes packed at `codes` + g0 / 2 (64 bytes when Whole;
 // `mask` the bytes of each half).
 template <bool Whole>
@@ -627,19 +642,17 @@ template <bool Whole, int R>
 BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t row_bytes, const float* scale,
                                 const QuantizedRow& x, int64_t g0, int64_t size, __m512i lanes, __m512i negative_zero,
                                 bool fold, __m512* total) {
-  const __mmask64 bytes = Whole ? ~0ULL : (1ULL << (size / 2)) - 1;
-  const int64_t b = g0 / g.block, count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - b);
-  const __mmask16 blocks = static_cast<__mmask16>((1u << count) - 1);
-  const __m512i qe = Whole ? _mm512_loadu_si512(x.q + g0) : _mm512_maskz_loadu_epi8(bytes, x.q + g0);
-  const __m512i qo = Whole ? _mm512_loadu_si512(x.q + g0 + size / 2) : _mm512_maskz_loadu_epi8(bytes, x.q + g0 + size / 2);
-  const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, x.scales + b));
+  const GroupSpan s = SpanOf(g, g0, size);
+  const __m512i qe = Whole ? _mm512_loadu_si512(x.q + g0) : _mm512_maskz_loadu_epi8(s.bytes, x.q + g0);
+  const __m512i qo = Whole ? _mm512_loadu_si512(x.q + g0 + s.half) : _mm512_maskz_loadu_epi8(s.bytes, x.q + g0 + s.half);
+  const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, x.scales + s.first));
   const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     __m512i even, odd;
-    GroupCodes<Whole>(codes + r * row_bytes, g0, bytes, &even, &odd);
+    GroupCodes<Whole>(codes + r * row_bytes, g0, s.bytes, &even, &odd);
     const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even, qe), odd, qo);
-    const __m512 sw = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
+    const __m512 sw = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, scale + r * g.blocks + s.first));
     total[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sx, sw), total[r]);
   }
 }
@@ -723,23 +736,20 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
   const bool fold = FoldsZero(zeros);
   const __m512i negative_zero = _mm512_set1_epi32(fold ? -static_cast<int>(zeros.uniform) : 0);
   for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
-    const int64_t size = std::min(kVnniGroup, padded - g0), half = size / 2;
-    const __mmask64 bytes = half == 64 ? ~0ULL : (1ULL << half) - 1;
-    const int64_t b = g0 / g.block, count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - b);
-    const __mmask16 blocks = static_cast<__mmask16>((1u << count) - 1);
+    const GroupSpan s = SpanOf(g, g0, std::min(kVnniGroup, padded - g0));
     __m512i even[NR], odd[NR];
     __m512 sw[NR];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) {
-      even[r] = _mm512_maskz_loadu_epi8(bytes, codes + r * row_bytes + g0);
-      odd[r] = _mm512_maskz_loadu_epi8(bytes, codes + r * row_bytes + g0 + half);
-      sw[r] = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, scale + r * g.blocks + b));
+      even[r] = _mm512_maskz_loadu_epi8(s.bytes, codes + r * row_bytes + g0);
+      odd[r] = _mm512_maskz_loadu_epi8(s.bytes, codes + r * row_bytes + g0 + s.half);
+      sw[r] = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, scale + r * g.blocks + s.first));
     }
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) {
-      const __m512i qe = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0);
-      const __m512i qo = _mm512_maskz_loadu_epi8(bytes, rows[m].q + g0 + half);
-      const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(blocks, rows[m].scales + b));
+      const __m512i qe = _mm512_maskz_loadu_epi8(s.bytes, rows[m].q + g0);
+      const __m512i qo = _mm512_maskz_loadu_epi8(s.bytes, rows[m].q + g0 + s.half);
+      const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, rows[m].scales + s.first));
       const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
@@ -810,11 +820,11 @@ BYOC_VNNI inline void GemmInt8Vnni(const Geometry& g, const uint8_t* packed, con
 // Whether the VNNI dots take g's blocks: any (of 16 or more) for 4-bit codes, 32 or a multiple of 64 for 8-bit ones.
 inline bool VnniBlocks(const Geometry& g) { return g.bits == 4 || g.block == 32 || g.block % 64 == 0; }
 
-// The int8 dot for this CPU: VNNI's where `vnni` (the CPU has AVX-512 VNNI and oneDNN may use it: the caller asks
-// oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too) and it takes the blocks.
-inline DotInt8Fn ChooseDotInt8(const Geometry& g, bool vnni) {
+// The int8 dot for this CPU: VNNI's where `vnni_dots` (the CPU has AVX-512 VNNI, oneDNN may use it and the
+// dots take the blocks: the caller asks oneDNN, whose ONEDNN_MAX_CPU_ISA caps byoc's kernels too).
+inline DotInt8Fn ChooseDotInt8(bool vnni_dots) {
   __builtin_cpu_init();
-  if (vnni && VnniBlocks(g)) return DotInt8Vnni;
+  if (vnni_dots) return DotInt8Vnni;
   if (CpuHasAvx2Fma()) return DotInt8Avx2;
   return DotInt8Scalar;
 }
