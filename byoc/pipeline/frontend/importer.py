@@ -339,12 +339,15 @@ def unique_dim_names(mod):
     heads bound them as one (``range_len_0 = 20 ..., another input has 40``). The second and later variables of a
     name become ``<name>_1``, ``<name>_2``, ... (a name no other dim has).
     """
+    import tvm
     import tvm_ffi
     from tvm import relax, tirx
 
     found: dict[str, list] = {}
 
     def visit(var):
+        if not isinstance(var.ty, tvm.ir.PrimType):  # a Relax variable (TVM 0.27 has one Var class for both)
+            return
         same = found.setdefault(str(var.name), [])
         if not any(var.same_as(other) for other in same):
             same.append(var)
