@@ -575,6 +575,29 @@ def test_a_range_from_a_symbolic_dim_builds_fused_and_reports_its_memory(tmp_pat
     np.testing.assert_array_equal(artifact.run({"x": np.zeros((1, 3), np.float32), "y": y})[0], y + [[3, 4]])
 
 
+def test_position_glue_over_a_sum_of_dims_is_one_host_function():
+    """A decoder's positions and cache offsets over past + seq (Range, Less, Sub, Where, Cast): legalized, each op
+    takes both dims as scalar parameters, which its buffers' shapes also name; such PrimFuncs fuse (one host call
+    where there were six, each with its own allocation). The model failed to import before: TVM 0.27 has one Var
+    class for Relax and TIR, and the import took Relax variables of one name for symbolic dims to rename."""
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("Shape", ["past"], ["ps"]), helper.make_node("Gather", ["ps", "one"], ["p"]),
+             helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Gather", ["xs", "one"], ["s"]),
+             helper.make_node("Add", ["p", "s"], ["total"]), helper.make_node("Range", ["zero", "total", "one"], ["r"]),
+             helper.make_node("Less", ["r", "p"], ["cached"]), helper.make_node("Sub", ["r", "p"], ["offset"]),
+             helper.make_node("Where", ["cached", "r", "offset"], ["w"]),
+             helper.make_node("Cast", ["w"], ["y"], to=TensorProto.FLOAT)]
+    m = model(nodes, [tensor("past", [1, "past"]), tensor("x", [1, "seq"])], [tensor("y", ["total"])],
+              [const("one", np.array(1, np.int64)), const("zero", np.array(0, np.int64))])
+    artifact = byoc.compile(m, vendors=["dnnl"])
+    computed_by = {binding: name for name, bindings in artifact.host_calls() for binding in bindings}
+    assert len(set(computed_by.values())) <= 2, artifact.host_calls()  # the positions, and the past's length
+    for past, seq in ((0, 1), (3, 2), (7, 1)):
+        feeds = {"past": np.zeros((1, past), np.float32), "x": np.zeros((1, seq), np.float32)}
+        np.testing.assert_array_equal(artifact.run(feeds)[0], ReferenceEvaluator(m).run(None, feeds)[0])
+
+
 def test_a_dim_named_by_an_expression_of_other_dims_is_that_expression():
     """optimum names a decoder's attention_mask [batch, "past_sequence_length + sequence_length"]: the dim is that
     sum, so a mask of another length is refused by name before the run (it ran, and read past the mask)."""

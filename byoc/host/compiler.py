@@ -189,11 +189,21 @@ def UnfusedScalarParams():  # noqa: N802 - a pass, named like TVM's
     @tvm.transform.module_pass(opt_level=0, name="ByocUnfusedScalarParams")
     def unfused(mod, _ctx):
         for gv, func in list(mod.functions.items()):
-            if isinstance(func, tvm.tirx.PrimFunc) and any(isinstance(p.ty, tvm.ir.PrimType) for p in func.params):
+            if isinstance(func, tvm.tirx.PrimFunc) and _scalar_params_beside_shapes(func):
                 mod[gv] = func.with_attr("op_pattern", _OPAQUE_PATTERN)
         return mod
 
     return unfused
+
+
+def _scalar_params_beside_shapes(func) -> bool:
+    """Whether the PrimFunc ``func`` takes a scalar parameter that no buffer's shape names."""
+    import tvm
+
+    scalars = [p for p in func.params if isinstance(p.ty, tvm.ir.PrimType)]
+    buffers = [p.ty for p in func.params if isinstance(p.ty, tvm.tirx.buffer.BufferType)]
+    named = {v.name for t in buffers for dim in t.shape for v in tvm.tirx.analysis.undefined_vars(dim)}
+    return any(p.name not in named for p in scalars)
 
 
 def _no_op():
