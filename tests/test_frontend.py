@@ -402,3 +402,31 @@ def test_one_computation_where_layers_repeat_it():
     y0, y1 = byoc.compile(m, vendors=[]).run({"a": a, "b": b})
     np.testing.assert_array_equal(y0, np.arange(5, dtype=np.float32)[None])
     np.testing.assert_array_equal(y1, 1 + np.arange(5, dtype=np.float32)[None])
+
+
+def test_one_table_lookup_where_layers_repeat_it_and_activations_stay_apart():
+    """A float result made only of glue and constants (a rotary table gathered at the positions, once per layer in
+    onnxruntime-genai's attention) is one binding too; a float computation of an activation is left as written,
+    even where two are alike (the preparation copies some on purpose, one per unit)."""
+    rng = np.random.default_rng(0)
+    table = const("table", rng.standard_normal((16, 4)).astype(np.float32))
+    scale = const("scale", np.array(0.5, np.float32))
+    nodes = []
+    for layer in (0, 1):
+        nodes += [helper.make_node("Shape", ["x"], [f"s{layer}"], name=f"shape{layer}"),
+                  helper.make_node("Gather", [f"s{layer}", "one"], [f"n{layer}"], name=f"length{layer}"),
+                  helper.make_node("Range", ["zero", f"n{layer}", "one"], [f"r{layer}"], name=f"range{layer}"),
+                  helper.make_node("Gather", ["table", f"r{layer}"], [f"t{layer}"], name=f"lookup{layer}"),
+                  helper.make_node("Mul", ["x", "scale"], [f"h{layer}"], name=f"scaled{layer}"),
+                  helper.make_node("Add", [f"h{layer}", f"t{layer}"], [f"y{layer}"], name=f"add{layer}")]
+    m = model(nodes, [tensor("x", [1, "n", 4])], [tensor("y0", [1, "n", 4]), tensor("y1", [1, "n", 4])],
+              [const("one", np.array(1, np.int64)), const("zero", np.array(0, np.int64)), table, scale])
+    text = str(byoc.import_model(m).mod["main"])
+    assert text.count("R.take") == 1, text
+    assert text.count("R.multiply") == 2, text
+    x = rng.standard_normal((1, 5, 4)).astype(np.float32)
+    from onnx.reference import ReferenceEvaluator
+
+    expected = ReferenceEvaluator(m).run(None, {"x": x})
+    for got, want in zip(byoc.compile(m, vendors=[]).run({"x": x}), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
