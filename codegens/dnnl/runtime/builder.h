@@ -179,6 +179,7 @@ class Builder {
   }
   bool OnlyMatmulsRead(int id) const;
   double WorkUs(const BodyOp& op) const;
+  bool StreamsWeights(const BodyOp& op) const;
   using OpCompiler = size_t (*)(Builder& p, size_t k, const BodyOp& op, const Attrs& a);
   static const std::unordered_map<std::string, OpCompiler>& OpTable();
   // Op-table entries. Alone: a lowering of the one op at k (of the op, or of the op and its attributes), after
