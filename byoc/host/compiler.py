@@ -179,11 +179,12 @@ def legalize_passes(target) -> list:
 
 
 def UnfusedScalarParams():  # noqa: N802 - a pass, named like TVM's
-    """Keep PrimFuncs that take a scalar parameter out of fusion. A legalized op over a symbolic dim given as a
-    value (``R.arange(past, past + seq)``, a decoder's positions; ``R.shape_to_tensor``) takes that dim as a
-    parameter, the same TIR variable as the dim of the shapes beside it, and TVM 0.27's FuseTIR defines it twice
-    (``RenewDefs``: "VarRemapGet(source) == nullptr"): the host build fell back to TVM's unfused pipeline, and
-    the memory report failed."""
+    """Keep PrimFuncs that take a scalar parameter no buffer's shape names out of fusion. A legalized op over a
+    symbolic dim given as a value (``R.arange(past, past + seq)``'s start, a decoder's positions;
+    ``R.shape_to_tensor``) takes that dim as a parameter, and TVM 0.27's FuseTIR defines it twice (``RenewDefs``:
+    "VarRemapGet(source) == nullptr"): the host build fell back to TVM's unfused pipeline, and the memory report
+    failed. Scalars that a buffer's shape names too (an op over ``past + seq`` takes both dims) fuse: a decoder's
+    mask glue is one host function, not one per op."""
     import tvm
 
     @tvm.transform.module_pass(opt_level=0, name="ByocUnfusedScalarParams")
