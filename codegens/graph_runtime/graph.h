@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,7 +37,7 @@ constexpr size_t kMaxRank = BYOC_MAX_RANK;
 // -- symbolic dims (schema 4) ---------------------------------------------------------------------
 // A dim of a tensor's "shape" is an int, the name of a symbolic dim ("batch"), or [op, a, b] with op one of
 // + - * // % min max (codegens/json_runtime/serializer.py writes them from TIR's shape arithmetic).
-using DimEnv = std::map<std::string, int64_t>;
+using DimEnv = std::map<std::string, int64_t, std::less<>>;  // std::less<>: looked up by a string_view too
 
 inline int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
@@ -44,7 +45,7 @@ inline int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && 
 inline int64_t EvalDim(const Any& d, const DimEnv& env, const std::string& where) {
   if (auto i = d.try_cast<int64_t>()) return *i;
   if (auto name = d.try_cast<String>()) {
-    auto it = env.find(std::string(*name));
+    auto it = env.find(std::string_view(name->data(), name->size()));
     if (it == env.end()) Fail(where + ": symbolic dim " + std::string(*name) + " is not bound by the inputs");
     return it->second;
   }
@@ -233,26 +234,34 @@ class ParsedGraph {
   // must equal its expression. Throws a ValueError naming the input and the dim otherwise.
   // `given` are the sizes the shape arguments carry.
   DimEnv Bind(const std::string& symbol, const int64_t* const* shapes, const int* ranks, DimEnv given = {}) const {
+    // Called on every call of a symbolic partition: the messages' strings are made only when one is thrown.
     DimEnv env = std::move(given);
     for (size_t i = 0; i < inputs_.size(); ++i) {
       const TensorInfo& t = tensors_[inputs_[i]];
-      std::vector<int64_t> got(shapes[i], shapes[i] + ranks[i]);
       if (static_cast<size_t>(ranks[i]) != t.dims.size())
         TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has rank " << ranks[i] << ", expected "
                                   << t.dims.size();
       for (size_t d = 0; d < t.dims.size(); ++d) {
         auto name = t.dims[d].try_cast<String>();
         if (!name.has_value()) continue;
-        auto [it, fresh] = env.emplace(std::string(*name), got[d]);
-        if (!fresh && it->second != got[d])
-          TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has " << std::string(*name) << " = " << got[d]
-                                    << " (shape " << ShapeStr(got) << "), another input has " << it->second;
+        auto it = env.find(std::string_view(name->data(), name->size()));
+        if (it == env.end()) {
+          env.emplace(std::string(*name), shapes[i][d]);
+        } else if (it->second != shapes[i][d]) {
+          TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has " << std::string(*name) << " = "
+                                    << shapes[i][d] << " (shape "
+                                    << ShapeStr(std::vector<int64_t>(shapes[i], shapes[i] + ranks[i]))
+                                    << "), another input has " << it->second;
+        }
       }
     }
     for (size_t i = 0; i < inputs_.size(); ++i) {
       const TensorInfo& t = tensors_[inputs_[i]];
       for (size_t d = 0; d < t.dims.size(); ++d) {
-        int64_t want = EvalDim(t.dims[d], env, symbol + ": argument " + std::to_string(i));
+        const Any& dim = t.dims[d];
+        if (dim.try_cast<String>().has_value()) continue;  // a named dim: the loop above bound and checked it
+        auto number = dim.try_cast<int64_t>();
+        int64_t want = number ? *number : EvalDim(dim, env, symbol + ": argument " + std::to_string(i));
         if (want != shapes[i][d])
           TVM_FFI_THROW(ValueError) << symbol << ": argument " << i << " has " << shapes[i][d] << " in dim " << d
                                     << ", expected " << want;
