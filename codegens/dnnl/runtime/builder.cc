@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "builder.h"
+#include "cpu.h"
 #include "gemv.h"
 
 namespace byoc {
@@ -145,9 +146,10 @@ double Builder::WorkUs(const BodyOp& op) const {
   return macs / kMacsPerUs + elements / kElementsPerUs;
 }
 
-// Whether op `op` multiplies a few rows of x (a decoder's token) by a constant weight: MatMulNBits, or a matmul
-// that byoc's GEMV may take (gemv.h). Such a kernel streams the weight, and its threads take the weight's columns
-// as they come free, so a late thread costs the join, not a share of the work: on a team, a decoder's token
+// Whether op `op` multiplies a few rows of x (a decoder's token) by a constant weight in a kernel of byoc's:
+// MatMulNBits, or on AVX-512 a matmul that byoc's GEMV may take (gemv.h; on AVX2 oneDNN's matmul, whose threads
+// split the columns evenly and wait for each other). Such a kernel streams the weight, and its threads take the
+// weight's columns as they come free, so a late thread costs the join, not a share of the work: on a team, a token
 // runs faster even where the module's total is too small for a team of oneDNN primitives (kParallelModuleUs). A
 // chain of ten int4 GEMVs [1,512]x[512,1408] and back ran in 0.13 ms on two threads and in 0.18 ms on one (AMD EPYC,
 // AVX-512 VNNI); a Qwen2-style int4 token in 0.29 ms against 0.33.
@@ -156,7 +158,9 @@ bool Builder::StreamsWeights(const BodyOp& op) const {
   const std::vector<int64_t>& x = g_.Shape(op.inputs[0]);
   if (x.empty() || x.back() <= 0) return false;
   const int64_t numel = g_.tensor(op.inputs[0]).numel;
-  return numel > 0 && numel / x.back() <= gemv::kMaxRows && (op.kernel == "byoc.matmul_nbits" || IsConstant(op.inputs[1]));
+  static const bool ours = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);  // as in GemvFor (matmul.cc)
+  return numel > 0 && numel / x.back() <= gemv::kMaxRows &&
+         (op.kernel == "byoc.matmul_nbits" || (ours && IsConstant(op.inputs[1])));
 }
 
 // The output of op `id` becomes a temp value in the layout the primitive chose.
