@@ -40,6 +40,7 @@ constexpr int64_t kGemvChunk = 64;
 struct RowScratch {
   std::vector<float> padded, scales, sums;
   std::vector<int8_t> q;
+  std::vector<int32_t> lane_sums;
   std::vector<nbits::QuantizedRow> rows;
 };
 
@@ -131,13 +132,18 @@ class MatmulNBitsKernel : public Kernel {
     scratch.scales.resize(static_cast<size_t>(rows_ * g_.blocks));
     scratch.sums.resize(scratch.scales.size());
     const auto quantize = Quantizer();
+    // the VNNI dots of 4-bit codes fold a uniform zero point in with each group's lane sums of q
+    const int64_t groups = vnni_dots_ && g_.bits == 4 ? (padded + nbits::kVnniGroup - 1) / nbits::kVnniGroup : 0;
+    scratch.lane_sums.resize(static_cast<size_t>(rows_ * groups * 16));
     std::vector<nbits::QuantizedRow>& xq = scratch.rows;
     xq.clear();
     for (int64_t m = 0; m < rows_; ++m) {
       int8_t* qm = scratch.q.data() + m * padded;
       float *scale_m = scratch.scales.data() + m * g_.blocks, *sum_m = scratch.sums.data() + m * g_.blocks;
       quantize(g_, PaddedRow(x, m, &scratch.padded), qm, scale_m, sum_m);
-      xq.push_back({qm, scale_m, sum_m});
+      int32_t* lane_sums_m = groups ? scratch.lane_sums.data() + m * groups * 16 : nullptr;
+      if (lane_sums_m) nbits::GroupLaneSums(g_, qm, lane_sums_m);
+      xq.push_back({qm, scale_m, sum_m, lane_sums_m});
     }
     const bool gemm = rows_ > kGemvRows;  // on VNNI (Run): the codes unpacked once per chunk
     const int64_t chunks = (g_.n + kGemvChunk - 1) / kGemvChunk;

@@ -352,6 +352,7 @@ struct QuantizedRow {
   const int8_t* q;
   const float* scales;
   const float* sums;
+  const int32_t* lane_sums = nullptr;  // the VNNI dots' 4-bit codes: each group's 16 lanes' sums of q (GroupLaneSums)
 };
 
 inline int64_t BlockDotInt8Scalar(const uint8_t* codes, const int8_t* q, int64_t block, int64_t bits) {
@@ -605,11 +606,9 @@ inline bool FoldsZero(const Zeros& zeros) {
          zeros.uniform == static_cast<float>(static_cast<int>(zeros.uniform));
 }
 
-// The dots' starting value for one row of q's group: -z * (the sum of each lane's q), or zeros when not folded.
-BYOC_VNNI inline __m512i FoldedZero(__m512i qe, __m512i qo, __m512i negative_zero) {
-  const __m512i ones = _mm512_set1_epi8(1);
-  const __m512i sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qe), ones, qo);
-  return _mm512_mullo_epi32(sums, negative_zero);
+// The dots' starting value for group `group` of a row of q: -z * (the sum of each lane's q).
+BYOC_VNNI inline __m512i FoldedZero(const QuantizedRow& x, int64_t group, __m512i negative_zero) {
+  return _mm512_mullo_epi32(_mm512_loadu_si512(x.lane_sums + 16 * group), negative_zero);
 }
 
 // One group of `size` (<= kVnniGroup) codes from code g0: the codes of each half (its even codes, then its odd
@@ -625,6 +624,19 @@ inline GroupSpan SpanOf(const Geometry& g, int64_t g0, int64_t size) {
   const int64_t half = size / 2, first = g0 / g.block;
   const int64_t count = std::min<int64_t>((size + g.block - 1) / g.block, g.blocks - first);
   return {half, half == 64 ? ~0ULL : (1ULL << half) - 1, first, static_cast<__mmask16>((1u << count) - 1)};
+}
+
+// Each group's 16 lanes' sums of the quantized row q (QuantizeRowVnni's order of 4-bit codes) into `lane_sums`
+// (16 a group): computed once a row, where the dots' folded zero point had summed them again for every group of
+// every tile of B^T's rows.
+BYOC_VNNI inline void GroupLaneSums(const Geometry& g, const int8_t* q, int32_t* lane_sums) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  const int64_t padded = g.padded_k();
+  for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup, lane_sums += 16) {
+    const GroupSpan s = SpanOf(g, g0, std::min(kVnniGroup, padded - g0));
+    const __m512i qe = _mm512_maskz_loadu_epi8(s.bytes, q + g0), qo = _mm512_maskz_loadu_epi8(s.bytes, q + g0 + s.half);
+    _mm512_storeu_si512(lane_sums, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qe), ones, qo));
+  }
 }
 
 // The even and the odd codes of one group of `size` 4-bit codes packed at `codes` + g0 / 2 (64 bytes when Whole;
@@ -646,7 +658,7 @@ BYOC_VNNI inline void GroupDots(const Geometry& g, const uint8_t* codes, int64_t
   const __m512i qe = Whole ? _mm512_loadu_si512(x.q + g0) : _mm512_maskz_loadu_epi8(s.bytes, x.q + g0);
   const __m512i qo = Whole ? _mm512_loadu_si512(x.q + g0 + s.half) : _mm512_maskz_loadu_epi8(s.bytes, x.q + g0 + s.half);
   const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, x.scales + s.first));
-  const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
+  const __m512i start = fold ? FoldedZero(x, g0 / kVnniGroup, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     __m512i even, odd;
@@ -667,7 +679,7 @@ BYOC_VNNI inline void DotInt4RowsVnni(const Geometry& g, const uint8_t* codes, i
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) total[r] = _mm512_setzero_ps();
   const float* scale = scales + n * g.blocks;
-  const bool fold = FoldsZero(zeros);
+  const bool fold = FoldsZero(zeros) && x.lane_sums;
   const __m512i negative_zero = _mm512_set1_epi32(fold ? -static_cast<int>(zeros.uniform) : 0);
   int64_t g0 = 0;
   for (; g0 + kVnniGroup <= padded; g0 += kVnniGroup)
@@ -733,7 +745,7 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
 #pragma GCC unroll 4
     for (int r = 0; r < NR; ++r) total[m][r] = _mm512_setzero_ps();
   const float* scale = scales + n * g.blocks;
-  const bool fold = FoldsZero(zeros);
+  const bool fold = FoldsZero(zeros) && rows[0].lane_sums;  // every row's, or none (MatmulNBitsKernel::DotsInt8)
   const __m512i negative_zero = _mm512_set1_epi32(fold ? -static_cast<int>(zeros.uniform) : 0);
   for (int64_t g0 = 0; g0 < padded; g0 += kVnniGroup) {
     const GroupSpan s = SpanOf(g, g0, std::min(kVnniGroup, padded - g0));
@@ -750,7 +762,7 @@ BYOC_VNNI inline void GemmTileVnni(const Geometry& g, const uint8_t* codes, int6
       const __m512i qe = _mm512_maskz_loadu_epi8(s.bytes, rows[m].q + g0);
       const __m512i qo = _mm512_maskz_loadu_epi8(s.bytes, rows[m].q + g0 + s.half);
       const __m512 sx = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(s.blocks, rows[m].scales + s.first));
-      const __m512i start = fold ? FoldedZero(qe, qo, negative_zero) : _mm512_setzero_si512();
+      const __m512i start = fold ? FoldedZero(rows[m], g0 / kVnniGroup, negative_zero) : _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int r = 0; r < NR; ++r) {
         const __m512i d = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, even[r], qe), odd[r], qo);
