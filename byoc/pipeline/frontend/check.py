@@ -249,7 +249,8 @@ def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     origin = origin or {}
-    known = set(_get_convert_map()) | {"If", "Constant", "Loop"}  # the Loops preparation leaves: loop_bodies
+    # the Loops preparation leaves (loop_bodies), and CumProd (cumulative.py)
+    known = set(_get_convert_map()) | {"If", "Constant", "Loop", "CumProd"}
     missing = [
         (origin.get(n.name, n.name), n.op_type, n.domain)
         for n in graph.node

@@ -20,6 +20,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
                                                     without_implied_broadcasts)
@@ -100,7 +101,7 @@ class ProvenanceImporter(ONNXGraphImporter):
         """TVM's check, which knows no contrib op, on the graph without the contrib ops byoc converts itself."""
         plain = onnx.GraphProto()
         plain.node.extend(n for n in graph.node if (n.domain, n.op_type) not in matmul_nbits.IMPORTED_CONTRIB_OPS
-                          and n.op_type != "Loop")  # loop_bodies: the Loops preparation left run on the host
+                          and n.op_type not in ("Loop", "CumProd"))  # loop_bodies' host Loops; cumulative.py
         return super()._check_for_unsupported_ops(plain)
 
     def _parse_value_proto(self, value_proto):
@@ -136,6 +137,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name in REDUCTIONS and (sym := reduce_over_run_time_axes(op_name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name in _RUN_TIME_VALUES and (sym := _RUN_TIME_VALUES[op_name](inputs, attrs, self.bb)) is not None:
+            pass
+        elif op_name in CUMULATIVE and (sym := cumulative(op_name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"

@@ -70,7 +70,7 @@ def reduce_over_run_time_axes(op_name: str, inputs, attrs, bb: relax.BlockBuilde
         return x if noop else _reduce(op_name, x, [True] * rank, keepdims, bb)
     named = _named_dims(axes, rank, bb)
     # As many dims named as axes given: none out of range or given twice (checked when the model runs).
-    _bound_scalar(relax.op.sum(relax.op.astype(named, "int64")), length, bb)
+    bound_scalar(relax.op.sum(relax.op.astype(named, "int64")), length, bb)
     if not isinstance(length, tirx.IntImm):
         # An empty input is given a symbolic length (ProvenanceImporter): no axes is every dim unless noop. The
         # rank of a result without keepdims would depend on the length.
@@ -212,7 +212,7 @@ def split_at_run_time_sizes(inputs, attrs, bb: relax.BlockBuilder) -> Optional[r
     sizes = bb.normalize(relax.op.astype(sizes, "int64"))
     # None negative, and all of the axis between them: checked when the model runs.
     counts = _run_time_dims(relax.op.maximum(sizes, relax.const(0, "int64")), int(sizes_shape[0]), "split_size", bb)
-    _bound_scalar(relax.op.sum(sizes), shape[axis], bb)
+    bound_scalar(relax.op.sum(sizes), shape[axis], bb)
     _bound(sizes, counts, bb)
     pieces, begin = [], tirx.IntImm("int64", 0)
     for count in counts:
@@ -249,7 +249,7 @@ def _slice(x, axis: int, begin, end, bb) -> relax.Expr:
     return bb.normalize(relax.op.strided_slice(x, [axis], [begin], [end], assume_inbound=True))
 
 
-def _bound_scalar(tensor, dim, bb) -> None:
+def bound_scalar(tensor, dim, bb) -> None:
     """A check, when the model runs, that the one value of ``tensor`` equals the dim ``dim`` (:func:`_bound`)."""
     _bound(relax.op.reshape(tensor, relax.ShapeExpr([1])), [dim], bb)
 
