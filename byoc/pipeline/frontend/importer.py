@@ -26,6 +26,7 @@ from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADI
                                                     without_implied_broadcasts)
 from byoc.pipeline.frontend.loop_bodies import convert_loop, loop_reads
 from byoc.pipeline.frontend.onnx_model import LoopSpec, OnnxNode
+from byoc.pipeline.frontend.pow_types import pow_of_other_types
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, reduce_over_run_time_axes, reshape_to_run_time_shape,
                                                      split_at_run_time_sizes, top_k_of_run_time_k)
 from byoc.vendor.values import const_array, is_tensor_const
@@ -139,6 +140,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name in _RUN_TIME_VALUES and (sym := _RUN_TIME_VALUES[op_name](inputs, attrs, self.bb)) is not None:
             pass
         elif op_name in CUMULATIVE and (sym := cumulative(op_name, inputs, attrs, self.bb)) is not None:
+            pass
+        elif op_name == "Pow" and (sym := pow_of_other_types(inputs, self.bb)) is not None:
             pass
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
