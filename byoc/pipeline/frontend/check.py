@@ -244,13 +244,17 @@ def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return onnx.inliner.inline_local_functions(model)
 
 
+#: Standard ops TVM's importer lacks that byoc's import converts: the Loops preparation leaves to the host
+#: (loop_bodies.py), CumProd (cumulative.py) and TensorScatter (tensor_scatter.py)
+BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter"})
+
+
 def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:
     """Refuse ops TVM's importer lacks; ``origin`` names prepared nodes by the user's nodes."""
     from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
 
     origin = origin or {}
-    # the Loops preparation leaves (loop_bodies), and CumProd (cumulative.py)
-    known = set(_get_convert_map()) | {"If", "Constant", "Loop", "CumProd"}
+    known = set(_get_convert_map()) | {"If", "Constant"} | BYOC_CONVERTS
     missing = [
         (origin.get(n.name, n.name), n.op_type, n.domain)
         for n in graph.node

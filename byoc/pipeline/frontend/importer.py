@@ -20,6 +20,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend.check import BYOC_CONVERTS
 from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
@@ -27,6 +28,7 @@ from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADI
 from byoc.pipeline.frontend.loop_bodies import convert_loop, loop_reads
 from byoc.pipeline.frontend.onnx_model import LoopSpec, OnnxNode
 from byoc.pipeline.frontend.pow_types import pow_of_other_types
+from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, reduce_over_run_time_axes, reshape_to_run_time_shape,
                                                      split_at_run_time_sizes, top_k_of_run_time_k)
 from byoc.vendor.values import const_array, is_tensor_const
@@ -102,7 +104,7 @@ class ProvenanceImporter(ONNXGraphImporter):
         """TVM's check, which knows no contrib op, on the graph without the contrib ops byoc converts itself."""
         plain = onnx.GraphProto()
         plain.node.extend(n for n in graph.node if (n.domain, n.op_type) not in matmul_nbits.IMPORTED_CONTRIB_OPS
-                          and n.op_type not in ("Loop", "CumProd"))  # loop_bodies' host Loops; cumulative.py
+                          and n.op_type not in BYOC_CONVERTS)
         return super()._check_for_unsupported_ops(plain)
 
     def _parse_value_proto(self, value_proto):
@@ -142,6 +144,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name in CUMULATIVE and (sym := cumulative(op_name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Pow" and (sym := pow_of_other_types(inputs, self.bb)) is not None:
+            pass
+        elif op_name == "TensorScatter" and (sym := tensor_scatter(node.name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
