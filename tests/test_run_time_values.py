@@ -112,3 +112,19 @@ def test_top_k_of_a_k_given_at_run_time_matches_onnxruntime_and_refuses_a_k_past
         _matches(model, artifact, _x(2), k)
     with pytest.raises(byoc.InputShapeError, match="TopK k"):
         artifact.run([_x(2), np.array([5], np.int64)])
+
+
+def test_a_constant_of_a_shape_given_at_run_time_matches_onnxruntime_for_every_shape():
+    value = onnx.helper.make_tensor("value", TensorProto.INT32, [1], [7])
+    node = helper.make_node("ConstantOfShape", ["shape"], ["y"], name="filled", value=value)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [None, None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    artifact = byoc.compile(model, vendors=VENDORS)
+    for shape in ([2, 3, 4], [1, 5, 1], [0, 2, 3]):
+        feeds = {"shape": np.array(shape, np.int64)}
+        got, want = artifact.run(feeds)[0], onnxruntime_outputs(model, feeds)[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(byoc.InputShapeError, match="ConstantOfShape"):
+        artifact.run({"shape": np.array([2, -1, 3], np.int64)})

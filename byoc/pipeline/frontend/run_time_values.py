@@ -14,6 +14,7 @@ variable of its own (``match_cast``), as TVM's importer does for a Range's lengt
   SumSquare's square) or after (L2's sqrt, LogSum's log). A max or min over an empty dim is ONNX's -inf or
   +inf (byoc/host/legalize.py), a bool's False or True. Without
   keepdims, the reduced dims are dropped by a reshape to the kept dims, in order.
+* **A ConstantOfShape of a shape given at run time**: a ``full`` of the dims the shape's values bind.
 * **A Reshape to a shape given at run time**: ONNX's 0 (copy the input's dim, unless ``allowzero``) and -1
   (the count the others leave) are worked out on the tensor, and the input is reshaped to the result.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import numpy as np
+import onnx
 from tvm import relax, tirx
 
 from byoc.vendor.values import is_tensor_const
@@ -191,6 +193,23 @@ def reshape_to_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     left = relax.op.floor_divide(relax.op.prod(dims), relax.op.maximum(others, relax.const(1, "int64")))
     given = bb.normalize(relax.op.where(inferred, left, given))
     return _reshape(x, _run_time_dims(given, length, "reshape_dim", bb), bb)
+
+
+def constant_of_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
+    """A ConstantOfShape whose ``shape`` input is computed at run time (module docstring), or None."""
+    if not inputs or not _computed(inputs[0]):
+        return None
+    shape = _static_shape(inputs[0])
+    if shape is None or len(shape) != 1 or not isinstance(shape[0], tirx.IntImm):
+        return None
+    value = attrs.get("value")  # a TensorProto of one element; ONNX's default is a float32 0
+    value = onnx.numpy_helper.to_array(value).reshape(()) if value is not None else np.array(0, np.float32)
+    given = bb.normalize(relax.op.astype(inputs[0], "int64"))
+    # a negative dim fails the run, as onnxruntime refuses it (it would size an allocation)
+    bound_scalar(relax.op.sum(relax.op.astype(relax.op.less(given, relax.const(0, "int64")), "int64")),
+                 tirx.IntImm("int64", 0), bb)
+    dims = _run_time_dims(given, int(shape[0]), "filled_dim", bb)
+    return bb.normalize(relax.op.full(relax.ShapeExpr(dims), relax.const(value, str(value.dtype)), str(value.dtype)))
 
 
 def _reshape(x, dims: list, bb) -> relax.Expr:
