@@ -15,6 +15,8 @@ attributes TVM's converters read past, giving a wrong answer without an error:
   TVM's shift is the machine's, which wraps the amount;
 * a float Mod with ``fmod=0`` by an infinity: ONNX's (Python's) x where x has the divisor's sign or is zero, else
   the divisor, where TVM's ``x - floor(x / y) * y`` is NaN;
+* EyeLike with a ``dtype`` (TVM's converter refuses one that differs from the input's): EyeLike in the input's
+  type, then a Cast;
 * Resize is refused by name where TVM computes another function: ``antialias=1`` when downsampling (TVM reads
   past it), and constant ``scales`` whose sizes are not whole (ONNX maps coordinates by the scale, TVM by the
   ratio of the sizes, which is the scale's only when the product is whole).
@@ -172,6 +174,12 @@ def _resize(u: NodeRewrite) -> bool:
     return False
 
 
+def _eye_like_dtype(u: NodeRewrite) -> None:
+    """EyeLike(x, dtype=T): the identity in x's type (ones and zeros, exact in every type), cast to T."""
+    eye = u.add("EyeLike", [u.input(0)], "eye", k=u.attr("k", 0))
+    u.cast(eye, u.attr("dtype"), "typed", output=u.output(0))
+
+
 def _reverse_sequence(u: NodeRewrite) -> None:
     """ReverseSequence (TVM has none): ``y[t, b] = x[len_b - 1 - t, b]`` where ``t < len_b``, else ``x[t, b]``, as a
     GatherElements along the time axis of indices worked out from the lengths (rows: time, columns: batch)."""
@@ -203,6 +211,7 @@ _ENTRIES: dict[tuple[str, str], tuple[Callable[[onnx.NodeProto], bool], Callable
     ("", "BitShift"): (lambda node: True, _bit_shift),
     ("", "Mod"): (lambda node: not _attr(node, "fmod", 0), _float_mod),
     ("", "ReverseSequence"): (lambda node: True, _reverse_sequence),
+    ("", "EyeLike"): (lambda node: _attr(node, "dtype") is not None, _eye_like_dtype),
 }
 
 
