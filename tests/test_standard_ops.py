@@ -31,7 +31,7 @@ def test_forms_tvm_computes_wrong_give_onnx_expected_outputs():
     assert len(summary.results) == len(SILENTLY_WRONG_IN_TVM)
 
 
-# Each failed to import with TVM alone: an op it lacks (CumProd, TensorScatter), an input it takes only as a
+# Each failed to import with TVM alone: an op it lacks (CumProd, TensorScatter, BitCast), an input it takes only as a
 # constant (CumSum's axis, ConstantOfShape's shape), operand types it refuses (Pow), an attribute it refuses
 # (EyeLike's dtype). A sample of each family's node tests; tests/test_cumulative.py, test_pow_types.py and
 # test_tensor_scatter.py check more forms against onnxruntime.
@@ -39,6 +39,7 @@ REFUSED_BY_TVM = [
     "test_cumprod_2d_axis_1", "test_cumprod_1d_int32_exclusive", "test_cumsum_1d_reverse_exclusive",
     "test_pow_types_int64_int64", "test_pow_types_float32_uint64", "test_tensorscatter_circular",
     "test_constantofshape_int_shape_zero", "test_eyelike_with_dtype", "test_eyelike_populate_off_main_diagonal",
+    "test_bitcast_2d_float32_to_int32", "test_bitcast_bool_to_uint8", "test_bitcast_uint16_to_int16",
 ]
 
 
@@ -47,6 +48,15 @@ def test_forms_tvm_refuses_give_onnx_expected_outputs():
     assert [(r.name, r.byoc_error) for r in summary.results if not r.byoc] == []
     assert [r.name for r in summary.results if r.plain] == []  # TVM alone still fails them
     assert len(summary.results) == len(REFUSED_BY_TVM)
+
+
+def test_a_bit_cast_to_another_width_is_refused_by_name():
+    node = onnx.helper.make_node("BitCast", ["x"], ["y"], name="widen", to=onnx.TensorProto.INT64)
+    graph = onnx.helper.make_graph([node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.INT64, [2])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 26)])
+    with pytest.raises((UnsupportedAttributeError, byoc.errors.InvalidModelError), match="widen|BitCast"):
+        byoc.compile(model, vendors=[])
 
 
 def test_batch_normalization_in_training_mode_is_refused_by_name():

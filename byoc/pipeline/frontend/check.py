@@ -245,8 +245,8 @@ def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 #: Standard ops TVM's importer lacks that byoc's import converts: the Loops preparation leaves to the host
-#: (loop_bodies.py), CumProd (cumulative.py) and TensorScatter (tensor_scatter.py)
-BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter"})
+#: (loop_bodies.py), CumProd (cumulative.py), TensorScatter (tensor_scatter.py) and BitCast (bit_cast.py)
+BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter", "BitCast"})
 
 
 def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:

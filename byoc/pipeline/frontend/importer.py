@@ -20,6 +20,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend.bit_cast import bit_cast
 from byoc.pipeline.frontend.check import BYOC_CONVERTS
 from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
@@ -148,6 +149,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name == "Pow" and (sym := pow_of_other_types(inputs, self.bb)) is not None:
             pass
         elif op_name == "TensorScatter" and (sym := tensor_scatter(node.name, inputs, attrs, self.bb)) is not None:
+            pass
+        elif op_name == "BitCast" and (sym := bit_cast(node.name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Loop":
             symbol = f"{self.scope}_loop{len(self.loops)}" if self.scope else f"loop{len(self.loops)}"
