@@ -17,12 +17,17 @@ Builder::Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan)
 
 void Builder::Build(int max_threads, OmpThreads& omp) {  // omp: see builder.h
   const std::vector<BodyOp>& ops = g_.ops();
-  double total_us = 0;
-  for (const BodyOp& op : ops) total_us += WorkUs(op);
+  double total_us = 0, streamed_us = 0;  // streamed: the token GEMVs that earn a team together (StreamsWeights)
+  for (const BodyOp& op : ops) {
+    const double op_us = WorkUs(op);
+    total_us += op_us;
+    if (op_us >= kStreamOpUs && StreamsWeights(op)) streamed_us += op_us;
+  }
   for (size_t k = 0; k < ops.size();) {
     double op_us = WorkUs(ops[k]);
+    const bool streams = streamed_us >= kStreamModuleUs && op_us >= kStreamOpUs && StreamsWeights(ops[k]);
     const bool team = op_us >= kParallelOpUs &&
-                      (total_us >= kParallelModuleUs || op_us >= kParallelAloneUs || StreamsWeights(ops[k]));
+                      (total_us >= kParallelModuleUs || op_us >= kParallelAloneUs || streams);
     int threads = team ? max_threads : 1;
     plan_.set_threads(threads);
     omp.Set(threads);
@@ -150,9 +155,10 @@ double Builder::WorkUs(const BodyOp& op) const {
 // MatMulNBits, or on AVX-512 a matmul that byoc's GEMV may take (gemv.h; on AVX2 oneDNN's matmul, whose threads
 // split the columns evenly and wait for each other). Such a kernel streams the weight, and its threads take the
 // weight's columns as they come free, so a late thread costs the join, not a share of the work: on a team, a token
-// runs faster even where the module's total is too small for a team of oneDNN primitives (kParallelModuleUs). A
-// chain of ten int4 GEMVs [1,512]x[512,1408] and back ran in 0.13 ms on two threads and in 0.18 ms on one (AMD EPYC,
-// AVX-512 VNNI); a Qwen2-style int4 token in 0.29 ms against 0.33.
+// runs faster even where the module's total is too small for a team of oneDNN primitives (kParallelModuleUs), as long
+// as its GEMVs together pay for the team's entry into each call (kStreamOpUs, kStreamModuleUs). A chain of ten int4
+// GEMVs [1,512]x[512,1408] and back ran in 0.13 ms on two threads and in 0.18 ms on one (AMD EPYC, AVX-512 VNNI); a
+// Qwen2-style int4 token in 0.29 ms against 0.33; one such GEMV alone in 22 us against 21.
 bool Builder::StreamsWeights(const BodyOp& op) const {
   if ((op.kernel != "byoc.matmul_nbits" && op.kernel != "relax.matmul") || op.inputs.size() < 2) return false;
   const std::vector<int64_t>& x = g_.Shape(op.inputs[0]);

@@ -66,6 +66,11 @@ constexpr double kMacsPerUs = 20000, kElementsPerUs = 2500;
 // over 25 us on the team, 1.0-1.2x with this), while one primitive of 0.1 ms alone does (a softmax over
 // [1,12,128,128] on one thread: 1.65x onnxruntime's two; on the team 0.93x). Measured on 2 cores, AVX-512 VNNI.
 constexpr double kParallelOpUs = 25, kParallelAloneUs = 100, kParallelModuleUs = 1000;
+// A token's GEMV (Builder::StreamsWeights) of at least kStreamOpUs takes the team where the module's such GEMVs
+// total kStreamModuleUs: alone, or beside few, the team's entry into a call (its caller held on a place, its threads
+// met) cost more than it saved (one int4 GEMV [1,512]x[512,1408]: 22 us a call on the team, 21 serial; [1,384]x
+// [384,640]: 17.5 against 11.5); ten of them ran 1.4x as fast on the team. Estimates, as WorkUs gives them.
+constexpr double kStreamOpUs = 40, kStreamModuleUs = 300;
 // The most copies along one axis a repeating broadcast_to makes (one concat input each; annotations/dnnl.py).
 constexpr int64_t kMaxBroadcastCopies = 64;
 
