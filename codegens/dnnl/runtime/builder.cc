@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "builder.h"
-#include "cpu.h"
 #include "gemv.h"
 
 namespace byoc {
@@ -164,9 +163,8 @@ bool Builder::StreamsWeights(const BodyOp& op) const {
   const std::vector<int64_t>& x = g_.Shape(op.inputs[0]);
   if (x.empty() || x.back() <= 0) return false;
   const int64_t numel = g_.tensor(op.inputs[0]).numel;
-  static const bool ours = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);  // as in GemvFor (matmul.cc)
   return numel > 0 && numel / x.back() <= gemv::kMaxRows &&
-         (op.kernel == "byoc.matmul_nbits" || (ours && IsConstant(op.inputs[1])));
+         (op.kernel == "byoc.matmul_nbits" || (ByocGemvRuns() && IsConstant(op.inputs[1])));
 }
 
 // The output of op `id` becomes a temp value in the layout the primitive chose.

@@ -23,6 +23,10 @@
 namespace byoc {
 namespace dnnl_runtime {
 
+// Whether byoc's GEMV (gemv.h) may run here: AVX-512 by cpuid, and oneDNN not held below it (ONEDNN_MAX_CPU_ISA
+// holds byoc's kernels to a class too). matmul.cc.
+bool ByocGemvRuns();
+
 // Lowers the ops of `graph` into `values` and `plan`, each op's steps for the team size its work earns.
 class Builder {
  public:

@@ -12,6 +12,12 @@
 
 namespace byoc {
 namespace dnnl_runtime {
+
+bool ByocGemvRuns() {
+  static const bool avx512 = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);
+  return avx512;
+}
+
 namespace {
 
 // How gemv.h reads a float32 weight [K, N] held in layout `d`: plain rows, or oneDNN's blocks of nb columns (and of
@@ -54,14 +60,13 @@ class GemvKernel : public Kernel {
   bool bias_;
 };
 
-// How byoc's GEMV runs the matmul `pd` (its result plain as `dst`), or nothing where it does not: no AVX-512 (by
-// cpuid, or oneDNN held below it: ONEDNN_MAX_CPU_ISA holds byoc's kernels to a class too), more than a few rows, a
-// source or result that is not plain rows, a weight layout gemv.h does not read.
+// How byoc's GEMV runs the matmul `pd` (its result plain as `dst`), or nothing where it does not: not here
+// (ByocGemvRuns), more than a few rows, a source or result that is not plain rows, a weight layout gemv.h does not
+// read.
 std::optional<gemv::Layout> GemvFor(const dnnl::matmul::primitive_desc& pd, const Desc& dst) {
-  static const bool avx512 = CpuHasAvx512() && OnednnRuns(dnnl::cpu_isa::avx512_core);
   const Desc src_desc = pd.src_desc();
   const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
-  if (!avx512 || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
+  if (!ByocGemvRuns() || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
       dst != Plain(dst_dims) || pd.dst_desc() != dst)
     return std::nullopt;
   const std::optional<gemv::Layout> layout = GemvLayout(pd.weights_desc());
