@@ -29,10 +29,10 @@ from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADI
 from byoc.pipeline.frontend.loop_bodies import convert_loop, loop_reads
 from byoc.pipeline.frontend.onnx_model import LoopSpec, OnnxNode
 from byoc.pipeline.frontend.pow_types import pow_of_other_types
-from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, constant_of_run_time_shape, reduce_over_run_time_axes,
                                                      reshape_to_run_time_shape, split_at_run_time_sizes,
                                                      top_k_of_run_time_k)
+from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.vendor.values import const_array, is_tensor_const
 
 

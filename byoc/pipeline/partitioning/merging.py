@@ -79,8 +79,9 @@ def _ordered_by_dims(mod):
         while len(order) < len(bindings):
             if not ready:
                 # A cycle, which no order would hold: the earliest binding not yet placed goes next (so the
-                # bindings stuck in it keep their relative order), and the rest of the block is still put in order (YOLOv8's anchors, a Range per detection head, each after the cast
-                # of its length: leaving the whole block as it was failed the host build, "has not been computed")
+                # bindings stuck in it keep their relative order), and the rest of the block is still put in order
+                # (YOLOv8's anchors, a Range per detection head, each after the cast of its length: leaving the whole
+                # block as it was failed the host build, "has not been computed")
                 ready = [min(n for n in range(len(bindings)) if not placed[n])]
             n = heapq.heappop(ready)
             if placed[n]:
