@@ -232,7 +232,13 @@ size_t Builder::CompileOp(size_t k) {
     BlockedAttention(k);
     return k + 1;
   }
+  if (deferred_decode_.count(k)) {
+    DecodeAttentionStep(k);
+    return k + 1;
+  }
+  if (in_decode_attention_.count(k)) return k + 1;  // computed by the decode attention at its context matmul
   if (size_t next = DeferAttentionAt(k)) return next;
+  if (DeferDecodeAttentionAt(k)) return k + 1;
   const BodyOp& op = g_.ops()[k];
   // Units that span ops: an int8 element-wise unit (dequantize, element-wise ops, quantize) and a channel
   // shuffle (reshape, transpose, reshape), each starting with a kernel the table does not fuse ops after; each

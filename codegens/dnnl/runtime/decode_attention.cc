@@ -1,0 +1,385 @@
+// decode_attention.cc -- a decoder's attention over its cache: softmax(Q K^T [element-wise ops]) V for a few query
+// rows per head (a token, a few with grouped-query heads), one byoc kernel in place of oneDNN's primitives.
+//
+// At a decode step the products are small (8 heads x 1 row x 129 keys for a Qwen2-style token) and oneDNN's chain
+// for them is K^T copied plain (reorder), the scores' matmul, the scale and the mask (eltwise, binary), the softmax
+// and the second matmul: six primitives, each with its dispatch, about 25 us a layer on AMD EPYC (AVX-512) where
+// the arithmetic is about 2. The kernel reads K through the transposed view the graph gives (no copy), keeps a
+// row's scores in a buffer of its own, and writes the context straight into the layout the ops after it read.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "builder.h"
+#include "cpu.h"
+#include "kernels.h"
+
+namespace byoc {
+namespace dnnl_runtime {
+
+namespace {
+
+// Every loop over a register array unrolled, so that the array stays in registers (a loop left rolled keeps it on
+// the stack: each sum a load and a store, the kernel 5x slower).
+#define BYOC_UNROLL8 _Pragma("GCC unroll 8")
+
+// Query rows per head up to which the chain runs here: a token (x the query heads of a grouped kv head), or a few
+// speculated tokens; a prompt's rows stay with oneDNN's matmuls, which block and thread them.
+constexpr int64_t kDecodeRows = 16;
+
+// One element-wise step on a row of scores, in the graph's order: alpha * s + beta, or s (op) an operand read at
+// `rows[row] + t * key_stride` (the operand broadcast to the scores' view when the op reads it).
+struct ScoreStep {
+  enum class Kind { kLinear, kAdd, kMultiply, kSubtract } kind = Kind::kLinear;
+  float alpha = 1.0f, beta = 0.0f;
+  std::vector<int64_t> rows;  // the operand's offset at each score row (kAdd, kMultiply, kSubtract)
+  int64_t key_stride = 0;     // 1, or 0 where the operand broadcasts over the keys
+};
+
+// Where each operand's groups (every axis but the last two) start, and the strides of its last two axes.
+struct DecodeGeometry {
+  int64_t groups = 0, rows = 0, keys = 0, depth = 0, width = 0;  // G, m, T, H (q and K), Hv (V and the output)
+  std::vector<int64_t> q_at, kt_at, v_at, o_at;
+  int64_t q_row = 0, kt_depth = 0, kt_key = 0, v_key = 0, o_row = 0;
+};
+
+__attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// sum a[i] b[i] over n contiguous floats.
+__attribute__((target("avx2,fma"))) inline float Dot(const float* a, const float* b, int64_t n) {
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    even = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), even);
+    odd = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), odd);
+  }
+  for (; i + 8 <= n; i += 8) even = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), even);
+  float sum = HorizontalSum(_mm256_add_ps(even, odd));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// s[j] = q . K[j] for 8 keys, K's rows `key` floats apart, each contiguous over `depth`: eight sums side by side,
+// added across at the end (a key at a time waits on each sum's horizontal add).
+__attribute__((target("avx2,fma"))) inline void EightScores(const float* q, const float* k, int64_t key, int64_t depth,
+                                                            float* s) {
+  __m256 acc[8];
+  BYOC_UNROLL8 for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  int64_t h = 0;
+  for (; h + 8 <= depth; h += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + h);
+    BYOC_UNROLL8 for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + j * key + h), acc[j]);
+  }
+  // [a01 a23 b01 b23 | a45 a67 b45 b67] ... -> [a0123 .. d0123 | a4567 .. d4567], [e .. h] -> [a .. h]
+  const __m256 ab = _mm256_hadd_ps(acc[0], acc[1]), cd = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 ef = _mm256_hadd_ps(acc[4], acc[5]), gh = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd), efgh = _mm256_hadd_ps(ef, gh);
+  _mm256_storeu_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(abcd, efgh, 0x20), _mm256_permute2f128_ps(abcd, efgh, 0x31)));
+  for (; h < depth; ++h)
+    BYOC_UNROLL8 for (int j = 0; j < 8; ++j) s[j] += q[h] * k[j * key + h];
+}
+
+// y[i] += a x[i] over n contiguous floats.
+__attribute__((target("avx2,fma"))) inline void Axpy(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// o = sum over t of p[t] V[t], V's rows `key` floats apart, each contiguous over `width`: 64 columns at a time in
+// registers, then 8, then one.
+__attribute__((target("avx2,fma"))) inline void Context(const float* p, const float* v, int64_t key, int64_t keys,
+                                                        int64_t width, float* o) {
+  int64_t c = 0;
+  for (; c + 64 <= width; c += 64) {
+    __m256 acc[8];
+    BYOC_UNROLL8 for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < keys; ++t) {
+      const __m256 pt = _mm256_set1_ps(p[t]);
+      const float* row = v + t * key + c;
+      BYOC_UNROLL8 for (int j = 0; j < 8; ++j) acc[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * j), acc[j]);
+    }
+    BYOC_UNROLL8 for (int j = 0; j < 8; ++j) _mm256_storeu_ps(o + c + 8 * j, acc[j]);
+  }
+  for (; c + 8 <= width; c += 8) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t t = 0; t < keys; ++t) acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * key + c), acc);
+    _mm256_storeu_ps(o + c, acc);
+  }
+  for (; c < width; ++c) {
+    float sum = 0.0f;
+    for (int64_t t = 0; t < keys; ++t) sum += p[t] * v[t * key + c];
+    o[c] = sum;
+  }
+}
+
+// s = softmax(s) over n floats, in place. A score whose exp underflows (a masked key: the lowest float added) gets
+// exactly 0, as oneDNN's softmax and onnxruntime give it.
+__attribute__((target("avx2,fma"))) inline void SoftmaxRow(float* s, int64_t n) {
+  float top = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) top = std::max(top, s[i]);
+  const __m256 vtop = _mm256_set1_ps(top), lowest = _mm256_set1_ps(-87.3f);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 z = _mm256_sub_ps(_mm256_loadu_ps(s + i), vtop);
+    __m256 e = _mm256_and_ps(exp_activation::ExpAvx2(z), _mm256_cmp_ps(z, lowest, _CMP_GE_OQ));
+    _mm256_storeu_ps(s + i, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  for (; i < n; ++i) {
+    float z = s[i] - top;
+    s[i] = z >= -87.3f ? std::exp(z) : 0.0f;
+    sum += s[i];
+  }
+  const float scale = 1.0f / sum;
+  for (i = 0; i < n; ++i) s[i] *= scale;
+}
+
+class DecodeAttention : public Kernel {
+ public:
+  DecodeAttention(DecodeGeometry g, std::vector<ScoreStep> steps, bool nan_to, float nan_value)
+      : g_(std::move(g)), steps_(std::move(steps)), nan_to_(nan_to), nan_value_(nan_value) {}
+  const char* Name() const override { return "decode_attention"; }
+
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const float* q = Data<const float>(args, DNNL_ARG_SRC);
+    const float* kt = Data<const float>(args, DNNL_ARG_WEIGHTS);
+    const float* v = Data<const float>(args, DNNL_ARG_SRC_1);
+    float* o = Data<float>(args, DNNL_ARG_DST);
+    std::vector<const float*> operands(steps_.size(), nullptr);
+    for (size_t i = 0; i < steps_.size(); ++i)
+      if (steps_[i].kind != ScoreStep::Kind::kLinear) operands[i] = Data<const float>(args, DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
+    const int64_t work = g_.groups * g_.rows * g_.keys * (g_.depth + g_.width);
+    SplitAcrossTeamIfLarge(g_.groups, work, [&](int64_t g0, int64_t g1) {
+      std::vector<float> scores(static_cast<size_t>(g_.keys));
+      for (int64_t group = g0; group < g1; ++group)
+        for (int64_t i = 0; i < g_.rows; ++i) Row(q, kt, v, o, operands, group, i, scores.data());
+    });
+  }
+
+ private:
+  __attribute__((target("avx2,fma"))) void Row(const float* q, const float* kt, const float* v, float* o,
+                                               const std::vector<const float*>& operands, int64_t group, int64_t i,
+                                               float* s) const {
+    const int64_t keys = g_.keys, row = group * g_.rows + i;
+    const float* qi = q + g_.q_at[group] + i * g_.q_row;
+    const float* k = kt + g_.kt_at[group];
+    if (g_.kt_depth == 1) {  // K's rows contiguous (K^T a transposed view of K)
+      int64_t t = 0;
+      for (; t + 8 <= keys; t += 8) EightScores(qi, k + t * g_.kt_key, g_.kt_key, g_.depth, s + t);
+      for (; t < keys; ++t) s[t] = Dot(qi, k + t * g_.kt_key, g_.depth);
+    } else {  // K^T's rows contiguous
+      std::fill(s, s + keys, 0.0f);
+      for (int64_t h = 0; h < g_.depth; ++h) Axpy(qi[h], k + h * g_.kt_depth, s, keys);
+    }
+    for (size_t n = 0; n < steps_.size(); ++n) {
+      const ScoreStep& step = steps_[n];
+      if (step.kind == ScoreStep::Kind::kLinear) {
+        for (int64_t t = 0; t < keys; ++t) s[t] = step.alpha * s[t] + step.beta;
+        continue;
+      }
+      const float* x = operands[n] + step.rows[row];
+      const int64_t stride = step.key_stride;
+      if (step.kind == ScoreStep::Kind::kAdd) {
+        for (int64_t t = 0; t < keys; ++t) s[t] += x[t * stride];
+      } else if (step.kind == ScoreStep::Kind::kMultiply) {
+        for (int64_t t = 0; t < keys; ++t) s[t] *= x[t * stride];
+      } else {
+        for (int64_t t = 0; t < keys; ++t) s[t] -= x[t * stride];
+      }
+    }
+    SoftmaxRow(s, keys);
+    if (nan_to_)
+      for (int64_t t = 0; t < keys; ++t) s[t] = std::isnan(s[t]) ? nan_value_ : s[t];
+    Context(s, v + g_.v_at[group], g_.v_key, keys, g_.width, o + g_.o_at[group] + i * g_.o_row);
+  }
+
+  DecodeGeometry g_;
+  std::vector<ScoreStep> steps_;
+  bool nan_to_;
+  float nan_value_;
+};
+
+// The element offset of each group (a multi-index over every axis but the last two of `dims`) through `strides`.
+std::vector<int64_t> GroupOffsets(const Dims& dims, const Dims& strides, int64_t groups) {
+  std::vector<int64_t> at(static_cast<size_t>(groups));
+  std::vector<int64_t> lead(dims.begin(), dims.end() - 1), lead_strides(strides.begin(), strides.end() - 1);
+  for (int64_t group = 0; group < groups; ++group) at[group] = RowOffset(group, lead, lead_strides);
+  return at;
+}
+
+}  // namespace
+
+// The op index of the one op that reads graph tensor `id`, after op `from`; 0 when another op, or the partition's
+// outputs, read it too.
+size_t Builder::SoleReaderAfter(int id, size_t from) const {
+  if (OnlyReader(id) == nullptr) return 0;
+  const std::vector<BodyOp>& ops = g_.ops();
+  for (size_t r = from + 1; r < ops.size(); ++r)
+    if (std::find(ops[r].inputs.begin(), ops[r].inputs.end(), id) != ops[r].inputs.end()) return r;
+  return 0;
+}
+
+// At the matmul k: Q K^T with at most kDecodeRows query rows per head, whose product only element-wise ops (a scalar
+// scale or shift; an add, multiply or subtract of a float operand that broadcasts to it), reshapes that keep the
+// keys' axis, a softmax over the keys, a NaN guard after it and a matmul by V read, one after the other. The chain's
+// ops then compile to nothing (in_decode_attention_), and the second matmul, where every operand the chain reads
+// has been computed, to one DecodeAttention step. Returns whether it found the chain.
+bool Builder::DeferDecodeAttentionAt(size_t k) {
+  const std::vector<BodyOp>& ops = g_.ops();
+  if (ops[k].kernel != "relax.matmul" || ops[k].inputs.size() != 2 || !CpuHasAvx2Fma()) return false;
+  const int q = ops[k].inputs[0], kt = ops[k].inputs[1];
+  const std::vector<int64_t> product = g_.Shape(ops[k].output);
+  const size_t rank = product.size();
+  if (rank < 3 || product[rank - 2] > kDecodeRows || DataType(g_.tensor(ops[k].output)) != memory::data_type::f32 ||
+      g_.Shape(q).size() != rank || g_.Shape(kt).size() != rank || DataType(g_.tensor(q)) != memory::data_type::f32 ||
+      DataType(g_.tensor(kt)) != memory::data_type::f32)
+    return false;
+  for (size_t d = 0; d + 2 < rank; ++d)  // no broadcast between Q and K^T
+    if (g_.Shape(q)[d] != product[d] || g_.Shape(kt)[d] != product[d]) return false;
+  DecodeChain chain;
+  chain.scores_matmul = k;
+  std::vector<int64_t> view = product;  // the scores as the op reading them sees them
+  int x = ops[k].output;
+  bool softmaxed = false;
+  size_t r = k;
+  while (true) {
+    r = SoleReaderAfter(x, r);
+    if (r == 0) return false;
+    const BodyOp& op = ops[r];
+    const std::vector<int64_t>& out = g_.Shape(op.output);
+    const bool reshape = op.kernel == "relax.reshape" || op.kernel == "relax.expand_dims" ||
+                         op.kernel == "relax.squeeze" || op.kernel == "relax.flatten";
+    if (reshape) {  // the scores' rows regrouped, the keys' axis kept
+      if (op.inputs.empty() || op.inputs[0] != x || out.empty() || out.back() != view.back() ||
+          g_.tensor(op.output).numel != g_.tensor(x).numel)
+        return false;
+      view = out;
+    } else if (op.kernel == "relax.matmul" && softmaxed) {
+      if (op.inputs.size() != 2 || op.inputs[0] != x || view != product) return false;
+      chain.context_matmul = r;
+      break;
+    } else if (softmaxed) {
+      if (op.kernel != "byoc.nan_to" || chain.nan_to) return false;
+      chain.nan_to = true;
+      chain.nan_value = static_cast<float>(Attrs(op.attrs, op.where).Float("value"));
+    } else if (op.kernel == "relax.nn.softmax") {
+      if (NormAxis(Attrs(op.attrs, op.where).Int("axis"), view.size(), op.where) != static_cast<int64_t>(view.size() - 1))
+        return false;
+      softmaxed = true;
+    } else if (PostOp p; op.inputs.size() == 1 && EltwiseOf(op, &p)) {  // a scale spelled as one op (a byoc.eltwise)
+      if (p.alg != algorithm::eltwise_linear) return false;
+      DecodeChain::Step step;
+      step.alpha = p.alpha, step.beta = p.beta;
+      chain.steps.push_back(step);
+    } else if (op.inputs.size() == 2 && out == view) {  // a scalar constant, or an operand broadcast to the scores
+      bool x_first = false;
+      const float c = ScalarOperand(op, x, &x_first);  // sets x_first, which LinearOf reads
+      DecodeChain::Step step;
+      step.view = view;
+      if (LinearOf(op.kernel, c, x_first, &step.alpha, &step.beta)) {
+        step.operand = -1;
+      } else {
+        step.operand = op.inputs[0] == x ? op.inputs[1] : op.inputs[0];
+        const std::vector<int64_t>& shape = g_.Shape(step.operand);
+        const bool commutes = op.kernel == "relax.add" || op.kernel == "relax.multiply";
+        if (step.operand == x || (op.kernel != "relax.subtract" && !commutes) || (!commutes && op.inputs[0] != x) ||
+            DataType(g_.tensor(step.operand)) != memory::data_type::f32 || !Broadcasts(shape, view) ||
+            shape.size() > view.size())
+          return false;
+        step.kernel = op.kernel;
+      }
+      chain.steps.push_back(step);
+    } else {
+      return false;
+    }
+    chain.ops.push_back(r);
+    x = op.output;
+  }
+  const int v = ops[chain.context_matmul].inputs[1];
+  const std::vector<int64_t>& vs = g_.Shape(v);
+  if (vs.size() != rank || DataType(g_.tensor(v)) != memory::data_type::f32 || vs[rank - 2] != product[rank - 1])
+    return false;
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (vs[d] != product[d]) return false;
+  for (size_t op : chain.ops) in_decode_attention_.insert(op);
+  deferred_decode_[chain.context_matmul] = std::move(chain);
+  return true;
+}
+
+// The chain DeferDecodeAttentionAt found, at its context matmul j: one DecodeAttention step reading Q, K^T and V
+// in the layouts they were computed in where their rows are contiguous (K^T's either way), each operand of the
+// scores plain, and writing the output plain, or through the strides that make a transpose after it plain.
+void Builder::DecodeAttentionStep(size_t j) {
+  const std::vector<BodyOp>& ops = g_.ops();
+  const DecodeChain& chain = deferred_decode_.at(j);
+  const BodyOp& first = ops[chain.scores_matmul];
+  const int q = first.inputs[0], kt = first.inputs[1], v = ops[j].inputs[1], o = ops[j].output;
+  auto rows_contiguous = [&](int id) {  // the layout computed, where its last axis is contiguous; else plain
+    const Desc& desc = values_.DescOf(id);
+    return IsStrided(desc) && desc.get_strides().back() == 1 ? desc : Plain(g_.Shape(id));
+  };
+  Desc q_desc = rows_contiguous(q), v_desc = rows_contiguous(v);
+  Desc kt_desc = values_.DescOf(kt);
+  if (!IsStrided(kt_desc) || (kt_desc.get_strides().back() != 1 && kt_desc.get_strides()[kt_desc.get_dims().size() - 2] != 1))
+    kt_desc = Plain(g_.Shape(kt));
+  Desc o_desc = TransposedDst(o, DimsOf(g_.Shape(o)));
+  if (o_desc.get_strides().back() != 1) o_desc = Plain(g_.Shape(o));
+  const Dims product = DimsOf(g_.Shape(first.output));
+  const size_t rank = product.size();
+  DecodeGeometry geometry;
+  geometry.rows = product[rank - 2];
+  geometry.keys = product[rank - 1];
+  geometry.depth = g_.Shape(q)[rank - 1];
+  geometry.width = g_.Shape(v)[rank - 1];
+  geometry.groups = 1;
+  for (size_t d = 0; d + 2 < rank; ++d) geometry.groups *= product[d];
+  auto at = [&](const Desc& desc) { return GroupOffsets(desc.get_dims(), desc.get_strides(), geometry.groups); };
+  geometry.q_at = at(q_desc), geometry.kt_at = at(kt_desc), geometry.v_at = at(v_desc), geometry.o_at = at(o_desc);
+  geometry.q_row = q_desc.get_strides()[rank - 2];
+  geometry.kt_depth = kt_desc.get_strides()[rank - 2];
+  geometry.kt_key = kt_desc.get_strides()[rank - 1];
+  geometry.v_key = v_desc.get_strides()[rank - 2];
+  geometry.o_row = o_desc.get_strides()[rank - 2];
+  std::vector<Arg> args = {{DNNL_ARG_SRC, As(q, q_desc), q_desc},
+                           {DNNL_ARG_WEIGHTS, As(kt, kt_desc), kt_desc},
+                           {DNNL_ARG_SRC_1, As(v, v_desc), v_desc},
+                           {DNNL_ARG_DST, Define(o, o_desc), o_desc}};
+  std::vector<ScoreStep> steps;
+  const int64_t score_rows = geometry.groups * geometry.rows;
+  for (size_t i = 0; i < chain.steps.size(); ++i) {
+    const DecodeChain::Step& c = chain.steps[i];
+    ScoreStep step;
+    if (c.operand < 0) {
+      step.alpha = c.alpha, step.beta = c.beta;
+      steps.push_back(step);
+      continue;
+    }
+    step.kind = c.kernel == "relax.add"        ? ScoreStep::Kind::kAdd
+                : c.kernel == "relax.multiply" ? ScoreStep::Kind::kMultiply
+                                               : ScoreStep::Kind::kSubtract;
+    const std::vector<int64_t>& shape = g_.Shape(c.operand);
+    const std::vector<int64_t> strides = BroadcastStrides(shape, c.view);
+    step.key_stride = strides.back();
+    step.rows.resize(static_cast<size_t>(score_rows));
+    for (int64_t row = 0; row < score_rows; ++row) step.rows[row] = RowOffset(row, c.view, strides);
+    const Desc plain = Plain(shape);
+    args.push_back({DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), As(c.operand, plain), plain});
+    steps.push_back(std::move(step));
+  }
+  AddStep(dnnl::primitive(), std::move(args), Desc(),
+          std::make_shared<DecodeAttention>(std::move(geometry), std::move(steps), chain.nan_to, chain.nan_value));
+}
+
+}  // namespace dnnl_runtime
+}  // namespace byoc
