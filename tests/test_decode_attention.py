@@ -18,13 +18,31 @@ from test_contrib_ops import _gqa_model, _matches
 KERNEL = "kernel byoc:decode_attention"
 
 
-def _attention(batch, heads, rows, keys, depth, width, scores=("scale", "mask"), k_transposed=False, guard=False):
+def _attention(batch, heads, rows, keys, depth, width, scores=("scale", "mask"), k_transposed=False, guard=False,
+               kv_repeat=1, scaled_k=False):
     """softmax(Q K^T then `scores`) V over Q [B, N, S, H], K [B, N, T, H] (or K^T [B, N, H, T] given as it is),
     V [B, N, T, Hv]: "scale" a Mul by a scalar, "divide" a Div by one, "mask" an Add of a [B, 1, S, T] input,
     "penalty" a Sub of a [1, N, 1, T] constant, "weights" a Mul by a [T] constant, "tanh" a soft cap; `guard`
-    a NaN guard after the softmax (Where(IsNaN(p), 0, p), as transformers writes it)."""
-    nodes = [] if k_transposed else [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])]
-    nodes.append(helper.make_node("MatMul", ["q", "k" if k_transposed else "kt"], ["s0"]))
+    a NaN guard after the softmax (Where(IsNaN(p), 0, p), as transformers writes it). With `kv_repeat` > 1, K and
+    V are given for N / kv_repeat kv heads and repeated per query head as transformers' repeat_kv does (Unsqueeze,
+    Expand, Reshape); `scaled_k` scales Q and K^T by a scalar each, as transformers' sdpa export does."""
+    kv_heads = heads // kv_repeat
+    nodes = []
+    k, v = "k", "v"
+    if kv_repeat > 1:
+        for name, last in (("k", depth), ("v", width)):
+            nodes += [helper.make_node("Unsqueeze", [name, "axis2"], [f"{name}5"]),
+                      helper.make_node("Expand", [f"{name}5", f"{name}_copies"], [f"{name}x"]),
+                      helper.make_node("Reshape", [f"{name}x", f"{name}_heads"], [f"{name}r"])]
+        k, v = "kr", "vr"
+    if not k_transposed:
+        nodes.append(helper.make_node("Transpose", [k], ["kt"], perm=[0, 1, 3, 2]))
+        k = "kt"
+    q = "q"
+    if scaled_k:
+        nodes += [helper.make_node("Mul", ["q", "root"], ["qs"]), helper.make_node("Mul", [k, "root"], ["ks"])]
+        q, k = "qs", "ks"
+    nodes.append(helper.make_node("MatMul", [q, k], ["s0"]))
     inits = [const("scale", np.array(0.125, np.float32)), const("zero", np.array(0.0, np.float32)),
              const("penalty", _f(1, heads, 1, keys, seed=11, scale=0.5)), const("weights", 1 + _f(keys, seed=12, scale=0.1))]
     ops = {"scale": ("Mul", "scale"), "divide": ("Div", "scale"), "mask": ("Add", "mask"),
@@ -40,10 +58,14 @@ def _attention(batch, heads, rows, keys, depth, width, scores=("scale", "mask"),
     nodes.append(helper.make_node("Softmax", [last], ["p"], axis=-1))
     if guard:
         nodes += [helper.make_node("IsNaN", ["p"], ["nan"]), helper.make_node("Where", ["nan", "zero", "p"], ["pg"])]
-    nodes.append(helper.make_node("MatMul", ["pg" if guard else "p", "v"], ["y"]))
+    nodes.append(helper.make_node("MatMul", ["pg" if guard else "p", v], ["y"]))
     inputs = [tensor("q", [batch, heads, rows, depth]),
-              tensor("k", [batch, heads, depth, keys] if k_transposed else [batch, heads, keys, depth]),
-              tensor("v", [batch, heads, keys, width])]
+              tensor("k", [batch, kv_heads, depth, keys] if k_transposed else [batch, kv_heads, keys, depth]),
+              tensor("v", [batch, kv_heads, keys, width])]
+    inits += [const("root", np.array(depth ** -0.25, np.float32)), const("axis2", np.array([2], np.int64))]
+    for name, last in (("k", depth), ("v", width)):
+        inits += [const(f"{name}_copies", np.array([batch, kv_heads, kv_repeat, keys, last], np.int64)),
+                  const(f"{name}_heads", np.array([batch, heads, keys, last], np.int64))]
     if "mask" in scores:
         inputs.append(tensor("mask", [batch, 1, rows, keys]))
     return model(nodes, inputs, [tensor("y", [batch, heads, rows, width])], inits)
@@ -110,3 +132,15 @@ def test_group_query_attention_on_a_token_is_one_kernel(seq, past):
     artifact = _matches(m, feeds, host_ops=None)
     steps = [s for each in artifact.implementations().values() for s in each]
     assert KERNEL in steps and not [s for s in steps if s.startswith("softmax")], steps
+
+
+@pytest.mark.parametrize("kv_repeat,scaled_k", [(4, True), (2, False), (1, True)])
+def test_the_kernel_reads_the_cache_through_transformers_repeat_and_scale(kv_repeat, scaled_k):
+    """transformers' decoders (sdpa export): K and V of each kv head repeated per query head, and Q and K^T each
+    scaled by the fourth root of the head size. The kernel reads K and V of the kv heads themselves, through the
+    transpose, the scale (one step on the scores) and the repetition: no copy of the cache, no scaled K^T, only the
+    query's own scale besides the kernel."""
+    m = _attention(2, 8, 1, 37, 16, 16, kv_repeat=kv_repeat, scaled_k=scaled_k)
+    artifact = _compile(m, inputs=_feeds(m, masked_keys=4))
+    steps = _steps(artifact)
+    assert steps.count(KERNEL) == 1 and len(steps) == 1 + scaled_k, steps

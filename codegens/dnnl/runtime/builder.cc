@@ -22,6 +22,7 @@ void Builder::Build(int max_threads, OmpThreads& omp) {  // omp: see builder.h
     total_us += op_us;
     if (op_us >= kStreamOpUs && StreamsWeights(op)) streamed_us += op_us;
   }
+  FindDecodeAttentions();
   for (size_t k = 0; k < ops.size();) {
     double op_us = WorkUs(ops[k]);
     const bool streams = streamed_us >= kStreamModuleUs && op_us >= kStreamOpUs && StreamsWeights(ops[k]);
@@ -238,7 +239,6 @@ size_t Builder::CompileOp(size_t k) {
   }
   if (in_decode_attention_.count(k)) return k + 1;  // computed by the decode attention at its context matmul
   if (size_t next = DeferAttentionAt(k)) return next;
-  if (DeferDecodeAttentionAt(k)) return k + 1;
   const BodyOp& op = g_.ops()[k];
   // Units that span ops: an int8 element-wise unit (dequantize, element-wise ops, quantize) and a channel
   // shuffle (reshape, transpose, reshape), each starting with a kernel the table does not fuse ops after; each

@@ -70,7 +70,7 @@ class Builder {
                return i == f.last || (i >= 0 && g_.tensor(i).kind == Kind::kConst);
              });
     };
-    // an op a decoder's attention computes (DeferDecodeAttentionAt) is no post-op of another
+    // an op a decoder's attention computes (FindDecodeAttention) is no post-op of another
     while (f.next < ops.size() && joins(ops[f.next]) && !in_decode_attention_.count(f.next)) {
       const BodyOp& op = ops[f.next];
       int x = f.last;
@@ -345,8 +345,34 @@ class Builder {
   void BlockedAttention(size_t j);
 
   // decode_attention.cc: softmax(Q K^T) V for a decoder's token, one kernel of byoc's
+  // A decoder's attention (FindDecodeAttention): its scores' matmul, the element-wise steps on the scores (each
+  // with the scores' dims as its op sees them; a scalar's alpha * s + beta, or a float operand's kernel), the
+  // softmax's NaN guard, the matmul by V where the kernel runs, and the tensors it reads K (or K^T) and V from
+  struct DecodeChain {
+    struct Step {
+      std::vector<int64_t> view;
+      int operand = -1;  // -1: alpha * s + beta
+      std::string kernel;
+      float alpha = 1.0f, beta = 0.0f;
+    };
+    // a tensor read with its heads' axis (the scores' third from last) holding each head for `repeat` of theirs
+    struct Operand {
+      int tensor = -1;
+      int64_t repeat = 1;
+    };
+    size_t scores_matmul = 0, context_matmul = 0;
+    std::vector<size_t> ops;  // the ops after the scores' matmul up to the context's, computed by the kernel
+    std::vector<Step> steps;
+    bool nan_to = false;
+    float nan_value = 0.0f;
+    Operand keys, values;      // K^T [.., H, T], or K [.., T, H] where keys_by_row; V [.., T, Hv]
+    bool keys_by_row = false;
+  };
   size_t SoleReaderAfter(int id, size_t from) const;
-  bool DeferDecodeAttentionAt(size_t k);
+  int ProducerOf(int id) const;
+  void FindDecodeAttentions();
+  bool FindDecodeAttention(size_t k);
+  DecodeChain::Operand RepeatedHeads(int operand, std::vector<size_t>* absorbed) const;
   void DecodeAttentionStep(size_t j);
 
   // norm.cc: normalizations: softmax, layer norm, LRN, batch norm
@@ -374,24 +400,8 @@ class Builder {
     Fused scores;
   };
   std::map<size_t, DeferredAttention> deferred_attention_;
-  // A decoder's attention (DeferDecodeAttentionAt): its scores' matmul, the element-wise steps on the scores (each
-  // with the scores' dims as its op sees them; a scalar's alpha * s + beta, or a float operand's kernel), the
-  // softmax's NaN guard, and the matmul by V where the kernel runs
-  struct DecodeChain {
-    struct Step {
-      std::vector<int64_t> view;
-      int operand = -1;  // -1: alpha * s + beta
-      std::string kernel;
-      float alpha = 1.0f, beta = 0.0f;
-    };
-    size_t scores_matmul = 0, context_matmul = 0;
-    std::vector<size_t> ops;  // the ops after the scores' matmul up to the context's, computed by the kernel
-    std::vector<Step> steps;
-    bool nan_to = false;
-    float nan_value = 0.0f;
-  };
   std::map<size_t, DecodeChain> deferred_decode_;  // context matmul -> its chain
-  std::set<size_t> in_decode_attention_;           // the chains' ops between their two matmuls
+  std::set<size_t> in_decode_attention_;           // the ops each chain computes, but its context matmul
   std::map<std::vector<int>, int> joined_weights_;  // constant weights side by side (SideBySide) -> value
   std::map<int, std::vector<int>> stacked_;  // a stack left unmaterialized -> the tensors it stacks
   std::map<int, ByteTable> byte_tables_;  // graph tensor computed as a byte table -> that table

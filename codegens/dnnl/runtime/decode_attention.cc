@@ -210,11 +210,22 @@ class DecodeAttention : public Kernel {
   float nan_value_;
 };
 
-// The element offset of each group (a multi-index over every axis but the last two of `dims`) through `strides`.
-std::vector<int64_t> GroupOffsets(const Dims& dims, const Dims& strides, int64_t groups) {
+// The element offset of each group (a multi-index over `lead`, every axis of the scores but the last two) in a tensor
+// of `strides`, whose heads' axis (the last of `lead`) holds each head once for `repeat` heads of the scores (a
+// grouped kv head's keys, never copied out per query head).
+std::vector<int64_t> GroupOffsets(const Dims& lead, const Dims& strides, int64_t repeat) {
+  int64_t groups = 1;
+  for (int64_t d : lead) groups *= d;
   std::vector<int64_t> at(static_cast<size_t>(groups));
-  std::vector<int64_t> lead(dims.begin(), dims.end() - 1), lead_strides(strides.begin(), strides.end() - 1);
-  for (int64_t group = 0; group < groups; ++group) at[group] = RowOffset(group, lead, lead_strides);
+  for (int64_t group = 0; group < groups; ++group) {
+    int64_t rest = group, offset = 0;
+    for (size_t d = lead.size(); d-- > 0;) {
+      int64_t index = rest % lead[d];
+      rest /= lead[d];
+      offset += (d + 1 == lead.size() ? index / repeat : index) * strides[d];
+    }
+    at[group] = offset;
+  }
   return at;
 }
 
@@ -230,14 +241,61 @@ size_t Builder::SoleReaderAfter(int id, size_t from) const {
   return 0;
 }
 
+// The index of the op that computes graph tensor `id`, or -1 (an input, a constant).
+int Builder::ProducerOf(int id) const {
+  const std::vector<BodyOp>& ops = g_.ops();
+  for (size_t r = 0; r < ops.size(); ++r)
+    if (ops[r].output == id) return static_cast<int>(r);
+  return -1;
+}
+
+// Where `operand` [.., N, T, H] is a kv head's rows repeated for the N / kvN query heads that share it, as
+// transformers writes it (expand_dims, broadcast_to, reshape of [.., kvN, T, H]) and nothing else reads the
+// copies: the source, read with its heads' axis repeated (its ops added to `absorbed`); else `operand` itself.
+Builder::DecodeChain::Operand Builder::RepeatedHeads(int operand, std::vector<size_t>* absorbed) const {
+  const std::vector<BodyOp>& ops = g_.ops();
+  const int reshape = ProducerOf(operand);
+  if (reshape < 0 || ops[reshape].kernel != "relax.reshape" || OnlyReader(operand) == nullptr) return {operand, 1};
+  const int broadcast = ProducerOf(ops[reshape].inputs[0]);
+  if (broadcast < 0 || ops[broadcast].kernel != "relax.broadcast_to" || OnlyReader(ops[reshape].inputs[0]) == nullptr)
+    return {operand, 1};
+  const int expand = ProducerOf(ops[broadcast].inputs[0]);
+  if (expand < 0 || ops[expand].kernel != "relax.expand_dims" || OnlyReader(ops[broadcast].inputs[0]) == nullptr)
+    return {operand, 1};
+  const int source = ops[expand].inputs[0];
+  std::vector<int64_t> shape = g_.Shape(source);
+  const size_t rank = shape.size();
+  const std::vector<int64_t>& repeated = g_.Shape(ops[broadcast].output);
+  if (rank < 3 || rank != g_.Shape(operand).size() || repeated.size() != rank + 1) return {operand, 1};
+  const int64_t repeat = repeated[rank - 2];
+  std::vector<int64_t> once = shape, copies = shape, merged = shape;
+  once.insert(once.begin() + static_cast<std::ptrdiff_t>(rank - 2), 1);
+  copies.insert(copies.begin() + static_cast<std::ptrdiff_t>(rank - 2), repeat);
+  merged[rank - 3] *= repeat;
+  if (g_.Shape(ops[expand].output) != once || repeated != copies || g_.Shape(operand) != merged ||
+      DataType(g_.tensor(source)) != memory::data_type::f32)
+    return {operand, 1};
+  absorbed->insert(absorbed->end(), {static_cast<size_t>(expand), static_cast<size_t>(broadcast),
+                                     static_cast<size_t>(reshape)});
+  return {source, repeat};
+}
+
 // At the matmul k: Q K^T with at most kDecodeRows query rows per head, whose product only element-wise ops (a scalar
 // scale or shift; an add, multiply or subtract of a float operand that broadcasts to it), reshapes that keep the
 // keys' axis, a softmax over the keys, a NaN guard after it and a matmul by V read, one after the other. The chain's
 // ops then compile to nothing (in_decode_attention_), and the second matmul, where every operand the chain reads
-// has been computed, to one DecodeAttention step. Returns whether it found the chain.
-bool Builder::DeferDecodeAttentionAt(size_t k) {
+// has been computed, to one DecodeAttention step. So do the ops that only make K^T and V from the cache, where the
+// kernel reads through them: K's transpose, a scalar scale of it (transformers scales Q and K^T by the fourth root
+// of the head size each; the scale joins the scores' steps) and the repetition of grouped kv heads. Build runs this
+// at every op before it compiles any (FindDecodeAttentions), since K's ops come before the scores' matmul.
+void Builder::FindDecodeAttentions() {
+  if (!CpuHasAvx2Fma()) return;
+  for (size_t k = 0; k < g_.ops().size(); ++k) FindDecodeAttention(k);
+}
+
+bool Builder::FindDecodeAttention(size_t k) {
   const std::vector<BodyOp>& ops = g_.ops();
-  if (ops[k].kernel != "relax.matmul" || ops[k].inputs.size() != 2 || !CpuHasAvx2Fma()) return false;
+  if (ops[k].kernel != "relax.matmul" || ops[k].inputs.size() != 2) return false;
   const int q = ops[k].inputs[0], kt = ops[k].inputs[1];
   const std::vector<int64_t> product = g_.Shape(ops[k].output);
   const size_t rank = product.size();
@@ -312,43 +370,80 @@ bool Builder::DeferDecodeAttentionAt(size_t k) {
     return false;
   for (size_t d = 0; d + 2 < rank; ++d)
     if (vs[d] != product[d]) return false;
-  for (size_t op : chain.ops) in_decode_attention_.insert(op);
+  // What makes K^T and V, read through: K^T = scale * K transposed, K and V repeated per query head
+  std::vector<size_t> absorbed = {k};
+  chain.keys = {kt, 1};
+  int made = ProducerOf(kt), scaled = kt;
+  if (made >= 0 && OnlyReader(kt) != nullptr && ops[made].inputs.size() == 2) {
+    for (int y : ops[made].inputs) {
+      bool y_first = false;
+      const float c = ScalarOperand(ops[made], y, &y_first);  // sets y_first, which LinearOf reads
+      DecodeChain::Step scale;
+      if (g_.Shape(y) == g_.Shape(kt) && LinearOf(ops[made].kernel, c, y_first, &scale.alpha, &scale.beta) &&
+          scale.beta == 0.0f) {
+        chain.steps.insert(chain.steps.begin(), scale);
+        absorbed.push_back(static_cast<size_t>(made));
+        scaled = y;
+        break;
+      }
+    }
+  }
+  chain.keys = {scaled, 1};
+  const int transpose = ProducerOf(scaled);
+  if (transpose >= 0 && ops[transpose].kernel == "relax.permute_dims" && OnlyReader(scaled) != nullptr) {
+    std::vector<int64_t> perm = Permutation(ops[transpose], Attrs(ops[transpose].attrs, ops[transpose].where)), swap(rank);
+    for (size_t d = 0; d < rank; ++d) swap[d] = static_cast<int64_t>(d);
+    std::swap(swap[rank - 1], swap[rank - 2]);
+    if (perm == swap && DataType(g_.tensor(ops[transpose].inputs[0])) == memory::data_type::f32) {
+      absorbed.push_back(static_cast<size_t>(transpose));
+      chain.keys_by_row = true;
+      chain.keys = RepeatedHeads(ops[transpose].inputs[0], &absorbed);
+    }
+  }
+  chain.values = RepeatedHeads(v, &absorbed);
+  in_decode_attention_.insert(absorbed.begin(), absorbed.end());
+  in_decode_attention_.insert(chain.ops.begin(), chain.ops.end());
   deferred_decode_[chain.context_matmul] = std::move(chain);
   return true;
 }
 
-// The chain DeferDecodeAttentionAt found, at its context matmul j: one DecodeAttention step reading Q, K^T and V
+// The chain FindDecodeAttention found, at its context matmul j: one DecodeAttention step reading Q, K^T and V
 // in the layouts they were computed in where their rows are contiguous (K^T's either way), each operand of the
 // scores plain, and writing the output plain, or through the strides that make a transpose after it plain.
 void Builder::DecodeAttentionStep(size_t j) {
   const std::vector<BodyOp>& ops = g_.ops();
   const DecodeChain& chain = deferred_decode_.at(j);
   const BodyOp& first = ops[chain.scores_matmul];
-  const int q = first.inputs[0], kt = first.inputs[1], v = ops[j].inputs[1], o = ops[j].output;
+  const int q = first.inputs[0], kt = chain.keys.tensor, v = chain.values.tensor, o = ops[j].output;
   auto rows_contiguous = [&](int id) {  // the layout computed, where its last axis is contiguous; else plain
     const Desc& desc = values_.DescOf(id);
     return IsStrided(desc) && desc.get_strides().back() == 1 ? desc : Plain(g_.Shape(id));
   };
   Desc q_desc = rows_contiguous(q), v_desc = rows_contiguous(v);
-  Desc kt_desc = values_.DescOf(kt);
-  if (!IsStrided(kt_desc) || (kt_desc.get_strides().back() != 1 && kt_desc.get_strides()[kt_desc.get_dims().size() - 2] != 1))
+  Desc kt_desc = chain.keys_by_row ? rows_contiguous(kt) : values_.DescOf(kt);
+  const size_t rank = g_.Shape(first.output).size();
+  if (!chain.keys_by_row && (!IsStrided(kt_desc) || (kt_desc.get_strides()[rank - 1] != 1 &&
+                                                     kt_desc.get_strides()[rank - 2] != 1)))
     kt_desc = Plain(g_.Shape(kt));
   Desc o_desc = TransposedDst(o, DimsOf(g_.Shape(o)));
   if (o_desc.get_strides().back() != 1) o_desc = Plain(g_.Shape(o));
   const Dims product = DimsOf(g_.Shape(first.output));
-  const size_t rank = product.size();
+  const Dims lead(product.begin(), product.end() - 2);
   DecodeGeometry geometry;
   geometry.rows = product[rank - 2];
   geometry.keys = product[rank - 1];
   geometry.depth = g_.Shape(q)[rank - 1];
   geometry.width = g_.Shape(v)[rank - 1];
   geometry.groups = 1;
-  for (size_t d = 0; d + 2 < rank; ++d) geometry.groups *= product[d];
-  auto at = [&](const Desc& desc) { return GroupOffsets(desc.get_dims(), desc.get_strides(), geometry.groups); };
-  geometry.q_at = at(q_desc), geometry.kt_at = at(kt_desc), geometry.v_at = at(v_desc), geometry.o_at = at(o_desc);
+  for (int64_t d : lead) geometry.groups *= d;
+  geometry.q_at = GroupOffsets(lead, q_desc.get_strides(), 1);
+  geometry.kt_at = GroupOffsets(lead, kt_desc.get_strides(), chain.keys.repeat);
+  geometry.v_at = GroupOffsets(lead, v_desc.get_strides(), chain.values.repeat);
+  geometry.o_at = GroupOffsets(lead, o_desc.get_strides(), 1);
   geometry.q_row = q_desc.get_strides()[rank - 2];
-  geometry.kt_depth = kt_desc.get_strides()[rank - 2];
-  geometry.kt_key = kt_desc.get_strides()[rank - 1];
+  // K^T's strides: K's rows' transposed when the kernel reads K itself
+  geometry.kt_depth = kt_desc.get_strides()[chain.keys_by_row ? rank - 1 : rank - 2];
+  geometry.kt_key = kt_desc.get_strides()[chain.keys_by_row ? rank - 2 : rank - 1];
   geometry.v_key = v_desc.get_strides()[rank - 2];
   geometry.o_row = o_desc.get_strides()[rank - 2];
   std::vector<Arg> args = {{DNNL_ARG_SRC, As(q, q_desc), q_desc},
