@@ -32,13 +32,14 @@ from byoc.pipeline.frontend.pow_types import pow_of_other_types
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, constant_of_run_time_shape, reduce_over_run_time_axes,
                                                      reshape_to_run_time_shape, split_at_run_time_sizes,
                                                      top_k_of_run_time_k)
+from byoc.pipeline.frontend.run_time_pad import pad_by_run_time_widths
 from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.vendor.values import const_array, is_tensor_const
 
 
 #: Converters of ops whose shape-deciding input is computed at run time (TVM's need it constant)
 _RUN_TIME_VALUES = {"Reshape": reshape_to_run_time_shape, "Split": split_at_run_time_sizes, "TopK": top_k_of_run_time_k,
-                    "ConstantOfShape": constant_of_run_time_shape}
+                    "ConstantOfShape": constant_of_run_time_shape, "Pad": pad_by_run_time_widths}
 
 
 class ProvenanceImporter(ONNXGraphImporter):
