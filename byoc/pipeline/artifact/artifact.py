@@ -365,7 +365,8 @@ class Artifact:
                 "shape: reduction axes out of range or named twice, a Reshape's shape of another element count, "
                 "Split sizes that do not add up to the axis, a TopK k over it, a CumSum's or CumProd's axis out of "
                 "range, a TensorScatter's update past its cache's end, a ConstantOfShape's negative dim, a Pad's widths "
-                "that crop past its input or axes out of range; or a value "
+                "that crop past its input or axes out of range, an AffineGrid's size of another batch than theta's; "
+                "or a value "
                 "a Loop the host runs "
                 "carries whose shape changes from one iteration to the next, which the loop keeps): "
                 f"{last_line(err).strip()}") from None

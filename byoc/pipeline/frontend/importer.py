@@ -22,6 +22,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.bit_cast import bit_cast
 from byoc.pipeline.frontend.check import BYOC_CONVERTS
+from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,
@@ -39,7 +40,8 @@ from byoc.vendor.values import const_array, is_tensor_const
 
 #: Converters of ops whose shape-deciding input is computed at run time (TVM's need it constant)
 _RUN_TIME_VALUES = {"Reshape": reshape_to_run_time_shape, "Split": split_at_run_time_sizes, "TopK": top_k_of_run_time_k,
-                    "ConstantOfShape": constant_of_run_time_shape, "Pad": pad_by_run_time_widths}
+                    "ConstantOfShape": constant_of_run_time_shape, "Pad": pad_by_run_time_widths,
+                    "AffineGrid": affine_grid_of_run_time_size}
 
 
 class ProvenanceImporter(ONNXGraphImporter):
