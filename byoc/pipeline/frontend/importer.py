@@ -33,6 +33,7 @@ from byoc.pipeline.frontend.pow_types import pow_of_other_types
 from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, constant_of_run_time_shape, reduce_over_run_time_axes,
                                                      reshape_to_run_time_shape, split_at_run_time_sizes,
                                                      top_k_of_run_time_k)
+from byoc.pipeline.frontend.run_time_nms import nms_of_run_time_limits
 from byoc.pipeline.frontend.run_time_pad import pad_by_run_time_widths
 from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.vendor.values import const_array, is_tensor_const
@@ -163,8 +164,11 @@ class ProvenanceImporter(ONNXGraphImporter):
             values = [_shape_value_as_tensor(x, self.bb) for x in inputs]
             sym, spec = convert_loop(self.bb, node.name, symbol, values, attrs, outer, opset)
             self.loops.append(spec)
+        elif op_name == "NonMaxSuppression" and any(
+                limit is not None and not isinstance(limit, tvm.ir.expr.Constant) for limit in inputs[2:5]):
+            sym = nms_of_run_time_limits(inputs, attrs, self.bb)
         elif op_name == "NonMaxSuppression":
-            inputs, sym = _nms_parameters(inputs, node), None
+            inputs, sym = _nms_parameters(inputs), None
         else:
             for expand in without_implied_broadcasts(op_name, inputs, self.bb):
                 if (owner := self._owner.get(expand)) is not None:
@@ -621,23 +625,14 @@ def _squeezed_dims_are_one(inputs, attrs, bb) -> None:
     inputs[0] = bb.match_cast(x, relax.TensorType(target, ty.dtype))
 
 
-def _nms_parameters(inputs, node: OnnxNode):
-    """NonMaxSuppression's inputs for TVM's converter, which reads its three limits as constants and takes a
-    default (0 boxes: an empty result) for any that is not: such a limit is refused by name instead. Its IoU
-    threshold is the next float32 above the model's, because TVM suppresses a box whose IoU equals the
-    threshold, where ONNX keeps it (it suppresses above the threshold only)."""
+def _nms_parameters(inputs):
+    """NonMaxSuppression's inputs for TVM's converter, which reads its three limits as constants (byoc's
+    ``run_time_nms`` takes those given at run time). Its IoU threshold is the next float32 above the model's,
+    because TVM suppresses a box whose IoU equals the threshold, where ONNX keeps it (it suppresses above the
+    threshold only)."""
     import numpy as np
 
-    from byoc.errors import UnsupportedAttributeError
-
-    names = {2: "max_output_boxes_per_class", 3: "iou_threshold", 4: "score_threshold"}
     inputs = list(inputs)
-    for index, name in names.items():
-        if index < len(inputs) and inputs[index] is not None \
-                and not isinstance(inputs[index], tvm.ir.expr.Constant):
-            raise UnsupportedAttributeError(
-                f"NonMaxSuppression node {node.name!r}: its {name} is computed at run time; byoc computes "
-                "NonMaxSuppression with constant limits only (give them as initializers)")
     if len(inputs) > 3 and inputs[3] is not None:
         threshold = np.float32(inputs[3].value.numpy().reshape(-1)[0])
         inputs[3] = relax.const(np.nextafter(threshold, np.float32(np.inf)), "float32")
