@@ -4,9 +4,10 @@
 // At a decode step the products are small (8 heads x 1 row x 129 keys for a Qwen2-style token) and oneDNN's chain
 // for them is K^T copied plain (reorder), the scores' matmul, the scale and the mask (eltwise, binary), the softmax
 // and the second matmul: six primitives, each with its dispatch, about 30 us a layer on AMD EPYC (AVX-512,
-// instrumented), where the arithmetic is about 2. The kernel (about 9 us) reads K through the transposed view the
-// graph gives, and K and V through transformers' repetition of grouped kv heads (no copy of the cache), keeps a
-// row's scores in a buffer of its own, and writes the context straight into the layout the ops after it read.
+// instrumented), where the arithmetic is about 2. The kernel (about 7 us) reads K through the transposed view the
+// graph gives, and K and V through transformers' repetition of grouped kv heads (no copy of the cache), takes two
+// query rows that share K and V at a time (each load serves both), keeps a row's scores in a buffer of its own,
+// and writes the context straight into the layout the ops after it read.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -122,15 +123,75 @@ __attribute__((target("avx2,fma"))) inline void Context(const float* p, const fl
   }
 }
 
+// The four sums across the lanes of acc[0..3]: [a01 a23 b01 b23 | a45 a67 b45 b67], [c d] -> [a0123 .. d0123 |
+// a4567 .. d4567] -> [a b c d].
+__attribute__((target("avx2,fma"))) inline __m128 SumsOfFour(const __m256* acc) {
+  const __m256 all = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(all), _mm256_extractf128_ps(all, 1));
+}
+
+// s0[j] = q0 . K[j] and s1[j] = q1 . K[j] for 4 keys: two query rows that read the same K share its loads (a
+// grouped kv head's query heads re-read K from L2 once per row, one at a time).
+__attribute__((target("avx2,fma"))) inline void FourScoresTwoRows(const float* q0, const float* q1, const float* k,
+                                                                  int64_t key, int64_t depth, float* s0, float* s1) {
+  __m256 acc0[4], acc1[4];
+  BYOC_UNROLL8 for (int j = 0; j < 4; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+  int64_t h = 0;
+  for (; h + 8 <= depth; h += 8) {
+    const __m256 a = _mm256_loadu_ps(q0 + h), b = _mm256_loadu_ps(q1 + h);
+    BYOC_UNROLL8 for (int j = 0; j < 4; ++j) {
+      const __m256 kj = _mm256_loadu_ps(k + j * key + h);
+      acc0[j] = _mm256_fmadd_ps(a, kj, acc0[j]);
+      acc1[j] = _mm256_fmadd_ps(b, kj, acc1[j]);
+    }
+  }
+  _mm_storeu_ps(s0, SumsOfFour(acc0));
+  _mm_storeu_ps(s1, SumsOfFour(acc1));
+  for (; h < depth; ++h)
+    BYOC_UNROLL8 for (int j = 0; j < 4; ++j) s0[j] += q0[h] * k[j * key + h], s1[j] += q1[h] * k[j * key + h];
+}
+
+// o0 = sum over t of p0[t] V[t] and o1 likewise, sharing V's loads: 32 columns at a time in registers, then 8,
+// then one.
+__attribute__((target("avx2,fma"))) inline void ContextTwoRows(const float* p0, const float* p1, const float* v,
+                                                               int64_t key, int64_t keys, int64_t width, float* o0,
+                                                               float* o1) {
+  int64_t c = 0;
+  for (; c + 32 <= width; c += 32) {
+    __m256 acc0[4], acc1[4];
+    BYOC_UNROLL8 for (int j = 0; j < 4; ++j) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < keys; ++t) {
+      const __m256 a = _mm256_set1_ps(p0[t]), b = _mm256_set1_ps(p1[t]);
+      const float* row = v + t * key + c;
+      BYOC_UNROLL8 for (int j = 0; j < 4; ++j) {
+        const __m256 vj = _mm256_loadu_ps(row + 8 * j);
+        acc0[j] = _mm256_fmadd_ps(a, vj, acc0[j]);
+        acc1[j] = _mm256_fmadd_ps(b, vj, acc1[j]);
+      }
+    }
+    BYOC_UNROLL8 for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o0 + c + 8 * j, acc0[j]), _mm256_storeu_ps(o1 + c + 8 * j, acc1[j]);
+  }
+  if (c < width) {  // the last columns, a row at a time
+    Context(p0, v + c, key, keys, width - c, o0 + c);
+    Context(p1, v + c, key, keys, width - c, o1 + c);
+  }
+}
+
 // s = softmax(s) over n floats, in place. A score whose exp underflows (a masked key: the lowest float added) gets
-// exactly 0, as oneDNN's softmax and onnxruntime give it.
+// exactly 0, as oneDNN's softmax and onnxruntime give it. Every pass 8 lanes wide: a scalar max waits on each
+// compare, and these loops were half the kernel's time.
 __attribute__((target("avx2,fma"))) inline void SoftmaxRow(float* s, int64_t n) {
-  float top = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) top = std::max(top, s[i]);
-  const __m256 vtop = _mm256_set1_ps(top), lowest = _mm256_set1_ps(-87.3f);
-  __m256 vsum = _mm256_setzero_ps();
+  __m256 vtop = _mm256_set1_ps(-INFINITY);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+  for (; i + 8 <= n; i += 8) vtop = _mm256_max_ps(vtop, _mm256_loadu_ps(s + i));
+  __m128 half = _mm_max_ps(_mm256_castps256_ps128(vtop), _mm256_extractf128_ps(vtop, 1));
+  half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+  float top = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+  for (; i < n; ++i) top = std::max(top, s[i]);
+  vtop = _mm256_set1_ps(top);
+  const __m256 lowest = _mm256_set1_ps(-87.3f);
+  __m256 vsum = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
     __m256 z = _mm256_sub_ps(_mm256_loadu_ps(s + i), vtop);
     __m256 e = _mm256_and_ps(exp_activation::ExpAvx2(z), _mm256_cmp_ps(z, lowest, _CMP_GE_OQ));
     _mm256_storeu_ps(s + i, e);
@@ -143,13 +204,55 @@ __attribute__((target("avx2,fma"))) inline void SoftmaxRow(float* s, int64_t n) 
     sum += s[i];
   }
   const float scale = 1.0f / sum;
-  for (i = 0; i < n; ++i) s[i] *= scale;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), vscale));
+  for (; i < n; ++i) s[i] *= scale;
+}
+
+// s = alpha * s + beta over n floats.
+__attribute__((target("avx2,fma"))) inline void LinearRow(float* s, int64_t n, float alpha, float beta) {
+  const __m256 a = _mm256_set1_ps(alpha), b = _mm256_set1_ps(beta);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_fmadd_ps(a, _mm256_loadu_ps(s + i), b));
+  for (; i < n; ++i) s[i] = alpha * s[i] + beta;
+}
+
+// s = s (op) x over n floats, the op an add, a multiply or a subtract (`kind`), x read `stride` floats apart (1, or
+// 0: one value for every key).
+__attribute__((target("avx2,fma"))) inline void CombineRow(ScoreStep::Kind kind, float* s, const float* x,
+                                                           int64_t stride, int64_t n) {
+  auto vector_op = [kind](__m256 a, __m256 b) __attribute__((target("avx2,fma"))) {
+    return kind == ScoreStep::Kind::kAdd ? _mm256_add_ps(a, b)
+           : kind == ScoreStep::Kind::kMultiply ? _mm256_mul_ps(a, b) : _mm256_sub_ps(a, b);
+  };
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, vector_op(_mm256_loadu_ps(s + i), _mm256_loadu_ps(x + i)));
+  } else if (stride == 0) {
+    const __m256 one = _mm256_set1_ps(x[0]);
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, vector_op(_mm256_loadu_ps(s + i), one));
+  }
+  for (; i < n; ++i) {
+    const float b = x[i * stride];
+    s[i] = kind == ScoreStep::Kind::kAdd ? s[i] + b : kind == ScoreStep::Kind::kMultiply ? s[i] * b : s[i] - b;
+  }
 }
 
 class DecodeAttention : public Kernel {
  public:
   DecodeAttention(DecodeGeometry g, std::vector<ScoreStep> steps, bool nan_to, float nan_value)
-      : g_(std::move(g)), steps_(std::move(steps)), nan_to_(nan_to), nan_value_(nan_value) {}
+      : g_(std::move(g)), steps_(std::move(steps)), nan_to_(nan_to), nan_value_(nan_value) {
+    // Score rows in order, two at a time where they read the same K and V through K's rows (the query rows of a
+    // group, or query heads that share a kv head)
+    const int64_t rows = g_.groups * g_.rows;
+    for (int64_t row = 0; row < rows;) {
+      const bool pair = row + 1 < rows && g_.kt_depth == 1 && KeysAt(row) == KeysAt(row + 1) &&
+                        ValuesAt(row) == ValuesAt(row + 1);
+      units_.push_back(row);
+      row += pair ? 2 : 1;
+    }
+    units_.push_back(rows);
+  }
   const char* Name() const override { return "decode_attention"; }
 
   void Run(const std::unordered_map<int, memory>& args) const override {
@@ -161,20 +264,35 @@ class DecodeAttention : public Kernel {
     for (size_t i = 0; i < steps_.size(); ++i)
       if (steps_[i].kind != ScoreStep::Kind::kLinear) operands[i] = Data<const float>(args, DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i));
     const int64_t work = g_.groups * g_.rows * g_.keys * (g_.depth + g_.width);
-    SplitAcrossTeamIfLarge(g_.groups, work, [&](int64_t g0, int64_t g1) {
-      std::vector<float> scores(static_cast<size_t>(g_.keys));
-      for (int64_t group = g0; group < g1; ++group)
-        for (int64_t i = 0; i < g_.rows; ++i) Row(q, kt, v, o, operands, group, i, scores.data());
+    const int64_t units = static_cast<int64_t>(units_.size()) - 1;
+    SplitAcrossTeamIfLarge(units, work, [&](int64_t u0, int64_t u1) {
+      std::vector<float> scores(2 * static_cast<size_t>(g_.keys));
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t row = units_[u];
+        if (units_[u + 1] - row == 2) {
+          Rows(q, kt, v, o, operands, row, scores.data());
+        } else {
+          Row(q, kt, v, o, operands, row, scores.data());
+        }
+      }
     });
   }
 
  private:
+  int64_t KeysAt(int64_t row) const { return g_.kt_at[row / g_.rows]; }
+  int64_t ValuesAt(int64_t row) const { return g_.v_at[row / g_.rows]; }
+  const float* QueryAt(const float* q, int64_t row) const {
+    return q + g_.q_at[row / g_.rows] + row % g_.rows * g_.q_row;
+  }
+  float* OutputAt(float* o, int64_t row) const { return o + g_.o_at[row / g_.rows] + row % g_.rows * g_.o_row; }
+
+  // Score row `row` (a multi-index over the scores' leading dims and their rows), from Q K^T to the context.
   __attribute__((target("avx2,fma"))) void Row(const float* q, const float* kt, const float* v, float* o,
-                                               const std::vector<const float*>& operands, int64_t group, int64_t i,
+                                               const std::vector<const float*>& operands, int64_t row,
                                                float* s) const {
-    const int64_t keys = g_.keys, row = group * g_.rows + i;
-    const float* qi = q + g_.q_at[group] + i * g_.q_row;
-    const float* k = kt + g_.kt_at[group];
+    const int64_t keys = g_.keys;
+    const float* qi = QueryAt(q, row);
+    const float* k = kt + KeysAt(row);
     if (g_.kt_depth == 1) {  // K's rows contiguous (K^T a transposed view of K)
       int64_t t = 0;
       for (; t + 8 <= keys; t += 8) EightScores(qi, k + t * g_.kt_key, g_.kt_key, g_.depth, s + t);
@@ -183,32 +301,47 @@ class DecodeAttention : public Kernel {
       std::fill(s, s + keys, 0.0f);
       for (int64_t h = 0; h < g_.depth; ++h) Axpy(qi[h], k + h * g_.kt_depth, s, keys);
     }
+    Probabilities(operands, row, s);
+    Context(s, v + ValuesAt(row), g_.v_key, keys, g_.width, OutputAt(o, row));
+  }
+
+  // Rows `row` and `row` + 1, which read the same K (through its rows) and V: each load of them serves both.
+  __attribute__((target("avx2,fma"))) void Rows(const float* q, const float* kt, const float* v, float* o,
+                                                const std::vector<const float*>& operands, int64_t row,
+                                                float* s) const {
+    const int64_t keys = g_.keys;
+    const float *q0 = QueryAt(q, row), *q1 = QueryAt(q, row + 1), *k = kt + KeysAt(row);
+    float *s0 = s, *s1 = s + keys;
+    int64_t t = 0;
+    for (; t + 4 <= keys; t += 4) FourScoresTwoRows(q0, q1, k + t * g_.kt_key, g_.kt_key, g_.depth, s0 + t, s1 + t);
+    for (; t < keys; ++t) s0[t] = Dot(q0, k + t * g_.kt_key, g_.depth), s1[t] = Dot(q1, k + t * g_.kt_key, g_.depth);
+    Probabilities(operands, row, s0);
+    Probabilities(operands, row + 1, s1);
+    ContextTwoRows(s0, s1, v + ValuesAt(row), g_.v_key, keys, g_.width, OutputAt(o, row), OutputAt(o, row + 1));
+  }
+
+  // Row `row`'s scores through the chain's steps, the softmax and the NaN guard, in place.
+  __attribute__((target("avx2,fma"))) void Probabilities(const std::vector<const float*>& operands, int64_t row,
+                                                         float* s) const {
+    const int64_t keys = g_.keys;
     for (size_t n = 0; n < steps_.size(); ++n) {
       const ScoreStep& step = steps_[n];
       if (step.kind == ScoreStep::Kind::kLinear) {
-        for (int64_t t = 0; t < keys; ++t) s[t] = step.alpha * s[t] + step.beta;
+        LinearRow(s, keys, step.alpha, step.beta);
         continue;
       }
-      const float* x = operands[n] + step.rows[row];
-      const int64_t stride = step.key_stride;
-      if (step.kind == ScoreStep::Kind::kAdd) {
-        for (int64_t t = 0; t < keys; ++t) s[t] += x[t * stride];
-      } else if (step.kind == ScoreStep::Kind::kMultiply) {
-        for (int64_t t = 0; t < keys; ++t) s[t] *= x[t * stride];
-      } else {
-        for (int64_t t = 0; t < keys; ++t) s[t] -= x[t * stride];
-      }
+      CombineRow(step.kind, s, operands[n] + step.rows[row], step.key_stride, keys);
     }
     SoftmaxRow(s, keys);
     if (nan_to_)
       for (int64_t t = 0; t < keys; ++t) s[t] = std::isnan(s[t]) ? nan_value_ : s[t];
-    Context(s, v + g_.v_at[group], g_.v_key, keys, g_.width, o + g_.o_at[group] + i * g_.o_row);
   }
 
   DecodeGeometry g_;
   std::vector<ScoreStep> steps_;
   bool nan_to_;
   float nan_value_;
+  std::vector<int64_t> units_;  // the first score row of each unit of one or two rows, then the row count
 };
 
 // The element offset of each group (a multi-index over `lead`, every axis of the scores but the last two) in a tensor
