@@ -17,6 +17,7 @@
 #include "builder.h"
 #include "cpu.h"
 #include "kernels.h"
+#include "simd.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -47,13 +48,6 @@ struct DecodeGeometry {
   int64_t q_row = 0, kt_depth = 0, kt_key = 0, v_key = 0, o_row = 0;
 };
 
-__attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // sum a[i] b[i] over n contiguous floats.
 __attribute__((target("avx2,fma"))) inline float Dot(const float* a, const float* b, int64_t n) {
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
@@ -63,7 +57,7 @@ __attribute__((target("avx2,fma"))) inline float Dot(const float* a, const float
     odd = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), odd);
   }
   for (; i + 8 <= n; i += 8) even = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), even);
-  float sum = HorizontalSum(_mm256_add_ps(even, odd));
+  float sum = SumOfLanes(_mm256_add_ps(even, odd));
   for (; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -197,7 +191,7 @@ __attribute__((target("avx2,fma"))) inline void SoftmaxRow(float* s, int64_t n) 
     _mm256_storeu_ps(s + i, e);
     vsum = _mm256_add_ps(vsum, e);
   }
-  float sum = HorizontalSum(vsum);
+  float sum = SumOfLanes(vsum);
   for (; i < n; ++i) {
     float z = s[i] - top;
     s[i] = z >= -87.3f ? std::exp(z) : 0.0f;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cpu.h"
+#include "simd.h"
 
 namespace byoc {
 namespace dnnl_runtime {
@@ -90,11 +91,7 @@ __attribute__((target("avx2,fma"))) inline float BlockDotAvx2(const uint8_t* cod
     acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + j), acc0);
     acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + j + 8), acc1);
   }
-  __m256 acc = _mm256_add_ps(acc0, acc1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
+  return SumOfLanes(_mm256_add_ps(acc0, acc1));
 }
 
 // sum_b scale[b] * zero[b] * sums[b] over the blocks of row n: the zero points' share of y[n].
@@ -111,10 +108,7 @@ __attribute__((target("avx2,fma"))) inline float ShiftAvx2(const Geometry& g, co
                               : _mm256_set1_ps(zeros.uniform);
     acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(s + b), z), _mm256_loadu_ps(sums + b), acc);
   }
-  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  h = _mm_add_ss(h, _mm_movehdup_ps(h));
-  float total = _mm_cvtss_f32(h);
+  float total = SumOfLanes(acc);
   for (; b < g.blocks; ++b) total += s[b] * zeros.at(base + b) * sums[b];
   return total;
 }
@@ -164,10 +158,7 @@ __attribute__((target("avx2,fma"))) inline void DotAvx2Of(const Geometry& g, con
     }
     __m256 totals[4] = {total0, total1, total2, total3};
     for (int c = 0; c < 4; ++c) {
-      __m128 s = _mm_add_ps(_mm256_castps256_ps128(totals[c]), _mm256_extractf128_ps(totals[c], 1));
-      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-      s = _mm_add_ss(s, _mm_movehdup_ps(s));
-      float v = _mm_cvtss_f32(s) - ShiftAvx2(g, scales, zeros, sums, n + c);
+      float v = SumOfLanes(totals[c]) - ShiftAvx2(g, scales, zeros, sums, n + c);
       y[n + c] = bias ? v + bias[n + c] : v;
     }
   }
@@ -450,10 +441,7 @@ __attribute__((target("avx2,fma"))) inline void DotInt8Rows(const Geometry& g, c
     }
   }
   for (int r = 0; r < R; ++r) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(total[r]), _mm256_extractf128_ps(total[r], 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    const float v = _mm_cvtss_f32(s) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
+    const float v = SumOfLanes(total[r]) - ShiftAvx2(g, scales, zeros, x.sums, n + r);
     y[n + r] = bias ? v + bias[n + r] : v;
   }
 }
