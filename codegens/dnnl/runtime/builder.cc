@@ -16,16 +16,20 @@ Builder::Builder(const ParsedGraph& graph, ValueTable* values, StepPlan* plan)
 
 void Builder::Build(int max_threads, OmpThreads& omp) {  // omp: see builder.h
   const std::vector<BodyOp>& ops = g_.ops();
-  double total_us = 0, streamed_us = 0;  // streamed: the token GEMVs that earn a team together (StreamsWeights)
-  for (const BodyOp& op : ops) {
-    const double op_us = WorkUs(op);
-    total_us += op_us;
-    if (op_us >= kStreamOpUs && StreamsWeights(op)) streamed_us += op_us;
+  // each op's estimate, and whether it is a token's GEMV that may earn a team with the others (StreamsWeights)
+  std::vector<double> work(ops.size());
+  std::vector<bool> streaming(ops.size());
+  double total_us = 0, streamed_us = 0;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    work[k] = WorkUs(ops[k]);
+    streaming[k] = work[k] >= kStreamOpUs && StreamsWeights(ops[k]);
+    total_us += work[k];
+    if (streaming[k]) streamed_us += work[k];
   }
   FindDecodeAttentions();
   for (size_t k = 0; k < ops.size();) {
-    double op_us = WorkUs(ops[k]);
-    const bool streams = streamed_us >= kStreamModuleUs && op_us >= kStreamOpUs && StreamsWeights(ops[k]);
+    const double op_us = work[k];
+    const bool streams = streamed_us >= kStreamModuleUs && streaming[k];
     const bool team = op_us >= kParallelOpUs &&
                       (total_us >= kParallelModuleUs || op_us >= kParallelAloneUs || streams);
     int threads = team ? max_threads : 1;
