@@ -368,7 +368,7 @@ class Builder {
     Operand keys, values;      // K^T [.., H, T], or K [.., T, H] where keys_by_row; V [.., T, Hv]
     bool keys_by_row = false;
   };
-  size_t SoleReaderAfter(int id, size_t from) const;
+  size_t SoleReaderOf(int id) const;
   int ProducerOf(int id) const;
   void FindDecodeAttentions();
   bool FindDecodeAttention(size_t k);

@@ -359,14 +359,11 @@ std::vector<int64_t> GroupOffsets(const Dims& lead, const Dims& strides, int64_t
 
 }  // namespace
 
-// The op index of the one op that reads graph tensor `id`, after op `from`; 0 when another op, or the partition's
-// outputs, read it too.
-size_t Builder::SoleReaderAfter(int id, size_t from) const {
-  if (OnlyReader(id) == nullptr) return 0;
-  const std::vector<BodyOp>& ops = g_.ops();
-  for (size_t r = from + 1; r < ops.size(); ++r)
-    if (std::find(ops[r].inputs.begin(), ops[r].inputs.end(), id) != ops[r].inputs.end()) return r;
-  return 0;
+// The index of the one op that reads graph tensor `id` (OnlyReader), or 0 when none does, or others or the
+// partition's outputs read it too.
+size_t Builder::SoleReaderOf(int id) const {
+  const BodyOp* reader = OnlyReader(id);
+  return reader == nullptr ? 0 : static_cast<size_t>(reader - g_.ops().data());
 }
 
 // The index of the op that computes graph tensor `id`, or -1 (an input, a constant).
@@ -438,9 +435,8 @@ bool Builder::FindDecodeAttention(size_t k) {
   std::vector<int64_t> view = product;  // the scores as the op reading them sees them
   int x = ops[k].output;
   bool softmaxed = false;
-  size_t r = k;
   while (true) {
-    r = SoleReaderAfter(x, r);
+    const size_t r = SoleReaderOf(x);
     if (r == 0) return false;
     const BodyOp& op = ops[r];
     const std::vector<int64_t>& out = g_.Shape(op.output);
