@@ -20,9 +20,9 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.bit_cast import bit_cast
 from byoc.pipeline.frontend.check import BYOC_CONVERTS
-from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
 from byoc.pipeline.frontend.import_rewrites import (BROADCASTING_BINARY, VARIADIC_AS_BINARY, einsum_as_matmul,
                                                     variadic_as_binary_chain, where_of_a_constant_condition,

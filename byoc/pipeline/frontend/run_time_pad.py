@@ -18,7 +18,8 @@ from typing import Optional
 import numpy as np
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import _computed, _run_time_dims, _static_shape, bound_scalar
+from byoc.pipeline.frontend.run_time_values import (_computed, _run_time_dims, _static_shape, bound_none_negative,
+                                                     bound_scalar)
 
 MODES = ("constant", "edge", "reflect", "wrap")
 
@@ -49,9 +50,8 @@ def pad_by_run_time_widths(inputs, attrs, bb: relax.BlockBuilder) -> Optional[re
     dims = [shape[d] + before[d] + after[d] for d in range(rank)]
     # a crop past the input's extent fails the run, as onnxruntime refuses it; so does a crop in the modes that
     # read the input's far side (onnx.reference refuses it, onnxruntime wraps over the part it keeps)
-    checked = relax.op.shape_to_tensor(relax.ShapeExpr(dims if mode in ("constant", "edge") else dims + amounts))
-    negative = relax.op.less(checked, relax.const(0, "int64"))
-    bound_scalar(relax.op.sum(relax.op.astype(negative, "int64")), tirx.IntImm("int64", 0), bb)
+    checked = dims if mode in ("constant", "edge") else dims + amounts
+    bound_none_negative(relax.op.shape_to_tensor(relax.ShapeExpr(checked)), bb)
     dtype = str(x.ty.dtype)
     value = relax.const(0, dtype) if value is None else bb.normalize(
         relax.op.reshape(relax.op.astype(value, dtype), relax.ShapeExpr([])))

@@ -205,9 +205,7 @@ def constant_of_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optiona
     value = attrs.get("value")  # a TensorProto of one element; ONNX's default is a float32 0
     value = onnx.numpy_helper.to_array(value).reshape(()) if value is not None else np.array(0, np.float32)
     given = bb.normalize(relax.op.astype(inputs[0], "int64"))
-    # a negative dim fails the run, as onnxruntime refuses it (it would size an allocation)
-    bound_scalar(relax.op.sum(relax.op.astype(relax.op.less(given, relax.const(0, "int64")), "int64")),
-                 tirx.IntImm("int64", 0), bb)
+    bound_none_negative(given, bb)  # a negative dim fails the run, as onnxruntime refuses it (it would size an allocation)
     dims = _run_time_dims(given, int(shape[0]), "filled_dim", bb)
     return bb.normalize(relax.op.full(relax.ShapeExpr(dims), relax.const(value, str(value.dtype)), str(value.dtype)))
 
@@ -271,6 +269,12 @@ def _slice(x, axis: int, begin, end, bb) -> relax.Expr:
 def bound_scalar(tensor, dim, bb) -> None:
     """A check, when the model runs, that the one value of ``tensor`` equals the dim ``dim`` (:func:`_bound`)."""
     _bound(relax.op.reshape(tensor, relax.ShapeExpr([1])), [dim], bb)
+
+
+def bound_none_negative(values, bb) -> None:
+    """A check, when the model runs, that no value of the int64 tensor ``values`` is negative (:func:`_bound`)."""
+    negative = relax.op.less(values, relax.const(0, "int64"))
+    bound_scalar(relax.op.sum(relax.op.astype(negative, "int64")), tirx.IntImm("int64", 0), bb)
 
 
 def _is_zero(dim) -> relax.Expr:
