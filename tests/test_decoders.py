@@ -184,3 +184,15 @@ def test_generation_refuses_what_it_cannot_run(compiled):
         generator.generate(np.ones((1, generator.max_length + 1), np.int64), 1)
     with pytest.raises(GenerationError, match="no token input"):
         byoc.Generator(byoc.compile(single_op("Relu", {"x": [1, 4]}, [1, 4]), vendors=[]))
+
+
+def test_a_token_past_the_vocabulary_is_refused_in_a_bound_step(compiled):
+    _, artifact, _ = compiled("genai_fp32")
+    generator = byoc.Generator(artifact)
+    generator.prefill(dm.PROMPT)
+    for _ in range(3):  # past the first step, which decides the padding: steps run bound (Artifact.bind)
+        generator.step([1])
+    vocabulary = artifact.index_inputs[generator.signature.input_ids][0]
+    with pytest.raises(byoc.InputError, match="outside the range"):  # the generator checks, not the bound run
+        generator.step([vocabulary])
+    assert generator.length == len(dm.PROMPT) + 3

@@ -114,3 +114,26 @@ class _Codegen(Codegen):
 def test_an_input_alignment_that_is_not_a_power_of_two_is_refused_when_the_vendor_is_made():
     with pytest.raises(VendorError, match="input_alignment must be a power of two"):
         Vendor("odd_alignment", rules=[], codegen=_Codegen())
+
+
+@pytest.mark.parametrize("vendors", [["dnnl"], []])
+def test_a_bound_run_reads_what_the_callers_array_holds_at_the_run(vendors):
+    model = _relu_then_sigmoid()
+    artifact = byoc.compile(model, vendors=vendors)
+    x = byoc.pipeline.artifact.artifact.aligned_zeros((1, 8, 6, 6), np.float32, artifact.input_alignment)
+    assert x.ctypes.data % artifact.input_alignment == 0
+    tensors = artifact.bind({"x": x})
+    for seed in range(3):  # the same tensors, new values written in place before each run
+        x[...] = np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)
+        (y,) = artifact.run_bound(tensors)
+        np.testing.assert_allclose(y, onnxruntime_outputs(model, {"x": x.copy()})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_an_input_a_bound_run_could_not_read_in_place_is_refused_by_name():
+    artifact = byoc.compile(_relu_then_sigmoid(), vendors=[])
+    with pytest.raises(byoc.InputError, match="'x' cannot be bound"):
+        artifact.bind({"x": _at_offset((1, 8, 6, 6), offset=4)})  # the host's functions need 64 bytes: a copy
+    with pytest.raises(byoc.InputError, match="'x' cannot be bound"):
+        artifact.bind({"x": np.zeros((1, 8, 6, 6, 2), np.float32)[..., 0]})  # not contiguous: a copy
+    with pytest.raises(byoc.InputDtypeError):
+        artifact.bind({"x": np.zeros((1, 8, 6, 6), np.float64)})  # what run refuses, bind refuses
