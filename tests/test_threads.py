@@ -367,6 +367,8 @@ def test_the_chooser_sends_calls_to_the_serial_program_while_the_team_waits():
     assert _schedule(team_wall_us=2000, team_cpu_us=1900, serial_us=1000, calls=40) == [0] * 40
     # A team faster than the serial run keeps every call after its trial.
     assert _schedule(team_wall_us=900, team_cpu_us=400, serial_us=1000, calls=12) == [0, 0, 1] + [0] * 9
+    # Runs too short to have waited a time slice are never slow: after the first, their CPU time is not read.
+    assert _schedule(team_wall_us=90, team_cpu_us=10, serial_us=1000, calls=12) == [0] * 12
 
 
 @TWO_CPUS
