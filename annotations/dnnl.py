@@ -598,6 +598,23 @@ def _gather_elements_index(match: Match):
     return SUPPORTED
 
 
+def _scatter_elements(match: Match):
+    """float32 data and updates, an int64 index computed in the run, each update replacing (byoc's ScatterElements
+    kernel, which writes a cache's new entries in place where nothing else reads the data)."""
+    call = match.op
+    data, index, updates = call.inputs
+    if data.dtype != "float32" or updates.dtype != "float32":
+        return f"{data.dtype} data (float32 only)"
+    if index.dtype != "int64":
+        return f"a {index.dtype} index (int64 only)"
+    if index.kind == "const":
+        return "a constant index (the kernel reads one computed in the run)"
+    reduction = str(call.attrs.get("reduction", "update"))
+    if reduction != "update":
+        return f"reduction {reduction!r} (replacing only)"
+    return SUPPORTED
+
+
 def _lrn(match: Match):
     """4-D NCHW input, an odd window over channels, scalar constants."""
     shape = match.tensor("x").shape
@@ -944,6 +961,9 @@ _RULES = (
     OpRule("where", "relax.where", all_of(known_ranks(MAX_RANK), _non_empty, _where_mask)),
     OpRule("gather_elements", "relax.gather_elements",
            all_of(known_ranks(MAX_RANK), _non_empty, _gather_elements_index)),
+    # a cache's new keys and values written at their positions (onnxruntime-genai's GroupQueryAttention)
+    OpRule("scatter_elements", "relax.scatter_elements",
+           all_of(known_ranks(MAX_RANK), _non_empty, _scatter_elements)),
     OpRule("negative", "relax.negative", _base),
     OpRule("leakyrelu", "relax.nn.leakyrelu", _base),
     # PRelu (MTCNN's and other face models' activation): oneDNN's PReLU primitive
@@ -968,9 +988,8 @@ VENDOR = Vendor(
     description="oneDNN 3.2 primitives (conv1d/2d, matmul, pooling, softmax, layer norm, element-wise; float32, "
                 "and int8 QDQ units)",
     targets=("x86_64",),  # the oneDNN wheels are built for x86_64 only
-    # a mask's where and a gather join the layer they sit in; alone (GroupQueryAttention's present outputs,
-    # written after the attention) they are a boundary for no compute
-    joining_rules=("where", "gather_elements"),
+    # a mask's where, a gather and a scatter join the layer they sit in; alone they are a boundary for no compute
+    joining_rules=("where", "gather_elements", "scatter_elements"),
 )
 #: The vendor's rules, as it names them ("dnnl.<rule>").
 RULES = VENDOR.rules

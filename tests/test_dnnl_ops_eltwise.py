@@ -491,9 +491,64 @@ def test_gather_elements_by_a_constant_index_is_a_dnnl_op():
 
 
 def test_a_gather_alone_stays_on_the_host():
-    """A region of glue alone (GroupQueryAttention's present outputs) would be a boundary for no compute."""
+    """A region of glue alone would be a boundary for no compute."""
     from onnx import TensorProto
 
     node = helper.make_node("GatherElements", ["x", "i"], ["y"], name="gather", axis=1)
     m = model([node], [tensor("x", [2, 3]), tensor("i", [2, 3], TensorProto.INT64)], [tensor("y", [2, 3])])
     assert "only join a partition of other ops" in _reason(m, "relax.gather_elements")
+
+
+def _scatter_index(data, index, axis, seed=4):
+    """An int64 index of shape ``index`` into ``data`` along ``axis``, no two entries of a line along the axis alike
+    (duplicates leave onnxruntime's result unspecified), some negative (counted from the end)."""
+    r = rng(seed)
+    extent = data[axis]
+    lines = np.moveaxis(np.zeros(index, np.int64), axis, -1)
+    for position in np.ndindex(lines.shape[:-1]):
+        lines[position] = r.permutation(extent)[:lines.shape[-1]]
+    lines = np.where(r.random(lines.shape) < 0.3, lines - extent, lines)
+    return np.ascontiguousarray(np.moveaxis(lines, -1, axis))
+
+
+def _scatter_model(data, index, axis, data_read_again: bool):
+    from onnx import TensorProto
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),  # the data: a temp of the partition's
+             helper.make_node("ScatterElements", ["r", "i", "u"], ["s"], name="scatter", axis=axis)]
+    if data_read_again:  # read after the scatter: the scatter writes a copy
+        nodes.append(helper.make_node("Add", ["s", "r"], ["y"], name="add"))
+    else:
+        nodes.append(helper.make_node("Sigmoid", ["s"], ["y"], name="sigmoid"))
+    return model(nodes, [tensor("x", data), tensor("i", index, TensorProto.INT64), tensor("u", index)],
+                 [tensor("y", data)])
+
+
+@pytest.mark.parametrize("data,index,axis", [([2, 3, 9, 4], [2, 3, 2, 4], 2), ([3, 5], [2, 5], 0), ([2, 6], [2, 3], -1)])
+@pytest.mark.parametrize("data_read_again", [False, True])
+def test_scatter_elements_by_an_index_given_at_run_time(data, index, axis, data_read_again):
+    """A cache's new entries written at their positions (onnxruntime-genai's GroupQueryAttention): in place into
+    the data's buffer where nothing else reads it, else into a copy."""
+    m = _scatter_model(data, index, axis, data_read_again)
+    inputs = {"x": _f(*data), "i": _scatter_index(data, index, axis), "u": _f(*index, seed=7)}
+    artifact = _compile(m, inputs=inputs)  # a negative index counted from the end by the kernel
+    assert "dnnl.scatter_elements" in _rules(artifact)
+    (steps,) = artifact.implementations().values()
+    assert ("kernel byoc:scatter_elements" in steps) == data_read_again
+    assert ("kernel byoc:scatter_elements_in_place" in steps) != data_read_again
+
+
+def test_scatter_elements_of_an_index_outside_the_axis_is_an_error():
+    m = _scatter_model([2, 3], [2, 1], 1, data_read_again=False)
+    artifact = byoc.compile(m, vendors=["dnnl"], strict=True)
+    with pytest.raises(Exception, match="outside the axis of 3"):
+        artifact.run({"x": _f(2, 3), "i": np.array([[0], [3]], np.int64), "u": _f(2, 1)})
+
+
+def test_scatter_elements_that_adds_stays_on_the_host():
+    from onnx import TensorProto
+
+    node = helper.make_node("ScatterElements", ["x", "i", "u"], ["s"], name="scatter", axis=1, reduction="add")
+    m = model([node, helper.make_node("Relu", ["s"], ["y"], name="relu")],
+              [tensor("x", [2, 3]), tensor("i", [2, 2], TensorProto.INT64), tensor("u", [2, 2])], [tensor("y", [2, 3])])
+    assert "reduction 'add'" in _reason(m, "relax.scatter_elements")

@@ -226,6 +226,7 @@ const std::unordered_map<std::string, Builder::OpCompiler>& Builder::OpTable() {
       {"byoc.rotary", Alone<&Builder::RotaryOp>},
       {"relax.where", Alone<&Builder::WhereOp>},
       {"relax.gather_elements", Alone<&Builder::GatherElementsOp>},
+      {"relax.scatter_elements", Alone<&Builder::ScatterElementsOp>},
       {"relax.nn.prelu", Alone<&Builder::Prelu>},
   };
   return table;

@@ -325,6 +325,8 @@ class Builder {
   void Resize(const BodyOp& op, const Attrs& a);
   void StridedSlice(const BodyOp& op, const Attrs& a);
   void GatherElementsOp(const BodyOp& op, const Attrs& a);
+  void ScatterElementsOp(const BodyOp& op, const Attrs& a);
+  bool WritableInPlace(int id, int v) const;
   void Pad(const BodyOp& op, const Attrs& a);
   void Split(const BodyOp& op, const Attrs& a);
   void CopyPart(const BodyOp& op, const Dims& offsets, const Dims& step);

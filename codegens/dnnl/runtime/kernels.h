@@ -413,6 +413,47 @@ class GatherElements : public Kernel {
   int64_t extent_;
 };
 
+// ScatterElements with each update replacing: out = data, then out at each index (along `axis`, the other
+// coordinates the index's own) = the update there. In place (`copy` false: out is data's buffer) where nothing else
+// reads the data: a decoder's cache with its new entries written at their positions costs their bytes, not the
+// cache's. An index outside the axis is an error, as for onnxruntime; duplicate indices leave the last update.
+class ScatterElements : public Kernel {
+ public:
+  ScatterElements(std::vector<int64_t> index_dims, std::vector<int64_t> data_strides, size_t axis, int64_t extent,
+                  size_t data_bytes, bool copy)
+      : dims_(std::move(index_dims)), data_(std::move(data_strides)), axis_(axis), extent_(extent),
+        data_bytes_(data_bytes), copy_(copy) {}
+  const char* Name() const override { return copy_ ? "scatter_elements" : "scatter_elements_in_place"; }
+  void Run(const std::unordered_map<int, memory>& args) const override {
+    const int64_t* index = Data<const int64_t>(args, DNNL_ARG_SRC_1);
+    const float* updates = Data<const float>(args, DNNL_ARG_SRC_2);
+    float* out = Data<float>(args, DNNL_ARG_DST);
+    if (copy_) std::memcpy(out, Data<const float>(args, DNNL_ARG_SRC_0), data_bytes_);
+    size_t last = dims_.size() - 1;
+    int64_t width = dims_.back(), rows = 1;
+    for (size_t d = 0; d < last; ++d) rows *= dims_[d];
+    std::vector<int64_t> base = data_;
+    base[axis_] = 0;  // a row's offset without its axis coordinate
+    for (int64_t r = 0; r < rows; ++r) {  // in order: the last of duplicate indices is written last
+      int64_t offset = RowOffset(r, dims_, base);
+      for (int64_t j = 0; j < width; ++j) {
+        int64_t i = index[r * width + j];
+        int64_t k = i < 0 ? i + extent_ : i;
+        if (k < 0 || k >= extent_)
+          Fail("ScatterElements: index " + std::to_string(i) + " is outside the axis of " + std::to_string(extent_));
+        out[offset + k * data_[axis_] + (axis_ == last ? 0 : j * data_[last])] = updates[r * width + j];
+      }
+    }
+  }
+
+ private:
+  std::vector<int64_t> dims_, data_;
+  size_t axis_;
+  int64_t extent_;
+  size_t data_bytes_;
+  bool copy_;
+};
+
 // The windows of a stride-1 unpadded conv1d over a batch-1 NWC source, as the rows of a matrix: row t is the
 // bytes of x[t .. t + kernel) (contiguous in NWC), so the conv is one matmul of these rows (Builder::WindowsAsMatmul).
 class Windows : public Kernel {

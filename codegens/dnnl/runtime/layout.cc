@@ -381,6 +381,47 @@ void Builder::GatherElementsOp(const BodyOp& op, const Attrs& a) {
           Desc(), std::make_shared<GatherElements>(ys, strides, axis, xs[axis]));
 }
 
+// ScatterElements (reduction "update"; annotations/dnnl.py): the data's buffer written in place where nothing else
+// reads it (WritableInPlace), else a copy of it first.
+void Builder::ScatterElementsOp(const BodyOp& op, const Attrs& a) {
+  Arity(op, 3);
+  const auto &xs = g_.Shape(op.inputs[0]), &is = g_.Shape(op.inputs[1]), &us = g_.Shape(op.inputs[2]);
+  if (xs.empty() || xs.size() != is.size() || is != us || g_.Shape(op.output) != xs)
+    Fail(op.where + ": data, index and updates differ in rank, or index and updates in shape");
+  size_t axis = static_cast<size_t>(NormAxis(a.Int("axis"), xs.size(), op.where));
+  for (size_t d = 0; d < xs.size(); ++d)
+    if (d != axis && is[d] > xs[d]) Fail(op.where + ": an index of " + ShapeStr(is) + " for data of " + ShapeStr(xs));
+  Desc plain = Plain(xs);
+  int x = As(op.inputs[0], plain);
+  // int64, sized as f64 (DataType), as GatherElements' index
+  int index = As(op.inputs[1], Plain(is, DataType(g_.tensor(op.inputs[1]))));
+  int updates = As(op.inputs[2], Plain(us));
+  bool in_place = WritableInPlace(op.inputs[0], x);
+  int out = in_place ? x : NewTemp(plain);
+  values_.Bind(op.output, out);
+  std::vector<int64_t> strides(xs.size(), 1);
+  for (size_t d = xs.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * xs[d + 1];
+  AddStep(dnnl::primitive(),
+          {{DNNL_ARG_SRC_0, x, values_[x].desc}, {DNNL_ARG_SRC_1, index, values_[index].desc},
+           {DNNL_ARG_SRC_2, updates, values_[updates].desc}, {DNNL_ARG_DST, out, plain}},
+          Desc(), std::make_shared<ScatterElements>(is, strides, axis, xs[axis], plain.get_size(), !in_place));
+}
+
+// Whether value `v`, which holds graph tensor `id`, may be overwritten by the one op that reads `id`: a plain temp of
+// its own (no view of another, no other tensor held by it or by a view of it), and `id` no partition output.
+bool Builder::WritableInPlace(int id, int v) const {
+  const std::vector<int>& outputs = g_.outputs();
+  if (g_.uses(id) != 1 || std::find(outputs.begin(), outputs.end(), id) != outputs.end()) return false;
+  if (values_.StorageOf(v) != Storage::kTemp || values_[v].base >= 0) return false;
+  for (int other = 0; other < static_cast<int>(g_.tensors().size()); ++other) {
+    int held = values_.of(other);
+    if (other != id && held >= 0 && values_.Root(held) == v) return false;
+  }
+  for (int w = 0; w < values_.size(); ++w)
+    if (w != v && values_[w].base == v) return false;  // a view of it that a later step may read
+  return true;
+}
+
 // A constant pad (attrs pad_width: before and after per axis): the plain output filled with the value, then
 // the input copied into its middle by one reorder into a view of the output that starts at the widths before.
 void Builder::Pad(const BodyOp& op, const Attrs& a) {

@@ -285,29 +285,29 @@ def group_query_attention(u: NodeRewrite) -> None:
         interleaved = bool(u.attr("rotary_interleaved", 0))
         q = _rotate(u, q, rotary_positions, u.input(7), u.input(8), half, interleaved, "q_rope")
         k = _rotate(u, k, rotary_positions, u.input(7), u.input(8), half, interleaved, "k_rope")
-    # The keys attended to are Concat(past, new), whose slots P.. hold the new keys; the present outputs put them
-    # right after the cached ones, as onnxruntime does (they differ where the past is longer than its tokens): the
-    # Concat with the new keys written again at each row's positions (a ScatterElements of index [B, kvN, S, H],
-    # the size of the new keys). The slots after the tokens are the past's and the new keys' copies there, where
-    # onnxruntime leaves them unspecified. (A GatherElements of the Concat in a computed order, the earlier form,
-    # computed an int64 index the size of the whole cache every call: on a decoder's token most of the host's time.)
-    # The present is an output alone, so a vendor's chain through the attention does not wait for it.
-    # An attention bias is laid out by position: the keys are then the present itself.
-    in_order = bool(u.input(10))
-    past_given = bool(u.input(3))
-    slots_of_new = u.unsqueeze(positions, [1, 3], "new_slots") if past_given else None  # [B, 1, S, 1]
-    for index, new, name in ((3, k, "key"), (4, v, "value")):
-        joined = present = new
-        if past_given:
+    # The present outputs hold the past with the new keys and values right after the cached ones, as onnxruntime
+    # puts them (they differ where the past is longer than its tokens): Concat(past, new) with the new entries
+    # written again at each row's positions (a ScatterElements of index [B, kvN, S, H], the size of the new keys).
+    # The slots after the tokens are the past's and the new keys' copies there, where onnxruntime leaves them
+    # unspecified. The attention reads the present: slot j holds position j, so the causal mask alone leaves out
+    # the slots past each row's tokens. (Reading the Concat instead, the earlier form, needed a mask of which slots
+    # were cached or new, and kept the Concat's copy beside the present's: two copies of the cache a call, which
+    # dnnl's ScatterElements now writes in place into one. A GatherElements of the Concat in a computed order,
+    # the form before that, computed an int64 index the size of the whole cache every call.)
+    if u.input(3):
+        slots_of_new = u.unsqueeze(positions, [1, 3], "new_slots")  # [B, 1, S, 1]
+        for index, name in ((3, "key"), (4, "value")):
+            new = k if name == "key" else v
             joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
             slots = u.add("Expand", [slots_of_new, u.add("Shape", [new], f"new_{name}_dims")], f"{name}_slots")
             present = u.add("ScatterElements", [joined, slots, new], f"present_{name}", axis=2)
-        if u.read(index - 2):
-            u.add("Identity", [present], f"present_{name}_out", output=u.output(index - 2))
-        if name == "key":
-            k = present if in_order else joined
-        else:
-            v = present if in_order else joined
+            if name == "key":
+                k = present
+            else:
+                v = present
+    for index, present, name in ((1, k, "key"), (2, v, "value")):
+        if u.read(index):
+            u.add("Identity", [present], f"present_{name}_out", output=u.output(index))
     grouped_q = u.add("Reshape", [q, u.ints("grouped_shape", [0, kv_heads, -1, head_size])], "grouped_q")
     scores = u.add("MatMul", [grouped_q, u.add("Transpose", [k], "k_transposed", perm=[0, 1, 3, 2])], "qk")
     scores = u.add("Mul", [scores, u.scalar("scale", u.attr("scale", 0.0) or 1.0 / math.sqrt(head_size))], "scaled")
@@ -319,23 +319,9 @@ def group_query_attention(u: NodeRewrite) -> None:
     scores_shape = u.add("Concat", [u.dims_of(q, 0, 3, "q_dims"), u.dims_of(k, 2, 3, "total_dims")], "scores_shape",
                          axis=0)
     scores = u.add("Reshape", [scores, scores_shape], "head_scores")
-    slots = u.unsqueeze(_sequence_positions(u, k, 2, "key_slots"), [0], "slot_row")  # [1, T]
+    columns = u.unsqueeze(_sequence_positions(u, k, 2, "key_slots"), [0, 1], "key_row")  # [1, 1, T]
     rows = u.unsqueeze(positions, [2], "query_column")  # [B, S, 1]
-    columns, valid = slots, None
-    if past_given and not in_order:  # slot j < P: cached if j < past_lengths; slot P + i: position past + i
-        past_slots = u.squeeze(u.add("Gather", [u.add("Shape", [u.input(3)], "cache_dims"), u.ints("cache_axis", [2])],
-                                     "cache_slots"), [0], "cache_length")
-        cached = u.unsqueeze(past_lengths, [1], "cached_count")  # [B, 1]
-        from_past = u.add("Less", [slots, past_slots], "from_past")
-        new_position = u.add("Add", [cached, u.add("Sub", [slots, past_slots], "new_slot")], "new_position")
-        columns = u.add("Where", [from_past, slots, new_position], "key_position")  # [B, T]
-        valid = u.add("Or", [u.add("Less", [slots, cached], "is_cached"), u.add("Not", [from_past], "is_new")],
-                      "key_valid")
-        valid = u.unsqueeze(valid, [1], "valid_rows")  # [B, 1, T]
-    columns = u.unsqueeze(columns, [1], "key_row")  # [B or 1, 1, T]
     keep = u.add("LessOrEqual", [columns, rows], "causal_keep")
-    if valid is not None:
-        keep = u.add("And", [keep, valid], "valid_keep")
     window = int(u.attr("local_window_size", -1))
     if window > 0:
         inside = u.add("Greater", [columns, u.add("Sub", [rows, u.int_scalar("window", window)], "window_start")],
