@@ -7,7 +7,9 @@ needs nothing but the file.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -457,9 +459,10 @@ def tvm_tensor(array: np.ndarray, alignment: Optional[int] = None):
     plus its bytes, where ``tvm.runtime.tensor`` takes about 50 (a small model's
     whole run).
     """
-    # numpy does not keep an empty view's offset, and exports only its own kinds of dtype by DLPack
-    # (not ml_dtypes' bfloat16 or float8): those go the slow way.
-    if array.size == 0 or array.dtype.kind not in _DLPACK_KINDS:
+    if array.size == 0:  # no bytes to share or copy: one tensor per shape and dtype, made once
+        return _empty_tensor(array.shape, array.dtype)
+    # numpy exports only its own kinds of dtype by DLPack (not ml_dtypes' bfloat16 or float8): those go the slow way
+    if array.dtype.kind not in _DLPACK_KINDS:
         import tvm
 
         return tvm.runtime.tensor(array)
@@ -481,10 +484,19 @@ def aligned_zeros(shape, dtype, alignment: int = HOST_ALIGNMENT) -> np.ndarray:
     compiled functions assume, :data:`byoc.host.run_io.HOST_ALIGNMENT`; :attr:`Artifact.input_alignment` for
     what every reader of a program's inputs needs): one a run reads in place, never through a copy."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     buffer = np.zeros(nbytes + alignment, np.uint8)
     start = -buffer.ctypes.data % alignment
     return buffer[start:start + nbytes].view(dtype).reshape(shape)
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_tensor(shape: tuple, dtype: np.dtype):
+    """A TVM tensor with no elements: numpy does not keep an empty view's offset for DLPack, and
+    ``tvm.runtime.tensor`` takes about 50 us, which a decoder's prefill paid for each layer's empty past."""
+    import tvm
+
+    return tvm.runtime.tensor(np.empty(shape, dtype))
 
 
 def _aligned_copy(array: np.ndarray) -> np.ndarray:
