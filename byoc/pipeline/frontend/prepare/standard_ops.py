@@ -18,8 +18,8 @@ attributes TVM's converters read past, giving a wrong answer without an error:
 * EyeLike with a ``dtype`` (TVM's converter refuses one that differs from the input's): EyeLike in the input's
   type, then a Cast;
 * Resize is refused by name where TVM computes another function: ``antialias=1`` when downsampling (TVM reads
-  past it), and constant ``scales`` whose sizes are not whole (ONNX maps coordinates by the scale, TVM by the
-  ratio of the sizes, which is the scale's only when the product is whole).
+  past it). (Constant ``scales`` whose sizes are not whole, where TVM maps coordinates by the ratio of the sizes
+  and ONNX by the scale, are byoc's own resize: ``frontend/run_time_resize.py``.)
 
 Each entry says which nodes it applies to; :func:`standard_rewrites` gives the entries a graph needs, so a model
 with none of these forms is not copied. The entries go through
@@ -161,11 +161,6 @@ def _resize(u: NodeRewrite) -> bool:
     if shape is not None and axes and all(isinstance(shape[a], int) and shape[a] > 0 for a in axes):
         if scales is not None and scales.size == len(axes):
             ratios = [float(s) for s in scales.reshape(-1)]
-            for a, s in zip(axes, ratios):
-                if abs(shape[a] * s - round(shape[a] * s)) > 1e-6:
-                    raise u.refuse(f"scales {[round(r, 6) for r in ratios]} (axis {a} of size {shape[a]} times "
-                                   f"{s:.6g} is no whole size)",
-                                   "give sizes instead of scales, or scales whose products with the sizes are whole")
         elif sizes is not None and sizes.size == len(axes):
             ratios = [int(n) / shape[a] for a, n in zip(axes, sizes.reshape(-1))]
     mode = u.attr("mode", b"nearest")
