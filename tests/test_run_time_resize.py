@@ -128,3 +128,13 @@ def test_a_negative_scale_is_an_input_shape_error():
     artifact = byoc.compile(model, vendors=[])
     with pytest.raises(InputShapeError):
         artifact.run({"x": X, "scales": np.array([1, 1, -2, 1], np.float32)})
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("exclude_outside", [0, 1])
+def test_antialiased_by_scales_given_at_run_time(mode, exclude_outside):
+    """The kernel stretches by 1 / scale where an axis shrinks: 2 to 8 neighbours a tap here, one artifact."""
+    model = _model("scales", mode=mode, antialias=1, exclude_outside=exclude_outside)
+    artifact = None
+    for scales in ([1, 1, 0.5, 0.25], [1, 1, 0.6, 1.5], [1, 1, 2, 1]):
+        artifact = _check(model, {"x": X, "scales": np.array(scales, np.float32)}, artifact)

@@ -98,9 +98,14 @@ def _resize(scales, size: int = 8, mode: str = "linear", **attrs) -> onnx.ModelP
         [helper.make_tensor("scales", TensorProto.FLOAT, [4], scales)]), opset_imports=[helper.make_opsetid("", 18)])
 
 
-def test_a_resize_tvm_computes_as_another_function_is_refused_by_name():
-    with pytest.raises(UnsupportedAttributeError, match="Resize node 'resize': antialias=1"):
-        byoc.compile(_resize([1, 1, 0.5, 0.5], antialias=1), vendors=["dnnl"])
+def test_an_antialiased_resize_byoc_cannot_compute_is_refused_by_name():
+    """byoc's own resize antialiases float inputs only; TVM's would ignore the attribute."""
+    model = _resize([1, 1, 0.5, 0.5], antialias=1)
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+    model.graph.output[0].type.tensor_type.elem_type = onnx.TensorProto.UINT8
+    with pytest.raises(UnsupportedAttributeError, match="Resize node 'resize': antialias=1 is not supported; "
+                                                        "byoc computes Resize with antialias=1 on a float input"):
+        byoc.compile(model, vendors=["dnnl"])
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
@@ -112,6 +117,19 @@ def test_a_resize_by_constant_scales_to_no_whole_size_follows_onnx_reference(mod
 
     model = _resize([1, 1, 0.6, 0.6], size=4, mode=mode)
     x = np.random.default_rng(0).standard_normal((1, 2, 4, 4)).astype(np.float32)
+    (got,) = byoc.compile(model, vendors=["dnnl"]).run([x])
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("scales", [[1, 1, 0.5, 0.25], [1, 1, 0.6, 1.5]], ids=["down", "down-and-up"])
+def test_an_antialiased_resize_by_constant_scales_follows_onnx_reference(mode, scales):
+    """TVM's resize does not antialias: an antialiased Resize is byoc's own (frontend/run_time_resize.py)."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    model = _resize(scales, mode=mode, antialias=1)
+    x = np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)
     (got,) = byoc.compile(model, vendors=["dnnl"]).run([x])
     np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
 

@@ -11,8 +11,9 @@ interpolated along the next, as there): each output coordinate is mapped to the 
 coordinate transformation mode, with the scale as given (TVM's resize uses the ratio of the extents, which differs
 where ``extent * scale`` is no whole number); ``nearest`` picks the neighbour its rounding mode names, ``linear``
 and ``cubic`` weigh 2 and 4 neighbours (cubic's ``cubic_coeff_a``; ``exclude_outside`` renormalizes over those
-inside), the input's edge standing in beyond it. Antialiasing is refused before the import
-(``prepare.standard_ops._resize``) where an axis may shrink, as it is for every Resize.
+inside), the input's edge standing in beyond it. With ``antialias`` linear's and cubic's kernels stretch by
+``1 / scale`` where an axis shrinks, over as many neighbours as they cover (a number bound when the model runs);
+TVM's resize does not antialias, so every antialiased linear or cubic Resize is byoc's.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     given = scales if scales is not None else sizes
     if given is None or shape is None or "float" not in str(x.ty.dtype):
         return None
-    if not _computed(given) and not _scaled_to_no_whole_size(scales, shape, attrs):
+    antialias = bool(attrs.get("antialias", 0)) and _text(attrs, "mode", "nearest") != "nearest"
+    if not _computed(given) and not antialias and not _scaled_to_no_whole_size(scales, shape, attrs):
         return None
     options = {"mode": _text(attrs, "mode", "nearest"),
                "transform": _text(attrs, "coordinate_transformation_mode", "half_pixel"),
@@ -59,7 +61,7 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
                "extrapolation": float(attrs.get("extrapolation_value", 0.0))}
     policy = _text(attrs, "keep_aspect_ratio_policy", "stretch")
     if (options["mode"] not in MODES or options["transform"] not in TRANSFORMS or options["nearest"] not in NEAREST_MODES
-            or policy not in POLICIES or attrs.get("antialias", 0)):
+            or policy not in POLICIES):
         return None
     rank = len(shape)
     axes = [int(a) % rank for a in attrs.get("axes", [])] or list(range(rank))
@@ -88,11 +90,33 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     box = _roi(roi, axes, rank, bb) if options["transform"] == "tf_crop_and_resize" else None
     if options["transform"] == "tf_crop_and_resize" and box is None:
         return None
+    # an axis a constant scale of 1 leaves as it is, outside a crop (onnx.reference skips it too; a run-time
+    # scale may be anything)
+    kept = _unit_scales(scales) if given is scales and options["transform"] != "tf_crop_and_resize" else set()
+    steps = [(index, axis, length) for index, (axis, length) in enumerate(zip(axes, dims)) if index not in kept]
     result = x
-    for index, (axis, length) in enumerate(zip(axes, dims)):
+    if antialias:  # each axis's taps: 2 - 2 * (floor(-support / min(scale, 1)) + 1), support 1 (linear) or 2 (cubic)
+        support = relax.const(-1.0 if options["mode"] == "linear" else -2.0, "float64")
+        shrink = relax.op.minimum(factors, relax.const(1.0, "float64"))
+        starts = relax.op.add(relax.op.floor(relax.op.divide(support, shrink)), relax.const(1.0, "float64"))
+        counts = relax.op.astype(relax.op.subtract(relax.const(2.0, "float64"),
+                                                   relax.op.multiply(relax.const(2.0, "float64"), starts)), "int64")
+        taps = _run_time_dims(bb.normalize(counts), len(axes), "taps", bb)
+        for index, axis, length in steps:
+            result = bb.emit_te(_antialiased_axis, result, factors, box, index, axis, length, taps[index], options,
+                                primfunc_name_hint="run_time_resize")
+        return result
+    for index, axis, length in steps:
         result = bb.emit_te(_resize_axis, result, factors, box, index, axis, length, options,
                             primfunc_name_hint="run_time_resize")
     return result
+
+
+def _unit_scales(scales) -> set:
+    """The positions of constant ``scales`` that are 1 (none for scales computed at run time)."""
+    if not is_tensor_const(scales):
+        return set()
+    return {i for i, f in enumerate(const_array(scales).reshape(-1)) if float(f) == 1.0}
 
 
 def _scaled_to_no_whole_size(scales, shape: list, attrs) -> bool:
@@ -134,30 +158,9 @@ def _resize_axis(x: te.Tensor, factors: te.Tensor, box: Optional[te.Tensor], ind
     def read(at: list, i) -> tirx.PrimExpr:
         return tirx.Cast(f64, x(*[i if d == axis else at[d] for d in range(len(at))]))
 
-    def source(o) -> tirx.PrimExpr:  # the input coordinate output index o maps to, as onnx.reference's
-        scale, extent = factors[index], tirx.Cast(f64, n)
-        width, out = scale * extent, tirx.Cast(f64, o)
-        transform = options["transform"]
-        if transform == "align_corners":
-            return tirx.Select(width == 1.0, tirx.const(0.0, f64), out * (extent - 1.0) / (width - 1.0))
-        if transform == "asymmetric":
-            return out / scale
-        if transform == "tf_crop_and_resize":
-            start, end = box[index], box[index + int(box.shape[0]) // 2]  # box: [starts..., ends...]
-            inner = tirx.Select(width == 1.0, (end - start) * (extent - 1.0) / 2.0,
-                                out * (end - start) * (extent - 1.0) / (width - 1.0))
-            return inner + start * (extent - 1.0)
-        centred = (out + 0.5) / scale - 0.5
-        if transform == "pytorch_half_pixel":
-            return tirx.Select(width == 1.0, tirx.const(-0.5, f64), centred)
-        if transform == "half_pixel_symmetric":
-            offset = extent / 2.0 * (1.0 - tirx.Cast(f64, length) / width)
-            return offset + centred
-        return centred  # half_pixel
-
     def element(*at):
         at = list(at)
-        position = source(at[axis])
+        position = _source(at[axis], factors, box, index, n, length, options["transform"])
         low = tirx.floor(position)
         ratio = position - low
         first = tirx.Cast("int64", low)
@@ -182,10 +185,91 @@ def _resize_axis(x: te.Tensor, factors: te.Tensor, box: Optional[te.Tensor], ind
             value = sum((w * v for w, v in weights[1:]), weights[0][0] * weights[0][1])
             if options["exclude"]:
                 value = value / sum((w for w, _ in weights[1:]), weights[0][0])
-        if options["transform"] == "tf_crop_and_resize":  # outside the input: the extrapolation value
-            outside = tirx.any(position < 0.0, position > tirx.Cast(f64, n) - 1.0)
-            value = tirx.Select(outside, tirx.const(options["extrapolation"], f64), value)
-        return tirx.Cast(x.dtype, value)
+        return tirx.Cast(x.dtype, _extrapolated(value, position, n, options))
+
+    return te.compute(dims, element, name="resize")
+
+
+def _source(o, factors: te.Tensor, box: Optional[te.Tensor], index: int, n, length, transform: str):
+    """The input coordinate (float64) that output index ``o`` along an axis of ``n`` resized to ``length`` by
+    ``factors[index]`` maps to, as onnx.reference's: its ``output_width`` is ``n * scale``, not ``length``."""
+    f64 = "float64"
+    scale, extent = factors[index], tirx.Cast(f64, n)
+    width, out = scale * extent, tirx.Cast(f64, o)
+    if transform == "align_corners":
+        return tirx.Select(width == 1.0, tirx.const(0.0, f64), out * (extent - 1.0) / (width - 1.0))
+    if transform == "asymmetric":
+        return out / scale
+    if transform == "tf_crop_and_resize":
+        start, end = box[index], box[index + int(box.shape[0]) // 2]  # box: [starts..., ends...]
+        inner = tirx.Select(width == 1.0, (end - start) * (extent - 1.0) / 2.0,
+                            out * (end - start) * (extent - 1.0) / (width - 1.0))
+        return inner + start * (extent - 1.0)
+    centred = (out + 0.5) / scale - 0.5
+    if transform == "pytorch_half_pixel":
+        return tirx.Select(width == 1.0, tirx.const(-0.5, f64), centred)
+    if transform == "half_pixel_symmetric":
+        return extent / 2.0 * (1.0 - tirx.Cast(f64, length) / width) + centred
+    return centred  # half_pixel
+
+
+def _extrapolated(value, position, n, options: dict):
+    """tf_crop_and_resize's extrapolation value where ``position`` is outside the axis of ``n``; else ``value``."""
+    if options["transform"] != "tf_crop_and_resize":
+        return value
+    outside = tirx.any(position < 0.0, position > tirx.Cast("float64", n) - 1.0)
+    return tirx.Select(outside, tirx.const(options["extrapolation"], "float64"), value)
+
+
+def _antialiased_axis(x: te.Tensor, factors: te.Tensor, box: Optional[te.Tensor], index: int, axis: int, length,
+                      taps, options: dict) -> te.Tensor:
+    """``x`` resized along ``axis`` as :func:`_resize_axis`, antialiased: linear's and cubic's kernels stretched by
+    ``1 / scale`` where the axis shrinks, over ``taps`` neighbours (as many as the stretched support covers), their
+    weights normalized to sum 1 (onnx.reference's ``_linear_coeffs_antialias``, ``_cubic_coeffs_antialias``)."""
+    n = x.shape[axis]
+    dims = list(x.shape)
+    dims[axis] = length
+    f64 = "float64"
+    support = 1.0 if options["mode"] == "linear" else 2.0
+
+    def geometry(o):  # the first neighbour's index, the position's distance past the one before it, the stretch
+        position = _source(o, factors, box, index, n, length, options["transform"])
+        base = tirx.Cast("int64", tirx.ceil(position)) - 1  # ratio in (0, 1], as onnx.reference's
+        shrink = tirx.min(factors[index], tirx.const(1.0, f64))
+        start = tirx.Cast("int64", tirx.floor(-support / shrink)) + 1
+        return position, base + start, tirx.Cast(f64, start) - (position - tirx.Cast(f64, base)), shrink
+
+    def weight(o, k):
+        _, first, offset, shrink = geometry(o)
+        distance = tirx.abs(shrink * (offset + tirx.Cast(f64, k)))
+        if options["mode"] == "linear":
+            w = tirx.max(1.0 - distance, tirx.const(0.0, f64))
+        else:
+            a = tirx.const(options["a"], f64)
+            near = ((a + 2.0) * distance - (a + 3.0)) * distance * distance + 1.0
+            far = ((a * distance - 5.0 * a) * distance + 8.0 * a) * distance - 4.0 * a
+            w = tirx.Select(distance <= 1.0, near, tirx.Select(distance < 2.0, far, tirx.const(0.0, f64)))
+        if options["exclude"]:
+            i = first + k
+            w = tirx.Select(tirx.all(i >= 0, i < n), w, tirx.const(0.0, f64))
+        return w
+
+    k = te.reduce_axis((0, taps), name="tap")
+    total = te.compute([length], lambda o: te.sum(weight(o, k), axis=k), name="resize_weights")
+    j = te.reduce_axis((0, taps), name="tap")
+
+    def weighed(*at):
+        at = list(at)
+        first = geometry(at[axis])[1]
+        i = tirx.max(tirx.min(first + j, n - 1), tirx.IntImm("int64", 0))  # the edge beyond the input
+        source = x(*[i if d == axis else at[d] for d in range(len(at))])
+        return te.sum(weight(at[axis], j) * tirx.Cast(f64, source), axis=j)
+
+    sums = te.compute(dims, weighed, name="resize_sums")
+
+    def element(*at):
+        value = sums(*at) / total[at[axis]]
+        return tirx.Cast(x.dtype, _extrapolated(value, geometry(at[axis])[0], n, options))
 
     return te.compute(dims, element, name="resize")
 

@@ -17,9 +17,9 @@ attributes TVM's converters read past, giving a wrong answer without an error:
   the divisor, where TVM's ``x - floor(x / y) * y`` is NaN;
 * EyeLike with a ``dtype`` (TVM's converter refuses one that differs from the input's): EyeLike in the input's
   type, then a Cast;
-* Resize is refused by name where TVM computes another function: ``antialias=1`` when downsampling (TVM reads
-  past it). (Constant ``scales`` whose sizes are not whole, where TVM maps coordinates by the ratio of the sizes
-  and ONNX by the scale, are byoc's own resize: ``frontend/run_time_resize.py``.)
+* Resize is refused by name where TVM would compute another function and byoc's own resize
+  (``frontend/run_time_resize.py``, which antialiases, and maps coordinates by a scale whose product with the
+  size is not whole) cannot take it: ``antialias=1`` on an input of unknown rank or not float.
 
 Each entry says which nodes it applies to; :func:`standard_rewrites` gives the entries a graph needs, so a model
 with none of these forms is not copied. The entries go through
@@ -151,21 +151,13 @@ def _float_mod(u: NodeRewrite) -> bool:
 
 
 def _resize(u: NodeRewrite) -> bool:
-    """Resize forms TVM computes as another function, refused by name (module docstring); False keeps the rest."""
-    def given(index: int):
-        return u.constants.get(u.node.input[index]) if len(u.node.input) > index and u.node.input[index] else None
-
-    scales, sizes, shape = given(2), given(3), u.shapes.get(u.input(0))
-    axes = list(u.attr("axes", [])) or (list(range(len(shape))) if shape else [])
-    ratios = None  # output size / input size, per resized axis, where both are known
-    if shape is not None and axes and all(isinstance(shape[a], int) and shape[a] > 0 for a in axes):
-        if scales is not None and scales.size == len(axes):
-            ratios = [float(s) for s in scales.reshape(-1)]
-        elif sizes is not None and sizes.size == len(axes):
-            ratios = [int(n) / shape[a] for a, n in zip(axes, sizes.reshape(-1))]
+    """An antialiased linear or cubic Resize that byoc's own resize cannot take (an input of unknown rank, or not
+    float), refused by name: TVM's would compute another function (module docstring). False keeps the rest."""
     mode = u.attr("mode", b"nearest")
-    if u.attr("antialias", 0) and mode not in (b"nearest", "nearest") and (ratios is None or min(ratios) < 1):
-        raise u.refuse_attr("antialias", "antialias=0, or antialias=1 where every axis is upsampled")
+    if u.attr("antialias", 0) and mode not in (b"nearest", "nearest"):
+        dtype = u.dtype(u.input(0))
+        if u.rank(u.input(0)) is None or dtype is None or dtype.kind != "f":
+            raise u.refuse_attr("antialias", "antialias=1 on a float input of known rank")
     return False
 
 
