@@ -138,3 +138,23 @@ def test_antialiased_by_scales_given_at_run_time(mode, exclude_outside):
     artifact = None
     for scales in ([1, 1, 0.5, 0.25], [1, 1, 0.6, 1.5], [1, 1, 2, 1]):
         artifact = _check(model, {"x": X, "scales": np.array(scales, np.float32)}, artifact)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_by_scales_given_at_run_time(mode):
+    """Opset 9's Upsample, its scales an input: coordinates i / scale (asymmetric), nearest rounding down (onnx.reference
+    repeats each element, and knows nearest only); onnxruntime for both modes."""
+    node = helper.make_node("Upsample", ["x", "scales"], ["y"], name="upsample", mode=mode)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5, 6]),
+                      helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["y0", "y1", "y2", "y3"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    artifact = byoc.compile(model, vendors=["dnnl"])
+    for scales in ([1, 1, 2, 3], [1, 1, 1, 1.5]):  # onnxruntime's linear takes the outer two at 1
+        feeds = {"x": X, "scales": np.array(scales, np.float32)}
+        (got,) = artifact.run(feeds)
+        np.testing.assert_allclose(got, onnxruntime_outputs(model, feeds)[0], rtol=1e-5, atol=1e-5)
+        if mode == "nearest" and float(scales[3]).is_integer():
+            np.testing.assert_array_equal(got, np.repeat(np.repeat(X, scales[1], axis=1), scales[2], axis=2).repeat(
+                scales[3], axis=3))

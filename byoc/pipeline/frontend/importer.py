@@ -35,7 +35,7 @@ from byoc.pipeline.frontend.run_time_values import (REDUCTIONS, constant_of_run_
                                                      top_k_of_run_time_k)
 from byoc.pipeline.frontend.run_time_nms import nms_of_run_time_limits
 from byoc.pipeline.frontend.run_time_pad import pad_by_run_time_widths
-from byoc.pipeline.frontend.run_time_resize import resize_by_run_time_scales
+from byoc.pipeline.frontend.run_time_resize import resize_by_run_time_scales, upsample_by_run_time_scales
 from byoc.pipeline.frontend.tensor_scatter import tensor_scatter
 from byoc.vendor.values import const_array, is_tensor_const
 
@@ -43,7 +43,8 @@ from byoc.vendor.values import const_array, is_tensor_const
 #: Converters of ops whose shape-deciding input is computed at run time (TVM's need it constant)
 _RUN_TIME_VALUES = {"Reshape": reshape_to_run_time_shape, "Split": split_at_run_time_sizes, "TopK": top_k_of_run_time_k,
                     "ConstantOfShape": constant_of_run_time_shape, "Pad": pad_by_run_time_widths,
-                    "AffineGrid": affine_grid_of_run_time_size, "Resize": resize_by_run_time_scales}
+                    "AffineGrid": affine_grid_of_run_time_size, "Resize": resize_by_run_time_scales,
+                    "Upsample": upsample_by_run_time_scales}
 
 
 class ProvenanceImporter(ONNXGraphImporter):

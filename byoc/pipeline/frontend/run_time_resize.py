@@ -112,6 +112,17 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     return result
 
 
+def upsample_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
+    """Upsample (opset 9: its scales an input) as the Resize it was replaced by: coordinates ``i / scale``
+    (asymmetric), nearest rounding down (``repeat`` for whole scales, as onnx.reference's), or linear; None for
+    opset 7's attribute, or the forms :func:`resize_by_run_time_scales` leaves to TVM."""
+    if len(inputs) != 2:
+        return None
+    mode = _text(attrs, "mode", "nearest")
+    return resize_by_run_time_scales([inputs[0], None, inputs[1]], {
+        "mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, bb)
+
+
 def _unit_scales(scales) -> set:
     """The positions of constant ``scales`` that are 1 (none for scales computed at run time)."""
     if not is_tensor_const(scales):
