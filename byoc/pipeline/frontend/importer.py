@@ -21,6 +21,7 @@ from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
+from byoc.pipeline.frontend.col2im import col2im
 from byoc.pipeline.frontend.bit_cast import bit_cast
 from byoc.pipeline.frontend.check import BYOC_CONVERTS
 from byoc.pipeline.frontend.cumulative import CUMULATIVE, cumulative
@@ -153,6 +154,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         elif op_name in CUMULATIVE and (sym := cumulative(op_name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "Pow" and (sym := pow_of_other_types(inputs, self.bb)) is not None:
+            pass
+        elif op_name == "Col2Im" and (sym := col2im(inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "TensorScatter" and (sym := tensor_scatter(node.name, inputs, attrs, self.bb)) is not None:
             pass
