@@ -20,6 +20,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
 from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend.max_pool_indices import max_pool_indices
 from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.col2im import col2im
 from byoc.pipeline.frontend.bit_cast import bit_cast
@@ -198,6 +199,9 @@ class ProvenanceImporter(ONNXGraphImporter):
             _expand_target_broadcast(inputs, self.bb)
         if sym is None:
             sym = super()._convert_operator(op_name, inputs, attrs, opset)
+            if op_name == "MaxPool" and attrs["tvm_custom"]["num_outputs"] == 2:  # and its Indices
+                with_indices = max_pool_indices(inputs[0], self.bb.normalize(sym), attrs, self.bb)
+                sym = sym if with_indices is None else with_indices
         sym = _with_run_time_dims(sym, node.name, self.bb)
         self._owner[sym] = node
         if isinstance(sym, relax.Tuple):
