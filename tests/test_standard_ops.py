@@ -59,10 +59,29 @@ def test_a_bit_cast_to_another_width_is_refused_by_name():
         byoc.compile(model, vendors=[])
 
 
-def test_batch_normalization_in_training_mode_is_refused_by_name():
-    _, model_bytes, _, _, _ = collect_cases(["test_batchnorm_example_training_mode"])[0]
-    with pytest.raises(UnsupportedAttributeError, match="BatchNormalization node .*training_mode=1"):
-        byoc.compile(onnx.load_from_string(model_bytes), vendors=["dnnl"])
+@pytest.mark.parametrize("shape,momentum", [((2, 3, 4, 5), 0.9), ((4, 3), 0.25), ((2, 3, 4, 2, 3), 0.5)])
+def test_batch_normalization_in_training_mode_matches_onnxruntime(shape, momentum):
+    """The batch's own mean and variance normalize it; the running mean and variance come back updated."""
+    import numpy as np
+
+    from models import onnxruntime_outputs
+
+    node = onnx.helper.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y", "rm", "rv"],
+                                 name="bn", training_mode=1, momentum=momentum, epsilon=1e-3)
+    channels = [shape[1]]
+    info = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        [node], "g", [info("x", onnx.TensorProto.FLOAT, list(shape))] + [
+            info(name, onnx.TensorProto.FLOAT, channels) for name in ("scale", "bias", "mean", "var")],
+        [info("y", onnx.TensorProto.FLOAT, list(shape)), info("rm", onnx.TensorProto.FLOAT, channels),
+         info("rv", onnx.TensorProto.FLOAT, channels)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 15)])
+    r = np.random.default_rng(len(shape))
+    feeds = {"x": r.standard_normal(shape).astype(np.float32) * 2 + 1,
+             **{name: r.random(channels).astype(np.float32) + 0.5 for name in ("scale", "bias", "mean", "var")}}
+    got = byoc.compile(model, vendors=["dnnl"]).run(feeds)
+    for g, want in zip(got, onnxruntime_outputs(model, feeds)):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("vendors", [[], ["dnnl"]], ids=["host", "dnnl"])  # c_source takes no reduction

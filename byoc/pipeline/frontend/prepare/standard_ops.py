@@ -10,7 +10,7 @@ attributes TVM's converters read past, giving a wrong answer without an error:
 * SpaceToDepth in ``mode="CRD"`` (opset 28; TVM computes DCR);
 * ConvTranspose with ``output_shape`` (TVM ignores it): explicit pads and output padding instead, as ONNX
   works them out;
-* BatchNormalization with ``training_mode=1`` is refused by name (TVM computes the inference form);
+* BatchNormalization with ``training_mode=1`` (TVM computes the inference form): the batch's own statistics;
 * BitShift by an amount outside ``[0, bits)``: ONNX's 0 (a right shift of a negative signed value: -1), where
   TVM's shift is the machine's, which wraps the amount;
 * a float Mod with ``fmod=0`` by an infinity: ONNX's (Python's) x where x has the divisor's sign or is zero, else
@@ -112,7 +112,30 @@ def _conv_transpose_output_shape(u: NodeRewrite) -> None:
 
 
 def _batch_norm_training(u: NodeRewrite) -> None:
-    raise u.refuse_attr("training_mode", "training_mode=0 (inference)")
+    """BatchNormalization, training_mode=1 (TVM computes the inference form): x normalized by its own mean and
+    (population) variance over every axis but the channels, and the running statistics updated by ``momentum``
+    (``running = given * momentum + batch * (1 - momentum)``), as onnx.reference computes them."""
+    x = u.input(0)
+    rank = u.rank(x)
+    if rank is None or rank < 2:
+        raise u.refuse(f"training_mode=1 on an input of {'unknown rank' if rank is None else f'rank {rank}'}",
+                       "give the input's shape")
+    axes = spread = [0] + list(range(2, rank))  # reduced over; a [C] vector unsqueezed there broadcasts against x
+    dtype = u.dtype(x) or np.dtype(np.float32)
+    mean = u.reduce("ReduceMean", x, axes, "batch_mean", keepdims=0)
+    centred = u.add("Sub", [x, u.unsqueeze(mean, spread, "mean_spread")], "centred")
+    variance = u.reduce("ReduceMean", u.add("Mul", [centred, centred], "squares"), axes, "batch_variance", keepdims=0)
+    deviation = u.add("Sqrt", [u.add("Add", [variance, u.const("epsilon", np.array(u.attr("epsilon", 1e-5), dtype))],
+                                     "variance_eps")], "deviation")
+    scale = u.add("Div", [u.input(1), deviation], "scale_over_deviation")
+    normalized = u.add("Mul", [centred, u.unsqueeze(scale, spread, "scale_spread")], "normalized")
+    u.add("Add", [normalized, u.unsqueeze(u.input(2), spread, "bias_spread")], "batch_norm", output=u.output(0))
+    momentum = float(u.attr("momentum", 0.9))
+    for index, given, batch in ((1, u.input(3), mean), (2, u.input(4), variance)):
+        if u.read(index):
+            u.add("Add", [u.add("Mul", [given, u.const(f"momentum{index}", np.array(momentum, dtype))], f"kept{index}"),
+                          u.add("Mul", [batch, u.const(f"rest{index}", np.array(1.0 - momentum, dtype))], f"new{index}")],
+                  f"running{index}", output=u.output(index))
 
 
 def _bit_shift(u: NodeRewrite) -> bool:
