@@ -245,9 +245,9 @@ def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 #: Standard ops TVM's importer lacks that byoc's import converts: the Loops preparation leaves to the host
-#: (loop_bodies.py), CumProd (cumulative.py), TensorScatter (tensor_scatter.py), BitCast (bit_cast.py) and Col2Im
-#: (col2im.py)
-BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter", "BitCast", "Col2Im"})
+#: (loop_bodies.py), CumProd (cumulative.py), TensorScatter (tensor_scatter.py), BitCast (bit_cast.py), Col2Im
+#: (col2im.py) and Det (determinant.py)
+BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter", "BitCast", "Col2Im", "Det"})
 
 
 def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:
