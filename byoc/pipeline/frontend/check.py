@@ -246,8 +246,8 @@ def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 #: Standard ops TVM's importer lacks that byoc's import converts: the Loops preparation leaves to the host
 #: (loop_bodies.py), CumProd (cumulative.py), TensorScatter (tensor_scatter.py), BitCast (bit_cast.py), Col2Im
-#: (col2im.py) and Det (determinant.py)
-BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter", "BitCast", "Col2Im", "Det"})
+#: (col2im.py), Det (determinant.py) and DeformConv (deform_conv.py)
+BYOC_CONVERTS = frozenset({"Loop", "CumProd", "TensorScatter", "BitCast", "Col2Im", "Det", "DeformConv"})
 
 
 def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None = None) -> None:

@@ -23,6 +23,7 @@ from byoc.pipeline.frontend import matmul_nbits
 from byoc.pipeline.frontend.max_pool_indices import max_pool_indices
 from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.col2im import col2im
+from byoc.pipeline.frontend.deform_conv import deform_conv
 from byoc.pipeline.frontend.determinant import determinant
 from byoc.pipeline.frontend.bit_cast import bit_cast
 from byoc.pipeline.frontend.check import BYOC_CONVERTS
@@ -161,6 +162,8 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name == "Det":
             sym = determinant(node.name, inputs, self.bb)
+        elif op_name == "DeformConv":
+            sym = deform_conv(node.name, inputs, attrs, self.bb)
         elif op_name == "TensorScatter" and (sym := tensor_scatter(node.name, inputs, attrs, self.bb)) is not None:
             pass
         elif op_name == "BitCast" and (sym := bit_cast(node.name, inputs, attrs, self.bb)) is not None:
