@@ -2,7 +2,7 @@
 of type Var"): ONNX's node tests feed the size as an input, and a spatial transformer computes it from its input's
 shape.
 
-The grid's spatial dims are variables bound when the model runs (``run_time_values._bound``; the size's batch is
+The grid's spatial dims are variables bound when the model runs (``run_time_values.bound``; the size's batch is
 checked against theta's). One TVM compute makes each point: the normalized coordinates of its position (-1 to 1
 across each axis, through the pixels' centres, or their corners with ``align_corners``) times theta, as
 ``onnx.reference`` does: ``grid[n, h, w] = theta[n] @ (x_w, y_h, 1)`` in 2-D, ``(x_w, y_h, z_d, 1)`` in 3-D. An
@@ -16,23 +16,23 @@ from typing import Optional
 
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import _bound, _computed, _static_shape
+from byoc.pipeline.frontend.run_time_values import bound, computed, static_shape
 
 
 def affine_grid_of_run_time_size(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """An AffineGrid whose ``size`` input is computed at run time (module docstring), or None: a constant size
     (TVM's converter), a theta of unknown shape."""
-    if len(inputs) < 2 or not _computed(inputs[1]):
+    if len(inputs) < 2 or not computed(inputs[1]):
         return None
     theta, size = inputs
-    theta_shape, size_shape = _static_shape(theta), _static_shape(size)
+    theta_shape, size_shape = static_shape(theta), static_shape(size)
     if theta_shape is None or size_shape is None or len(theta_shape) != 3 or len(size_shape) != 1 or \
             int(size_shape[0]) not in (4, 5):
         return None
     spatial_rank = int(size_shape[0]) - 2
     # the batch is theta's; the channels are read and dropped; each spatial dim a variable of its own
     spatial = [tirx.Var(name, "int64") for name in ("grid_depth", "grid_height", "grid_width")[-spatial_rank:]]
-    _bound(bb.normalize(relax.op.astype(size, "int64")),
+    bound(bb.normalize(relax.op.astype(size, "int64")),
            [theta_shape[0], tirx.Var("grid_channels", "int64"), *spatial], bb)
     return bb.emit_te(_grid, theta, spatial, bool(attrs.get("align_corners", 0)), primfunc_name_hint="affine_grid")
 

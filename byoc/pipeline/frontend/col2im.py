@@ -3,9 +3,9 @@ column per block position, as an unfold makes them) summed back into an image ``
 adding up.
 
 ``image_shape`` and ``block_shape`` may be constants or computed at run time (ONNX's node tests feed them as
-inputs): each dim then is a variable bound when the model runs (``run_time_values._run_time_dims``), and the run
+inputs): each dim then is a variable bound when the model runs (``run_time_values.run_time_dims``), and the run
 checks that the input's channels are C times the block's size and its columns the number of block positions
-that the image, pads, dilations and strides give (``run_time_values._bound``: a mismatch fails the run with an
+that the image, pads, dilations and strides give (``run_time_values.bound``: a mismatch fails the run with an
 ``InputShapeError``). One TVM compute gives each output element the sum, over the block's offsets, of the
 column entries that land on it: offset k lands position p where ``p + pad - k * dilation`` is a whole number of
 strides inside the positions.
@@ -18,14 +18,14 @@ from typing import Optional
 
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import _bound, _computed, _run_time_dims, _static_shape
+from byoc.pipeline.frontend.run_time_values import bound, computed, run_time_dims, static_shape
 from byoc.vendor.values import const_array, is_tensor_const
 
 
 def col2im(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """Col2Im (module docstring), or None where the input's rank or the number of spatial dims is not known."""
     x, image, block = inputs
-    shape, image_shape = _static_shape(x), _static_shape(image)
+    shape, image_shape = static_shape(x), static_shape(image)
     if shape is None or len(shape) != 3 or image_shape is None or len(image_shape) != 1:
         return None
     rank = int(image_shape[0])
@@ -42,7 +42,7 @@ def col2im(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     block_size = math.prod(block_dims)
     channels = tirx.floordiv(shape[1], block_size)
     # the input's channels are C blocks, its columns the block positions (a mismatch fails the run)
-    _bound(relax.op.shape_to_tensor(relax.ShapeExpr([shape[1], shape[2]])),
+    bound(relax.op.shape_to_tensor(relax.ShapeExpr([shape[1], shape[2]])),
            [channels * block_size, math.prod(positions)], bb)
     return bb.emit_te(_col2im, x, channels, image_dims, block_dims, positions, dilations, strides, pads[:rank],
                       primfunc_name_hint="col2im")
@@ -53,9 +53,9 @@ def _dims(value, rank: int, name: str, bb) -> Optional[list]:
     the model runs (None: neither)."""
     if is_tensor_const(value):
         return [tirx.IntImm("int64", int(v)) for v in const_array(value).reshape(-1)]
-    if not _computed(value):
+    if not computed(value):
         return None
-    return _run_time_dims(bb.normalize(relax.op.astype(value, "int64")), rank, name, bb)
+    return run_time_dims(bb.normalize(relax.op.astype(value, "int64")), rank, name, bb)
 
 
 def _col2im(x: te.Tensor, channels, image: list, block: list, positions: list, dilations: list, strides: list,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm import relax, te, tirx
 
 from byoc.errors import UnsupportedAttributeError
-from byoc.pipeline.frontend.run_time_values import _static_shape
+from byoc.pipeline.frontend.run_time_values import static_shape
 
 
 def deform_conv(node_name: str, inputs, attrs, bb: relax.BlockBuilder) -> relax.Expr:
@@ -23,7 +23,7 @@ def deform_conv(node_name: str, inputs, attrs, bb: relax.BlockBuilder) -> relax.
     x, w, offset = inputs[:3]
     bias = inputs[3] if len(inputs) > 3 else None
     mask = inputs[4] if len(inputs) > 4 else None
-    x_shape, w_shape, offset_shape = _static_shape(x), _static_shape(w), _static_shape(offset)
+    x_shape, w_shape, offset_shape = static_shape(x), static_shape(w), static_shape(offset)
     if x_shape is None or w_shape is None or offset_shape is None or len(x_shape) != 4 or len(w_shape) != 4 \
             or not all(isinstance(d, tirx.IntImm) for d in w_shape) or not isinstance(x_shape[1], tirx.IntImm):
         raise UnsupportedAttributeError(

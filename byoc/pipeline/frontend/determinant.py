@@ -10,7 +10,7 @@ import itertools
 from tvm import relax, te, tirx
 
 from byoc.errors import UnsupportedAttributeError
-from byoc.pipeline.frontend.run_time_values import _static_shape
+from byoc.pipeline.frontend.run_time_values import static_shape
 
 #: the largest order whose Leibniz sum (M! products of M factors) byoc writes out
 MAX_ORDER = 5
@@ -19,7 +19,7 @@ MAX_ORDER = 5
 def determinant(node_name: str, inputs, bb: relax.BlockBuilder) -> relax.Expr:
     """Det of ``inputs[0]`` (module docstring)."""
     x = inputs[0]
-    shape = _static_shape(x)
+    shape = static_shape(x)
     order = shape[-1] if shape is not None and len(shape) >= 2 else None
     if order is None or not isinstance(order, tirx.IntImm) or shape[-2] != order or int(order) > MAX_ORDER \
             or "float" not in str(x.ty.dtype):

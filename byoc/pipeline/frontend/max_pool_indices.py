@@ -13,14 +13,14 @@ from typing import Optional
 
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import _static_shape
+from byoc.pipeline.frontend.run_time_values import static_shape
 
 
 def max_pool_indices(x, values, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """``(values, indices)`` for a MaxPool of ``x`` whose values TVM's converter gave as ``values`` (module
     docstring), or None where ``x``'s or the values' shape is unknown, or the pads are implicit (``auto_pad``,
     which byoc's preparation makes explicit where the sizes are known)."""
-    shape, out = _static_shape(x), _static_shape(values)
+    shape, out = static_shape(x), static_shape(values)
     auto_pad = attrs.get("auto_pad", b"NOTSET")
     if shape is None or out is None or len(shape) < 3 or (auto_pad.decode() if isinstance(auto_pad, bytes)
                                                           else str(auto_pad)) != "NOTSET":

@@ -2,7 +2,7 @@
 refuses ("Dynamic pads are not supported yet"), or whose axes are: CenterCropPad's expansion computes its widths
 from the shape it is given, and ONNX's node tests feed every width and axis as an input.
 
-Each width becomes a variable of its own, bound when the model runs (``run_time_values._bound``), and the result's
+Each width becomes a variable of its own, bound when the model runs (``run_time_values.bound``), and the result's
 dims are the input's plus the widths on each side. One TVM compute reads each output element from the input at
 the position the mode gives: ``constant`` the value (or the input, inside it), ``edge`` the nearest border
 element, ``reflect`` the mirror image without repeating the border, ``wrap`` the input's other end. A negative
@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import (_computed, _run_time_dims, _static_shape, bound_none_negative,
+from byoc.pipeline.frontend.run_time_values import (computed, run_time_dims, static_shape, bound_none_negative,
                                                      bound_scalar)
 
 MODES = ("constant", "edge", "reflect", "wrap")
@@ -29,9 +29,9 @@ def pad_by_run_time_widths(inputs, attrs, bb: relax.BlockBuilder) -> Optional[re
     None: constant widths and axes (TVM's converter, or byoc's ``relax.nn.pad``), an unknown rank."""
     operands = [inputs[i] if len(inputs) > i else None for i in range(4)]
     x, widths_input, value, axes_input = operands
-    if widths_input is None or not any(_computed(each) for each in (widths_input, axes_input)):
+    if widths_input is None or not any(computed(each) for each in (widths_input, axes_input)):
         return None
-    shape, widths_shape = _static_shape(x), _static_shape(widths_input)
+    shape, widths_shape = static_shape(x), static_shape(widths_input)
     mode = attrs.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if shape is None or widths_shape is None or len(widths_shape) != 1 or mode not in MODES:
@@ -39,13 +39,13 @@ def pad_by_run_time_widths(inputs, attrs, bb: relax.BlockBuilder) -> Optional[re
     rank, count = len(shape), int(widths_shape[0])
     widths = bb.normalize(relax.op.astype(widths_input, "int64"))
     if axes_input is not None:  # each axis's widths, at its place among all the input's axes
-        axes_shape = _static_shape(axes_input)
+        axes_shape = static_shape(axes_input)
         if axes_shape is None or len(axes_shape) != 1 or 2 * int(axes_shape[0]) != count:
             return None
         widths = _per_axis(widths, relax.op.astype(axes_input, "int64"), count // 2, rank, bb)
     elif count != 2 * rank:
         return None
-    amounts = _run_time_dims(widths, 2 * rank, "pad_width", bb)
+    amounts = run_time_dims(widths, 2 * rank, "pad_width", bb)
     before, after = amounts[:rank], amounts[rank:]
     dims = [shape[d] + before[d] + after[d] for d in range(rank)]
     # a crop past the input's extent fails the run, as onnxruntime refuses it; so does a crop in the modes that

@@ -3,7 +3,7 @@ form older exports of ``F.interpolate(scale_factor=...)`` write), which TVM's co
 scale is currently unsupported"), and constant scales whose products with the extents are no whole sizes, which
 TVM's converter computes as another function.
 
-The output's resized dims become variables bound when the model runs (``run_time_values._run_time_dims``):
+The output's resized dims become variables bound when the model runs (``run_time_values.run_time_dims``):
 ``floor(size * scale)`` for scales; for sizes, the sizes, or under ``keep_aspect_ratio_policy`` one scale for every
 resized axis (the least or the most of ``size / extent``) and ``round_half_up(extent * scale)``. The resize itself
 follows ``onnx.reference``, one axis at a time as it does (so a tf_crop_and_resize's extrapolation on one axis is
@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 from tvm import relax, te, tirx
 
-from byoc.pipeline.frontend.run_time_values import _computed, _run_time_dims, _static_shape, bound_none_negative
+from byoc.pipeline.frontend.run_time_values import computed, run_time_dims, static_shape, bound_none_negative
 from byoc.vendor.values import const_array, is_tensor_const
 
 MODES = ("nearest", "linear", "cubic")
@@ -45,14 +45,14 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     if len(inputs) < 3:  # opset 10's (X, scales): its own semantics, TVM's converter
         return None
     x, roi, scales, sizes = (list(inputs) + [None])[:4]
-    shape = _static_shape(x)
-    if scales is not None and (_static_shape(scales) or [1])[0] == 0:
+    shape = static_shape(x)
+    if scales is not None and (static_shape(scales) or [1])[0] == 0:
         scales = None  # an empty scales beside sizes
     given = scales if scales is not None else sizes
     if given is None or shape is None or "float" not in str(x.ty.dtype):
         return None
     antialias = bool(attrs.get("antialias", 0)) and _text(attrs, "mode", "nearest") != "nearest"
-    if not _computed(given) and not antialias and not _scaled_to_no_whole_size(scales, shape, attrs):
+    if not computed(given) and not antialias and not _scaled_to_no_whole_size(scales, shape, attrs):
         return None
     options = {"mode": _text(attrs, "mode", "nearest"),
                "transform": _text(attrs, "coordinate_transformation_mode", "half_pixel"),
@@ -65,7 +65,7 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
         return None
     rank = len(shape)
     axes = [int(a) % rank for a in attrs.get("axes", [])] or list(range(rank))
-    given_shape = _static_shape(given)
+    given_shape = static_shape(given)
     if given_shape is None or len(given_shape) != 1 or int(given_shape[0]) != len(axes):
         return None
     extents = relax.op.astype(relax.op.take(relax.op.shape_to_tensor(relax.ShapeExpr(shape)),
@@ -86,7 +86,7 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
         factors = bb.normalize(factors)
     lengths = bb.normalize(lengths)
     bound_none_negative(lengths, bb)  # a negative scale or size fails the run
-    dims = _run_time_dims(lengths, len(axes), "resized", bb)
+    dims = run_time_dims(lengths, len(axes), "resized", bb)
     box = _roi(roi, axes, rank, bb) if options["transform"] == "tf_crop_and_resize" else None
     if options["transform"] == "tf_crop_and_resize" and box is None:
         return None
@@ -101,7 +101,7 @@ def resize_by_run_time_scales(inputs, attrs, bb: relax.BlockBuilder) -> Optional
         starts = relax.op.add(relax.op.floor(relax.op.divide(support, shrink)), relax.const(1.0, "float64"))
         counts = relax.op.astype(relax.op.subtract(relax.const(2.0, "float64"),
                                                    relax.op.multiply(relax.const(2.0, "float64"), starts)), "int64")
-        taps = _run_time_dims(bb.normalize(counts), len(axes), "taps", bb)
+        taps = run_time_dims(bb.normalize(counts), len(axes), "taps", bb)
         for index, axis, length in steps:
             result = bb.emit_te(_antialiased_axis, result, factors, box, index, axis, length, taps[index], options,
                                 primfunc_name_hint="run_time_resize")
@@ -145,7 +145,7 @@ def _scaled_to_no_whole_size(scales, shape: list, attrs) -> bool:
 
 def _roi(roi, axes: list, rank: int, bb) -> Optional[relax.Expr]:
     """tf_crop_and_resize's box as float64 ``[starts..., ends...]`` for the resized axes, or None without one."""
-    roi_shape = _static_shape(roi) if roi is not None else None
+    roi_shape = static_shape(roi) if roi is not None else None
     if roi_shape is None or len(roi_shape) != 1:
         return None
     count = int(roi_shape[0])

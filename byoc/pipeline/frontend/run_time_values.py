@@ -47,23 +47,25 @@ _BOOL_IDENTITY = {"ReduceMax": 0, "ReduceMin": 1}
 REDUCTIONS = frozenset(_ONE_DIM) | {"ReduceLogSumExp"}
 
 
-def _static_shape(expr) -> Optional[list]:
+def static_shape(expr) -> Optional[list]:
+    """The dims of the tensor ``expr`` (numbers or TIR expressions), or None where its type gives no shape."""
     ty = expr.ty if isinstance(expr, relax.Expr) else None
     if isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr):
         return list(ty.shape.values)
     return None
 
 
-def _computed(value) -> bool:
+def computed(value) -> bool:
+    """Whether ``value`` is a tensor the model computes when it runs (an input, or from one), not a constant."""
     return isinstance(value, relax.Expr) and not is_tensor_const(value) and isinstance(value.ty, relax.TensorType)
 
 
 def reduce_over_run_time_axes(op_name: str, inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """An ONNX reduction whose ``axes`` input is computed at run time (module docstring), or None."""
-    if op_name not in REDUCTIONS or len(inputs) < 2 or not _computed(inputs[1]):
+    if op_name not in REDUCTIONS or len(inputs) < 2 or not computed(inputs[1]):
         return None
     x, axes = inputs[0], inputs[1]
-    shape, axes_shape = _static_shape(x), _static_shape(axes)
+    shape, axes_shape = static_shape(x), static_shape(axes)
     if shape is None or axes_shape is None or len(axes_shape) != 1:
         return None
     rank, length = len(shape), axes_shape[0]
@@ -128,44 +130,44 @@ def _one_dim(op_name: str, value, dim: int, boolean: bool, bb) -> relax.Expr:
     if not boolean or op_name not in _BOOL_IDENTITY:  # a float's max starts from -inf (byoc/host/legalize.py)
         return reduced
     identity = _BOOL_IDENTITY[op_name]
-    empty = _is_zero(_static_shape(value)[dim])
+    empty = _is_zero(static_shape(value)[dim])
     return bb.normalize(relax.op.where(empty, relax.const(identity, str(value.ty.dtype)), reduced))
 
 
 def _chosen(reduced, kept, dim: int, choice, bb) -> relax.Expr:
     """``reduced`` where the bool scalar ``choice`` holds, else ``kept``: a slice of their concat along ``dim``,
     its bounds chosen when the model runs, cast to a new dim of its own."""
-    size = _static_shape(kept)[dim]
+    size = static_shape(kept)[dim]
     bounds = relax.op.where(choice, relax.const(np.array([0, 1], np.int64), "int64"),
                             relax.op.shape_to_tensor(relax.ShapeExpr([1, size + 1])))
-    begin, end = _run_time_dims(bounds, 2, "reduce_bound", bb)
+    begin, end = run_time_dims(bounds, 2, "reduce_bound", bb)
     both = bb.normalize(relax.op.concat([reduced, kept], axis=dim))
     sliced = bb.normalize(relax.op.strided_slice(both, [dim], [begin], [end], assume_inbound=True))
-    shape = _static_shape(kept)
+    shape = static_shape(kept)
     shape[dim] = tirx.Var(f"reduced_dim{dim}", "int64")
     return bb.match_cast(sliced, relax.TensorType(shape, str(kept.ty.dtype)))
 
 
 def _without_reduced_dims(value, named, kept: int, bb) -> relax.Expr:
     """``value`` (reduced with keepdims) reshaped to its ``kept`` dims that ``named`` does not name, in order."""
-    rank = len(_static_shape(value))
+    rank = len(static_shape(value))
     # Sorting rank * named + position puts the kept dims first, in order.
     key = relax.op.add(relax.op.multiply(relax.op.astype(named, "int64"), relax.const(rank, "int64")),
                        relax.const(np.arange(rank, dtype=np.int64), "int64"))
     order = relax.op.strided_slice(relax.op.argsort(key, axis=0, dtype="int64"), [0], [0], [kept])
     # From the dims the value is known to have, not its shape_of: a vendor may merge the ops before this reshape
     # with it, and its shape must not depend on what that partition computes.
-    dims = relax.op.take(relax.op.shape_to_tensor(relax.ShapeExpr(_static_shape(value))), order, axis=0)
-    return _reshape(value, _run_time_dims(dims, kept, "kept_dim", bb), bb)
+    dims = relax.op.take(relax.op.shape_to_tensor(relax.ShapeExpr(static_shape(value))), order, axis=0)
+    return _reshape(value, run_time_dims(dims, kept, "kept_dim", bb), bb)
 
 
-def _run_time_dims(tensor, count: int, name: str, bb) -> list:
+def run_time_dims(tensor, count: int, name: str, bb) -> list:
     """The values of a 1-D int64 ``tensor`` of ``count`` elements, as new TIR variables bound when the model
     runs."""
-    return _bound(tensor, [tirx.Var(f"{name}{i}", "int64") for i in range(count)], bb)
+    return bound(tensor, [tirx.Var(f"{name}{i}", "int64") for i in range(count)], bb)
 
 
-def _bound(tensor, dims: list, bb) -> list:
+def bound(tensor, dims: list, bb) -> list:
     """``dims``, which the values of the 1-D int64 ``tensor`` bind when the model runs: a new variable takes its
     value, and an expression of known dims is checked against it (a mismatch fails the run)."""
     bb.match_cast(bb.normalize(relax.op.tensor_to_shape(tensor)), relax.ShapeType(dims))
@@ -174,10 +176,10 @@ def _bound(tensor, dims: list, bb) -> list:
 
 def reshape_to_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """A Reshape whose ``shape`` input is computed at run time (module docstring), or None."""
-    if len(inputs) < 2 or not _computed(inputs[1]) or not _computed(inputs[0]):
+    if len(inputs) < 2 or not computed(inputs[1]) or not computed(inputs[0]):
         return None
     x, target = inputs
-    shape, target_shape = _static_shape(x), _static_shape(target)
+    shape, target_shape = static_shape(x), static_shape(target)
     if shape is None or target_shape is None or len(target_shape) != 1 \
             or not isinstance(target_shape[0], tirx.IntImm):
         return None
@@ -192,45 +194,45 @@ def reshape_to_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optional
     others = relax.op.prod(relax.op.where(inferred, relax.const(1, "int64"), given))
     left = relax.op.floor_divide(relax.op.prod(dims), relax.op.maximum(others, relax.const(1, "int64")))
     given = bb.normalize(relax.op.where(inferred, left, given))
-    return _reshape(x, _run_time_dims(given, length, "reshape_dim", bb), bb)
+    return _reshape(x, run_time_dims(given, length, "reshape_dim", bb), bb)
 
 
 def constant_of_run_time_shape(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """A ConstantOfShape whose ``shape`` input is computed at run time (module docstring), or None."""
-    if not inputs or not _computed(inputs[0]):
+    if not inputs or not computed(inputs[0]):
         return None
-    shape = _static_shape(inputs[0])
+    shape = static_shape(inputs[0])
     if shape is None or len(shape) != 1 or not isinstance(shape[0], tirx.IntImm):
         return None
     value = attrs.get("value")  # a TensorProto of one element; ONNX's default is a float32 0
     value = onnx.numpy_helper.to_array(value).reshape(()) if value is not None else np.array(0, np.float32)
     given = bb.normalize(relax.op.astype(inputs[0], "int64"))
     bound_none_negative(given, bb)  # a negative dim fails the run, as onnxruntime refuses it (it would size an allocation)
-    dims = _run_time_dims(given, int(shape[0]), "filled_dim", bb)
+    dims = run_time_dims(given, int(shape[0]), "filled_dim", bb)
     return bb.normalize(relax.op.full(relax.ShapeExpr(dims), relax.const(value, str(value.dtype)), str(value.dtype)))
 
 
 def _reshape(x, dims: list, bb) -> relax.Expr:
     """``x`` reshaped to ``dims`` bound when the model runs. They must hold its elements, checked then on the
     shapes alone (a cast of a tensor between two vendor ops would vanish into their partition)."""
-    _bound(relax.op.shape_to_tensor(relax.ShapeExpr([_product(_static_shape(x))])), [_product(dims)], bb)
+    bound(relax.op.shape_to_tensor(relax.ShapeExpr([_product(static_shape(x))])), [_product(dims)], bb)
     return bb.normalize(relax.op.reshape(x, relax.ShapeExpr(dims)))
 
 
 def split_at_run_time_sizes(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """A Split whose ``split`` sizes are computed at run time: one slice per size along the axis, or None."""
-    if len(inputs) < 2 or not _computed(inputs[1]):
+    if len(inputs) < 2 or not computed(inputs[1]):
         return None
     x, sizes = inputs[0], inputs[1]
-    shape, sizes_shape = _static_shape(x), _static_shape(sizes)
+    shape, sizes_shape = static_shape(x), static_shape(sizes)
     if shape is None or sizes_shape is None or len(sizes_shape) != 1 or not isinstance(sizes_shape[0], tirx.IntImm):
         return None
     axis = attrs.get("axis", 0) % len(shape)
     sizes = bb.normalize(relax.op.astype(sizes, "int64"))
     # None negative, and all of the axis between them: checked when the model runs.
-    counts = _run_time_dims(relax.op.maximum(sizes, relax.const(0, "int64")), int(sizes_shape[0]), "split_size", bb)
+    counts = run_time_dims(relax.op.maximum(sizes, relax.const(0, "int64")), int(sizes_shape[0]), "split_size", bb)
     bound_scalar(relax.op.sum(sizes), shape[axis], bb)
-    _bound(sizes, counts, bb)
+    bound(sizes, counts, bb)
     pieces, begin = [], tirx.IntImm("int64", 0)
     for count in counts:
         pieces.append(_slice(x, axis, begin, begin + count, bb))
@@ -245,10 +247,10 @@ _SORTED_DTYPES = frozenset({"float32", "float64", "int32", "int64"})
 def top_k_of_run_time_k(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax.Expr]:
     """A TopK whose ``k`` is computed at run time: every element of the axis in order (TVM's topk of the axis's
     static size), then the first k of the values and of the indices; or None."""
-    if len(inputs) < 2 or not _computed(inputs[1]) or attrs.get("sorted", 1) != 1:
+    if len(inputs) < 2 or not computed(inputs[1]) or attrs.get("sorted", 1) != 1:
         return None
     x = inputs[0]
-    shape = _static_shape(x)
+    shape = static_shape(x)
     axis = attrs.get("axis", -1) % len(shape) if shape else 0
     if shape is None or not isinstance(shape[axis], tirx.IntImm) or str(x.ty.dtype) not in _SORTED_DTYPES:
         return None
@@ -256,8 +258,8 @@ def top_k_of_run_time_k(inputs, attrs, bb: relax.BlockBuilder) -> Optional[relax
                                          largest=bool(attrs.get("largest", 1)), dtype="int64"))
     k = bb.normalize(relax.op.reshape(relax.op.astype(inputs[1], "int64"), relax.ShapeExpr([1])))
     # 0 <= k <= the axis's size, checked when the model runs
-    (count,) = _run_time_dims(relax.op.clip(k, relax.prim_value(0), relax.prim_value(int(shape[axis]))), 1, "top_k", bb)
-    _bound(k, [count], bb)
+    (count,) = run_time_dims(relax.op.clip(k, relax.prim_value(0), relax.prim_value(int(shape[axis]))), 1, "top_k", bb)
+    bound(k, [count], bb)
     return relax.Tuple([_slice(relax.TupleGetItem(ordered, i), axis, 0, count, bb) for i in range(2)])
 
 
@@ -267,12 +269,12 @@ def _slice(x, axis: int, begin, end, bb) -> relax.Expr:
 
 
 def bound_scalar(tensor, dim, bb) -> None:
-    """A check, when the model runs, that the one value of ``tensor`` equals the dim ``dim`` (:func:`_bound`)."""
-    _bound(relax.op.reshape(tensor, relax.ShapeExpr([1])), [dim], bb)
+    """A check, when the model runs, that the one value of ``tensor`` equals the dim ``dim`` (:func:`bound`)."""
+    bound(relax.op.reshape(tensor, relax.ShapeExpr([1])), [dim], bb)
 
 
 def bound_none_negative(values, bb) -> None:
-    """A check, when the model runs, that no value of the int64 tensor ``values`` is negative (:func:`_bound`)."""
+    """A check, when the model runs, that no value of the int64 tensor ``values`` is negative (:func:`bound`)."""
     negative = relax.op.less(values, relax.const(0, "int64"))
     bound_scalar(relax.op.sum(relax.op.astype(negative, "int64")), tirx.IntImm("int64", 0), bb)
 
