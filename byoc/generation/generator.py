@@ -162,7 +162,7 @@ class Generator:
                 self._cache = unpadded
                 return exact
         else:
-            logits, presents = self._bound_call(ids)
+            logits, presents = self._bound_call(ids, capacity)
         start = capacity if self._new_at == "end" else self.length
         if end > capacity:
             self._cache = [self._grown(c, self.length, self._capacity(end + 1)) for c in self._cache]
@@ -171,10 +171,10 @@ class Generator:
             buffer[:, :, self.length:end] = present[:, :, start:start + new]
         return logits
 
-    def _bound_call(self, ids: np.ndarray) -> tuple[np.ndarray, list]:
-        """:meth:`_call` on the cache buffers, run bound: the arrays of the last call's shapes rewritten in place."""
+    def _bound_call(self, ids: np.ndarray, capacity: int) -> tuple[np.ndarray, list]:
+        """:meth:`_call` on the cache buffers (``capacity`` slots), run bound: the arrays of the last call's shapes
+        rewritten in place."""
         self.artifact.check_index_input(self.signature.input_ids, ids)
-        capacity = self._cache[0].shape[2]
         if self._bound is None or self._bound.ids.shape != ids.shape or self._bound.capacity != capacity:
             self._bound = _BoundStep(self.artifact, self.signature, self._input_dtypes, ids.shape, self._cache)
         outputs = self._bound.run(ids, self.length)

@@ -296,15 +296,13 @@ def group_query_attention(u: NodeRewrite) -> None:
     # the form before that, computed an int64 index the size of the whole cache every call.)
     if u.input(3):
         slots_of_new = u.unsqueeze(positions, [1, 3], "new_slots")  # [B, 1, S, 1]
-        for index, name in ((3, "key"), (4, "value")):
-            new = k if name == "key" else v
+
+        def present_of(index: int, new: str, name: str) -> str:
             joined = u.add("Concat", [u.input(index), new], f"joined_{name}", axis=2)
             slots = u.add("Expand", [slots_of_new, u.add("Shape", [new], f"new_{name}_dims")], f"{name}_slots")
-            present = u.add("ScatterElements", [joined, slots, new], f"present_{name}", axis=2)
-            if name == "key":
-                k = present
-            else:
-                v = present
+            return u.add("ScatterElements", [joined, slots, new], f"present_{name}", axis=2)
+
+        k, v = present_of(3, k, "key"), present_of(4, v, "value")
     for index, present, name in ((1, k, "key"), (2, v, "value")):
         if u.read(index):
             u.add("Identity", [present], f"present_{name}_out", output=u.output(index))
