@@ -259,6 +259,17 @@ def _compare(actual: Sequence, expected: Sequence, rtol: float, atol: float) -> 
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for index, (a, e) in enumerate(zip(actual, expected)):
+        if isinstance(e, list) or e is None:  # a sequence (None: an empty optional)
+            if e is None or a is None:
+                if a is not e:
+                    return f"output {index}: {'None' if a is None else 'a value'}, expected {e!r:.40}"
+                continue
+            if not isinstance(a, (list, tuple)):
+                return f"output {index}: a {type(a).__name__}, expected a sequence of {len(e)}"
+            problem = _compare(list(a), e, rtol, atol)
+            if problem:
+                return f"output {index}, sequence {problem}"
+            continue
         e = np.asarray(e)
         a = np.asarray(a)
         if a.shape != e.shape:
@@ -360,7 +371,7 @@ def run_case(case: Case, vendors: Optional[Sequence[str]] = None) -> CaseResult:
         result.byoc_error = "import: " + _first_line(err)
         return result
     result.imported = True
-    arrays = [[np.asarray(x) for x in inputs] for inputs, _ in data_sets]
+    arrays = [[x if isinstance(x, list) or x is None else np.asarray(x) for x in inputs] for inputs, _ in data_sets]
     if any(len(inputs) != len(imported.inputs) for inputs in arrays):
         result.byoc_error = "inputs: the case feeds optional or sequence inputs the import dropped"
         return result

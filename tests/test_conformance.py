@@ -46,14 +46,17 @@ FORMER_REGRESSIONS = [
 # One case per family this work closed (issue 49), each checked against its expected outputs (ONNX's reference):
 # Scan unrolled, ONNX functions inlined (SoftmaxCrossEntropyLoss through NegativeLogLikelihoodLoss, opset 23's
 # Attention and RotaryEmbedding, Celu, LayerNormalization's statistics), LpNormalization and ReverseSequence
-# rewritten; a Loop whose trip count is given at run time (the host runs it); and ops whose shape-deciding input is
-# given at run time (reductions' axes, Reshape's shape, Split's sizes, TopK's k).
+# rewritten; a Loop whose trip count is given at run time (the host runs it); ops whose shape-deciding input is
+# given at run time (reductions' axes, Reshape's shape, Split's sizes, TopK's k); sequences and optionals of
+# run-time length at the graph's edges, in loops and in If branches; and opset 8's Scan.
 CLOSED_FAMILIES = [
     "test_scan9_sum", "test_scan9_multi_state", "test_sce_mean_weight_ii", "test_nllloss_NCd1d2_with_weight",
     "test_attention_4d_causal", "test_rotary_embedding", "test_celu", "test_layer_normalization_2d_axis0",
     "test_l2normalization_axis_1", "test_rms_normalization_2d_axis0", "test_loop11", "test_reversesequence_batch",
     "test_reduce_l2_do_not_keepdims_example", "test_reduce_sum_empty_axes_input_noop", "test_reduce_max_empty_set",
     "test_reshape_allowzero_reordered", "test_split_variable_parts_2d_opset18", "test_top_k_smallest",
+    "test_sequence_map_extract_shapes", "test_split_to_sequence_1", "test_if_opt", "test_identity_opt",
+    "test_loop16_seq_none", "test_scan_sum",
 ]
 
 

@@ -163,11 +163,3 @@ def test_a_resize_of_whole_sizes_matches_onnxruntime(model):
     x = np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32)
     got = byoc.compile(model, vendors=["dnnl"]).run([x])
     np.testing.assert_allclose(got[0], onnxruntime_outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("case", ["test_split_to_sequence_nokeepdims", "test_if_seq"])
-def test_a_sequence_output_is_refused_by_name_not_returned_as_its_tensors(case):
-    (_, model_bytes, _, _, _), = collect_cases([case])
-    with pytest.raises(byoc.UnsupportedTypeError, match=r"no tensors: \w+ \(sequence\)") as refused:
-        byoc.compile(onnx.load_from_string(model_bytes), vendors=["dnnl"])
-    assert [kind for _, kind in refused.value.values] == ["sequence_type"]

@@ -250,6 +250,15 @@ def compare(names: Sequence[str], got: Sequence[np.ndarray], want: Sequence[np.n
     quanta = quanta or {}
     checks = []
     for name, a, b in zip(names, got, want):
+        if isinstance(b, list) or b is None:  # a sequence output, each tensor compared (None: an empty optional)
+            if b is None or not isinstance(a, list) or len(a) != len(b):
+                given = "None" if a is None else f"{len(a)} tensor(s)" if isinstance(a, list) else "a tensor"
+                wanted = "None" if b is None else f"{len(b)} tensor(s)"
+                checks.append(OutputCheck(name, a is None and b is None, 0.0 if a is None and b is None
+                                          else float("inf"), "" if a is b else f"got {given}, onnxruntime gives {wanted}"))
+                continue
+            checks += compare([f"{name}[{k}]" for k in range(len(b))], a, b, quanta, half)
+            continue
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape or a.dtype != b.dtype:
             checks.append(OutputCheck(name, False, float("inf"),
@@ -341,11 +350,12 @@ def _checked(plan: PartitionPlan, inputs: Mapping[str, np.ndarray]) -> dict[str,
         raise InputError(f"inputs do not match the model: missing {missing}, unknown {unknown}; "
                          f"the model's inputs are {names}")
     for spec in plan.imported.inputs:
-        array = inputs[spec.name]
-        if array.dtype != np.dtype(spec.dtype):
-            raise InputError(f"input {spec.name!r} is {array.dtype}{list(array.shape)}, "
-                             f"the model expects {spec.describe()}")
-    bind_dims(plan.imported.inputs, [inputs[n].shape for n in names], plan.imported.dims)
+        for array in (inputs[spec.name] or []) if spec.sequence else [inputs[spec.name]]:
+            if array.dtype != np.dtype(spec.dtype):
+                raise InputError(f"input {spec.name!r} is {array.dtype}{list(array.shape)}, "
+                                 f"the model expects {spec.describe()}")
+    tensors = [spec for spec in plan.imported.inputs if not spec.sequence]
+    bind_dims(tensors, [inputs[spec.name].shape for spec in tensors], plan.imported.dims)
     return {n: inputs[n] for n in names}
 
 

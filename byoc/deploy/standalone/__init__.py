@@ -105,6 +105,13 @@ def _dim_sizes(artifact, dims) -> dict[str, int]:
     return sizes
 
 
+def _calls_host_sequences(main) -> bool:
+    """Whether ``main`` calls a sequence op of run-time length (:mod:`byoc.pipeline.frontend.run_time_sequences`)."""
+    from byoc.pipeline.annotate.annotator import HOST_SEQUENCE, op_calls
+
+    return any(op.startswith(f"{HOST_SEQUENCE}(") for _, op in op_calls(main))
+
+
 def _lowered_module(artifact, sizes: dict[str, int]):
     """The artifact's module after TVM's build pipeline up to static memory planning, its symbolic dims
     (in ``main``; the partitions keep theirs and read them per call) bound to ``sizes``."""
@@ -127,6 +134,13 @@ def _lowered_module(artifact, sizes: dict[str, int]):
             "(its iterations are known only when the model runs), which a standalone program, one pass of its "
             "steps, does not have; give the loop a trip count known when the model is compiled, or deploy the "
             "artifact's library (Artifact.export)")
+    sequences = [spec.name for spec in artifact.inputs + artifact.outputs if spec.sequence]
+    if sequences or _calls_host_sequences(artifact.plan.imported.mod["main"]):
+        where = ", ".join(map(repr, sequences)) or "inside it"
+        raise StandaloneError(
+            f"the model holds sequences whose length is known only when it runs ({where}), which the host's "
+            "sequence functions of byoc's Python runtime hold; a standalone program has no such functions: deploy "
+            "the artifact's library (Artifact.export)")
     target = artifact.target.tvm_target()
     mod = artifact.plan.mod
     if sizes:

@@ -24,6 +24,7 @@ from byoc.errors import ByocError, PolicyError
 from byoc.pipeline.annotate.shape_args import inline_shape_arguments
 from byoc.pipeline.frontend import import_model
 from byoc.pipeline.frontend.onnx_model import ImportedModel, OnnxNode
+from byoc.pipeline.frontend.run_time_sequences import HOST_FUNCTION_PREFIX
 from byoc.vendor.registry import resolve_vendors
 from byoc.vendor import SUPPORTED, Match, Vendor
 
@@ -82,6 +83,8 @@ class _Attempt:
 
 #: the op name :func:`op_calls` gives a Loop the host runs (``host_loop(loop0)``)
 HOST_LOOP = "host_loop"
+#: the op name :func:`op_calls` gives a sequence op of run-time length (``host_sequence(sequence_at0)``)
+HOST_SEQUENCE = "host_sequence"
 
 
 def op_calls(main) -> list[tuple[str, str]]:
@@ -98,8 +101,11 @@ def op_calls(main) -> list[tuple[str, str]]:
                     name = f"call_tir({value.args[0].name_hint})"
                 calls.append((binding.var.name, name))
             elif isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar):
-                # an imported main calls no function but a loop the host runs (frontend.loop_bodies)
-                calls.append((binding.var.name, f"{HOST_LOOP}({value.op.name_hint})"))
+                # an imported main calls no function but a loop the host runs (frontend.loop_bodies) or a sequence
+                # op of run-time length (frontend.run_time_sequences)
+                callee = value.op.name_hint
+                kind = HOST_SEQUENCE if callee.startswith(HOST_FUNCTION_PREFIX) else HOST_LOOP
+                calls.append((binding.var.name, f"{kind}({callee})"))
     return calls
 
 
@@ -263,6 +269,8 @@ def _reason_for(vendor: Vendor, op: str, attempts: list[_Attempt], target: Optio
     if op.startswith(f"{HOST_LOOP}("):
         return ("a loop whose iterations are known only when the model runs: the host runs it, and its body is "
                 "partitioned on its own")
+    if op.startswith(f"{HOST_SEQUENCE}("):
+        return "an op on a sequence whose length is known only when the model runs: the host runs it"
     if not mine:
         return f"no {vendor.name} rule for {op}"
     return min(mine, key=lambda a: a.size).reason  # the most specific rule speaks

@@ -33,16 +33,21 @@ from byoc.host.recorded import METADATA_FUNCTION, read_json
 from byoc.pipeline.artifact.library_file import missing_bytes, module_table_span, release_module_table
 from byoc.pipeline.artifact.weights_section import blob_objects, weights_as_sections
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
+from byoc.host.sequences import SEQUENCE_ERROR
+from byoc.pipeline.artifact.sequence_io import sequence_input, sequence_outputs, sequence_tensors
 from byoc.host.threads import check_threads, configure_host_pool, set_vendor_threads
 
 
 _UNREAD = object()  # Artifact._shared_io before the program's record is read
 
-Inputs = Union[Mapping[str, np.ndarray], Sequence[np.ndarray], np.ndarray]
+#: one input's value: an array, or for a sequence input a list of arrays (None: an empty optional)
+InputValue = Union[np.ndarray, Sequence[np.ndarray], None]
+Inputs = Union[Mapping[str, InputValue], Sequence[InputValue], np.ndarray]
 
 
 def _specs(rows) -> list[TensorSpec]:
-    return [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in rows]
+    """The metadata's rows ([name, shape, dtype], "sequence" after them for a sequence) as specs."""
+    return [TensorSpec(name, tuple(shape), dtype, sequence="sequence" in rest) for name, shape, dtype, *rest in rows]
 
 
 class Artifact:
@@ -71,8 +76,11 @@ class Artifact:
         self.index_inputs = {name: (extent, node) for name, (extent, node) in metadata.get("index_inputs", {}).items()}
         # Checked on every run: a small model's whole call takes tens of microseconds, so these are worked out once.
         self._input_dtypes = [np.dtype(spec.dtype) for spec in self.inputs]
-        self._static_shapes = (None if any(isinstance(d, str) for spec in self.inputs for d in spec.shape)
-                               else [tuple(spec.shape) for spec in self.inputs])
+        #: sequences given or returned as lists (:mod:`byoc.host.sequences`): a run takes a slower path for them
+        self._sequences = any(spec.sequence for spec in self.inputs + self.outputs)
+        self._tensor_inputs = [spec for spec in self.inputs if not spec.sequence]
+        self._static_shapes = (None if any(isinstance(d, str) for spec in self._tensor_inputs for d in spec.shape)
+                               else [tuple(spec.shape) for spec in self._tensor_inputs])
         # The input shapes of the last call whose dims checked out: a decoder's steps repeat one shape per bucket,
         # and binding the dims again took a quarter of the call's Python (9 of 40 us).
         self._shapes_checked: Optional[list] = None
@@ -276,6 +284,9 @@ class Artifact:
         themselves where their addresses suit every reader of them, else copies (:mod:`byoc.host.run_io`)."""
         record = self._run_io()
         alignment = record["input_alignment"] if record else [None] * len(arrays)
+        if self._sequences:
+            return [sequence_tensors(a) if spec.sequence else tvm_tensor(a, need)
+                    for spec, a, need in zip(self.inputs, arrays, alignment)]
         return [tvm_tensor(a, need) for a, need in zip(arrays, alignment)]
 
     @property
@@ -292,8 +303,9 @@ class Artifact:
             self._shared_io = read_json(self._vm(), RUN_IO_FUNCTION)
         return self._shared_io
 
-    def check_inputs(self, inputs: Inputs) -> list[np.ndarray]:
-        """Inputs as arrays in ONNX order, or an InputError that names the problem."""
+    def check_inputs(self, inputs: Inputs) -> list:
+        """Inputs as arrays in ONNX order (a list of arrays for a sequence input), or an InputError that names the
+        problem."""
         specs = self.inputs
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
@@ -319,6 +331,9 @@ class Artifact:
                 )
         checked = []
         for spec, dtype, value in zip(specs, self._input_dtypes, arrays):
+            if spec.sequence:
+                checked.append(sequence_input(spec, value))
+                continue
             array = value if type(value) is np.ndarray else np.asarray(value)
             if array.dtype is not dtype and array.dtype != dtype:
                 raise InputDtypeError(
@@ -329,9 +344,10 @@ class Artifact:
                 array = np.ascontiguousarray(array)
             checked.append(array)
             self.check_index_input(spec.name, array)
-        shapes = [a.shape for a in checked]
+        shapes = ([a.shape for s, a in zip(specs, checked) if not s.sequence] if self._sequences
+                  else [a.shape for a in checked])
         if shapes != self._static_shapes and shapes != self._shapes_checked:
-            sizes = bind_dims(specs, shapes, self.dims)  # or names what is wrong
+            sizes = bind_dims(self._tensor_inputs, shapes, self.dims)  # or names what is wrong
             _check_sizes_only(sizes, self.metadata.get("sizes_only", {}))
             self._shapes_checked = shapes
         return checked
@@ -357,8 +373,9 @@ class Artifact:
 
         return run_emulated(self, inputs)
 
-    def run(self, inputs: Inputs) -> list[np.ndarray]:
-        """Run the model; returns numpy arrays in ONNX output order."""
+    def run(self, inputs: Inputs) -> list:
+        """Run the model; returns numpy arrays in ONNX output order (for a sequence output, a list of arrays, or
+        None for an empty optional: :class:`~byoc.pipeline.frontend.onnx_model.TensorSpec`)."""
         return self.run_bound(self.tvm_inputs(self.check_inputs(inputs)))
 
     def bind(self, inputs: Inputs) -> list:
@@ -372,6 +389,8 @@ class Artifact:
         viewed (its address does not suit the program's readers of it, :mod:`byoc.host.run_io`; allocate it
         with :func:`aligned_zeros` at :attr:`input_alignment`) is an :class:`InputError`.
         """
+        if self._sequences:
+            raise InputError("a model that takes or returns sequences cannot be bound: run it with run()")
         arrays = self.check_inputs(inputs)
         tensors = self.tvm_inputs(arrays)
         if isinstance(inputs, Mapping):
@@ -389,6 +408,8 @@ class Artifact:
         try:
             result = self._main()(*tensors)
         except Exception as err:  # TVM's VM raises its own error types
+            if SEQUENCE_ERROR in str(err):  # a position or split the sequence does not allow (byoc.host.sequences)
+                raise InputError(str(err).split(SEQUENCE_ERROR, 1)[1].splitlines()[0]) from None
             if "match_cast" not in str(err):
                 raise
             # the importer's run-time checks where no analysis of the dims could tell (byoc.pipeline.frontend.importer,
@@ -406,6 +427,8 @@ class Artifact:
                 "a Loop the host runs "
                 "carries whose shape changes from one iteration to the next, which the loop keeps): "
                 f"{last_line(err).strip()}") from None
+        if self._sequences:
+            return sequence_outputs(result, self.outputs)
         record = self._run_io()
         return vm_outputs(result, record["fresh_outputs"] if record else None)
 

@@ -195,8 +195,9 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
             "byoc_version": __version__,
             "target": target.name,
             "mcpu": target.mcpu,
-            "inputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.inputs],
-            "outputs": [[s.name, list(s.shape), s.dtype] for s in plan.imported.outputs],
+            # [name, shape, dtype], and "sequence" after them for a sequence of tensors
+            "inputs": [_spec_row(s) for s in plan.imported.inputs],
+            "outputs": [_spec_row(s) for s in plan.imported.outputs],
             # each symbolic dim of the inputs -> [min, max (null: unbounded)]
             "dims": {name: [d.min, d.max] for name, d in plan.imported.dims.items()},
             # input -> [extent, Gather node] for inputs that index a constant's Gather directly (token ids)
@@ -227,6 +228,11 @@ def _metadata(plan: PartitionPlan, target: TargetPreset, memory: dict,
         },
         sort_keys=True,
     )
+
+
+def _spec_row(spec) -> list:
+    """A model input's or output's row of the metadata (``Artifact``'s specs read it back)."""
+    return [spec.name, list(spec.shape), spec.dtype] + (["sequence"] if spec.sequence else [])
 
 
 def _input_alignment(plan: PartitionPlan) -> dict[str, int]:

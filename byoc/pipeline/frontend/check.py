@@ -145,16 +145,29 @@ def check_tensor_sizes(graph: onnx.GraphProto) -> None:
 
 
 def check_tensor_values(graph: onnx.GraphProto) -> None:
-    """An :class:`UnsupportedTypeError` naming the graph's inputs and outputs that are sequences or maps: an
-    artifact takes and returns tensors (an optional tensor is one), and a sequence returned as its tensors would be
-    another answer than the model's."""
-    others = [(vi.name, vi.type.WhichOneof("value")) for vi in (*graph.input, *graph.output)
-              if vi.type.WhichOneof("value") in ("sequence_type", "map_type")]
+    """An :class:`UnsupportedTypeError` naming the graph's inputs and outputs that are neither tensors nor
+    sequences of tensors (an optional of either is one of them): maps, sequences of sequences or of maps. An
+    artifact takes and returns arrays, and lists of arrays for sequences
+    (:mod:`~byoc.pipeline.frontend.run_time_sequences`)."""
+    others = [(vi.name, _value_kind(vi.type)) for vi in (*graph.input, *graph.output)]
+    others = [(name, kind) for name, kind in others if kind not in ("tensor", "sequence")]
     if others:
-        listed = ", ".join(f"{name} ({kind.removesuffix('_type')})" for name, kind in others)
+        listed = ", ".join(f"{name} ({kind})" for name, kind in others)
         raise UnsupportedTypeError(
-            f"graph inputs or outputs that are no tensors: {listed}; byoc runs models whose inputs and outputs are "
-            "tensors (give or return the sequence's elements, or their concatenation, instead)", others)
+            f"graph inputs or outputs that are neither tensors nor sequences of tensors: {listed}; byoc runs models "
+            "whose inputs and outputs are tensors or sequences of tensors (give or return the map's values, or the "
+            "inner sequences' concatenation, instead)", others)
+
+
+def _value_kind(type_proto: onnx.TypeProto) -> str:
+    """"tensor", "sequence" (of tensors), or what else a graph's value is (an optional is what it holds)."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "optional_type":
+        return _value_kind(type_proto.optional_type.elem_type)
+    if kind == "sequence_type":
+        inner = _value_kind(type_proto.sequence_type.elem_type)
+        return "sequence" if inner == "tensor" else f"sequence of {inner}s"
+    return "tensor" if kind is None else kind.removesuffix("_type")  # a writer may leave an output untyped
 
 
 def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.ModelProto:

@@ -19,7 +19,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 from tvm.relax.frontend.onnx.onnx_frontend import ONNXGraphImporter
 
-from byoc.pipeline.frontend import matmul_nbits
+from byoc.pipeline.frontend import matmul_nbits, run_time_sequences
 from byoc.pipeline.frontend.max_pool_indices import max_pool_indices
 from byoc.pipeline.frontend.affine_grid import affine_grid_of_run_time_size
 from byoc.pipeline.frontend.col2im import col2im
@@ -77,6 +77,8 @@ class ProvenanceImporter(ONNXGraphImporter):
         self.absorbed: dict[str, str] = {}
         #: the Loops the host runs, in import order (:mod:`byoc.pipeline.frontend.loop_bodies`)
         self.loops: list[LoopSpec] = []
+        #: each sequence of run-time length -> (rank, dtype) of its tensors (:mod:`run_time_sequences`)
+        self.sequence_elements: dict = {}
 
     def _dim(self, text: str):
         """A symbolic dim's TIR variable, or the expression of them a dim named by one is (shapes.name_dims)."""
@@ -113,6 +115,15 @@ class ProvenanceImporter(ONNXGraphImporter):
         finally:
             onnx_frontend.onnx_input = plain
 
+    def _parse_graph_input(self, graph):
+        """TVM's inputs; a sequence input (or optional sequence) is an ``R.Object`` of run-time length."""
+        super()._parse_graph_input(graph)
+        for vi in graph.input:
+            if run_time_sequences.run_time_value_type(vi.type) and vi.name in self._inputs:
+                var = relax.Var(self._nodes[vi.name].name, relax.ObjectType())
+                self._nodes[vi.name] = self._inputs[vi.name] = var
+                self.sequence_elements[var] = run_time_sequences.element_type(vi.type)
+
     def _check_for_unsupported_ops(self, graph):
         """TVM's check, which knows no contrib op, on the graph without the contrib ops byoc converts itself."""
         plain = onnx.GraphProto()
@@ -133,6 +144,9 @@ class ProvenanceImporter(ONNXGraphImporter):
     def _convert_operator(self, op_name, inputs, attrs, opset):
         node = OnnxNode(attrs["tvm_custom"]["name"], op_name)
         self.current_node = node
+        if op_name in ("Squeeze", "Unsqueeze") and len(inputs) > 1 and is_tensor_const(inputs[1]) \
+                and const_array(inputs[1]).ndim == 0:  # one axis as a scalar, which onnxruntime takes; TVM does not
+            inputs[1] = relax.const(const_array(inputs[1]).reshape(1))
         if op_name == "Clip":
             sym = self._convert_clip(inputs, attrs, opset)
         elif op_name == "MatMulNBits":  # com.microsoft: TVM's importer reads no op domain (check_supported_ops)
@@ -160,6 +174,9 @@ class ProvenanceImporter(ONNXGraphImporter):
             pass
         elif op_name == "Col2Im" and (sym := col2im(inputs, attrs, self.bb)) is not None:
             pass
+        elif op_name in run_time_sequences.SEQUENCE_OPS and (sym := run_time_sequences.convert(
+                op_name, node.name, inputs, attrs, self.sequence_elements, self.bb, self.scope)) is not None:
+            pass
         elif op_name == "Det":
             sym = determinant(node.name, inputs, self.bb)
         elif op_name == "DeformConv":
@@ -174,7 +191,7 @@ class ProvenanceImporter(ONNXGraphImporter):
             outer = {name: _shape_value_as_tensor(self._nodes[name], self.bb) for name in loop_reads(attrs["body"])
                      if name in self._nodes}
             values = [_shape_value_as_tensor(x, self.bb) for x in inputs]
-            sym, spec = convert_loop(self.bb, node.name, symbol, values, attrs, outer, opset)
+            sym, spec = convert_loop(self.bb, node.name, symbol, values, attrs, outer, opset, self.sequence_elements)
             self.loops.append(spec)
         elif op_name == "NonMaxSuppression" and any(
                 limit is not None and not isinstance(limit, tvm.ir.expr.Constant) for limit in inputs[2:5]):

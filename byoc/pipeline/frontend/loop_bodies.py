@@ -22,11 +22,14 @@ outputs) runs on the host, as onnxruntime runs it on its CPU provider.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from byoc.errors import UnsupportedAttributeError
+from byoc.pipeline.frontend import run_time_sequences
 from byoc.pipeline.frontend.onnx_model import LoopSpec, all_graphs, subgraphs
 from byoc.vendor.values import const_array, dim_text, is_tensor_const
 
@@ -37,11 +40,15 @@ __all__ = ["PLACEHOLDER", "check_body", "convert_loop", "element_type", "loop_re
 PLACEHOLDER = "byoc.host_loop_placeholder"
 
 
-def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: dict, opset: int):
+def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: dict, opset: int,
+                 sequences: Optional[dict] = None):
     """The placeholder of Loop node ``name`` and its :class:`LoopSpec`: ``(expr, spec)``.
 
     ``inputs`` are the node's Relax inputs (None for an absent one), ``attrs`` its attributes (``body`` the
     graph), ``outer`` the importer's values by ONNX name (what the body may read from the enclosing graph).
+    A carried or captured sequence (a tuple, or one of run-time length: ``sequences`` maps those to the rank and
+    dtype of their tensors) is one of run-time length in the loop (:mod:`run_time_sequences`): a loop that appends
+    to a sequence changes its length. The loop's carried sequences are added to ``sequences``.
     Raises :class:`~byoc.errors.UnsupportedAttributeError` naming the node for a form the host loop cannot run.
     """
     from tvm import relax, tirx
@@ -54,9 +61,11 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
     if trip is None and cond is None:
         raise refuse("a loop with neither a trip count nor a condition runs without bound",
                      "give it a trip count (ONNX Loop's input M)")
+    sequences = {} if sequences is None else sequences
     for k, value in enumerate(carried):
-        if not _is_tensor(value):
-            raise refuse(f"its carried value {k} is not a tensor", "carry tensors")
+        if not _is_tensor(value) and not _is_sequence(value):
+            raise refuse(f"its carried value {k} is neither a tensor nor a sequence of tensors",
+                         "carry tensors or sequences")
     n_carried = len(carried)
     n_scan = len(body.output) - 1 - n_carried
     if len(body.input) != 2 + n_carried or n_scan < 0:
@@ -68,15 +77,15 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
         value = outer.get(outer_name)
         if value is not None and is_tensor_const(value):
             constants.append(numpy_helper.from_array(const_array(value), outer_name))
-        elif _is_tensor(value):
+        elif _is_tensor(value) or _is_sequence(value):
             captured.append((outer_name, value))
         else:
             raise refuse(f"its body reads {outer_name!r}, which is not a tensor of the enclosing graph",
                          "pass it to the loop as a tensor")
     typed = [helper.make_tensor_value_info(body.input[0].name, onnx.TensorProto.INT64, []),
              helper.make_tensor_value_info(body.input[1].name, onnx.TensorProto.BOOL, [])]
-    typed += [_value_info(vi.name, value) for vi, value in zip(body.input[2:], carried)]
-    typed += [_value_info(outer_name, value) for outer_name, value in captured]
+    typed += [_value_info(vi.name, value, sequences, vi.type) for vi, value in zip(body.input[2:], carried)]
+    typed += [_value_info(outer_name, value, sequences) for outer_name, value in captured]
     model = _body_model(name, body, typed, constants, opset)
     inferred = onnx.shape_inference.infer_shapes(model).graph.output
     elements, scan_types = [], []
@@ -93,11 +102,14 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
         args.append(_scalar(bb, trip, "int64"))
     args.append(_scalar(bb, cond, "bool") if cond is not None else relax.const(True))
     args += carried + [value for _, value in captured]
-    types = [value.ty for value in carried] + [relax.TensorType(dtype=dtype, ndim=len(element) + 1)
-                                               for dtype, element in zip(scan_types, elements)]
+    types = [_carried_type(value) for value in carried] + [relax.TensorType(dtype=dtype, ndim=len(element) + 1)
+                                                           for dtype, element in zip(scan_types, elements)]
     call = bb.emit(relax.Call(_placeholder(bb, symbol, args, types), args), symbol)
     iterations = tirx.Var(f"{symbol}_iterations", "int64")
     outputs = [bb.emit(relax.TupleGetItem(call, k)) for k in range(n_carried)]
+    for value, typed_input, output in zip(carried, typed[2:], outputs):
+        if _is_sequence(value):
+            sequences[output] = run_time_sequences.element_type(typed_input.type)
     # an element dim the import cannot tell (one of the body's symbolic dims) is a new variable the run binds
     outputs += [bb.match_cast(relax.TupleGetItem(call, n_carried + j), relax.TensorType(
         [iterations, *[tirx.Var(f"{symbol}_scan{j}_dim{k}", "int64") if d is None else d
@@ -115,7 +127,7 @@ def _placeholder(bb, symbol: str, args: list, types: list):
     from tvm import relax
     from tvm.relax.utils import copy_with_new_vars
 
-    params = [relax.Var(f"arg{k}", arg.ty) for k, arg in enumerate(args)]
+    params = [relax.Var(f"arg{k}", _carried_type(arg)) for k, arg in enumerate(args)]
     result = relax.op.call_pure_packed(PLACEHOLDER, *params, ty_args=[relax.TupleType(types)])
     return bb.add_func(copy_with_new_vars(relax.Function(params, result, relax.TupleType(types))), symbol)
 
@@ -140,6 +152,10 @@ def check_body(spec: LoopSpec, main) -> None:
         raise refuse(f"its body imports with {len(fields)} outputs, not {1 + spec.carried + spec.scans}")
     params = list(main.params)
     for k, (given, returned) in enumerate(zip((p.ty for p in params[2:2 + spec.carried]), fields[1:])):
+        if isinstance(given, relax.ObjectType):  # a sequence: it leaves the body a sequence
+            if not isinstance(returned, (relax.ObjectType, relax.TupleType)):
+                raise refuse(f"carried value {k} enters the body as a sequence and leaves it as {_type_text(returned)}")
+            continue
         if not _may_equal(given, returned, list(given.shape.values)):
             raise refuse(f"carried value {k} enters the body as {_type_text(given)} and leaves it as "
                          f"{_type_text(returned)}")
@@ -187,6 +203,21 @@ def _at(values: list, index: int):
     return values[index] if index < len(values) else None
 
 
+def _is_sequence(value) -> bool:
+    """A sequence of tensors: a tuple (its length known), or one of run-time length."""
+    from tvm import relax
+
+    return run_time_sequences.is_run_time_sequence(value) or (
+        isinstance(value, relax.Expr) and isinstance(getattr(value, "ty", None), relax.TupleType))
+
+
+def _carried_type(value):
+    """The type a loop's function takes ``value`` as: a sequence's is of run-time length."""
+    from tvm import relax
+
+    return relax.ObjectType() if _is_sequence(value) else value.ty
+
+
 def _is_tensor(value) -> bool:
     from tvm import relax
 
@@ -205,8 +236,20 @@ def _scalar(bb, value, dtype: str):
     return bb.normalize(value)
 
 
-def _value_info(name: str, value) -> onnx.ValueInfoProto:
-    """An ONNX type for the Relax tensor ``value``: static dims as ints, symbolic ones by their names."""
+def _value_info(name: str, value, sequences: dict, declared: Optional[onnx.TypeProto] = None) -> onnx.ValueInfoProto:
+    """An ONNX type for the Relax tensor ``value``: static dims as ints, symbolic ones by their names. For a
+    sequence, the ``declared`` sequence type where the body declares one, else of tensors of the rank and dtype
+    ``sequences`` knows (of a tuple: its tensors')."""
+    if _is_sequence(value):
+        if declared is not None and run_time_sequences.run_time_value_type(declared):
+            return helper.make_value_info(name, declared)
+        rank, dtype = sequences.get(value) or run_time_sequences.tuple_elements(value)
+        if not dtype:
+            raise UnsupportedAttributeError(f"the loop's sequence {name!r} holds tensors whose type the import "
+                                            "cannot tell; declare the body's sequence input with its tensor type")
+        elem = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                             None if rank < 0 else [None] * rank)
+        return helper.make_value_info(name, helper.make_sequence_type_proto(elem))
     dims = [dim_text(d) for d in value.ty.shape.values]
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(str(value.ty.dtype)))
     return helper.make_tensor_value_info(name, elem, [d if isinstance(d, int) else str(d) for d in dims])

@@ -24,12 +24,17 @@ class TensorSpec:
     """Name, shape and dtype of a model input or output.
 
     Each dim of ``shape`` is a size, or the name (an expression, for an
-    output: ``"sequence_length*2"``) of a symbolic dim.
+    output: ``"sequence_length*2"``) of a symbolic dim. A ``sequence`` is an
+    ONNX sequence (or optional sequence) of tensors of ``dtype``, given and
+    returned as a list of arrays (None for an empty optional), its length known
+    when the model runs; ``shape`` is what the model declares of each tensor
+    (``()`` where it declares no rank), which a run does not bind.
     """
 
     name: str
     shape: tuple[Union[int, str], ...]
     dtype: str
+    sequence: bool = False
 
     @property
     def is_static(self) -> bool:
@@ -43,8 +48,9 @@ class TensorSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
     def describe(self) -> str:
-        """``float32[batch, 3, 224, 224]``."""
-        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        """``float32[batch, 3, 224, 224]``; ``sequence(float32[n])``."""
+        text = f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+        return f"sequence({text})" if self.sequence else text
 
 
 @dataclass(frozen=True)

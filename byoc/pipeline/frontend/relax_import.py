@@ -34,7 +34,8 @@ from byoc.pipeline.frontend.onnx_model import (DimRange, HostLoop, ImportedModel
                                                name_nodes)
 from byoc.pipeline.frontend.prepare import prepare
 from byoc.pipeline.frontend.prepare.simplify import QUIET_LOCK
-from byoc.pipeline.frontend.shapes import apply_input_shapes, model_inputs, name_dims
+from byoc.pipeline.frontend.run_time_sequences import element_type
+from byoc.pipeline.frontend.shapes import tensor_type_of, apply_input_shapes, model_inputs, name_dims
 
 #: progress of the long stages, for an application that wants it (the library never configures logging)
 _log = logging.getLogger(__name__)
@@ -125,9 +126,15 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     from byoc.vendor.values import dim_text
 
     ret = mod["main"].ret_ty if hasattr(mod["main"], "ret_ty") else mod["main"].body.ty
-    fields = list(ret.fields) if isinstance(ret, relax.TupleType) else [ret]
+    fields = list(ret.fields) if len(model.graph.output) > 1 else [ret]
     specs = []
     for vi, ty in zip(model.graph.output, fields):
+        if isinstance(ty, (relax.ObjectType, relax.TupleType)):  # a sequence (a tuple where its length is known)
+            rank, dtype = element_type(vi.type)
+            declared = tensor_type_of(vi).shape.dim if rank >= 0 else []
+            shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in declared)
+            specs.append(TensorSpec(vi.name, shape, dtype, sequence=True))
+            continue
         if isinstance(ty, relax.ShapeType):  # an output that is a Shape op's result: its ints, one per dim
             specs.append(TensorSpec(vi.name, (ty.ndim,), "int64"))
             continue

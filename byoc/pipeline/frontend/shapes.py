@@ -11,6 +11,7 @@ import onnx
 
 from byoc.errors import DynamicShapeError
 from byoc.pipeline.frontend.onnx_model import DimRange, TensorSpec
+from byoc.pipeline.frontend.run_time_sequences import run_time_value_type
 
 
 def graph_inputs(graph: onnx.GraphProto):
@@ -35,7 +36,7 @@ def apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
         )
     overrides = []
     for name, shape in input_shapes.items():
-        dims = _tensor_type(inputs[name]).shape
+        dims = tensor_type_of(inputs[name]).shape
         declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims.dim]
         if declared and len(declared) != len(shape):
             raise DynamicShapeError(f"input_shapes[{name!r}] = {list(shape)} has rank {len(shape)}, but the model's "
@@ -63,17 +64,19 @@ def apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
     return overrides
 
 
-def _tensor_type(vi: onnx.ValueInfoProto):
-    """The tensor type of a graph input, also when it is an optional holding a tensor."""
-    if vi.type.HasField("optional_type") and vi.type.optional_type.elem_type.HasField("tensor_type"):
+def tensor_type_of(vi: onnx.ValueInfoProto):
+    """The tensor type of a graph input, also when it is an optional holding a tensor, and the type of the
+    tensors of a sequence input (or optional sequence)."""
+    type_proto = vi.type
+    while type_proto.WhichOneof("value") in ("optional_type", "sequence_type"):
         # TVM's importer passes an optional tensor through as the tensor itself.
-        return vi.type.optional_type.elem_type.tensor_type
-    return vi.type.tensor_type
+        type_proto = getattr(type_proto, type_proto.WhichOneof("value")).elem_type
+    return type_proto.tensor_type
 
 
 def _declared_dims(vi: onnx.ValueInfoProto) -> Optional[list]:
     """An input's dims as the model declares them (a size, a name, or "?"), None for an unknown rank."""
-    ttype = _tensor_type(vi)
+    ttype = tensor_type_of(vi)
     if not ttype.HasField("shape"):
         return None
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in ttype.shape.dim]
@@ -91,10 +94,10 @@ def name_dims(model: onnx.ModelProto, fixed: Mapping[str, int], ranges: Mapping)
     from byoc.pipeline.frontend.dims import dim_expression, evaluate_dim
 
     seen: set[str] = set()
-    plain = {d.dim_param for vi in graph_inputs(model.graph) if _tensor_type(vi).HasField("shape")
-             for d in _tensor_type(vi).shape.dim if d.dim_param.isidentifier()}
+    plain = {d.dim_param for vi in graph_inputs(model.graph) if tensor_type_of(vi).HasField("shape")
+             for d in tensor_type_of(vi).shape.dim if d.dim_param.isidentifier()}
     for vi in graph_inputs(model.graph):
-        ttype = _tensor_type(vi)
+        ttype = tensor_type_of(vi)
         if not ttype.HasField("shape"):
             continue
         for axis, dim in enumerate(ttype.shape.dim):
@@ -176,13 +179,16 @@ def model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tupl
     may_be_empty = dims_that_may_be_empty(model)
     for vi in graph_inputs(model.graph):
         declared = _declared_dims(vi)
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor_type_of(vi).elem_type))
+        if run_time_value_type(vi.type):  # a sequence's tensors: each its own shape, which a run does not bind
+            specs.append(TensorSpec(vi.name, tuple(declared or ()), dtype, sequence=True))
+            continue
         if declared is None:
             unknown_rank[vi.name] = None
             continue
         for d in declared:
             if isinstance(d, str) and d.isidentifier():  # not an expression of dims (name_dims)
                 dims.setdefault(d, ranges.get(d, DimRange(d, 0 if d in may_be_empty else 1)))
-        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(_tensor_type(vi).elem_type))
         specs.append(TensorSpec(vi.name, tuple(declared), dtype))
     if unknown_rank:
         raise DynamicShapeError(_dynamic_shapes_message(unknown_rank))

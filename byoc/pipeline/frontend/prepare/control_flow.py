@@ -26,6 +26,9 @@ lowers both ops for static shapes, as this does.
   the slices stacked along its axis. Any other Scan (a length known only when
   the model runs, more steps than :data:`MAX_UNROLLED_NODES` allows, scan
   outputs of 0 steps) becomes a Loop the host runs (:meth:`_Unroller._scan_as_loop`).
+* **Scan** at opset 8, whose states and scan inputs lead with a batch axis the
+  body does not see: unrolled per batch entry and step where both are static
+  and each entry scans the whole length (:meth:`_Unroller._batched_scan`).
 
 Nodes of iteration ``k`` are named ``<loop node>/<k>/<body node>`` and their
 values ``<loop node>/<k>/<body value>``. Subgraphs inside a body (an ``If``)
@@ -34,7 +37,8 @@ outside in, each pass taking what the last one exposed.
 
 What cannot run raises :class:`~byoc.errors.UnsupportedAttributeError` naming
 the node and why: a loop with neither trip count nor condition (unbounded),
-a Scan before opset 9, a Scan the host would run whose scanned tensors have no
+a Scan before opset 9 over a batch or length only the run tells (or entries of
+several lengths), a Scan the host would run whose scanned tensors have no
 known rank, or a reverse scan output of one before opset 10.
 """
 
@@ -183,8 +187,7 @@ class _Unroller:
     # -- Scan ----------------------------------------------------------------------------------------------------
     def _scan(self, node: onnx.NodeProto, body: onnx.GraphProto) -> Optional[list[onnx.NodeProto]]:
         if self.opset < 9:
-            self._cannot(node, "Scan before opset 9 (with a batch axis)", "export at opset 9 or later")
-            return None
+            return self._batched_scan(node, body)
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
         n_scan_in = int(attrs["num_scan_inputs"])
         n_state = len(node.input) - n_scan_in
@@ -225,6 +228,61 @@ class _Unroller:
         for i, (items, axis, reverse) in enumerate(zip(scans, out_axes, out_dirs)):
             finals.append(self._stack(nodes, items[::-1] if reverse else items, axis, f"{prefix}/scan_{i}"))
         return nodes + self._bind_outputs(node, finals)
+
+    def _batched_scan(self, node: onnx.NodeProto, body: onnx.GraphProto) -> Optional[list[onnx.NodeProto]]:
+        """Opset 8's Scan, whose states and scan inputs have a batch axis first (the scan inputs' sequence axis
+        second) that the body does not see: unrolled per batch entry and step, where both are static and every
+        entry's length is the whole axis (``sequence_lens`` absent, or a constant of that length each)."""
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
+        n_scan_in = int(attrs["num_scan_inputs"])
+        lengths_input, states_in = node.input[0], list(node.input[1:len(node.input) - n_scan_in])
+        scan_inputs = list(node.input[len(node.input) - n_scan_in:])
+        n_state, n_scan_out = len(states_in), len(body.output) - len(states_in)
+        directions = list(attrs.get("directions", [0] * n_scan_in))
+        shapes = [self._shape(name) for name in scan_inputs]
+        sizes = {tuple(shape[:2]) if shape is not None and len(shape) >= 2 else None for shape in shapes}
+        batch, length = next(iter(sizes)) if len(sizes) == 1 and None not in sizes else (None, None)
+        if not isinstance(batch, int) or not isinstance(length, int):
+            self._cannot(node, "Scan before opset 9 (with a batch axis) over a batch or length known only when the "
+                         "model runs", "export at opset 9 or later, or give the input shapes")
+            return None
+        given = self.constants.get(lengths_input) if lengths_input else None
+        if lengths_input and (given is None or np.any(np.asarray(given) != length)):
+            self._cannot(node, "Scan before opset 9 with sequence_lens that are not each the whole length",
+                         "export at opset 9 or later")
+            return None
+        if not length or not self._fits(body, batch * length):
+            self._cannot(node, "Scan before opset 9 (with a batch axis) of more steps than byoc unrolls",
+                         "export at opset 9 or later")
+            return None
+        prefix = node.name
+        nodes: list[onnx.NodeProto] = []
+        finals: list[list[str]] = [[] for _ in range(n_state + n_scan_out)]
+        for b in range(batch):
+            at_b = self._constant(f"{prefix}/batch_{b}", np.array(b, dtype=np.int64))
+            states = [self._node(nodes, "Gather", [name, at_b], f"{prefix}/{b}/state_{k}", axis=0)
+                      for k, name in enumerate(states_in)]
+            entries = [self._node(nodes, "Gather", [name, at_b], f"{prefix}/{b}/input_{i}", axis=0)
+                       for i, name in enumerate(scan_inputs)]
+            scans: list[list[str]] = [[] for _ in range(n_scan_out)]
+            for t in range(length):
+                rename = dict(zip((vi.name for vi in body.input[:n_state]), states))
+                for i, (entry, reverse) in enumerate(zip(entries, directions)):
+                    index = self._constant(f"{prefix}/step_{length - 1 - t if reverse else t}",
+                                           np.array(length - 1 - t if reverse else t, dtype=np.int64))
+                    rename[body.input[n_state + i].name] = self._node(
+                        nodes, "Gather", [entry, index], f"{prefix}/{b}/{t}/slice_{i}", axis=0)
+                iteration, outputs = self._inline(body, rename, f"{prefix}/{b}/{t}")
+                nodes += iteration
+                states = outputs[:n_state]
+                for i, value in enumerate(outputs[n_state:]):
+                    scans[i].append(self._node(nodes, "Unsqueeze", [value], f"{prefix}/{b}/{t}/stacked_{i}", axes=[0]))
+            entry_values = states + [self._stack(nodes, items, 0, f"{prefix}/{b}/scan_{i}")
+                                     for i, items in enumerate(scans)]
+            for k, value in enumerate(entry_values):
+                finals[k].append(self._node(nodes, "Unsqueeze", [value], f"{prefix}/{b}/batched_{k}", axes=[0]))
+        return nodes + self._bind_outputs(node, [self._stack(nodes, items, 0, f"{prefix}/output_value_{k}")
+                                                 for k, items in enumerate(finals)])
 
     def _scan_as_loop(self, node: onnx.NodeProto, body: onnx.GraphProto, n_state: int, in_axes: list,
                       in_dirs: list, out_axes: list, out_dirs: list) -> Optional[list[onnx.NodeProto]]:
