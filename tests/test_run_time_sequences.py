@@ -250,3 +250,22 @@ def test_a_standalone_program_is_refused_by_name():
     artifact = byoc.compile(_positions_model(), vendors=["dnnl"])
     with pytest.raises(StandaloneError, match=r"sequences whose length is known only when it runs \('seq', 'erased'\)"):
         artifact.export_standalone("/nonexistent/never-written", dims={"e": 2})
+
+
+def test_an_optional_sequence_input_may_be_none_and_reading_an_empty_optional_is_refused():
+    optional = helper.make_optional_type_proto(FLOAT_SEQ)
+    model = _model([helper.make_node("OptionalHasElement", ["maybe"], ["has"], name="has"),
+                    helper.make_node("Identity", ["maybe"], ["same"], name="same")],
+                   [helper.make_value_info("maybe", optional)],
+                   [helper.make_tensor_value_info("has", TensorProto.BOOL, []), helper.make_value_info("same", optional)])
+    artifact = byoc.compile(model, vendors=["dnnl"])
+    has, same = artifact.run({"maybe": None})
+    assert not has and same is None
+    has, same = artifact.run({"maybe": [_rand(2)]})
+    assert has and len(same) == 1
+    empty = _model([helper.make_node("Optional", [], ["none"], name="none", type=FLOAT_SEQ),
+                    helper.make_node("OptionalGetElement", ["none"], ["got"], name="get")], [],
+                   [_seq("got")])
+    with pytest.raises(byoc.UnsupportedAttributeError, match="OptionalGetElement node 'get' reads an Optional that "
+                                                             "is always empty"):
+        byoc.compile(empty, vendors=["dnnl"])

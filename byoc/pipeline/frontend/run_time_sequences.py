@@ -18,7 +18,7 @@ from typing import Optional
 
 import onnx
 
-from byoc.errors import UnsupportedTypeError
+from byoc.errors import UnsupportedAttributeError, UnsupportedTypeError
 from byoc.vendor.values import const_array, is_tensor_const
 
 __all__ = ["HOST_FUNCTION_PREFIX", "SEQUENCE_OPS", "convert", "element_type", "is_run_time_sequence", "run_time_value_type",
@@ -115,6 +115,9 @@ def convert(op: str, name: str, inputs: list, attrs: dict, elements: dict, bb, s
             return relax.const(False, "bool")
         if run_time:
             return call("byoc.optional.has_element", seq, ty=relax.TensorType((), "bool"))
+    if op == "OptionalGetElement" and _is_null(seq):
+        raise UnsupportedAttributeError(f"OptionalGetElement node {name!r} reads an Optional that is always empty "
+                                        "(ONNX makes that an error); read it only where it holds a value", node=name)
     if op == "OptionalGetElement" and run_time:
         return sequence(call("byoc.optional.get_element", seq, ty=relax.ObjectType()), *held)
     return None
@@ -171,9 +174,9 @@ def _split_at_run_time(data, split, attrs: dict) -> bool:
 def tuple_elements(value) -> tuple[int, str]:
     """(rank, dtype) of the tensors of a sequence held as a tuple, where they all agree ((-1, "") if not)."""
     fields = getattr(getattr(value, "ty", None), "fields", None) or []
-    kinds = {(f.ndim, str(f.dtype)) for f in fields if hasattr(f, "ndim")}
-    return kinds.pop() if len(kinds) == 1 and len(fields) == len([f for f in fields if hasattr(f, "ndim")]) \
-        else (-1, "")
+    tensors = [f for f in fields if hasattr(f, "ndim")]
+    kinds = {(f.ndim, str(f.dtype)) for f in tensors}
+    return kinds.pop() if len(kinds) == 1 and len(tensors) == len(fields) else (-1, "")
 
 
 def _tensor_type(name: str, op: str, rank: int, dtype: str):
