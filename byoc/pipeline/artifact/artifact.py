@@ -428,7 +428,7 @@ class Artifact:
                 "carries whose shape changes from one iteration to the next, which the loop keeps): "
                 f"{last_line(err).strip()}") from None
         if self._sequences:
-            return sequence_outputs(result, self.outputs)
+            return sequence_outputs(result, self.outputs, vm_outputs)
         record = self._run_io()
         return vm_outputs(result, record["fresh_outputs"] if record else None)
 

@@ -9,7 +9,7 @@ paths: the run of a model of tensors alone does not pay for them.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -47,11 +47,9 @@ def sequence_tensors(arrays: Optional[list[np.ndarray]]):
     return None if arrays is None else make_sequence([runtime.tensor(a) for a in arrays])
 
 
-def sequence_outputs(result, specs: list[TensorSpec]) -> list:
+def sequence_outputs(result, specs: list[TensorSpec], vm_outputs: Callable[[object], list]) -> list:
     """A run's ``result`` as its outputs in ONNX order: an array per tensor output, a list of arrays per sequence
-    output (None for an empty optional). Each array is a copy."""
-    from byoc.pipeline.artifact.artifact import vm_outputs
-
+    output (None for an empty optional). ``vm_outputs`` makes a program's value arrays (copies: the artifact's)."""
     values = [result] if len(specs) == 1 else [result[k] for k in range(len(specs))]
     outputs: list = []
     for spec, value in zip(specs, values):
