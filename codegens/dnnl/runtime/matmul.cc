@@ -66,7 +66,7 @@ class GemvKernel : public Kernel {
 std::optional<gemv::Layout> GemvFor(const dnnl::matmul::primitive_desc& pd, const Desc& dst) {
   const Desc src_desc = pd.src_desc();
   const Dims src_dims = src_desc.get_dims(), dst_dims = dst.get_dims();
-  if (!ByocGemvRuns() || src_dims.size() != 2 || src_dims[0] > gemv::kMaxRows || src_desc != Plain(src_dims) ||
+  if (!ByocGemvRuns() || src_dims.size() != 2 || src_dims[0] > gemv::kMaxGemmRows || src_desc != Plain(src_dims) ||
       dst != Plain(dst_dims) || pd.dst_desc() != dst)
     return std::nullopt;
   const std::optional<gemv::Layout> layout = GemvLayout(pd.weights_desc());
