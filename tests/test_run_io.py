@@ -120,7 +120,7 @@ def test_an_input_alignment_that_is_not_a_power_of_two_is_refused_when_the_vendo
 def test_a_bound_run_reads_what_the_callers_array_holds_at_the_run(vendors):
     model = _relu_then_sigmoid()
     artifact = byoc.compile(model, vendors=vendors)
-    x = byoc.pipeline.artifact.artifact.aligned_zeros((1, 8, 6, 6), np.float32, artifact.input_alignment)
+    x = byoc.host.hand_over.aligned_zeros((1, 8, 6, 6), np.float32, artifact.input_alignment)
     assert x.ctypes.data % artifact.input_alignment == 0
     tensors = artifact.bind({"x": x})
     for seed in range(3):  # the same tensors, new values written in place before each run

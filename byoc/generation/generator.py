@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from byoc.errors import GenerationError
-from byoc.pipeline.artifact.artifact import aligned_zeros
+from byoc.host.hand_over import aligned_zeros
 from byoc.generation.signature import DecoderSignature
 
 __all__ = ["Generator"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 import tvm_ffi
 
+from byoc.host.hand_over import tvm_tensor
+
 __all__ = ["SEQUENCE_ERROR", "as_tensor_list", "make_sequence"]
 
 #: how each message of these functions starts: ``Artifact.run`` recognizes them by it
@@ -26,10 +28,7 @@ def _fail(text: str):
 
 
 def _tensor(array: np.ndarray):
-    from tvm import runtime
-
-    # np.ascontiguousarray would make a 0-d array (a length) 1-d
-    return runtime.tensor(array if array.flags.c_contiguous else np.ascontiguousarray(array))
+    return tvm_tensor(array)  # a copy, aligned as TVM's compiled functions that read it assume
 
 
 def _numpy(tensor) -> np.ndarray:

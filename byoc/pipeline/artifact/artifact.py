@@ -7,9 +7,7 @@ needs nothing but the file.
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -32,6 +30,7 @@ from byoc.host.compiler import HOST_CALLS_FUNCTION
 from byoc.host.recorded import METADATA_FUNCTION, read_json
 from byoc.pipeline.artifact.library_file import missing_bytes, module_table_span, release_module_table
 from byoc.pipeline.artifact.weights_section import blob_objects, weights_as_sections
+from byoc.host.hand_over import tvm_tensor
 from byoc.host.run_io import HOST_ALIGNMENT, RUN_IO_FUNCTION
 from byoc.host.sequences import SEQUENCE_ERROR
 from byoc.pipeline.artifact.sequence_io import sequence_input, sequence_outputs, sequence_tensors
@@ -387,7 +386,7 @@ class Artifact:
         0.25 ms decoder step, measured on AMD EPYC). What the caller writes between runs is not checked again:
         it keeps the shapes, and checks token ids with :meth:`check_index_input`. An array that cannot be
         viewed (its address does not suit the program's readers of it, :mod:`byoc.host.run_io`; allocate it
-        with :func:`aligned_zeros` at :attr:`input_alignment`) is an :class:`InputError`.
+        with :func:`byoc.host.hand_over.aligned_zeros` at :attr:`input_alignment`) is an :class:`InputError`.
         """
         if self._sequences:
             raise InputError("a model that takes or returns sequences cannot be bound: run it with run()")
@@ -470,64 +469,8 @@ def _holds_c_source(module) -> bool:
     return module.kind == "c" or any(_holds_c_source(m) for m in module.imports)
 
 
-#: the numpy dtype kinds numpy exchanges by DLPack: bool, integers, floats, complex
-_DLPACK_KINDS = frozenset("biufc")
 
 
-
-def tvm_tensor(array: np.ndarray, alignment: Optional[int] = None):
-    """A TVM tensor of the C-contiguous ``array``: the array itself when its address is a multiple of
-    ``alignment`` (what the program's readers of it need, :mod:`byoc.host.run_io`), else a copy aligned as
-    TVM's compiled functions assume (``alignment`` None: always a copy).
-
-    Made in numpy and handed over by DLPack, the copy costs a few microseconds
-    plus its bytes, where ``tvm.runtime.tensor`` takes about 50 (a small model's
-    whole run).
-    """
-    if array.size == 0:  # no bytes to share or copy: one tensor per shape and dtype, made once
-        return _empty_tensor(array.shape, array.dtype)
-    # numpy exports only its own kinds of dtype by DLPack (not ml_dtypes' bfloat16 or float8): those go the slow way
-    if array.dtype.kind not in _DLPACK_KINDS:
-        import tvm
-
-        return tvm.runtime.tensor(array)
-    if alignment is not None:
-        try:  # tvm.runtime.from_dlpack would insist on 64 bytes
-            tensor = tvm_ffi.from_dlpack(array, require_contiguous=True)
-        except BufferError:  # a read-only array, which numpy exports only as DLPack 1.0 with its flag
-            tensor = None
-        # the tensor's address, not numpy's array.ctypes.data: that costs more than the rest of the hand-over
-        if tensor is not None and (alignment == 1 or tensor.data_ptr() % alignment == 0):
-            return tensor
-    import tvm
-
-    return tvm.runtime.from_dlpack(_aligned_copy(array))
-
-
-def aligned_zeros(shape, dtype, alignment: int = HOST_ALIGNMENT) -> np.ndarray:
-    """A zeroed C-contiguous array whose address is a multiple of ``alignment`` bytes (by default what TVM's
-    compiled functions assume, :data:`byoc.host.run_io.HOST_ALIGNMENT`; :attr:`Artifact.input_alignment` for
-    what every reader of a program's inputs needs): one a run reads in place, never through a copy."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    buffer = np.zeros(nbytes + alignment, np.uint8)
-    start = -buffer.ctypes.data % alignment
-    return buffer[start:start + nbytes].view(dtype).reshape(shape)
-
-
-@functools.lru_cache(maxsize=256)
-def _empty_tensor(shape: tuple, dtype: np.dtype):
-    """A TVM tensor with no elements: numpy does not keep an empty view's offset for DLPack, and
-    ``tvm.runtime.tensor`` takes about 50 us, which a decoder's prefill paid for each layer's empty past."""
-    import tvm
-
-    return tvm.runtime.tensor(np.empty(shape, dtype))
-
-
-def _aligned_copy(array: np.ndarray) -> np.ndarray:
-    copy = aligned_zeros(array.shape, array.dtype)
-    np.copyto(copy, array, casting="no")
-    return copy
 
 
 def vm_outputs(result, fresh: Optional[Sequence[bool]] = None) -> list[np.ndarray]:

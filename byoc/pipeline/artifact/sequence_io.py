@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from byoc.errors import InputDtypeError, InputError
+from byoc.host.hand_over import tvm_tensor
 from byoc.host.sequences import as_tensor_list, make_sequence
 from byoc.pipeline.frontend.onnx_model import TensorSpec
 
@@ -42,9 +43,7 @@ def sequence_input(spec: TensorSpec, value) -> Optional[list[np.ndarray]]:
 def sequence_tensors(arrays: Optional[list[np.ndarray]]):
     """A checked sequence input as the program takes it (copies: the host's sequence functions hand its
     tensors on, and a caller's array must not change under a later read)."""
-    from tvm import runtime
-
-    return None if arrays is None else make_sequence([runtime.tensor(a) for a in arrays])
+    return None if arrays is None else make_sequence([tvm_tensor(a) for a in arrays])
 
 
 def sequence_outputs(result, specs: list[TensorSpec], vm_outputs: Callable[[object], list]) -> list:
