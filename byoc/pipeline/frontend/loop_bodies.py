@@ -80,8 +80,8 @@ def convert_loop(bb, name: str, symbol: str, inputs: list, attrs: dict, outer: d
         elif _is_tensor(value) or _is_sequence(value):
             captured.append((outer_name, value))
         else:
-            raise refuse(f"its body reads {outer_name!r}, which is not a tensor of the enclosing graph",
-                         "pass it to the loop as a tensor")
+            raise refuse(f"its body reads {outer_name!r}, which is neither a tensor nor a sequence of the enclosing "
+                         "graph", "pass it to the loop as a tensor")
     typed = [helper.make_tensor_value_info(body.input[0].name, onnx.TensorProto.INT64, []),
              helper.make_tensor_value_info(body.input[1].name, onnx.TensorProto.BOOL, [])]
     typed += [_value_info(vi.name, value, sequences, vi.type) for vi, value in zip(body.input[2:], carried)]
