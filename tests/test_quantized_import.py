@@ -197,22 +197,6 @@ def test_what_the_rewrite_cannot_take_is_named():
         byoc.import_model(other_axis)  # the typed error reaches the user, not a traceback from TVM
 
 
-def test_a_dynamically_quantized_model_is_refused_with_what_to_do_instead():
-    """ddddocr's old OCR model was quantized by quantize_dynamic: its LSTM is onnxruntime's DynamicQuantizeLSTM."""
-    from onnx import TensorProto, helper
-
-    node = helper.make_node("DynamicQuantizeLSTM", ["x", "w", "r"], ["y"], name="lstm_quant", domain="com.microsoft",
-                            hidden_size=4)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 1, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 1, 4])],
-                              [numpy_helper.from_array(np.zeros((1, 3, 16), np.int8), "w"),
-                               numpy_helper.from_array(np.zeros((1, 4, 16), np.int8), "r")])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    with pytest.raises(byoc.UnsupportedOpsError, match=r"lstm_quant \(DynamicQuantizeLSTM in domain com.microsoft\)"
-                       r".*quantize_dynamic: leave LSTM out.*onnxruntime's own ops"):
-        byoc.import_model(m)
-
-
 def test_a_dequantized_weight_whose_conv_is_no_unit_becomes_a_float_constant():
     """DQ(x), DQ(w), DQ(b) -> Conv -> Relu with a float output (Silero VAD's last encoder conv, once a simplifier
     folded its output's Q/DQ away): no unit can form, so the weight's DQ is computed into a float32 constant and

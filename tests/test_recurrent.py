@@ -636,3 +636,29 @@ def test_the_last_step_of_an_lstm_builds_without_tvms_fast_mode_warning(tmp_path
     assert done.returncode == 0, done.stderr
     assert "Fast mode segfaults" not in done.stderr
     assert_close([np.load(tmp_path / "out.npy")], run_ort(model, feed))
+
+
+# -- onnxruntime's DynamicQuantizeLSTM (quantize_dynamic of an LSTM) ----------------------------------------------
+
+
+@pytest.mark.parametrize("direction, batch, per_channel", [("forward", 2, False), ("bidirectional", 3, True),
+                                                           ("reverse", 1, False)])
+def test_a_dynamically_quantized_lstm_matches_onnxruntime_on_one_thread(direction, batch, per_channel):
+    """quantize_dynamic's DynamicQuantizeLSTM (int8 weights [directions, K, 4 * hidden], com.microsoft) unrolled
+    with its products as dynamic int8 units, one dnnl partition: onnxruntime's outputs on one thread. On more
+    threads onnxruntime quantizes the hidden state of each share of the batch apart, which moves its own outputs
+    by about 1e-3 at a batch of 2 (same model, its thread count the only difference)."""
+    from dynamic_int8_models import quantize_dynamic
+
+    model, feed = recurrent_model("LSTM", seq=5, batch=batch, inputs=8, hidden=16, direction=direction,
+                                  initial_h=True, initial_c=True, constant_weights=True)
+    quantized = quantize_dynamic(model, per_channel=per_channel, op_types=("LSTM",))
+    assert [(n.domain, n.op_type) for n in quantized.graph.node] == [("com.microsoft", "DynamicQuantizeLSTM")]
+    artifact = byoc.compile(quantized, vendors=["dnnl"])
+    assert len(artifact.plan.partitions) == 1 and not artifact.plan.host_ops
+    assert "dnnl.dynamic_int8_matmul" in {d.rule.rsplit("_bias", 1)[0] for d in artifact.plan.decisions.values()
+                                          if d.rule}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(quantized.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert_close(artifact.run(feed), session.run(None, feed), rtol=1e-5, atol=1e-6)

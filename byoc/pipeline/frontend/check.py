@@ -223,9 +223,9 @@ def check_model(model: onnx.ModelProto, overrides: Sequence[str] = ()) -> onnx.M
 
 #: (domain prefix, what to do) for the op domains exporters write that are not ONNX's, first match wins
 _DOMAIN_ADVICE = (
-    # onnxruntime's dynamic quantizer and transformer optimizer write these (ddddocr's old OCR model:
-    # DynamicQuantizeLSTM); the float model quantized to QDQ is what byoc runs as int8.
-    # onnxruntime's own ops that preparation does not rewrite (prepare/contrib_ops.py lists those it does).
+    # onnxruntime's dynamic quantizer and transformer optimizer write these; the float model quantized to QDQ is what
+    # byoc runs as int8. onnxruntime's own ops that preparation does not rewrite (prepare/contrib_ops.py lists those
+    # it does, prepare/recurrent.py takes DynamicQuantizeLSTM).
     ("com.microsoft", "they are onnxruntime's own ops, outside those byoc rewrites into standard ONNX "
                       "(byoc.pipeline.frontend.prepare.contrib_ops.CONTRIB_OPS): compile the model as exported, "
                       "before the tool that wrote them (onnxruntime's transformer optimizer: optimize_model with a "
@@ -237,13 +237,6 @@ _DOMAIN_ADVICE = (
     ("ai.onnx.ml", "ai.onnx.ml ops are classical machine learning (scikit-learn, trees), which byoc does not "
                    "compile: run that part of the pipeline apart, and compile the neural network alone"),
 )
-
-
-#: what writes the com.microsoft ops byoc does not take, and what to do instead
-_CONTRIB_ADVICE = {
-    "DynamicQuantizeLSTM": "DynamicQuantizeLSTM comes from onnxruntime.quantization.quantize_dynamic: leave LSTM out "
-                           "(op_types_to_quantize=['MatMul', 'Gemm', 'Conv']) or quantize with quantize_static",
-}
 
 
 def inline_local_functions(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -283,7 +276,6 @@ def check_supported_ops(graph: onnx.GraphProto, origin: Mapping[str, str] | None
         domains = {dom for _, _, dom in missing}
         advice = next((text for prefix, text in _DOMAIN_ADVICE if any(d.startswith(prefix) for d in domains if d)),
                       "replace them in the exporter, or decompose them with onnx tools before compiling")
-        advice = "; ".join([_CONTRIB_ADVICE[k] for k in kinds if k in _CONTRIB_ADVICE] + [advice])
         raise UnsupportedOpsError(
             f"{len(missing)} node(s) use ops that cannot be imported: {listing}. "
             f"Unsupported op types: {', '.join(kinds)}; {advice}",

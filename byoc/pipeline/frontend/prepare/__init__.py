@@ -239,9 +239,9 @@ def _through_rewrite(prepared: onnx.ModelProto, origin: dict[str, str], fate: di
 def _recurrent_unrolled(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
     """LSTM/GRU/RNN unrolled into plain ops (TVM's importer has none of them), and where each new node comes from."""
     from byoc.pipeline.frontend.onnx_model import all_graphs
-    from byoc.pipeline.frontend.prepare.recurrent import RECURRENT_OPS, decompose_recurrent
+    from byoc.pipeline.frontend.prepare.recurrent import decompose_recurrent, is_recurrent
 
-    if not any(n.op_type in RECURRENT_OPS for sub in all_graphs(model.graph) for n in sub.node):
+    if not any(is_recurrent(n) for sub in all_graphs(model.graph) for n in sub.node):
         return model, {}
     return decompose_recurrent(model)
 

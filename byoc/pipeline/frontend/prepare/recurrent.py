@@ -22,11 +22,19 @@ MatMul/Add/Mul and activations and a vendor can take all steps as one
 partition. Weights, biases, peepholes and initial states that are constants
 are sliced and transposed here into new initializers; when they are graph
 inputs the same slicing is done with Split/Reshape/Transpose in the graph.
+
+onnxruntime's ``DynamicQuantizeLSTM`` (``com.microsoft``, what
+``quantize_dynamic`` makes of an LSTM) unrolls the same way, as onnxruntime
+computes it: its int8 weights ``[directions, K, 4 * hidden]`` stay int8, and
+each product is the form ``quantize_dynamic`` writes for a MatMul
+(DynamicQuantizeLinear of the rows, MatMulInteger, Cast, times the two
+scales), which a vendor takes as a dynamic int8 unit: the input's rows of all
+steps quantized at once, the hidden state at each step.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -35,10 +43,12 @@ from onnx import TensorProto, helper, numpy_helper
 from byoc.errors import DynamicShapeError, InvalidModelError, UnsupportedAttributeError
 from byoc.pipeline.frontend.onnx_model import all_graphs, default_opset
 
-__all__ = ["RECURRENT_OPS", "decompose_recurrent"]
+__all__ = ["QUANTIZED_LSTM", "RECURRENT_OPS", "decompose_recurrent", "is_recurrent"]
 
 #: The op types :func:`decompose_recurrent` replaces (default ONNX domain).
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+#: onnxruntime's LSTM of int8 weights, which it replaces too
+QUANTIZED_LSTM = ("com.microsoft", "DynamicQuantizeLSTM")
 
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTIVATIONS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh"), "RNN": ("Tanh",)}
@@ -78,18 +88,18 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
     out = onnx.ModelProto()
     out.CopyFrom(model)
     every_graph = list(all_graphs(out.graph))
-    if not any(_is_recurrent(n) for g in every_graph for n in g.node):
+    if not any(is_recurrent(n) for g in every_graph for n in g.node):
         return out, {}
     context = _Context(out, every_graph)
     origin: dict[str, str] = {}
     # Subgraphs first: rewriting a graph copies its nodes, and with them their (already rewritten) bodies.
     for graph in reversed(every_graph):
-        if not any(_is_recurrent(n) for n in graph.node):
+        if not any(is_recurrent(n) for n in graph.node):
             continue
         rewritten = []
         consumed: set[str] = set()
         for node in graph.node:
-            if not _is_recurrent(node):
+            if not is_recurrent(node):
                 rewritten.append(node)
                 continue
             builder = _Builder(context, node)
@@ -105,8 +115,18 @@ def decompose_recurrent(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
 
 
 # -- model-wide facts -------------------------------------------------------------------
-def _is_recurrent(node: onnx.NodeProto) -> bool:
-    return node.domain in ("", "ai.onnx") and node.op_type in RECURRENT_OPS
+def is_recurrent(node: onnx.NodeProto) -> bool:
+    return (node.domain in ("", "ai.onnx") and node.op_type in RECURRENT_OPS) or (
+        (node.domain, node.op_type) == QUANTIZED_LSTM)
+
+
+class _QuantizedWeight(NamedTuple):
+    """An int8 (or uint8) weight [K, N] of a DynamicQuantizeLSTM, its scale (one, or one per column) and its one
+    zero point."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray
 
 
 def _value_infos(graph_list):
@@ -240,18 +260,22 @@ class _Builder:
     def __init__(self, context: _Context, node: onnx.NodeProto):
         self.ctx = context
         self.node = node
-        self.op = node.op_type
+        # a DynamicQuantizeLSTM is an LSTM whose products are dynamic int8 ones (_quantized_matmul)
+        self.quantized = (node.domain, node.op_type) == QUANTIZED_LSTM
+        self.op = "LSTM" if self.quantized else node.op_type
         self.label = node.name or node.op_type
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[TensorProto] = []
         self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         self._cache: dict = {}  # small constants already made initializers
         self._directions: dict = {}  # (tensor, axis) -> its per-direction pieces
+        self._quantized_rows: dict = {}  # tensor -> its DynamicQuantizeLinear outputs (one per product's rows)
         self.may_be_empty = False  # some sequence_lens value may be 0
 
     # -- errors ------------------------------------------------------------------------
     def _where(self) -> str:
-        return f"{self.op} node '{self.node.name}'" if self.node.name else f"an unnamed {self.op} node"
+        op = self.node.op_type
+        return f"{op} node '{self.node.name}'" if self.node.name else f"an unnamed {op} node"
 
     def _unsupported(self, attribute: str, why: str, fix: str) -> UnsupportedAttributeError:
         return UnsupportedAttributeError(
@@ -461,10 +485,42 @@ class _Builder:
             return None
         return self._binary("Mul", a, b, what)
 
-    def _matmul(self, a: Optional[Value], b: Value, what: str) -> Optional[Value]:
+    def _matmul(self, a: Optional[Value], b: Union[Value, _QuantizedWeight], what: str) -> Optional[Value]:
         if a is None:
             return None
+        if isinstance(b, _QuantizedWeight):
+            return self._quantized_matmul(a, b, what)
         return self._emit("MatMul", [a, b], what)
+
+    def _quantized_matmul(self, a: Value, b: _QuantizedWeight, what: str) -> Optional[Value]:
+        """``a`` x ``b`` as onnxruntime's DynamicQuantizeLSTM computes it: ``a`` quantized to uint8 by its own
+        range (DynamicQuantizeLinear, once per tensor whatever reads it), integer products, then both scales."""
+        if not isinstance(a, str) and not np.any(a):
+            return None  # a constant zero state: its product is zero
+        name = self._name(a, f"{what}_rows")
+        if name not in self._quantized_rows:
+            self._quantized_rows[name] = self._emit("DynamicQuantizeLinear", [name], f"{what}_q", outputs=3)
+        rows, scale, zero_point = self._quantized_rows[name]
+        product = self._emit("MatMulInteger", [rows, b.codes, zero_point, b.zero_point], f"{what}_int")
+        real = self._emit("Cast", [product], f"{what}_real", to=TensorProto.FLOAT)
+        return self._emit("Mul", [real, self._emit("Mul", [scale, b.scale], f"{what}_scale")], what)
+
+    def _quantized_weights(self, index: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Direction ``d`` of a DynamicQuantizeLSTM's weight input ``index`` (W 1, R 2): its codes [K, 4 * hidden],
+        scales (one, or one per column) and zero point, all constants, or an error naming what is not."""
+        scale_index, zero_index = (8, 9) if index == 1 else (10, 11)
+        what = "W" if index == 1 else "R"
+        values = [self.ctx.constant(name) if (name := self._input(i)) else None for i in (index, scale_index,
+                                                                                           zero_index)]
+        if any(v is None for v in values):
+            raise self._unsupported(f"input {what} (or its scale or zero point)", "is not a constant",
+                                    "give the quantized weights, scales and zero points as initializers")
+        codes, scale, zero_point = values
+        zeros = np.unique(np.asarray(zero_point)[d])
+        if codes.dtype not in (np.int8, np.uint8) or len(zeros) != 1:
+            raise self._unsupported(f"input {what}", "holds no 8-bit codes with one zero point per direction",
+                                    "quantize the LSTM with onnxruntime's quantize_dynamic")
+        return codes[d], np.asarray(scale, dtype=np.float32)[d], zeros.astype(codes.dtype).reshape(())
 
     def _clip(self, value: Value, what: str) -> Value:
         if self.clip is None:
@@ -507,8 +563,12 @@ class _Builder:
             x = self._transpose(x, (1, 0, 2), "X_time_major")
         x = self._reshape(x, (seq * batch, -1), "X_rows")
         w, r, b = self._operand(1), self._operand(2), self._operand(3)
-        self._check_shape(1, (self.num_directions, gates, None))
-        self._check_shape(2, (self.num_directions, gates, hidden))
+        if self.quantized:  # onnxruntime's layout: [directions, K, gates]
+            self._check_shape(1, (self.num_directions, None, gates))
+            self._check_shape(2, (self.num_directions, hidden, gates))
+        else:
+            self._check_shape(1, (self.num_directions, gates, None))
+            self._check_shape(2, (self.num_directions, gates, hidden))
         self._check_shape(3, (self.num_directions, 2 * gates))
         mask = self._sequence_mask()
         state_axis = 0 if self.layout == 0 else 1
@@ -526,8 +586,10 @@ class _Builder:
         for d in range(self.num_directions):
             tag = "" if self.num_directions == 1 else ("fw/" if d == 0 else "bw/")
             reverse = self.direction == "reverse" or d == 1
-            w_t = self._transpose(self._direction(w, d, 0, (gates, -1), f"{tag}W"), (1, 0), f"{tag}W_T")
-            r_d = self._direction(r, d, 0, (gates, hidden), f"{tag}R")
+            if self.quantized:
+                w_t: Union[Value, _QuantizedWeight] = _QuantizedWeight(*self._quantized_weights(1, d))
+            else:
+                w_t = self._transpose(self._direction(w, d, 0, (gates, -1), f"{tag}W"), (1, 0), f"{tag}W_T")
             bias, reset_bias = None, None
             if b is not None:
                 w_bias, r_bias = self._split(self._direction(b, d, 0, (2 * gates,), f"{tag}B"), 0, [gates, gates],
@@ -547,7 +609,8 @@ class _Builder:
                 self._direction(peephole, d, 0, (3 * hidden,), f"{tag}P"), 0, [hidden] * 3, f"{tag}P_split")
             acts = self.activations[d]
             step = {"LSTM": self._lstm_step, "GRU": self._gru_step, "RNN": self._rnn_step}[self.op]
-            weights = self._recurrence_weights(r_d, tag)
+            weights = self._quantized_recurrence(d) if self.quantized else self._recurrence_weights(
+                self._direction(r, d, 0, (gates, hidden), f"{tag}R"), tag)
             outputs = [None] * seq
             for t in (reversed(range(seq)) if reverse else range(seq)):
                 name = f"{tag}t{t}/"
@@ -605,6 +668,13 @@ class _Builder:
         per_gate = self._split(r_d, 0, [self.hidden] * gates, f"{tag}R_split")
         return [self._name(self._transpose(r_g, (1, 0), f"{tag}R{g}_T"), f"{tag}R{g}_T")
                 for g, r_g in enumerate(per_gate)]
+
+    def _quantized_recurrence(self, d: int) -> list:
+        """A DynamicQuantizeLSTM's R of direction ``d``, one int8 [hidden, hidden] weight per gate (its columns)."""
+        codes, scale, zero_point = self._quantized_weights(2, d)
+        h = self.hidden
+        return [_QuantizedWeight(codes[:, g * h:(g + 1) * h], scale if scale.ndim == 0 else scale[g * h:(g + 1) * h],
+                                 zero_point) for g in range(_GATES["LSTM"])]
 
     def _lstm_step(self, xs, h, c, weights, _reset_bias, p, acts, name):
         f_act, g_act, h_act = acts
