@@ -269,3 +269,15 @@ def test_an_optional_sequence_input_may_be_none_and_reading_an_empty_optional_is
     with pytest.raises(byoc.UnsupportedAttributeError, match="OptionalGetElement node 'get' reads an Optional that "
                                                              "is always empty"):
         byoc.compile(empty, vendors=["dnnl"])
+
+
+def test_an_optional_tensor_input_given_none_is_an_input_error_naming_it():
+    """An optional tensor input is taken as the tensor: None for it is refused by name, not as "dtype object"."""
+    optional = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [3]))
+    model = _model([helper.make_node("OptionalGetElement", ["maybe"], ["got"], name="get")],
+                   [helper.make_value_info("maybe", optional)],
+                   [helper.make_tensor_value_info("got", TensorProto.FLOAT, [3])], opset=18)
+    artifact = byoc.compile(model, vendors=["dnnl"])
+    np.testing.assert_array_equal(artifact.run({"maybe": np.arange(3, dtype=np.float32)})[0], np.arange(3))
+    with pytest.raises(InputError, match=r"input 'maybe' is None: an optional tensor input of this model must hold"):
+        artifact.run({"maybe": None})

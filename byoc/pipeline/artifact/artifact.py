@@ -333,6 +333,9 @@ class Artifact:
             if spec.sequence:
                 checked.append(sequence_input(spec, value))
                 continue
+            if value is None:  # an empty optional: byoc takes an optional tensor input as the tensor
+                raise InputError(f"input {spec.name!r} is None: an optional tensor input of this model must hold "
+                                 f"a tensor ({spec.describe()})")
             array = value if type(value) is np.ndarray else np.asarray(value)
             if array.dtype is not dtype and array.dtype != dtype:
                 raise InputDtypeError(
