@@ -35,7 +35,7 @@ from byoc.pipeline.frontend.onnx_model import (DimRange, HostLoop, ImportedModel
 from byoc.pipeline.frontend.prepare import prepare
 from byoc.pipeline.frontend.prepare.simplify import QUIET_LOCK
 from byoc.pipeline.frontend.run_time_sequences import element_type
-from byoc.pipeline.frontend.shapes import tensor_type_of, apply_input_shapes, model_inputs, name_dims
+from byoc.pipeline.frontend.shapes import apply_input_shapes, declared_dims, model_inputs, name_dims
 
 #: progress of the long stages, for an application that wants it (the library never configures logging)
 _log = logging.getLogger(__name__)
@@ -130,10 +130,7 @@ def _output_specs(model: onnx.ModelProto, mod) -> list[TensorSpec]:
     specs = []
     for vi, ty in zip(model.graph.output, fields):
         if isinstance(ty, (relax.ObjectType, relax.TupleType)):  # a sequence (a tuple where its length is known)
-            rank, dtype = element_type(vi.type)
-            declared = tensor_type_of(vi).shape.dim if rank >= 0 else []
-            shape = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in declared)
-            specs.append(TensorSpec(vi.name, shape, dtype, sequence=True))
+            specs.append(TensorSpec(vi.name, tuple(declared_dims(vi) or ()), element_type(vi.type)[1], sequence=True))
             continue
         if isinstance(ty, relax.ShapeType):  # an output that is a Shape op's result: its ints, one per dim
             specs.append(TensorSpec(vi.name, (ty.ndim,), "int64"))

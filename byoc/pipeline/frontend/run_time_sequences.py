@@ -21,8 +21,8 @@ import onnx
 from byoc.errors import UnsupportedAttributeError, UnsupportedTypeError
 from byoc.vendor.values import const_array, is_tensor_const
 
-__all__ = ["HOST_FUNCTION_PREFIX", "SEQUENCE_OPS", "convert", "element_type", "is_run_time_sequence", "run_time_value_type",
-           "tuple_elements"]
+__all__ = ["HOST_FUNCTION_PREFIX", "SEQUENCE_OPS", "convert", "element_type", "held_tensor_type", "is_run_time_sequence",
+           "run_time_value_type", "tuple_elements"]
 
 #: the ops :func:`convert` may take
 SEQUENCE_OPS = frozenset({"SequenceAt", "SequenceLength", "SequenceInsert", "SequenceErase", "ConcatFromSequence",
@@ -45,14 +45,18 @@ def run_time_value_type(type_proto: onnx.TypeProto) -> bool:
     return kind == "sequence_type"
 
 
-def element_type(type_proto: Optional[onnx.TypeProto]) -> tuple[int, str]:
+def held_tensor_type(type_proto: onnx.TypeProto) -> Optional[onnx.TypeProto.Tensor]:
+    """The tensor type an ONNX type is or holds (through optionals and sequences); None where it holds none."""
+    while type_proto.WhichOneof("value") in ("sequence_type", "optional_type"):
+        type_proto = getattr(type_proto, type_proto.WhichOneof("value")).elem_type
+    return type_proto.tensor_type if type_proto.WhichOneof("value") == "tensor_type" else None
+
+
+def element_type(type_proto: onnx.TypeProto) -> tuple[int, str]:
     """(rank, dtype) of the tensors a sequence (or optional sequence, or tensor) type holds; rank -1 unknown."""
-    while type_proto is not None and type_proto.WhichOneof("value") in ("sequence_type", "optional_type"):
-        kind = type_proto.WhichOneof("value")
-        type_proto = getattr(type_proto, kind).elem_type
-    if type_proto is None or type_proto.WhichOneof("value") != "tensor_type" or not type_proto.tensor_type.elem_type:
+    tensor = held_tensor_type(type_proto)
+    if tensor is None or not tensor.elem_type:
         return -1, ""
-    tensor = type_proto.tensor_type
     dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
     return (len(tensor.shape.dim) if tensor.HasField("shape") else -1), dtype
 

@@ -11,7 +11,7 @@ import onnx
 
 from byoc.errors import DynamicShapeError
 from byoc.pipeline.frontend.onnx_model import DimRange, TensorSpec
-from byoc.pipeline.frontend.run_time_sequences import run_time_value_type
+from byoc.pipeline.frontend.run_time_sequences import held_tensor_type, run_time_value_type
 
 
 def graph_inputs(graph: onnx.GraphProto):
@@ -67,15 +67,13 @@ def apply_input_shapes(model: onnx.ModelProto, input_shapes: Mapping[str, Sequen
 def tensor_type_of(vi: onnx.ValueInfoProto):
     """The tensor type of a graph input, also when it is an optional holding a tensor, and the type of the
     tensors of a sequence input (or optional sequence)."""
-    type_proto = vi.type
-    while type_proto.WhichOneof("value") in ("optional_type", "sequence_type"):
-        # TVM's importer passes an optional tensor through as the tensor itself.
-        type_proto = getattr(type_proto, type_proto.WhichOneof("value")).elem_type
-    return type_proto.tensor_type
+    # TVM's importer passes an optional tensor through as the tensor itself.
+    held = held_tensor_type(vi.type)
+    return held if held is not None else onnx.TypeProto.Tensor()
 
 
-def _declared_dims(vi: onnx.ValueInfoProto) -> Optional[list]:
-    """An input's dims as the model declares them (a size, a name, or "?"), None for an unknown rank."""
+def declared_dims(vi: onnx.ValueInfoProto) -> Optional[list]:
+    """An input's (or output's, or a sequence's tensors') dims as the model declares them (a size, a name, or "?"), None for an unknown rank."""
     ttype = tensor_type_of(vi)
     if not ttype.HasField("shape"):
         return None
@@ -160,7 +158,7 @@ def dims_that_may_be_empty(model: onnx.ModelProto) -> set[str]:
     outputs = {vi.name for vi in model.graph.output}
     verdict: dict[str, bool] = {}
     for vi in graph_inputs(model.graph):
-        declared = _declared_dims(vi) or []
+        declared = declared_dims(vi) or []
         for axis, d in enumerate(declared):
             if isinstance(d, str) and d.isidentifier():
                 reads = readers.get(vi.name, [])
@@ -178,7 +176,7 @@ def model_inputs(model: onnx.ModelProto, ranges: Mapping[str, DimRange]) -> tupl
     specs, unknown_rank, dims = [], {}, {}
     may_be_empty = dims_that_may_be_empty(model)
     for vi in graph_inputs(model.graph):
-        declared = _declared_dims(vi)
+        declared = declared_dims(vi)
         dtype = str(onnx.helper.tensor_dtype_to_np_dtype(tensor_type_of(vi).elem_type))
         if run_time_value_type(vi.type):  # a sequence's tensors: each its own shape, which a run does not bind
             specs.append(TensorSpec(vi.name, tuple(declared or ()), dtype, sequence=True))
